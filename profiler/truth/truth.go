@@ -1,0 +1,241 @@
+// Package truth reads and writes ground-truth tables (DESIGN §8): per workload, role,
+// mode and batch size, the mean minibatch time and the mean board power. The simulator
+// writes them, the profiler exports its store in this format, and the benchmark scores
+// searchers against them.
+package truth
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// Role says whether a row is a training or an inference minibatch.
+type Role string
+
+// The two roles of DESIGN §2.
+const (
+	Train Role = "train"
+	Infer Role = "infer"
+)
+
+// ParseRole accepts "train" or "infer".
+func ParseRole(s string) (Role, error) {
+	switch Role(s) {
+	case Train, Infer:
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("role %q: want train or infer", s)
+}
+
+// Header returns the column order Write uses; Read finds columns by name, in any order.
+func Header() []string {
+	return []string{"workload", "role", "cores", "cpu_khz", "gpu_hz", "emc_hz", "batch", "time_ms", "power_mw"}
+}
+
+// Row is one line of a ground-truth table.
+type Row struct {
+	Workload string
+	Role     Role
+	Mode     powermode.Mode
+	Batch    int
+	TimeMS   float64
+	PowerMW  float64
+}
+
+// Key identifies what a row measures.
+type Key struct {
+	Workload string
+	Role     Role
+	Mode     powermode.Mode
+	Batch    int
+}
+
+// Key returns the row's identity.
+func (r Row) Key() Key { return Key{r.Workload, r.Role, r.Mode, r.Batch} }
+
+// Table is a ground-truth table with an index by Key.
+type Table struct {
+	Rows  []Row
+	index map[Key]int
+}
+
+// NewTable indexes rows; a repeated key is an error.
+func NewTable(rows []Row) (*Table, error) {
+	t := &Table{Rows: rows, index: make(map[Key]int, len(rows))}
+	for i, r := range rows {
+		if j, dup := t.index[r.Key()]; dup {
+			return nil, fmt.Errorf("ground truth: rows %d and %d both give %s %s at %s batch %d", j+1, i+1, r.Workload, r.Role, r.Mode, r.Batch)
+		}
+		t.index[r.Key()] = i
+	}
+	return t, nil
+}
+
+// Lookup returns the row for k.
+func (t *Table) Lookup(k Key) (Row, bool) {
+	i, ok := t.index[k]
+	if !ok {
+		return Row{}, false
+	}
+	return t.Rows[i], true
+}
+
+// Workloads lists the distinct workload names of a role, sorted.
+func (t *Table) Workloads(role Role) []string {
+	var out []string
+	for _, r := range t.Rows {
+		if r.Role == role && !slices.Contains(out, r.Workload) {
+			out = append(out, r.Workload)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Batches lists the distinct batch sizes of a workload, ascending.
+func (t *Table) Batches(workload string, role Role) []int {
+	var out []int
+	for _, r := range t.Rows {
+		if r.Workload == workload && r.Role == role && !slices.Contains(out, r.Batch) {
+			out = append(out, r.Batch)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Modes lists the distinct modes of the table (its search space), in first-seen order.
+func (t *Table) Modes() []powermode.Mode {
+	seen := map[powermode.Mode]bool{}
+	var out []powermode.Mode
+	for _, r := range t.Rows {
+		if !seen[r.Mode] {
+			seen[r.Mode] = true
+			out = append(out, r.Mode)
+		}
+	}
+	return out
+}
+
+// Space is the search space the table defines: its distinct modes.
+func (t *Table) Space() (*powermode.Space, error) { return powermode.NewSubspace(t.Modes()) }
+
+// Read parses a ground-truth CSV. Columns are found by header name; extra columns are
+// ignored. Every error names the line and the column.
+func Read(r io.Reader) (*Table, error) {
+	cr := csv.NewReader(r)
+	cr.ReuseRecord = true
+	cr.Comment = '#'
+	head, err := cr.Read()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("ground truth: empty file: want a header line " + strings.Join(Header(), ","))
+		}
+		return nil, fmt.Errorf("ground truth: header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[strings.TrimSpace(strings.ToLower(h))] = i
+	}
+	var missing []string
+	for _, h := range Header() {
+		if _, ok := col[h]; !ok {
+			missing = append(missing, h)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("ground truth: header lacks column(s) %s: want %s", strings.Join(missing, ", "), strings.Join(Header(), ","))
+	}
+	var rows []Row
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ground truth: %w", err)
+		}
+		line, _ := cr.FieldPos(0)
+		row, err := parseRow(rec, col)
+		if err != nil {
+			return nil, fmt.Errorf("ground truth line %d: %w", line, err)
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		return nil, errors.New("ground truth: no rows after the header")
+	}
+	return NewTable(rows)
+}
+
+func parseRow(rec []string, col map[string]int) (Row, error) {
+	get := func(name string) string { return strings.TrimSpace(rec[col[name]]) }
+	integer := func(name string) (int64, error) {
+		v, err := strconv.ParseInt(get(name), 10, 64)
+		if err != nil || v <= 0 {
+			return 0, fmt.Errorf("column %s: %q is not a positive integer", name, get(name))
+		}
+		return v, nil
+	}
+	real := func(name string) (float64, error) {
+		v, err := strconv.ParseFloat(get(name), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+			return 0, fmt.Errorf("column %s: %q is not a positive number", name, get(name))
+		}
+		return v, nil
+	}
+	var r Row
+	var err error
+	if r.Workload = get("workload"); r.Workload == "" {
+		return r, errors.New("column workload: empty")
+	}
+	if r.Role, err = ParseRole(get("role")); err != nil {
+		return r, fmt.Errorf("column role: %w", err)
+	}
+	var v [5]int64
+	for i, name := range []string{"cores", "cpu_khz", "gpu_hz", "emc_hz", "batch"} {
+		if v[i], err = integer(name); err != nil {
+			return r, err
+		}
+	}
+	r.Mode = powermode.Mode{Cores: int(v[0]), CPUKHz: v[1], GPUHz: v[2], EMCHz: v[3]}
+	r.Batch = int(v[4])
+	if r.TimeMS, err = real("time_ms"); err != nil {
+		return r, err
+	}
+	if r.PowerMW, err = real("power_mw"); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// Write writes rows as CSV with Header, times and powers with enough digits to
+// round-trip exactly.
+func Write(w io.Writer, rows []Row) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(Header()); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		rec := []string{
+			r.Workload, string(r.Role),
+			strconv.Itoa(r.Mode.Cores), strconv.FormatInt(r.Mode.CPUKHz, 10),
+			strconv.FormatInt(r.Mode.GPUHz, 10), strconv.FormatInt(r.Mode.EMCHz, 10),
+			strconv.Itoa(r.Batch),
+			strconv.FormatFloat(r.TimeMS, 'g', -1, 64), strconv.FormatFloat(r.PowerMW, 'g', -1, 64),
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

@@ -1,0 +1,65 @@
+package truth
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+func TestRoundTrip(t *testing.T) {
+	rows := []Row{
+		{"resnet18", Train, powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}, 32, 101.3456789, 49876.25},
+		{"mobilenetv3", Infer, powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}, 8, 12.5, 14000},
+	}
+	var buf bytes.Buffer
+	if err := Write(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	tab, err := Read(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab.Rows) != 2 || tab.Rows[0] != rows[0] || tab.Rows[1] != rows[1] {
+		t.Fatalf("round trip: got %+v", tab.Rows)
+	}
+	if r, ok := tab.Lookup(rows[1].Key()); !ok || r != rows[1] {
+		t.Errorf("lookup: %v %v", r, ok)
+	}
+	if got := tab.Workloads(Train); len(got) != 1 || got[0] != "resnet18" {
+		t.Errorf("workloads: %v", got)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	h := strings.Join(Header(), ",") + "\n"
+	for _, tc := range []struct{ name, in, want string }{
+		{"empty", "", "empty file"},
+		{"missing column", "workload,role\n", "lacks column"},
+		{"no rows", h, "no rows"},
+		{"bad role", h + "a,serve,1,1,1,1,1,1,1\n", "column role"},
+		{"bad number", h + "a,train,x,1,1,1,1,1,1\n", "column cores"},
+		{"negative time", h + "a,train,1,1,1,1,1,-1,1\n", "column time_ms"},
+		{"nan power", h + "a,train,1,1,1,1,1,1,NaN\n", "column power_mw"},
+		{"duplicate", h + "a,train,1,1,1,1,1,1,1\na,train,1,1,1,1,1,2,2\n", "both give"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Read(strings.NewReader(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestColumnsInAnyOrder(t *testing.T) {
+	in := "power_mw,time_ms,batch,emc_hz,gpu_hz,cpu_khz,cores,role,workload,extra\n5000,10,1,204000000,306000000,115200,1,infer,w,x\n"
+	tab, err := Read(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := tab.Rows[0]; r.PowerMW != 5000 || r.Mode.Cores != 1 || r.Workload != "w" {
+		t.Errorf("row = %+v", r)
+	}
+}
