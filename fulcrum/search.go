@@ -1,0 +1,53 @@
+package fulcrum
+
+import (
+	"context"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// Profiler answers a searcher's requests for profiles. Profiling a mode means
+// profiling both workloads there (training at B_T, inference at every batch size).
+type Profiler interface {
+	// Profile returns the profile at m, measuring it if it is not known yet.
+	Profile(ctx context.Context, m powermode.Mode) (ModeProfile, error)
+	// Known returns the profiles that are already available (free to use).
+	Known() []ModeProfile
+}
+
+// Problem is what a searcher is asked to solve.
+type Problem struct {
+	Space        *powermode.Space `json:"-"`
+	Train        string           `json:"train"`
+	Infer        string           `json:"infer"`
+	TrainBatch   int              `json:"train_batch"`
+	InferBatches []int            `json:"infer_batches"`
+	Budgets      Budgets          `json:"budgets"`
+	// Presets are the board's nvpmodel presets snapped into Space (the GMD start and
+	// the preset baseline).
+	Presets []powermode.Mode `json:"presets"`
+	// MaxProfiles caps the new profiles a searcher may take (0: the searcher's default).
+	MaxProfiles int `json:"max_profiles"`
+}
+
+// Result is a searcher's answer.
+type Result struct {
+	// Choice is the chosen configuration with its predicted θ, latency and power
+	// (as computed from the profiles the searcher saw, not from the truth).
+	Choice Eval `json:"choice"`
+	// Found is false when the searcher has no configuration to propose at all.
+	Found bool `json:"found"`
+	// Feasible says whether the choice meets the budgets by the searcher's own data.
+	Feasible bool `json:"feasible"`
+	// Profiled lists the modes newly profiled for this answer, in order.
+	Profiled []powermode.Mode `json:"profiled"`
+	// Stop says why the search stopped.
+	Stop string `json:"stop"`
+}
+
+// Searcher chooses a configuration for a problem, profiling as few modes as it can.
+// Implementations never ask the profiler for a mode they already have a profile of.
+type Searcher interface {
+	Name() string
+	Search(ctx context.Context, p Problem, prof Profiler) (Result, error)
+}
