@@ -26,8 +26,15 @@ type Problem struct {
 	// Presets are the board's nvpmodel presets snapped into Space (the GMD start and
 	// the preset baseline).
 	Presets []powermode.Mode `json:"presets"`
+	// PresetNames are the nvpmodel names of Presets, in the same order (e.g. MODE_30W),
+	// or empty. GMD reads a preset's nominal wattage from its name to pick its start.
+	PresetNames []string `json:"preset_names,omitempty"`
 	// MaxProfiles caps the new profiles a searcher may take (0: the searcher's default).
 	MaxProfiles int `json:"max_profiles"`
+	// Seed seeds whatever randomness a searcher uses (random baselines, ALS's initial
+	// design), so that an answer is reproducible; the benchmark derives one per
+	// configuration.
+	Seed uint64 `json:"seed"`
 }
 
 // Result is a searcher's answer.
