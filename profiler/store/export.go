@@ -1,0 +1,351 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Format is an export/import file format.
+type Format string
+
+// The formats Export writes and Import reads.
+const (
+	// CSV is the ground-truth table of DESIGN §8 (its nine columns first, so every tool
+	// that reads ground truth reads it) followed by the columns that make it lossless.
+	CSV Format = "csv"
+	// JSON is {"schema_version": N, "profiles": [Profile, ...]}.
+	JSON Format = "json"
+)
+
+// ParseFormat accepts "csv" or "json".
+func ParseFormat(s string) (Format, error) {
+	switch Format(strings.ToLower(s)) {
+	case CSV:
+		return CSV, nil
+	case JSON:
+		return JSON, nil
+	}
+	return "", fmt.Errorf("format %q: want csv or json", s)
+}
+
+// extraColumns follow truth.Header() in an exported CSV. A plain ground-truth table
+// lacks them; Import fills defaults then (see ImportOptions).
+var extraColumns = []string{
+	"board", "time_p50_ms", "time_p95_ms", "time_stddev_ms", "power_stddev_mw",
+	"samples", "power_samples", "warmup", "started_at", "finished_at", "rse", "source",
+}
+
+// csvHeader is the full exported header.
+func csvHeader() []string { return append(truth.Header(), extraColumns...) }
+
+// jsonFile is the JSON export document.
+type jsonFile struct {
+	SchemaVersion int       `json:"schema_version"`
+	Profiles      []Profile `json:"profiles"`
+}
+
+// Export writes the profiles matching f, in key order. Both formats are lossless:
+// Import of an export into an empty store, exported again, gives the same bytes.
+func (s *Store) Export(w io.Writer, format Format, f Filter) error {
+	ps, err := s.List(f)
+	if err != nil {
+		return err
+	}
+	return WriteProfiles(w, format, ps)
+}
+
+// WriteProfiles writes ps in format, in the order given.
+func WriteProfiles(w io.Writer, format Format, ps []Profile) error {
+	switch format {
+	case JSON:
+		if ps == nil {
+			ps = []Profile{}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(jsonFile{SchemaVersion: SchemaVersion, Profiles: ps})
+	case CSV:
+		cw := csv.NewWriter(w)
+		if err := cw.Write(csvHeader()); err != nil {
+			return err
+		}
+		g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+		for _, p := range ps {
+			rec := []string{
+				p.Workload, string(p.Role),
+				strconv.Itoa(p.Mode.Cores), strconv.FormatInt(p.Mode.CPUKHz, 10),
+				strconv.FormatInt(p.Mode.GPUHz, 10), strconv.FormatInt(p.Mode.EMCHz, 10),
+				strconv.Itoa(p.Batch), g(p.TimeMS.Mean), g(p.PowerMW.Mean),
+				p.Board, g(p.TimeMS.P50), g(p.TimeMS.P95), g(p.TimeMS.Stddev), g(p.PowerMW.Stddev),
+				strconv.Itoa(p.Samples), strconv.Itoa(p.PowerSamples), strconv.Itoa(p.Warmup),
+				p.StartedAt.UTC().Format(time.RFC3339Nano), p.FinishedAt.UTC().Format(time.RFC3339Nano),
+				g(p.RSE), p.Source,
+			}
+			if err := cw.Write(rec); err != nil {
+				return err
+			}
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	return fmt.Errorf("export: unknown format %q: want csv or json", format)
+}
+
+// ImportOptions tune Import.
+type ImportOptions struct {
+	// Format is CSV or JSON; empty guesses from the first non-blank byte ('{' is JSON).
+	Format Format
+	// Board is used for CSV rows without a board column (a plain ground-truth table).
+	Board string
+	// Overwrite replaces stored profiles that differ; without it such a conflict fails
+	// the whole import and changes nothing.
+	Overwrite bool
+}
+
+// ImportResult counts what Import did.
+type ImportResult struct {
+	Added     int `json:"added"`
+	Unchanged int `json:"unchanged"` // identical profile already stored
+	Replaced  int `json:"replaced"`  // only with Overwrite
+}
+
+// Import reads profiles written by Export (or a plain ground-truth CSV) and stores them
+// in one transaction: all of them or, on any error, none.
+func (s *Store) Import(r io.Reader, opts ImportOptions) (ImportResult, error) {
+	var res ImportResult
+	br := bufio.NewReader(r)
+	format := opts.Format
+	if format == "" {
+		format = sniff(br)
+	}
+	var ps []Profile
+	var err error
+	switch format {
+	case JSON:
+		ps, err = readJSON(br)
+	case CSV:
+		ps, err = readCSV(br, opts.Board)
+	default:
+		err = fmt.Errorf("unknown format %q: want csv or json", format)
+	}
+	if err != nil {
+		return res, fmt.Errorf("import: %w (nothing was stored)", err)
+	}
+	seen := make(map[Key]int, len(ps))
+	for i, p := range ps {
+		if err := p.Validate(); err != nil {
+			return res, fmt.Errorf("import: entry %d: %w (nothing was stored)", i+1, err)
+		}
+		if j, dup := seen[p.Key()]; dup {
+			return res, fmt.Errorf("import: entries %d and %d are both %s (nothing was stored)", j+1, i+1, p.Key())
+		}
+		seen[p.Key()] = i
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, p := range ps {
+			p = p.normalize()
+			if b := modeBucket(tx, p.Key()); b != nil {
+				if old := b.Get(batchKey(p.Batch)); old != nil {
+					raw, err := encodeProfile(p)
+					if err != nil {
+						return err
+					}
+					if bytes.Equal(old, raw) {
+						res.Unchanged++
+						continue
+					}
+					if !opts.Overwrite {
+						return fmt.Errorf("%s: a different profile is already stored (pass --overwrite to replace it)", p.Key())
+					}
+				}
+			}
+			replaced, err := putTx(tx, p, opts.Overwrite)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.Key(), err)
+			}
+			if replaced {
+				res.Replaced++
+			} else {
+				res.Added++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return ImportResult{}, fmt.Errorf("import into %s: %w (nothing was stored)", s.path, err)
+	}
+	return res, nil
+}
+
+func sniff(br *bufio.Reader) Format {
+	for i := 1; ; i++ {
+		b, err := br.Peek(i)
+		if err != nil || len(b) < i {
+			return CSV
+		}
+		switch b[i-1] {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return JSON
+		}
+		return CSV
+	}
+}
+
+func readJSON(r io.Reader) ([]Profile, error) {
+	var f jsonFile
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("json: %w", err)
+	}
+	if f.SchemaVersion < 1 || f.SchemaVersion > SchemaVersion {
+		return nil, fmt.Errorf("json: schema_version %d: this build reads 1 to %d", f.SchemaVersion, SchemaVersion)
+	}
+	return f.Profiles, nil
+}
+
+func readCSV(r io.Reader, board string) ([]Profile, error) {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	head, err := cr.Read()
+	if errors.Is(err, io.EOF) {
+		return nil, errors.New("csv: empty file: want a header line " + strings.Join(csvHeader(), ","))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("csv header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[strings.TrimSpace(strings.ToLower(h))] = i
+	}
+	var missing []string
+	for _, h := range truth.Header() {
+		if _, ok := col[h]; !ok {
+			missing = append(missing, h)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("csv header lacks column(s) %s", strings.Join(missing, ", "))
+	}
+	if _, ok := col["board"]; !ok && board == "" {
+		return nil, errors.New("csv has no board column (a plain ground-truth table): pass --board NAME")
+	}
+	var out []Profile
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("csv: %w", err)
+		}
+		line, _ := cr.FieldPos(0)
+		p, err := parseCSVRow(rec, col, board)
+		if err != nil {
+			return nil, fmt.Errorf("csv line %d: %w", line, err)
+		}
+		out = append(out, p)
+	}
+}
+
+func parseCSVRow(rec []string, col map[string]int, board string) (Profile, error) {
+	has := func(name string) bool { _, ok := col[name]; return ok }
+	get := func(name string) string { return strings.TrimSpace(rec[col[name]]) }
+	var firstErr error
+	fail := func(name string, err error) {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("column %s: %q: %w", name, get(name), err)
+		}
+	}
+	integer := func(name string) int64 {
+		v, err := strconv.ParseInt(get(name), 10, 64)
+		if err != nil {
+			fail(name, err)
+		}
+		return v
+	}
+	real := func(name string) float64 {
+		v, err := strconv.ParseFloat(get(name), 64)
+		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			err = errors.New("not a finite number")
+		}
+		if err != nil {
+			fail(name, err)
+		}
+		return v
+	}
+	stamp := func(name string) time.Time {
+		if get(name) == "" {
+			return time.Time{}
+		}
+		v, err := time.Parse(time.RFC3339Nano, get(name))
+		if err != nil {
+			fail(name, err)
+		}
+		return v.UTC()
+	}
+	p := Profile{
+		Board: board, Workload: get("workload"), Role: truth.Role(get("role")),
+		Mode:   powermode.Mode{Cores: int(integer("cores")), CPUKHz: integer("cpu_khz"), GPUHz: integer("gpu_hz"), EMCHz: integer("emc_hz")},
+		Batch:  int(integer("batch")),
+		Source: SourceImport, Samples: 1,
+	}
+	p.TimeMS.Mean = real("time_ms")
+	p.TimeMS.P50, p.TimeMS.P95 = p.TimeMS.Mean, p.TimeMS.Mean
+	p.PowerMW.Mean = real("power_mw")
+	if has("board") {
+		p.Board = get("board")
+	}
+	if has("time_p50_ms") {
+		p.TimeMS.P50 = real("time_p50_ms")
+	}
+	if has("time_p95_ms") {
+		p.TimeMS.P95 = real("time_p95_ms")
+	}
+	if has("time_stddev_ms") {
+		p.TimeMS.Stddev = real("time_stddev_ms")
+	}
+	if has("power_stddev_mw") {
+		p.PowerMW.Stddev = real("power_stddev_mw")
+	}
+	if has("samples") {
+		p.Samples = int(integer("samples"))
+	}
+	if has("power_samples") {
+		p.PowerSamples = int(integer("power_samples"))
+	}
+	if has("warmup") {
+		p.Warmup = int(integer("warmup"))
+	}
+	if has("started_at") {
+		p.StartedAt = stamp("started_at")
+	}
+	if has("finished_at") {
+		p.FinishedAt = stamp("finished_at")
+	}
+	if has("rse") {
+		p.RSE = real("rse")
+	}
+	if has("source") {
+		p.Source = get("source")
+	}
+	if firstErr != nil {
+		return p, firstErr
+	}
+	return p, p.Validate()
+}

@@ -1,0 +1,136 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+// Sources of a profile: where its numbers came from.
+const (
+	SourceSim    = "sim"    // measured on the simulated board
+	SourceTegra  = "tegra"  // measured on a real Jetson
+	SourceImport = "import" // imported from a table that did not say (e.g. a plain ground-truth CSV)
+)
+
+// TimeStats summarises the measured minibatch times, in milliseconds.
+type TimeStats struct {
+	Mean   float64 `json:"mean"`
+	P50    float64 `json:"p50"`
+	P95    float64 `json:"p95"`
+	Stddev float64 `json:"stddev"` // sample standard deviation of one minibatch time
+}
+
+// PowerStats summarises the board power samples taken while minibatches ran, in milliwatts.
+type PowerStats struct {
+	Mean   float64 `json:"mean"`
+	Stddev float64 `json:"stddev"`
+}
+
+// Profile is one measurement: a workload in one role, at one mode and batch size, on one
+// board. It is stored as JSON exactly as tagged here; the field names carry the units.
+type Profile struct {
+	Board        string         `json:"board"`
+	Workload     string         `json:"workload"`
+	Role         truth.Role     `json:"role"`
+	Mode         powermode.Mode `json:"mode"`
+	Batch        int            `json:"batch"`
+	TimeMS       TimeStats      `json:"time_ms"`
+	PowerMW      PowerStats     `json:"power_mw"`
+	Samples      int            `json:"samples"`       // measured minibatches (time samples)
+	PowerSamples int            `json:"power_samples"` // board power readings taken while they ran
+	Warmup       int            `json:"warmup"`        // minibatches run and discarded first
+	StartedAt    time.Time      `json:"started_at"`    // UTC
+	FinishedAt   time.Time      `json:"finished_at"`   // UTC
+	RSE          float64        `json:"rse"`           // achieved relative standard error of TimeMS.Mean
+	Source       string         `json:"source"`        // SourceSim, SourceTegra or SourceImport
+}
+
+// Key identifies what a profile measures; a store holds at most one profile per key.
+type Key struct {
+	Board    string
+	Workload string
+	Role     truth.Role
+	Mode     powermode.Mode
+	Batch    int
+}
+
+// Key returns the profile's identity.
+func (p Profile) Key() Key { return Key{p.Board, p.Workload, p.Role, p.Mode, p.Batch} }
+
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%s/%s/%s/batch %d", k.Board, k.Workload, k.Role, k.Mode, k.Batch)
+}
+
+// Row converts a profile to a ground-truth row (DESIGN §8).
+func (p Profile) Row() truth.Row {
+	return truth.Row{Workload: p.Workload, Role: p.Role, Mode: p.Mode, Batch: p.Batch, TimeMS: p.TimeMS.Mean, PowerMW: p.PowerMW.Mean}
+}
+
+// Validate checks a key for what the store cannot hold.
+func (k Key) Validate() error {
+	switch {
+	case k.Board == "":
+		return errors.New("board is empty")
+	case k.Workload == "":
+		return errors.New("workload is empty")
+	case k.Batch < 1:
+		return fmt.Errorf("batch %d: must be at least 1", k.Batch)
+	}
+	if _, err := truth.ParseRole(string(k.Role)); err != nil {
+		return err
+	}
+	return k.Mode.Validate()
+}
+
+// Validate checks a profile before it is stored or after it is read back.
+func (p Profile) Validate() error {
+	if err := p.Key().Validate(); err != nil {
+		return fmt.Errorf("profile %s: %w", p.Key(), err)
+	}
+	bad := func(f string, a ...any) error {
+		return fmt.Errorf("profile %s: %s", p.Key(), fmt.Sprintf(f, a...))
+	}
+	for _, v := range []struct {
+		name     string
+		v        float64
+		positive bool
+	}{
+		{"time_ms.mean", p.TimeMS.Mean, true}, {"time_ms.p50", p.TimeMS.P50, true},
+		{"time_ms.p95", p.TimeMS.P95, true}, {"time_ms.stddev", p.TimeMS.Stddev, false},
+		{"power_mw.mean", p.PowerMW.Mean, true}, {"power_mw.stddev", p.PowerMW.Stddev, false},
+		{"rse", p.RSE, false},
+	} {
+		if math.IsNaN(v.v) || math.IsInf(v.v, 0) || v.v < 0 || (v.positive && v.v == 0) {
+			return bad("%s = %v: want a finite number, %s", v.name, v.v, map[bool]string{true: "above zero", false: "zero or more"}[v.positive])
+		}
+	}
+	switch {
+	case p.Samples < 1:
+		return bad("samples = %d: want at least 1", p.Samples)
+	case p.PowerSamples < 0:
+		return bad("power_samples = %d: want zero or more", p.PowerSamples)
+	case p.Warmup < 0:
+		return bad("warmup = %d: want zero or more", p.Warmup)
+	case p.FinishedAt.Before(p.StartedAt):
+		return bad("finished_at %s is before started_at %s", p.FinishedAt.Format(time.RFC3339Nano), p.StartedAt.Format(time.RFC3339Nano))
+	}
+	switch p.Source {
+	case SourceSim, SourceTegra, SourceImport:
+	default:
+		return bad("source %q: want %s, %s or %s", p.Source, SourceSim, SourceTegra, SourceImport)
+	}
+	return nil
+}
+
+// normalize puts times in UTC without a monotonic reading, so a stored profile reads back
+// equal to what was written and exports byte-identically.
+func (p Profile) normalize() Profile {
+	p.StartedAt = p.StartedAt.UTC()
+	p.FinishedAt = p.FinishedAt.UTC()
+	return p
+}
