@@ -228,7 +228,7 @@ func TestEarliestDeadlineFirst(t *testing.T) {
 	h.must(h.s.Acquire(b, 0))
 	h.must(h.s.Arrivals(a, []proto.Request{{ID: "a1"}}))
 	h.must(h.s.Arrivals(b, []proto.Request{{ID: "b1", AgeMS: 20}})) // older: earlier deadline
-	h.none()                                                       // the training turn is held
+	h.none()                                                        // the training turn is held
 	h.release(tr, g, 30*msec)
 	g1 := h.one()
 	if g1.Worker != b {
