@@ -6,5 +6,5 @@ import "embed"
 
 // FS holds boards/*.yaml and workloads/*.yaml. It is read-only.
 //
-//go:embed boards/*.yaml
+//go:embed boards/*.yaml workloads/*.yaml
 var FS embed.FS
