@@ -1,0 +1,250 @@
+// Package profiler measures a workload at a power mode: it applies the mode through a
+// board backend, runs warm-up minibatches, then measured ones until the mean minibatch
+// time is known to a target relative standard error, samples board power while they run,
+// and stores the result. Campaigns profile many modes, resumably. docs/profiler.md.
+package profiler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+// Runner is how a minibatch is run: the simulator's synthetic runner now, a worker
+// connection in the daemon later. RunMinibatch runs one minibatch of the workload at the
+// board's current mode and returns how long it took (the worker's own measurement, so
+// that transport overhead is not counted).
+type Runner interface {
+	RunMinibatch(ctx context.Context, workload string, role truth.Role, batch int) (time.Duration, error)
+}
+
+// Sourcer is implemented by runners that know what their measurements are (store.SourceSim
+// for the simulator); the profiler records it in each profile.
+type Sourcer interface{ Source() string }
+
+// Clock gives wall-clock timestamps (started_at, finished_at) and, through the monotonic
+// reading of time.Now, durations. Tests pass fixed clocks.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Options tune one profile. Zero values mean the defaults in brackets.
+type Options struct {
+	Warmup              int           // minibatches run and discarded first [2]; negative: none
+	MinSamples          int           // measured minibatches before the stop rule applies [5]
+	MaxSamples          int           // cap on measured minibatches [50]
+	TargetRSE           float64       // stop when the mean time's relative standard error is at most this [0.02]
+	PowerSampleInterval time.Duration // board power reading period while minibatches run [100 ms]
+	Source              string        // recorded source; empty: the runner's Source(), else store.SourceTegra
+}
+
+// Defaults returns o with the defaults filled in.
+func (o Options) Defaults() Options {
+	if o.Warmup == 0 {
+		o.Warmup = 2
+	} else if o.Warmup < 0 {
+		o.Warmup = 0
+	}
+	if o.MinSamples <= 0 {
+		o.MinSamples = 5
+	}
+	if o.MaxSamples <= 0 {
+		o.MaxSamples = 50
+	}
+	if o.MaxSamples < o.MinSamples {
+		o.MaxSamples = o.MinSamples
+	}
+	if o.TargetRSE <= 0 {
+		o.TargetRSE = 0.02
+	}
+	if o.PowerSampleInterval <= 0 {
+		o.PowerSampleInterval = 100 * time.Millisecond
+	}
+	return o
+}
+
+// Profiler measures workloads on one board and stores the profiles.
+type Profiler struct {
+	Backend powermode.Backend
+	Runner  Runner
+	Store   *store.Store
+	Clock   Clock        // nil: the system clock
+	Logger  *slog.Logger // nil: slog.Default()
+	Options Options
+}
+
+func (p *Profiler) clock() Clock {
+	if p.Clock == nil {
+		return systemClock{}
+	}
+	return p.Clock
+}
+
+func (p *Profiler) logger() *slog.Logger {
+	if p.Logger == nil {
+		return slog.Default()
+	}
+	return p.Logger
+}
+
+func (p *Profiler) source() string {
+	if p.Options.Source != "" {
+		return p.Options.Source
+	}
+	if s, ok := p.Runner.(Sourcer); ok {
+		return s.Source()
+	}
+	return store.SourceTegra
+}
+
+// Key is the store key a profile of these arguments gets on this profiler's board.
+func (p *Profiler) Key(workload string, role truth.Role, mode powermode.Mode, batch int) store.Key {
+	return store.Key{Board: p.Backend.Info().Name, Workload: workload, Role: role, Mode: mode, Batch: batch}
+}
+
+// Ensure returns the stored profile for the arguments, or measures and stores it;
+// fresh says which. Searchers use it so that no mode is ever profiled twice.
+func (p *Profiler) Ensure(ctx context.Context, workload string, role truth.Role, mode powermode.Mode, batch int) (prof store.Profile, fresh bool, err error) {
+	prof, err = p.Store.Get(p.Key(workload, role, mode, batch))
+	if err == nil {
+		return prof, false, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return prof, false, err
+	}
+	prof, err = p.Profile(ctx, workload, role, mode, batch)
+	return prof, err == nil, err
+}
+
+// Profile measures workload (in role) at mode and batch, stores the result in one
+// transaction and returns it. It refuses (error wrapping store.ErrExists) a key that is
+// already stored, before touching the board. The board is left at mode; the caller
+// restores its state (campaigns do). On error nothing is stored.
+func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role, mode powermode.Mode, batch int) (store.Profile, error) {
+	o := p.Options.Defaults()
+	key := p.Key(workload, role, mode, batch)
+	if err := key.Validate(); err != nil {
+		return store.Profile{}, fmt.Errorf("profile %s: %w", key, err)
+	}
+	if sp := p.Backend.Space(); sp != nil && !sp.Contains(mode) {
+		return store.Profile{}, fmt.Errorf("profile %s: mode %s is not one of the board's modes (see fulcrumctl board info)", key, mode.Human())
+	}
+	if has, err := p.Store.Has(key); err != nil {
+		return store.Profile{}, err
+	} else if has {
+		return store.Profile{}, fmt.Errorf("profile %s: %w (searchers and campaigns skip stored entries; delete it to re-measure)", key, store.ErrExists)
+	}
+	if err := p.Backend.Apply(ctx, mode); err != nil {
+		return store.Profile{}, fmt.Errorf("profile %s: apply mode: %w", key, err)
+	}
+	for i := range o.Warmup {
+		if _, err := p.Runner.RunMinibatch(ctx, workload, role, batch); err != nil {
+			return store.Profile{}, fmt.Errorf("profile %s: warm-up minibatch %d: %w", key, i+1, err)
+		}
+	}
+
+	clk := p.clock()
+	started := clk.Now()
+	smp := startPowerSampler(ctx, p.Backend, o.PowerSampleInterval)
+	var times []float64
+	var sum summary
+	for {
+		d, err := p.Runner.RunMinibatch(ctx, workload, role, batch)
+		if err != nil {
+			smp.stop()
+			return store.Profile{}, fmt.Errorf("profile %s: minibatch %d: %w", key, len(times)+1, err)
+		}
+		if d <= 0 {
+			smp.stop()
+			return store.Profile{}, fmt.Errorf("profile %s: minibatch %d: the runner reported a duration of %s, want a positive one", key, len(times)+1, d)
+		}
+		times = append(times, float64(d)/float64(time.Millisecond))
+		sum = summarize(times)
+		if sum.n >= o.MaxSamples || (sum.n >= o.MinSamples && sum.rse() <= o.TargetRSE) {
+			break
+		}
+	}
+	power, powerErr := smp.stop()
+	finished := clk.Now()
+	if len(power) == 0 {
+		return store.Profile{}, fmt.Errorf("profile %s: no board power reading succeeded while %d minibatches ran (last error: %v): check the power sensors (fulcrumctl board power)", key, len(times), powerErr)
+	}
+	if powerErr != nil {
+		p.logger().Warn("some power readings failed", "key", key.String(), "ok", len(power), "err", powerErr)
+	}
+	ps := summarize(power)
+	rse := sum.rse()
+	if sum.n < 2 {
+		rse = 0 // one sample: no spread estimate; MaxSamples 1 asked for exactly that
+	}
+	prof := store.Profile{
+		Board: key.Board, Workload: workload, Role: role, Mode: mode, Batch: batch,
+		TimeMS:  store.TimeStats{Mean: sum.mean, P50: quantile(times, 0.5), P95: quantile(times, 0.95), Stddev: sum.stddev},
+		PowerMW: store.PowerStats{Mean: ps.mean, Stddev: ps.stddev},
+		Samples: sum.n, PowerSamples: ps.n, Warmup: o.Warmup,
+		StartedAt: started.UTC(), FinishedAt: finished.UTC(), RSE: rse, Source: p.source(),
+	}
+	if sum.n >= o.MaxSamples && rse > o.TargetRSE {
+		p.logger().Warn("sample cap reached before the target precision", "key", key.String(), "samples", sum.n, "rse", rse, "target_rse", o.TargetRSE)
+	}
+	if err := p.Store.Put(prof); err != nil {
+		return store.Profile{}, fmt.Errorf("profile %s: %w", key, err)
+	}
+	return prof, nil
+}
+
+// powerSampler reads board power every interval, from the moment it starts (the first
+// measured minibatch is about to run) until stop (the last one has returned). It reads
+// immediately at start, so even a single short minibatch gets a reading.
+type powerSampler struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	samples []float64
+	lastErr error
+}
+
+func startPowerSampler(ctx context.Context, b powermode.Backend, interval time.Duration) *powerSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &powerSampler{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			r, err := b.Power(ctx)
+			s.mu.Lock()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				s.lastErr = err
+			case err == nil:
+				s.samples = append(s.samples, r.TotalMW)
+			}
+			s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends sampling and returns the readings in milliwatts and the last read error.
+func (s *powerSampler) stop() ([]float64, error) {
+	s.cancel()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples, s.lastErr
+}
