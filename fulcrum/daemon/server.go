@@ -1,0 +1,443 @@
+// Package daemon is fulcrumd's runtime: the worker socket (newline-delimited JSON, see
+// docs/protocol.md), the GPU turn scheduler behind it, the single-instance lock in the
+// runtime directory, and the wiring of the profile store and board backend.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+)
+
+// Config is the worker server's configuration.
+type Config struct {
+	// RuntimeDir holds worker.sock and the fulcrumd.pid lock file.
+	RuntimeDir string
+	// SocketMode is the worker socket's permission bits (0660: owner and group).
+	SocketMode os.FileMode
+	// MaxLineBytes caps one protocol line (proto.MaxLineBytes when 0).
+	MaxLineBytes int
+	// MaxWorkers caps concurrent worker connections (64 when 0).
+	MaxWorkers int
+	// WriteTimeout is how long a worker may leave its socket unread before fulcrumd
+	// drops the connection (5 s when 0), so one stuck worker never stalls the others.
+	WriteTimeout time.Duration
+	Sched        sched.Config
+	Clock        sched.Clock // sched.RealClock when nil
+	Log          *slog.Logger
+}
+
+// SocketName and PIDFileName are the files fulcrumd keeps in the runtime directory.
+const (
+	SocketName  = "worker.sock"
+	PIDFileName = "fulcrumd.pid"
+)
+
+// Server owns the worker socket and the scheduler.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	sched *sched.Scheduler
+
+	lock *os.File
+	ln   *net.UnixListener
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewServer prepares a server; Listen takes the socket.
+func NewServer(cfg Config) *Server {
+	if cfg.SocketMode == 0 {
+		cfg.SocketMode = 0o660
+	}
+	if cfg.MaxLineBytes <= 0 {
+		cfg.MaxLineBytes = proto.MaxLineBytes
+	}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 64
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = sched.RealClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		cfg:   cfg,
+		log:   cfg.Log,
+		sched: sched.New(cfg.Sched, cfg.Clock, cfg.Log.With("component", "sched")),
+		conns: map[*conn]struct{}{},
+	}
+}
+
+// Scheduler is the scheduler behind the socket (for the controller and profiler).
+func (s *Server) Scheduler() *sched.Scheduler { return s.sched }
+
+// Snapshot is the scheduler's measurements now.
+func (s *Server) Snapshot() sched.Snapshot { return s.sched.Snapshot() }
+
+// SocketPath is where workers connect.
+func (s *Server) SocketPath() string { return filepath.Join(s.cfg.RuntimeDir, SocketName) }
+
+// ErrAlreadyRunning is wrapped by Listen's error when another fulcrumd holds the runtime
+// directory.
+var ErrAlreadyRunning = errors.New("another fulcrumd is running")
+
+// Listen takes the single-instance lock (a flock on fulcrumd.pid) and the worker socket.
+// A socket file left by a crashed fulcrumd is removed; one a live process answers on is
+// an error naming it.
+func (s *Server) Listen() error {
+	dir := s.cfg.RuntimeDir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create runtime directory %s: %w (set runtime_dir or run as a user who may create it)", dir, err)
+	}
+	sock := s.SocketPath()
+	pidPath := filepath.Join(dir, PIDFileName)
+	f, err := os.OpenFile(pidPath, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("open lock file %s: %w", pidPath, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		pid := readPID(f)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("%w (pid %s) on %s; stop it first (e.g. systemctl stop fulcrumd) or use another runtime_dir", ErrAlreadyRunning, pid, sock)
+		}
+		return fmt.Errorf("lock %s: %w", pidPath, err)
+	}
+	// The lock is ours. A socket file that still answers belongs to a process that does
+	// not take the lock (an older fulcrumd?); one that does not answer is stale.
+	if _, err := os.Lstat(sock); err == nil {
+		c, derr := net.DialTimeout("unix", sock, 200*time.Millisecond)
+		if derr == nil {
+			c.Close()
+			f.Close()
+			return fmt.Errorf("%w (pid ?) on %s: the socket answers but %s is not locked; stop that process or use another runtime_dir", ErrAlreadyRunning, sock, pidPath)
+		}
+		if err := os.Remove(sock); err != nil {
+			f.Close()
+			return fmt.Errorf("remove stale socket %s: %w", sock, err)
+		}
+		s.log.Info("removed a stale worker socket left by an earlier fulcrumd", "path", sock)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(sock, s.cfg.SocketMode); err != nil {
+		ln.Close()
+		f.Close()
+		return fmt.Errorf("chmod %s: %w", sock, err)
+	}
+	s.lock, s.ln = f, ln
+	s.log.Info("worker socket listening", "path", sock, "mode", fmt.Sprintf("%#o", s.cfg.SocketMode))
+	return nil
+}
+
+func readPID(f *os.File) string {
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	p := strings.TrimSpace(string(b[:n]))
+	if p == "" {
+		return "?"
+	}
+	return p
+}
+
+// Serve accepts workers until ctx ends, then closes every connection, stops the
+// scheduler and removes the socket and pid file. Listen must have succeeded.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.ln == nil {
+		return errors.New("daemon: Serve before Listen")
+	}
+	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
+	defer stop()
+	var err error
+	for {
+		c, aerr := s.ln.AcceptUnix()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("accept on %s: %w", s.SocketPath(), aerr)
+			}
+			break
+		}
+		s.accept(ctx, c)
+	}
+	s.shutdown()
+	return err
+}
+
+func (s *Server) shutdown() {
+	s.ln.Close()
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.sendErr(proto.Errorf(proto.CodeShutdown, "", "fulcrumd is shutting down; reconnect after it restarts"), 0)
+		c.closeSoon()
+	}
+	s.wg.Wait()
+	s.sched.Close()
+	os.Remove(filepath.Join(s.cfg.RuntimeDir, PIDFileName))
+	s.lock.Close()
+	s.log.Info("worker socket closed")
+}
+
+func (s *Server) accept(ctx context.Context, uc *net.UnixConn) {
+	c := &conn{s: s, c: uc, out: make(chan []byte, 256), log: s.log}
+	c.cred, c.credErr = peerCred(uc)
+	if c.credErr != nil {
+		s.log.Warn("cannot read worker peer credentials", "err", c.credErr)
+	} else {
+		c.log = s.log.With("peer_pid", c.cred.Pid, "peer_uid", c.cred.Uid)
+	}
+	s.mu.Lock()
+	if s.closed || len(s.conns) >= s.cfg.MaxWorkers {
+		full := !s.closed
+		s.mu.Unlock()
+		msg := proto.Errorf(proto.CodeShutdown, "", "fulcrumd is shutting down")
+		if full {
+			msg = proto.Errorf(proto.CodeInvalid, "", "too many worker connections (max %d); raise worker.max_workers or stop idle workers", s.cfg.MaxWorkers)
+		}
+		b, _ := proto.Encode(proto.ErrorMsg(msg, 0))
+		_ = uc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = uc.Write(b)
+		uc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(2)
+	s.mu.Unlock()
+	go c.writeLoop()
+	go c.readLoop(ctx)
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, serr
+}
+
+// conn is one worker connection. The reader goroutine handles messages in order; the
+// writer goroutine sends replies and grants from a bounded queue, so a worker that stops
+// reading is dropped instead of blocking the scheduler.
+type conn struct {
+	s       *Server
+	c       *net.UnixConn
+	log     *slog.Logger
+	cred    *unix.Ucred
+	credErr error
+
+	mu       sync.Mutex
+	out      chan []byte
+	outDone  bool
+	workerID string
+	token    string
+}
+
+func (c *conn) send(m proto.Msg) {
+	b, err := proto.Encode(m)
+	if err != nil {
+		c.logger().Error("encode reply", "err", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outDone {
+		return
+	}
+	select {
+	case c.out <- b:
+	default:
+		// The worker is not reading its socket: drop it rather than stall everyone.
+		c.log.Warn("worker is not reading its socket; dropping the connection")
+		c.outDone = true
+		close(c.out)
+		c.c.Close()
+	}
+}
+
+// logger is the connection's logger (it gains the worker id at register).
+func (c *conn) logger() *slog.Logger {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.log
+}
+
+func (c *conn) sendErr(e *proto.Error, seq uint64) {
+	c.send(proto.ErrorMsg(e, seq))
+}
+
+// closeSoon ends the reader (and so the connection) after queued replies are written.
+func (c *conn) closeSoon() {
+	_ = c.c.CloseRead()
+}
+
+func (c *conn) writeLoop() {
+	defer c.s.wg.Done()
+	for b := range c.out {
+		_ = c.c.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		if _, err := c.c.Write(b); err != nil {
+			c.logger().Warn("write to worker failed; closing the connection", "err", err)
+			c.c.Close()
+			for range c.out { // drain so senders never block
+			}
+			return
+		}
+	}
+	c.c.Close()
+}
+
+func (c *conn) readLoop(ctx context.Context) {
+	defer c.s.wg.Done()
+	defer func() {
+		if c.workerID != "" {
+			c.s.sched.Unregister(c.workerID)
+		}
+		c.mu.Lock()
+		if !c.outDone {
+			c.outDone = true
+			close(c.out)
+		}
+		c.mu.Unlock()
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+	}()
+	dec := proto.NewDecoder(c.c, c.s.cfg.MaxLineBytes)
+	for {
+		m, err := dec.Next()
+		if err != nil {
+			var pe *proto.Error
+			if errors.As(err, &pe) {
+				c.logger().Debug("bad worker message", "code", pe.Code, "msg", pe.Message)
+				c.sendErr(pe, m.Seq)
+				continue
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) {
+				c.logger().Debug("worker connection ended", "err", err)
+			}
+			return
+		}
+		if perr := c.handle(ctx, m); perr != nil {
+			c.sendErr(perr, m.Seq)
+		}
+	}
+}
+
+func asProto(err error, ref string) *proto.Error {
+	if err == nil {
+		return nil
+	}
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return proto.Errorf(proto.CodeInternal, ref, "%v", err)
+}
+
+func (c *conn) handle(_ context.Context, m proto.Msg) *proto.Error {
+	if m.Type == proto.TypeRegister {
+		return c.register(m)
+	}
+	if c.workerID == "" {
+		if m.Type == proto.TypeHeartbeat {
+			c.send(proto.Msg{Type: proto.TypeHeartbeat, Seq: m.Seq})
+			return nil
+		}
+		return proto.Errorf(proto.CodeNotRegistered, m.Type, "send register on this connection before %s", m.Type)
+	}
+	// A connection acts only for the registration made on it.
+	if (m.WorkerID != "" && m.WorkerID != c.workerID) || (m.Token != "" && m.Token != c.token) {
+		c.logger().Warn("worker tried to act for another registration", "claimed", m.WorkerID)
+		return proto.Errorf(proto.CodeForbidden, m.Type, "this connection is registered as %s; a connection can only act for its own registration", c.workerID)
+	}
+	switch m.Type {
+	case proto.TypeArrivals:
+		return asProto(c.s.sched.Arrivals(c.workerID, m.Requests), m.Type)
+	case proto.TypeAcquire:
+		return asProto(c.s.sched.Acquire(c.workerID, m.Seq), m.Type)
+	case proto.TypeRelease:
+		return asProto(c.s.sched.Release(c.workerID, sched.Release{
+			Grant:    m.Grant,
+			Duration: time.Duration(m.DurationMS * float64(time.Millisecond)),
+			Samples:  m.Samples,
+			Results:  m.Results,
+		}), m.Type)
+	case proto.TypeHeartbeat:
+		c.send(proto.Msg{Type: proto.TypeHeartbeat, Seq: m.Seq, WorkerID: c.workerID})
+		return nil
+	}
+	return proto.Errorf(proto.CodeUnknownType, m.Type, "unhandled message type %q", m.Type)
+}
+
+func (c *conn) register(m proto.Msg) *proto.Error {
+	if c.workerID != "" {
+		return proto.Errorf(proto.CodeOutOfOrder, m.Type, "this connection is already registered as %s; open a new connection for another worker", c.workerID)
+	}
+	spec := sched.WorkerSpec{Role: m.Role, Workload: m.Workload, Batch: m.Batch, BatchSizes: m.BatchSizes, PID: m.PID}
+	if c.cred != nil {
+		// The kernel's word beats the worker's: pids differ across pid namespaces.
+		if m.PID != 0 && int(c.cred.Pid) != m.PID {
+			c.logger().Info("worker's stated pid differs from its socket peer pid (pid namespace?)", "stated_pid", m.PID)
+		}
+		spec.PID, spec.UID = int(c.cred.Pid), int(c.cred.Uid)
+	}
+	id, token, err := c.s.sched.Register(spec, func(g sched.Grant) {
+		c.send(proto.Msg{
+			Type: proto.TypeGrant, Seq: g.Seq, Grant: g.ID, Kind: g.Kind, Batch: g.Batch,
+			RequestIDs: g.RequestIDs, DeadlineMS: float64(g.Deadline) / float64(time.Millisecond),
+		})
+	})
+	if err != nil {
+		return asProto(err, m.Type)
+	}
+	c.mu.Lock()
+	c.workerID, c.token = id, token
+	c.log = c.log.With("worker", id)
+	c.mu.Unlock()
+	c.send(proto.Msg{
+		Type: proto.TypeRegistered, V: proto.Version, Seq: m.Seq, WorkerID: id, Token: token,
+		LatencyBudgetMS: float64(c.s.sched.Config().LatencyBudget) / float64(time.Millisecond),
+	})
+	return nil
+}
