@@ -146,7 +146,7 @@ func (s *Store) migrate(sc schema, readOnly bool) error {
 	case have > sc.version:
 		return fmt.Errorf("profile store %s has schema version %d, newer than this build understands (%d): upgrade fulcrum, or export it with the newer build and import it here", s.path, have, sc.version)
 	case readOnly:
-		return fmt.Errorf("profile store %s has schema version %d and needs migrating to %d: open it once for writing (e.g. fulcrumctl profile check --migrate) first", s.path, have, sc.version)
+		return fmt.Errorf("profile store %s has schema version %d and needs migrating to %d: open it once for writing first (fulcrumctl profile check migrates it)", s.path, have, sc.version)
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		for v := have; v < sc.version; v++ {
