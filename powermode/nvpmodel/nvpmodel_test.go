@@ -1,0 +1,445 @@
+package nvpmodel_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
+)
+
+// agxOrinConf is written in the layout of NVIDIA's JetPack 5 conf for the AGX Orin
+// (nvpmodel_p3701_0005.conf, as reproduced in NVIDIA's MLPerf submission code): the
+// header comment, FILE and CLOCK params with _KNEXT duplicates, DLA/PVA clocks we do not
+// use, string values, -1 caps, and a trailing PM_CONFIG. Caps are DESIGN §4's presets;
+// the TPC mask of MODE_15W (240, DESIGN's example) makes it a reboot-only switch.
+const agxOrinConf = `#
+# Copyright (c) 2022, NVIDIA CORPORATION.  All rights reserved.
+#
+# FORMAT:
+# < PARAM TYPE=PARAM_TYPE NAME=PARAM_NAME >
+# ARG1_NAME ARG1_PATH_VAL
+#
+
+< PARAM TYPE=FILE NAME=CPU_ONLINE >
+CORE_0 /sys/devices/system/cpu/cpu0/online
+CORE_1 /sys/devices/system/cpu/cpu1/online
+CORE_2 /sys/devices/system/cpu/cpu2/online
+CORE_3 /sys/devices/system/cpu/cpu3/online
+CORE_4 /sys/devices/system/cpu/cpu4/online
+CORE_5 /sys/devices/system/cpu/cpu5/online
+CORE_6 /sys/devices/system/cpu/cpu6/online
+CORE_7 /sys/devices/system/cpu/cpu7/online
+CORE_8 /sys/devices/system/cpu/cpu8/online
+CORE_9 /sys/devices/system/cpu/cpu9/online
+CORE_10 /sys/devices/system/cpu/cpu10/online
+CORE_11 /sys/devices/system/cpu/cpu11/online
+
+< PARAM TYPE=FILE NAME=TPC_POWER_GATING >
+TPC_PG_MASK /sys/devices/gpu.0/tpc_pg_mask
+
+< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >
+GPU_PWR_CNTL_EN /sys/devices/gpu.0/power/control
+
+< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >
+GPU_PWR_CNTL_DIS /sys/devices/gpu.0/power/control
+
+< PARAM TYPE=CLOCK NAME=CPU_A78_0 >
+FREQ_TABLE /sys/devices/system/cpu/cpu0/cpufreq/scaling_available_frequencies
+MAX_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
+MIN_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_min_freq
+FREQ_TABLE_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_available_frequencies
+MAX_FREQ_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
+MIN_FREQ_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_min_freq
+
+< PARAM TYPE=CLOCK NAME=CPU_A78_1 >
+FREQ_TABLE /sys/devices/system/cpu/cpu4/cpufreq/scaling_available_frequencies
+MAX_FREQ /sys/devices/system/cpu/cpu4/cpufreq/scaling_max_freq
+MIN_FREQ /sys/devices/system/cpu/cpu4/cpufreq/scaling_min_freq
+
+< PARAM TYPE=CLOCK NAME=CPU_A78_2 >
+FREQ_TABLE /sys/devices/system/cpu/cpu8/cpufreq/scaling_available_frequencies
+MAX_FREQ /sys/devices/system/cpu/cpu8/cpufreq/scaling_max_freq
+MIN_FREQ /sys/devices/system/cpu/cpu8/cpufreq/scaling_min_freq
+
+< PARAM TYPE=CLOCK NAME=GPU >
+FREQ_TABLE /sys/devices/17000000.ga10b/devfreq/17000000.ga10b/available_frequencies
+MAX_FREQ /sys/devices/17000000.ga10b/devfreq/17000000.ga10b/max_freq
+MIN_FREQ /sys/devices/17000000.ga10b/devfreq/17000000.ga10b/min_freq
+FREQ_TABLE_KNEXT /sys/devices/17000000.ga10b/devfreq_dev/available_frequencies
+MAX_FREQ_KNEXT /sys/devices/17000000.ga10b/devfreq_dev/max_freq
+MIN_FREQ_KNEXT /sys/devices/17000000.ga10b/devfreq_dev/min_freq
+
+< PARAM TYPE=CLOCK NAME=DLA0_CORE >
+MAX_FREQ /sys/devices/platform/13e40000.host1x/15880000.nvdla0/acm/clk_cap/dla0_core
+
+< PARAM TYPE=FILE NAME=EMC >
+MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
+
+< POWER_MODEL ID=0 NAME=MAXN >
+CPU_ONLINE CORE_0 1
+CPU_ONLINE CORE_1 1
+CPU_ONLINE CORE_2 1
+CPU_ONLINE CORE_3 1
+CPU_ONLINE CORE_4 1
+CPU_ONLINE CORE_5 1
+CPU_ONLINE CORE_6 1
+CPU_ONLINE CORE_7 1
+CPU_ONLINE CORE_8 1
+CPU_ONLINE CORE_9 1
+CPU_ONLINE CORE_10 1
+CPU_ONLINE CORE_11 1
+TPC_POWER_GATING TPC_PG_MASK 0
+GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
+CPU_A78_0 MIN_FREQ 729600
+CPU_A78_0 MAX_FREQ -1
+CPU_A78_1 MIN_FREQ 729600
+CPU_A78_1 MAX_FREQ -1
+CPU_A78_2 MIN_FREQ 729600
+CPU_A78_2 MAX_FREQ -1
+GPU MIN_FREQ 0
+GPU MAX_FREQ -1
+GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
+DLA0_CORE MAX_FREQ -1
+EMC MAX_FREQ 0
+
+< POWER_MODEL ID=1 NAME=MODE_15W >
+CPU_ONLINE CORE_0 1
+CPU_ONLINE CORE_1 1
+CPU_ONLINE CORE_2 1
+CPU_ONLINE CORE_3 1
+CPU_ONLINE CORE_4 0
+CPU_ONLINE CORE_5 0
+CPU_ONLINE CORE_6 0
+CPU_ONLINE CORE_7 0
+CPU_ONLINE CORE_8 0
+CPU_ONLINE CORE_9 0
+CPU_ONLINE CORE_10 0
+CPU_ONLINE CORE_11 0
+TPC_POWER_GATING TPC_PG_MASK 240
+GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
+CPU_A78_0 MIN_FREQ 729600
+CPU_A78_0 MAX_FREQ 1113600
+CPU_A78_1 MIN_FREQ 729600
+CPU_A78_1 MAX_FREQ 1113600
+CPU_A78_2 MIN_FREQ 729600
+CPU_A78_2 MAX_FREQ 1113600
+GPU MIN_FREQ 0
+GPU MAX_FREQ 408000000
+GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
+DLA0_CORE MAX_FREQ 614400000
+EMC MAX_FREQ 2133000000
+
+< POWER_MODEL ID=2 NAME=MODE_30W >
+CPU_ONLINE CORE_0 1
+CPU_ONLINE CORE_1 1
+CPU_ONLINE CORE_2 1
+CPU_ONLINE CORE_3 1
+CPU_ONLINE CORE_4 1
+CPU_ONLINE CORE_5 1
+CPU_ONLINE CORE_6 1
+CPU_ONLINE CORE_7 1
+CPU_ONLINE CORE_8 0
+CPU_ONLINE CORE_9 0
+CPU_ONLINE CORE_10 0
+CPU_ONLINE CORE_11 0
+TPC_POWER_GATING TPC_PG_MASK 0
+GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
+CPU_A78_0 MIN_FREQ 729600
+CPU_A78_0 MAX_FREQ 1728000
+CPU_A78_1 MIN_FREQ 729600
+CPU_A78_1 MAX_FREQ 1728000
+CPU_A78_2 MIN_FREQ 729600
+CPU_A78_2 MAX_FREQ 1728000
+GPU MIN_FREQ 0
+GPU MAX_FREQ 612000000
+GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
+EMC MAX_FREQ 0
+
+< POWER_MODEL ID=3 NAME=MODE_50W >
+CPU_ONLINE CORE_0 1
+CPU_ONLINE CORE_1 1
+CPU_ONLINE CORE_2 1
+CPU_ONLINE CORE_3 1
+CPU_ONLINE CORE_4 1
+CPU_ONLINE CORE_5 1
+CPU_ONLINE CORE_6 1
+CPU_ONLINE CORE_7 1
+CPU_ONLINE CORE_8 1
+CPU_ONLINE CORE_9 1
+CPU_ONLINE CORE_10 1
+CPU_ONLINE CORE_11 1
+TPC_POWER_GATING TPC_PG_MASK 0
+GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
+CPU_A78_0 MIN_FREQ 729600
+CPU_A78_0 MAX_FREQ 1497600
+CPU_A78_1 MIN_FREQ 729600
+CPU_A78_1 MAX_FREQ 1497600
+CPU_A78_2 MIN_FREQ 729600
+CPU_A78_2 MAX_FREQ 1497600
+GPU MIN_FREQ 0
+GPU MAX_FREQ 816000000
+GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
+EMC MAX_FREQ 0
+
+# mandatory section to configure the default power mode
+< PM_CONFIG DEFAULT=2 >
+`
+
+func board(t *testing.T, name string) *powermode.BoardSpec {
+	t.Helper()
+	c, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Board(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseRealConf(t *testing.T) {
+	c, err := nvpmodel.Parse(strings.NewReader(agxOrinConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Default != 2 || len(c.Models) != 4 || len(c.Params) != 10 {
+		t.Fatalf("default %d, %d models, %d params", c.Default, len(c.Models), len(c.Params))
+	}
+	gpu, ok := c.Param("GPU")
+	if !ok || gpu.Type != "CLOCK" || gpu.Args["MAX_FREQ"] != "/sys/devices/17000000.ga10b/devfreq/17000000.ga10b/max_freq" || gpu.Line != 50 {
+		t.Errorf("GPU param = %+v", gpu)
+	}
+	m, _ := c.Model(1)
+	if v, _ := m.Value("GPU_POWER_CONTROL_ENABLE", "GPU_PWR_CNTL_EN"); v != "on" || m.Name != "MODE_15W" {
+		t.Errorf("model 1 = %s, GPU_PWR_CNTL_EN %q", m.Name, v)
+	}
+
+	spec := board(t, "agx-orin-64gb")
+	ps, err := c.Presets(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []nvpmodel.Preset{
+		{ID: 0, Name: "MAXN", Caps: powermode.Mode{Cores: 12},
+			Mode: powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}},
+		{ID: 1, Name: "MODE_15W", Caps: powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000},
+			Mode: powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}, TPCPGMask: 240, NeedsReboot: true},
+		{ID: 2, Name: "MODE_30W", Caps: powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000},
+			Mode: powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}, Default: true},
+		{ID: 3, Name: "MODE_50W", Caps: powermode.Mode{Cores: 12, CPUKHz: 1497600, GPUHz: 816000000},
+			Mode: powermode.Mode{Cores: 12, CPUKHz: 1497600, GPUHz: 816000000, EMCHz: 3199000000}},
+	}
+	if len(ps) != len(want) {
+		t.Fatalf("got %d presets", len(ps))
+	}
+	for i := range want {
+		if ps[i] != want[i] {
+			t.Errorf("preset %d:\n got %+v\nwant %+v", i, ps[i], want[i])
+		}
+	}
+	// Relative to MODE_15W (the board is in it now), every other mode needs a reboot.
+	ps, err = c.PresetsFrom(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.NeedsReboot != (p.ID != 1) {
+			t.Errorf("from mode 1: preset %d NeedsReboot = %v", p.ID, p.NeedsReboot)
+		}
+	}
+	if _, err := c.PresetsFrom(spec, 9); err == nil || !strings.Contains(err.Error(), "current mode 9") {
+		t.Errorf("unknown current mode: err = %v", err)
+	}
+	// The same conf does not fit a 6-core board.
+	if _, err := c.Presets(board(t, "orin-nano-8gb")); err == nil || !strings.Contains(err.Error(), "CORE_6") {
+		t.Errorf("conf on a 6-core board: err = %v", err)
+	}
+}
+
+// Caps that are not on the board's grid snap to the nearest level.
+func TestPresetsSnap(t *testing.T) {
+	conf := `< PARAM TYPE=FILE NAME=CPU_ONLINE >
+CORE_0 /sys/devices/system/cpu/cpu0/online
+CORE_1 /sys/devices/system/cpu/cpu1/online
+< PARAM TYPE=CLOCK NAME=CPU_DENVER_0 >
+MAX_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
+< PARAM TYPE=CLOCK NAME=GPU >
+MAX_FREQ /sys/devices/17000000.gv11b/devfreq/17000000.gv11b/max_freq
+< PARAM TYPE=FILE NAME=EMC >
+MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
+< POWER_MODEL ID=1 NAME=MODE_10W >
+CPU_ONLINE CORE_1 1
+CPU_DENVER_0 MAX_FREQ 1200000
+GPU MAX_FREQ 520200000
+EMC MAX_FREQ 1066000000
+< POWER_MODEL ID=0 NAME=MAXN >
+EMC MAX_FREQ -1
+< PM_CONFIG DEFAULT=1 >
+`
+	c, err := nvpmodel.Parse(strings.NewReader(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := c.Presets(board(t, "agx-xavier"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (powermode.Mode{Cores: 2, CPUKHz: 1190400, GPUHz: 522750000, EMCHz: 1065600000}); ps[0].Mode != want {
+		t.Errorf("MODE_10W = %v, want %v", ps[0].Mode, want)
+	}
+	// No CPU_ONLINE lines: every core; -1 EMC: no cap.
+	if want := (powermode.Mode{Cores: 8, CPUKHz: 2265600, GPUHz: 1377000000, EMCHz: 2133000000}); ps[1].Mode != want || ps[1].Caps != (powermode.Mode{Cores: 8}) {
+		t.Errorf("MAXN = %v caps %v, want %v", ps[1].Mode, ps[1].Caps, want)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	head := "< PARAM TYPE=FILE NAME=EMC >\nMAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap\n"
+	for _, tc := range []struct {
+		name, conf, want string
+	}{
+		{"no PM_CONFIG", head + "< POWER_MODEL ID=0 NAME=MAXN >\nEMC MAX_FREQ 0\n", "PM_CONFIG"},
+		{"no models", head + "< PM_CONFIG DEFAULT=0 >\n", "no < POWER_MODEL >"},
+		{"default unknown", head + "< POWER_MODEL ID=0 NAME=MAXN >\n< PM_CONFIG DEFAULT=3 >\n", "line 4: PM_CONFIG DEFAULT=3"},
+		{"unterminated header", "< PARAM TYPE=FILE NAME=EMC\n", "line 1: section header"},
+		{"bad type", "< PARAM TYPE=DIR NAME=EMC >\n", "line 1: PARAM TYPE=\"DIR\""},
+		{"bad attribute", "< PARAM TYPE FILE >\n", "line 1: section attribute"},
+		{"param line", "< PARAM TYPE=FILE NAME=EMC >\nMAX_FREQ\n", "line 2: in PARAM EMC"},
+		{"duplicate param", head + head, "line 3: PARAM EMC defined again (first on line 1)"},
+		{"bad id", head + "< POWER_MODEL ID=x NAME=A >\n", "line 3: POWER_MODEL ID=\"x\""},
+		{"duplicate id", head + "< POWER_MODEL ID=0 NAME=A >\n< POWER_MODEL ID=0 NAME=B >\n", "line 4: POWER_MODEL ID=0 defined again"},
+		{"setting fields", head + "< POWER_MODEL ID=0 NAME=A >\nEMC MAX_FREQ\n", "line 4: in POWER_MODEL 0"},
+		{"unknown param", head + "< POWER_MODEL ID=0 NAME=A >\nGPU MAX_FREQ 1\n", "line 4: in POWER_MODEL 0: no PARAM NAME=GPU"},
+		{"unknown arg", head + "< POWER_MODEL ID=0 NAME=A >\nEMC MIN_FREQ 1\n", "line 4: in POWER_MODEL 0: PARAM EMC has no argument MIN_FREQ"},
+		{"outside", "# hi\nCORE_0 /sys\n", "line 2: \"CORE_0 /sys\" outside"},
+		{"bad default", head + "< PM_CONFIG DEFAULT=-1 >\n", "line 3: PM_CONFIG DEFAULT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := nvpmodel.Parse(strings.NewReader(tc.conf))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPresetValueErrors(t *testing.T) {
+	spec := board(t, "agx-orin-64gb")
+	head := "< PARAM TYPE=FILE NAME=CPU_ONLINE >\nCORE_1 /x\nCORE_12 /x\nFOO /x\n< PARAM TYPE=CLOCK NAME=GPU >\nMAX_FREQ /x\n< PARAM TYPE=FILE NAME=TPC_POWER_GATING >\nTPC_PG_MASK /x\n< POWER_MODEL ID=0 NAME=A >\n"
+	for _, tc := range []struct{ line, want string }{
+		{"CPU_ONLINE CORE_1 2", "line 10: POWER_MODEL 0 (A) CPU_ONLINE CORE_1 = \"2\": want 1 or 0"},
+		{"CPU_ONLINE CORE_12 1", "line 10: POWER_MODEL 0 (A) names CORE_12"},
+		{"CPU_ONLINE FOO 1", "want CORE_<n>"},
+		{"GPU MAX_FREQ fast", "GPU MAX_FREQ = \"fast\": want Hz, 0 or -1"},
+		{"GPU MAX_FREQ -2", "GPU MAX_FREQ = \"-2\""},
+		{"TPC_POWER_GATING TPC_PG_MASK ff", "TPC_PG_MASK = \"ff\""},
+	} {
+		c, err := nvpmodel.Parse(strings.NewReader(head + tc.line + "\n< PM_CONFIG DEFAULT=0 >\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.line, err)
+		}
+		if _, err := c.Presets(spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.line, err, tc.want)
+		}
+	}
+}
+
+// The conf faketree generates for every catalog board round-trips to its presets.
+func TestFaketreeConfRoundTrip(t *testing.T) {
+	c, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range c.Names() {
+		spec, _ := c.Board(name)
+		for _, layout := range faketree.Layouts(spec) {
+			tr, err := faketree.Build(t.TempDir(), spec, faketree.Options{Layout: layout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conf, err := nvpmodel.Load(tr.Root())
+			if err != nil {
+				t.Fatalf("%s/%s: %v", name, layout, err)
+			}
+			ps, err := conf.Presets(spec)
+			if err != nil {
+				t.Fatalf("%s/%s: %v", name, layout, err)
+			}
+			if conf.Default != spec.NVP.Default || len(ps) != len(spec.NVP.Presets) {
+				t.Fatalf("%s/%s: default %d, %d presets", name, layout, conf.Default, len(ps))
+			}
+			space, _ := spec.Space()
+			for i, p := range ps {
+				want := space.Snap(spec.PresetMode(spec.NVP.Presets[i]))
+				if p.Mode != want || p.Name != spec.NVP.Presets[i].Name || p.ID != spec.NVP.Presets[i].ID {
+					t.Errorf("%s/%s preset %d: %+v, want mode %v", name, layout, i, p, want)
+				}
+			}
+			id, err := nvpmodel.ReadStatus(tr.Root())
+			if err != nil || id != spec.NVP.Default {
+				t.Errorf("%s/%s: status %d, %v", name, layout, id, err)
+			}
+		}
+	}
+}
+
+func TestLoadAbsoluteLink(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc/nvpmodel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/nvpmodel/nvpmodel_p3701_0005.conf"), []byte(agxOrinConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// As on a real board: an absolute link, which must resolve under root, not /.
+	if err := os.Symlink("/etc/nvpmodel/nvpmodel_p3701_0005.conf", filepath.Join(root, "etc/nvpmodel.conf")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := nvpmodel.Load(root)
+	if err != nil || c.Default != 2 {
+		t.Fatalf("Load = %v, %v", c, err)
+	}
+	if _, err := nvpmodel.Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "--root") {
+		t.Errorf("missing conf: err = %v", err)
+	}
+}
+
+func TestReadStatus(t *testing.T) {
+	for _, tc := range []struct {
+		content string
+		want    int
+		err     string
+	}{
+		{"pmode:0002\n", 2, ""},
+		{"pmode:0000 fmode:quiet\n", 0, ""},
+		{"fmode:cool pmode:0011", 11, ""},
+		{"pmode:xx\n", 0, "want pmode:NNNN"},
+		{"\n", 0, "no pmode"},
+		{"", 0, "no pmode"},
+	} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "var/lib/nvpmodel")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "status"), []byte(tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		id, err := nvpmodel.ReadStatus(root)
+		if tc.err == "" && (err != nil || id != tc.want) {
+			t.Errorf("%q: %d, %v; want %d", tc.content, id, err, tc.want)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%q: err = %v, want %q", tc.content, err, tc.err)
+		}
+	}
+	if _, err := nvpmodel.ReadStatus(t.TempDir()); err == nil || !strings.Contains(err.Error(), "nvpmodel -q") {
+		t.Errorf("missing status: err = %v", err)
+	}
+}
