@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// Runner defaults.
+const (
+	DefaultTick         = 2 * time.Millisecond
+	DefaultRefresh      = 20 * time.Millisecond
+	DefaultSwitchFactor = 0.04 // context-switch cost of time-slicing two CUDA contexts
+)
+
+// Runner executes minibatches on a simulated board: it registers the minibatch in the
+// tree's activity directory and advances its progress at the rate the workload model
+// gives for the frequencies currently written in the tree, sharing the GPU with every
+// other registered minibatch the way the driver time-slices contexts. It is safe for
+// concurrent use.
+type Runner struct {
+	paths *boardPaths
+	hw    Hardware
+	// Tick is the progress step; Refresh how often the tree is re-read.
+	Tick, Refresh time.Duration
+	// SwitchFactor slows every minibatch by this fraction while others share the GPU.
+	SwitchFactor float64
+}
+
+// NewRunner prepares a runner for the simulated board of spec under root.
+func NewRunner(root string, spec *powermode.BoardSpec) (*Runner, error) {
+	p, err := findPaths(root, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{paths: p, hw: HardwareFor(spec), Tick: DefaultTick, Refresh: DefaultRefresh, SwitchFactor: DefaultSwitchFactor}, nil
+}
+
+// RunMinibatch runs one minibatch of w at batch size batch on the simulated board under
+// root and returns its wall-clock duration. The run-to-run noise factor is drawn from
+// rng once at the start.
+func RunMinibatch(ctx context.Context, root string, spec *powermode.BoardSpec, w *Workload, batch int, rng *rand.Rand) (time.Duration, error) {
+	r, err := NewRunner(root, spec)
+	if err != nil {
+		return 0, err
+	}
+	return r.Run(ctx, w, batch, rng)
+}
+
+// Run runs one minibatch (see RunMinibatch). On cancellation it unregisters and returns
+// the time spent with ctx's error.
+func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand) (time.Duration, error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("sim: batch size %d must be at least 1", batch)
+	}
+	factor := NoisyFactor(rng, w.NoiseSigma)
+	start := time.Now()
+	file, err := registerActivity(r.paths.root, Activity{Workload: w.Name, Role: string(w.Role), Batch: batch, PID: os.Getpid(), StartedAt: start})
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(file)
+
+	var (
+		tauSec  float64
+		sharing = 1.0
+		readAt  time.Time
+	)
+	refresh := func(now time.Time) error {
+		st, err := r.paths.readState()
+		if err != nil {
+			return err
+		}
+		tauSec = w.Time(&r.hw, st.mode(st.running(true)), batch).TotalSec * factor
+		n := max(countActivities(r.paths.root), 1)
+		sharing = float64(n)
+		if n > 1 {
+			sharing *= 1 + r.SwitchFactor
+		}
+		readAt = now
+		return nil
+	}
+	if err := refresh(start); err != nil {
+		return 0, err
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	progress, last := 0.0, start
+	for {
+		// Sleep a tick, or exactly what is left when that is less.
+		left := time.Duration((1 - progress) * tauSec * sharing * float64(time.Second))
+		timer.Reset(min(r.Tick, max(left, 0)))
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-timer.C:
+		}
+		now := time.Now()
+		progress += now.Sub(last).Seconds() / (tauSec * sharing)
+		last = now
+		if progress >= 1-1e-9 {
+			return now.Sub(start), nil
+		}
+		if now.Sub(readAt) >= r.Refresh {
+			if err := refresh(now); err != nil {
+				return now.Sub(start), err
+			}
+		}
+	}
+}
