@@ -1,0 +1,89 @@
+// Command fulcrumd is the Fulcrum daemon: it owns the GPU turn (workers connect to its
+// worker socket), the profile store and the board's power mode. Configuration comes from
+// /etc/fulcrum/fulcrum.yaml (or --config), FULCRUM_* environment variables and flags, in
+// increasing precedence; configs/fulcrum.yaml documents every key.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "fulcrumd:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	v := newViper()
+	var configPath string
+	cmd := &cobra.Command{
+		Use:   "fulcrumd",
+		Short: "Fulcrum daemon: interleave DNN training and inference on one Jetson within latency and power budgets",
+		Long: `fulcrumd runs training and inference workers one minibatch at a time on the GPU,
+keeping inference requests within the latency budget, and stores profiles of the board's
+power modes.
+
+Configuration: /etc/fulcrum/fulcrum.yaml (or --config), then FULCRUM_* environment
+variables (FULCRUM_RUNTIME_DIR, FULCRUM_BUDGETS_LATENCY_MS, ...: the key upper-cased with
+dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := readConfigFile(v, configPath); err != nil {
+				return err
+			}
+			s, err := settings(v)
+			if err != nil {
+				return err
+			}
+			log := newLogger(os.Stderr, s.LogFormat, s.LogLevel)
+			s.Daemon.Log = log
+			ctx := cmd.Context()
+			d, err := daemon.Open(ctx, s.Daemon)
+			if err != nil {
+				return err
+			}
+			log.Info("fulcrumd started", "pid", os.Getpid(), "socket", d.Server.SocketPath(),
+				"latency_budget_ms", s.Budgets.LatencyMS, "power_budget_w", s.Budgets.PowerW, "board", s.Daemon.Board)
+			// Tell systemd (Type=notify) we are ready; a no-op outside systemd.
+			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
+			err = d.Run(ctx)
+			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
+			log.Info("fulcrumd stopped")
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "configuration file (default "+DefaultConfigPath+" when it exists)")
+	flags := []struct{ name, key, usage string }{
+		{"runtime-dir", "runtime_dir", "directory for worker.sock and the pid lock"},
+		{"state-dir", "state_dir", "directory for the profile database"},
+		{"db", "db", "profile database path (default <state-dir>/profiles.db)"},
+		{"board", "board", `board: "auto", "sim:NAME" or "none"`},
+		{"board-root", "board_root", "filesystem root of the board's /sys, /proc, /etc"},
+		{"log-format", "log.format", "log format: text or json"},
+		{"log-level", "log.level", "log level: debug, info, warn, error"},
+		{"latency-ms", "budgets.latency_ms", "inference latency budget (ms) on the budgets.quantile"},
+		{"power-w", "budgets.power_w", "board power budget (W); 0 for none"},
+		{"rate", "budgets.rate", `inference arrival rate (requests/s) or "auto" to measure it`},
+	}
+	for _, fl := range flags {
+		f.String(fl.name, fmt.Sprint(defaults[fl.key]), fl.usage)
+		_ = v.BindPFlag(fl.key, f.Lookup(fl.name))
+	}
+	return cmd
+}
