@@ -81,15 +81,6 @@ func readTrim(t *testing.T, root, p string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func ints64(t *testing.T, s string) []int64 {
-	t.Helper()
-	v, err := parseInts(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // testModes is a walk through a board's space that goes down, up, splits a cluster,
 // takes whole clusters offline and comes back: every ordering case Apply has.
 func testModes(b tegratest.Board) []powermode.Mode {
@@ -341,28 +332,32 @@ func TestApplyRollsBackRefusedWrite(t *testing.T) {
 			if len(clean) < 6 {
 				t.Fatalf("%s/%s: only %d writes; the test needs a bigger change", name, start, len(clean))
 			}
-			for k := 1; k <= len(clean); k++ {
-				errno := errnos[k%2]
-				t.Run(fmt.Sprintf("%s/%s/refuse-%d-%s", name, start, k, errno), func(t *testing.T) {
-					root := writeTree(t, b)
-					kfs := newKernelFS(root)
-					be := openTree(t, root, b, kfs)
-					before := digest(t, root)
-					prevMode, _ := be.Current(context.Background())
-					kfs.refuseAt, kfs.refuseBy = k, errno
+			// One tree for every k: each rollback must leave it exactly as it was, so the
+			// next refusal starts from the same state.
+			t.Run(name+"/"+start, func(t *testing.T) {
+				root := writeTree(t, b)
+				kfs := newKernelFS(root)
+				be := openTree(t, root, b, kfs)
+				before := digest(t, root)
+				prevMode, _ := be.Current(context.Background())
+				for k := 1; k <= len(clean); k++ {
+					errno := errnos[k%2]
+					n0 := len(kfs.Writes())
+					kfs.refuseAt, kfs.refuseBy = n0+k, errno
 					err := be.Apply(context.Background(), target)
+					kfs.refuseAt = 0
 					if err == nil {
-						t.Fatal("Apply with a refused write succeeded")
+						t.Fatalf("refusing write %d: Apply succeeded", k)
 					}
 					refused := clean[k-1].Path
 					for _, want := range []string{"write " + refused + ": " + errno.Error(), "board left in mode " + prevMode.String()} {
 						if !strings.Contains(err.Error(), want) {
-							t.Errorf("error %q does not contain %q", err, want)
+							t.Errorf("refusing write %d: error %q does not contain %q", k, err, want)
 						}
 					}
-					sameTree(t, before, root, "after rollback")
-				})
-			}
+					sameTree(t, before, root, fmt.Sprintf("refusing write %d (%s)", k, refused))
+				}
+			})
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package tegra
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -138,6 +137,3 @@ func (t tree) readString(boardPath string) (string, error) {
 	}
 	return strings.Trim(string(b), " \t\r\n\x00"), nil
 }
-
-// isNotExist is errors.Is(err, fs.ErrNotExist), spelled for readability.
-func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
