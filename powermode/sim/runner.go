@@ -70,23 +70,28 @@ func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand
 		sharing = 1.0
 		readAt  time.Time
 	)
+	// The clocks are re-read every Refresh; the number of minibatches sharing the GPU
+	// (a directory listing, cheap) every tick, so two that start together share at once.
 	refresh := func(now time.Time) error {
 		st, err := r.paths.readState()
 		if err != nil {
 			return err
 		}
 		tauSec = w.Time(&r.hw, st.mode(st.running(true)), batch).TotalSec * factor
+		readAt = now
+		return nil
+	}
+	share := func() {
 		n := max(countActivities(r.paths.root), 1)
 		sharing = float64(n)
 		if n > 1 {
 			sharing *= 1 + r.SwitchFactor
 		}
-		readAt = now
-		return nil
 	}
 	if err := refresh(start); err != nil {
 		return 0, err
 	}
+	share()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
@@ -111,5 +116,6 @@ func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand
 				return now.Sub(start), err
 			}
 		}
+		share()
 	}
 }
