@@ -63,7 +63,7 @@ type GP struct {
 // GPFitOptions controls hyper-parameter fitting.
 type GPFitOptions struct {
 	// Restarts is how many extra random starting points L-BFGS tries besides the
-	// default (and Init when given). Default 2.
+	// default (and Init when given): 0 means 2, negative means none.
 	Restarts int
 	// Init, when non-nil, is tried first (a warm start from an earlier fit).
 	Init *GPHyper
@@ -81,7 +81,7 @@ func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error
 	if err != nil {
 		return nil, err
 	}
-	if opts.Restarts <= 0 {
+	if opts.Restarts == 0 {
 		opts.Restarts = 2
 	}
 	if opts.MaxIterations <= 0 {
@@ -95,11 +95,13 @@ func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error
 	if opts.Init != nil && len(opts.Init.LogLength) == g.dim {
 		starts = append(starts, clampHyper(opts.Init.clone()))
 	}
-	def := GPHyper{LogLength: make([]float64, g.dim), LogSignalVar: 0, LogNoiseVar: gpDefaultNoise}
-	for d := range def.LogLength {
-		def.LogLength[d] = gpDefaultLogL
+	if len(starts) == 0 || opts.Restarts > 0 {
+		def := GPHyper{LogLength: make([]float64, g.dim), LogSignalVar: 0, LogNoiseVar: gpDefaultNoise}
+		for d := range def.LogLength {
+			def.LogLength[d] = gpDefaultLogL
+		}
+		starts = append(starts, def)
 	}
-	starts = append(starts, def)
 	for range opts.Restarts {
 		h := GPHyper{LogLength: make([]float64, g.dim)}
 		for d := range h.LogLength {
