@@ -70,7 +70,7 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Store = st
 	d.log.Info("profile store open", "path", db)
-	b, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.Log)
+	b, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, o.Log)
 	if err != nil {
 		return fail(err)
 	}

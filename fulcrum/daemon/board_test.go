@@ -1,0 +1,58 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+)
+
+func TestOpenBoard(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cat.Board("agx-orin-64gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "board")
+	if _, err := sim.New(dir, spec, sim.Options{Logger: log}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sim:agx-orin-64gb", "auto"} {
+		b, err := OpenBoard(ctx, name, dir, t.TempDir(), log)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b.Backend == nil || b.Backend.Info().Name != "agx-orin-64gb" {
+			t.Fatalf("%s: backend %+v", name, b.Backend)
+		}
+	}
+	b, err := OpenBoard(ctx, "none", "/", "", log)
+	if err != nil || b.Backend != nil {
+		t.Fatalf("none: %v %+v", err, b)
+	}
+	for spec, want := range map[string]string{
+		"auto":              "simulat", // a non-Jetson tree: the error names the simulator
+		"sim:no-such":       "known:",
+		"sim:agx-orin-64gb": "board_root",
+		"jetson":            `want "auto"`,
+	} {
+		root := t.TempDir()
+		if spec == "sim:agx-orin-64gb" {
+			root = "/"
+		}
+		_, err := OpenBoard(ctx, spec, root, "", log)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("board %s: error %v, want one containing %q", spec, err, want)
+		}
+	}
+}
