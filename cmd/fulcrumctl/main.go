@@ -36,7 +36,7 @@ simulated board's tree.`,
 	}
 	// One constructor per command group, each in its own file.
 	root.AddCommand(
-	// newBoardCmd(),
+		newBoardCmd(),
 	)
 	return root
 }
