@@ -37,6 +37,7 @@ simulated board's tree.`,
 	// One constructor per command group, each in its own file.
 	root.AddCommand(
 		newBoardCmd(),
+		newSimCmd(),
 	)
 	return root
 }
