@@ -145,7 +145,7 @@ func Build(dir string, spec *powermode.BoardSpec, opts Options) (*Tree, error) {
 		readings: map[string]Reading{},
 	}
 	t.gpuDevfreq = t.gpuDev + "/devfreq/" + filepath.Base(t.gpuDev)
-	b := &builder{root: root}
+	b := &builder{root: root, made: map[string]bool{}}
 	b.identity(spec, l4t)
 	b.cpu(spec, st)
 	b.gpu(t, st)
@@ -164,15 +164,23 @@ func Build(dir string, spec *powermode.BoardSpec, opts Options) (*Tree, error) {
 type builder struct {
 	root string
 	err  error
+	made map[string]bool // directories already created
+}
+
+// mkdir creates a directory (and parents) once per build.
+func (b *builder) mkdir(p string) {
+	if b.err != nil || b.made[p] {
+		return
+	}
+	if b.err = os.MkdirAll(p, 0o755); b.err == nil {
+		b.made[p] = true
+	}
 }
 
 func (b *builder) file(abs, content string) {
-	if b.err != nil {
-		return
-	}
 	p := filepath.Join(b.root, abs)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		b.err = err
+	b.mkdir(filepath.Dir(p))
+	if b.err != nil {
 		return
 	}
 	b.err = os.WriteFile(p, []byte(content), 0o644)
@@ -198,8 +206,8 @@ func (b *builder) rawLink(abs, rel string) {
 		return
 	}
 	p := filepath.Join(b.root, abs)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		b.err = err
+	b.mkdir(filepath.Dir(p))
+	if b.err != nil {
 		return
 	}
 	b.err = os.Symlink(rel, p)
@@ -209,7 +217,7 @@ func (b *builder) dir(abs string) {
 	if b.err != nil {
 		return
 	}
-	b.err = os.MkdirAll(filepath.Join(b.root, abs), 0o755)
+	b.mkdir(filepath.Join(b.root, abs))
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
@@ -473,8 +481,10 @@ func (t *Tree) power(b *builder, start map[string]Reading) {
 	if b.err != nil {
 		return
 	}
+	// Plain writes while building: nobody reads the tree yet.
+	direct := func(abs, s string) error { b.file(abs, s); return b.err }
 	for key := range t.rails {
-		if err := t.writeRail(key); err != nil && b.err == nil {
+		if err := t.writeRail(key, direct); err != nil && b.err == nil {
 			b.err = err
 		}
 	}
@@ -501,30 +511,31 @@ func railKey(addr string, ch powermode.ChannelSpec) string {
 }
 
 // writeRail writes one channel's reading, and for hwmon the sensor's sum channels.
-// Callers hold t.mu or have the tree to themselves.
-func (t *Tree) writeRail(key string) error {
+// Callers hold t.mu or have the tree to themselves; write is Tree.WriteFile, or a
+// plain write while building.
+func (t *Tree) writeRail(key string, write func(abs, s string) error) error {
 	r := t.rails[key]
 	rd := t.readings[key]
 	mv, ma := math.Round(rd.MV), math.Round(rd.MA)
 	if r.driver == "iio" {
 		k := r.channel - 1
-		if err := t.WriteFile(fmt.Sprintf("%s/in_voltage%d_input", r.dir, k), itoa(int64(mv))+"\n"); err != nil {
+		if err := write(fmt.Sprintf("%s/in_voltage%d_input", r.dir, k), itoa(int64(mv))+"\n"); err != nil {
 			return err
 		}
-		if err := t.WriteFile(fmt.Sprintf("%s/in_current%d_input", r.dir, k), itoa(int64(ma))+"\n"); err != nil {
+		if err := write(fmt.Sprintf("%s/in_current%d_input", r.dir, k), itoa(int64(ma))+"\n"); err != nil {
 			return err
 		}
-		return t.WriteFile(fmt.Sprintf("%s/in_power%d_input", r.dir, k), itoa(int64(math.Round(rd.MV*rd.MA/1000)))+"\n")
+		return write(fmt.Sprintf("%s/in_power%d_input", r.dir, k), itoa(int64(math.Round(rd.MV*rd.MA/1000)))+"\n")
 	}
 	c := r.channel
-	if err := t.WriteFile(fmt.Sprintf("%s/in%d_input", r.dir, c), itoa(int64(mv))+"\n"); err != nil {
+	if err := write(fmt.Sprintf("%s/in%d_input", r.dir, c), itoa(int64(mv))+"\n"); err != nil {
 		return err
 	}
-	if err := t.WriteFile(fmt.Sprintf("%s/curr%d_input", r.dir, c), itoa(int64(ma))+"\n"); err != nil {
+	if err := write(fmt.Sprintf("%s/curr%d_input", r.dir, c), itoa(int64(ma))+"\n"); err != nil {
 		return err
 	}
 	// Shunt voltage in µV (mA × µΩ / 1000), as the ina3221 driver's in4..in6.
-	if err := t.WriteFile(fmt.Sprintf("%s/in%d_input", r.dir, c+3), itoa(int64(ma)*ShuntMicroOhm/1000)+"\n"); err != nil {
+	if err := write(fmt.Sprintf("%s/in%d_input", r.dir, c+3), itoa(int64(ma)*ShuntMicroOhm/1000)+"\n"); err != nil {
 		return err
 	}
 	var sumMA int64
@@ -533,10 +544,10 @@ func (t *Tree) writeRail(key string) error {
 			sumMA += int64(math.Round(t.readings[k].MA))
 		}
 	}
-	if err := t.WriteFile(r.dir+"/in7_input", itoa(sumMA*ShuntMicroOhm/1000)+"\n"); err != nil {
+	if err := write(r.dir+"/in7_input", itoa(sumMA*ShuntMicroOhm/1000)+"\n"); err != nil {
 		return err
 	}
-	return t.WriteFile(r.dir+"/curr4_input", itoa(sumMA)+"\n")
+	return write(r.dir+"/curr4_input", itoa(sumMA)+"\n")
 }
 
 // idleTempMC is a plausible idle temperature (m°C) for a zone type.
@@ -656,7 +667,7 @@ func (t *Tree) SetRail(name string, mv, ma float64) error {
 		return fmt.Errorf("faketree: rail %s: voltage %v mV and current %v mA must be non-negative numbers", name, mv, ma)
 	}
 	t.readings[name] = Reading{MV: mv, MA: ma}
-	return t.writeRail(name)
+	return t.writeRail(name, t.WriteFile)
 }
 
 // SetTemp sets a thermal zone's temperature (m°C) by zone type.
