@@ -14,6 +14,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 )
 
 func spec(t testing.TB, name string) *powermode.BoardSpec {
@@ -327,5 +328,48 @@ func TestRunLoopFollowsWrites(t *testing.T) {
 	raw, _ := b.Tree().ReadFile(markerPath)
 	if !strings.Contains(raw, `"pid":0`) {
 		t.Errorf("marker after a clean stop: %s", raw)
+	}
+}
+
+func TestEveryCatalogBoardSimulates(t *testing.T) {
+	c, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range c.Names() {
+		sp, _ := c.Board(name)
+		// The newest layout of each board; faketree's tests cover every layout.
+		layouts := faketree.Layouts(sp)
+		for _, layout := range layouts[len(layouts)-1:] {
+			t.Run(name+"/"+layout, func(t *testing.T) {
+				b, err := New(filepath.Join(t.TempDir(), "b"), sp, Options{Layout: layout})
+				if err != nil {
+					t.Fatal(err)
+				}
+				idle, err := b.Step(time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := b.opts.Workloads["resnet18-train"]
+				if _, err := registerActivity(b.Root(), Activity{Workload: w.Name, Role: "train", Batch: 32, PID: os.Getpid()}); err != nil {
+					t.Fatal(err)
+				}
+				busy, err := b.Step(time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				top := sp.PresetMode(powermode.PresetSpec{})
+				if busy.Mode != top {
+					t.Errorf("busy mode %s, want the board's top %s", busy.Mode, top)
+				}
+				if want := w.PowerMW(sp, top, 32); math.Abs(busy.TotalMW-want) > 1e-6*want {
+					t.Errorf("busy %0.f mW, model %.0f", busy.TotalMW, want)
+				}
+				if busy.TotalMW < idle.TotalMW*2 {
+					t.Errorf("training at the top mode %.0f mW, idle %.0f mW: want a clear rise", busy.TotalMW, idle.TotalMW)
+				}
+				t.Logf("%s: idle %.1f W, resnet18 at top %.1f W, %.0f ms", name, idle.TotalMW/1000, busy.TotalMW/1000, w.TimeMS(sp, top, 32))
+			})
+		}
 	}
 }

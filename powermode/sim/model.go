@@ -123,7 +123,11 @@ func (w *Workload) PowerMW(spec *powermode.BoardSpec, m powermode.Mode, batch in
 
 // Power returns the power model's components while the workload runs.
 func (w *Workload) Power(h *Hardware, m powermode.Mode, batch int) PowerBreakdown {
-	t := w.Time(h, m, batch)
+	return w.powerOf(h, m, w.Time(h, m, batch))
+}
+
+// powerOf is Power given the minibatch's time terms at m.
+func (w *Workload) powerOf(h *Hardware, m powermode.Mode, t TimeBreakdown) PowerBreakdown {
 	// The main thread is busy launching, in serial host work and spin-waiting on the
 	// GPU (CUDA spins when cores outnumber contexts); it blocks only when it waits for
 	// the data loader.

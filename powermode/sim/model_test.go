@@ -207,12 +207,6 @@ func TestNoisyMeanAndSpread(t *testing.T) {
 }
 
 // v1 is DESIGN §2's model, written here independently of the planner.
-type v1Config struct {
-	train, infer string
-	lambda       float64 // req/s
-	latS, powMW  float64
-}
-
 type v1Choice struct {
 	mode  powermode.Mode
 	batch int
@@ -220,29 +214,60 @@ type v1Choice struct {
 	ok    bool
 }
 
-func v1Optimum(tab *truth.Table, modes []powermode.Mode, batches []int, bT int, c v1Config) v1Choice {
+// v1Pair holds one (training, inference) pair's table columns as arrays by mode, so
+// the many budget configurations scan plain slices.
+type v1Pair struct {
+	modes     []powermode.Mode
+	batches   []int
+	bT        int
+	tauT, piT []float64   // by mode, seconds and mW
+	tauI, piI [][]float64 // by mode, then batch index
+}
+
+func newV1Pair(t *testing.T, tab *truth.Table, train, infer string, bT int, batches []int) *v1Pair {
+	t.Helper()
+	p := &v1Pair{modes: tab.Modes(), batches: batches, bT: bT}
+	for _, m := range p.modes {
+		tr, ok := tab.Lookup(truth.Key{Workload: train, Role: truth.Train, Mode: m, Batch: bT})
+		if !ok {
+			t.Fatalf("table lacks %s at %s", train, m)
+		}
+		p.tauT = append(p.tauT, tr.TimeMS/1e3)
+		p.piT = append(p.piT, tr.PowerMW)
+		var ti, pi []float64
+		for _, b := range batches {
+			in, ok := tab.Lookup(truth.Key{Workload: infer, Role: truth.Infer, Mode: m, Batch: b})
+			if !ok {
+				t.Fatalf("table lacks %s b=%d at %s", infer, b, m)
+			}
+			ti = append(ti, in.TimeMS/1e3)
+			pi = append(pi, in.PowerMW)
+		}
+		p.tauI = append(p.tauI, ti)
+		p.piI = append(p.piI, pi)
+	}
+	return p
+}
+
+func (p *v1Pair) optimum(lambda, latS, powMW float64) v1Choice {
 	var best v1Choice
 	bestPow := math.Inf(1)
-	fill := map[int]float64{} // q=0.99 time to fill a batch of b at rate λ
-	for _, b := range batches {
+	fill := make([]float64, len(p.batches)) // q=0.99 time to fill a batch of b at rate λ
+	for j, b := range p.batches {
 		if b > 1 {
-			fill[b] = distuv.Gamma{Alpha: float64(b - 1), Beta: c.lambda}.Quantile(0.99)
+			fill[j] = distuv.Gamma{Alpha: float64(b - 1), Beta: lambda}.Quantile(0.99)
 		}
 	}
-	for _, m := range modes {
-		tr, _ := tab.Lookup(truth.Key{Workload: c.train, Role: truth.Train, Mode: m, Batch: bT})
-		tauT := tr.TimeMS / 1e3
-		for _, b := range batches {
-			in, _ := tab.Lookup(truth.Key{Workload: c.infer, Role: truth.Infer, Mode: m, Batch: b})
-			tauI := in.TimeMS / 1e3
-			rho := c.lambda * tauI / float64(b)
+	for i, m := range p.modes {
+		for j, b := range p.batches {
+			rho := lambda * p.tauI[i][j] / float64(b)
 			if rho > 0.95 {
 				continue
 			}
-			lat := fill[b] + tauT + tauI
-			pow := rho*in.PowerMW + (1-rho)*tr.PowerMW
-			theta := (1 - rho) * float64(bT) / tauT
-			if lat > c.latS || pow > c.powMW {
+			lat := fill[j] + p.tauT[i] + p.tauI[i][j]
+			pow := rho*p.piI[i][j] + (1-rho)*p.piT[i]
+			theta := (1 - rho) * float64(p.bT) / p.tauT[i]
+			if lat > latS || pow > powMW {
 				continue
 			}
 			if theta > best.theta || (theta == best.theta && pow < bestPow) {
@@ -275,18 +300,17 @@ func TestV1OptimumIsNotAPreset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modes := tab.Modes()
 	presets := map[powermode.Mode]string{}
 	for _, p := range spec.NVP.Presets {
 		presets[spec.PresetMode(p)] = p.Name
 	}
 	var feasible, notPreset int
 	for _, p := range pairs {
+		pair := newV1Pair(t, tab, p[0], p[1], ws[p[0]].Batch, ws[p[1]].Batches)
 		for _, lambda := range []float64{10, 30} {
 			for _, latMS := range []float64{50, 100, 200} {
 				for _, powW := range []float64{15, 20, 30, 40} {
-					c := v1Config{p[0], p[1], lambda, latMS / 1e3, powW * 1e3}
-					best := v1Optimum(tab, modes, ws[p[1]].Batches, ws[p[0]].Batch, c)
+					best := pair.optimum(lambda, latMS/1e3, powW*1e3)
 					if !best.ok {
 						continue
 					}

@@ -20,7 +20,10 @@ const (
 	emcCapJP5  = "/sys/kernel/nvpmodel_emc_cap/emc_iso_cap"
 	emcCapJP6  = "/sys/kernel/nvpmodel_clk_cap/emc"
 	simRunDir  = "/run/fulcrum-sim"
-	markerPath = simRunDir + "/board.json"
+	markerPath = MarkerPath
+	// MarkerPath is the in-board file that marks a simulator tree (JSON: board, layout,
+	// the physics loop's pid or 0, created_at).
+	MarkerPath = simRunDir + "/board.json"
 	// ActivityDir is where running minibatches register themselves (in-board path):
 	// one <pid>-<unique>.json file per running minibatch, see Activity.
 	ActivityDir = simRunDir + "/activity"

@@ -125,8 +125,8 @@ func TruthRows(spec *powermode.BoardSpec, workloads map[string]*Workload, opt Tr
 		}
 		for _, m := range modes {
 			for _, b := range batches {
-				sec := w.Time(&h, m, b).TotalSec
-				mw := w.Power(&h, m, b).TotalMW()
+				tb := w.Time(&h, m, b)
+				sec, mw := tb.TotalSec, w.powerOf(&h, m, tb).TotalMW()
 				if opt.Noise != NoiseNone {
 					sec *= NoisyFactor(opt.Rand, tSigma)
 					mw *= NoisyFactor(opt.Rand, pSigma)
