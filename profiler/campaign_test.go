@@ -46,7 +46,7 @@ func TestCampaignResumes(t *testing.T) {
 	run := &fakeRunner{board: board, times: steady}
 	var seen []Progress
 	c := &Campaign{
-		Profiler: &Profiler{Backend: board, Runner: run, Store: st, Options: Options{Warmup: -1, PowerSampleInterval: time.Millisecond}},
+		Profiler: &Profiler{Backend: board, Runner: run, Store: st, Options: Options{Warmup: -1, WarmupTime: -1, PowerSampleInterval: time.Millisecond}},
 		Workload: "mobilenet", Role: truth.Infer, Modes: modes, Batches: batches,
 		Progress: func(p Progress) {
 			seen = append(seen, p)
@@ -139,7 +139,7 @@ func TestCampaignRestoresAfterCrash(t *testing.T) {
 	}
 	// The board is in whatever mode the dead campaign left: MAXN here.
 	c := &Campaign{
-		Profiler: &Profiler{Backend: board, Runner: &fakeRunner{board: board, times: steady}, Store: st, Options: Options{Warmup: -1, PowerSampleInterval: time.Millisecond}},
+		Profiler: &Profiler{Backend: board, Runner: &fakeRunner{board: board, times: steady}, Store: st, Options: Options{Warmup: -1, WarmupTime: -1, PowerSampleInterval: time.Millisecond}},
 		Workload: "mobilenet", Role: truth.Infer, Modes: []powermode.Mode{m30w}, Batches: []int{1},
 	}
 	if _, err := c.Run(context.Background()); err != nil {
@@ -158,7 +158,7 @@ func TestCampaignFailureRestores(t *testing.T) {
 	original := board.cur
 	st := newStore(t)
 	c := &Campaign{
-		Profiler: &Profiler{Backend: board, Runner: &fakeRunner{board: board, times: steady, failAt: 7}, Store: st, Options: Options{Warmup: -1, PowerSampleInterval: time.Millisecond}},
+		Profiler: &Profiler{Backend: board, Runner: &fakeRunner{board: board, times: steady, failAt: 7}, Store: st, Options: Options{Warmup: -1, WarmupTime: -1, PowerSampleInterval: time.Millisecond}},
 		Workload: "resnet18", Role: truth.Train, Modes: board.space.Modes()[:3], Batches: []int{32},
 	}
 	_, err := c.Run(context.Background())

@@ -40,6 +40,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 // Options tune one profile. Zero values mean the defaults in brackets.
 type Options struct {
 	Warmup              int           // minibatches run and discarded first [2]; negative: none
+	WarmupTime          time.Duration // and keep warming up until this long has passed [500 ms]; negative: none
 	MinSamples          int           // measured minibatches before the stop rule applies [5]
 	MaxSamples          int           // cap on measured minibatches [50]
 	TargetRSE           float64       // stop when the mean time's relative standard error is at most this [0.02]
@@ -53,6 +54,11 @@ func (o Options) Defaults() Options {
 		o.Warmup = 2
 	} else if o.Warmup < 0 {
 		o.Warmup = 0
+	}
+	if o.WarmupTime == 0 {
+		o.WarmupTime = 500 * time.Millisecond
+	} else if o.WarmupTime < 0 {
+		o.WarmupTime = 0
 	}
 	if o.MinSamples <= 0 {
 		o.MinSamples = 5
@@ -146,13 +152,17 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 	if err := p.Backend.Apply(ctx, mode); err != nil {
 		return store.Profile{}, fmt.Errorf("profile %s: apply mode: %w", key, err)
 	}
-	for i := range o.Warmup {
+	// Warm up by count and by time: clocks and caches settle within a few minibatches,
+	// but the INA3221 reports ~430 ms averages (and the simulator's physics loop has its
+	// own period), so power read sooner would still include the previous mode.
+	clk := p.clock()
+	warm := 0
+	for warmStart := clk.Now(); warm < o.Warmup || (o.WarmupTime > 0 && clk.Now().Sub(warmStart) < o.WarmupTime); warm++ {
 		if _, err := p.Runner.RunMinibatch(ctx, workload, role, batch); err != nil {
-			return store.Profile{}, fmt.Errorf("profile %s: warm-up minibatch %d: %w", key, i+1, err)
+			return store.Profile{}, fmt.Errorf("profile %s: warm-up minibatch %d: %w", key, warm+1, err)
 		}
 	}
 
-	clk := p.clock()
 	started := clk.Now()
 	smp := startPowerSampler(ctx, p.Backend, o.PowerSampleInterval)
 	var times []float64
@@ -190,7 +200,7 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 		Board: key.Board, Workload: workload, Role: role, Mode: mode, Batch: batch,
 		TimeMS:  store.TimeStats{Mean: sum.mean, P50: quantile(times, 0.5), P95: quantile(times, 0.95), Stddev: sum.stddev},
 		PowerMW: store.PowerStats{Mean: ps.mean, Stddev: ps.stddev},
-		Samples: sum.n, PowerSamples: ps.n, Warmup: o.Warmup,
+		Samples: sum.n, PowerSamples: ps.n, Warmup: warm,
 		StartedAt: started.UTC(), FinishedAt: finished.UTC(), RSE: rse, Source: p.source(),
 	}
 	if sum.n >= o.MaxSamples && rse > o.TargetRSE {

@@ -119,7 +119,7 @@ func TestProfileSamplesPowerDuringRuns(t *testing.T) {
 		return 19000 + 2000*float64(call%2)
 	}
 	run := &fakeRunner{board: board, warmup: 2, times: func(int) time.Duration { return 50 * time.Millisecond }}
-	p := &Profiler{Backend: board, Runner: run, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond}}
+	p := &Profiler{Backend: board, Runner: run, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond, WarmupTime: -1}}
 	prof, err := p.Profile(context.Background(), "mobilenet", truth.Infer, m30w, 8)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestProfileErrors(t *testing.T) {
 	t.Run("no power readings", func(t *testing.T) {
 		board := newFakeBoard(t)
 		board.powerErr = errors.New("ina3221 gone")
-		p := &Profiler{Backend: board, Runner: &fakeRunner{board: board, warmup: 2, times: alternating}, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond}}
+		p := &Profiler{Backend: board, Runner: &fakeRunner{board: board, warmup: 2, times: alternating}, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond, WarmupTime: -1}}
 		_, err := p.Profile(context.Background(), "resnet18", truth.Train, m30w, 32)
 		if err == nil || !strings.Contains(err.Error(), "ina3221 gone") {
 			t.Errorf("err = %v, want the power error", err)
@@ -159,7 +159,7 @@ func TestProfileErrors(t *testing.T) {
 	})
 	t.Run("runner fails", func(t *testing.T) {
 		board := newFakeBoard(t)
-		p := &Profiler{Backend: board, Runner: &fakeRunner{board: board, warmup: 2, times: alternating, failAt: 4}, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond}}
+		p := &Profiler{Backend: board, Runner: &fakeRunner{board: board, warmup: 2, times: alternating, failAt: 4}, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond, WarmupTime: -1}}
 		if _, err := p.Profile(context.Background(), "resnet18", truth.Train, m30w, 32); err == nil || !strings.Contains(err.Error(), "minibatch 2: worker crashed") {
 			t.Errorf("err = %v", err)
 		}
@@ -170,7 +170,7 @@ func TestProfileErrors(t *testing.T) {
 	t.Run("mode outside the space", func(t *testing.T) {
 		board := newFakeBoard(t)
 		run := &fakeRunner{board: board, warmup: 2, times: alternating}
-		p := &Profiler{Backend: board, Runner: run, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond}}
+		p := &Profiler{Backend: board, Runner: run, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond, WarmupTime: -1}}
 		bad := powermode.Mode{Cores: 3, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
 		if _, err := p.Profile(context.Background(), "resnet18", truth.Train, bad, 32); err == nil || run.calls != 0 || len(board.applied) != 0 {
 			t.Errorf("err = %v, runner calls %d, applies %d: want refused before touching the board", err, run.calls, len(board.applied))
@@ -179,7 +179,7 @@ func TestProfileErrors(t *testing.T) {
 	t.Run("already stored", func(t *testing.T) {
 		board := newFakeBoard(t)
 		run := &fakeRunner{board: board, warmup: 2, times: func(int) time.Duration { return 10 * time.Millisecond }}
-		p := &Profiler{Backend: board, Runner: run, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond}}
+		p := &Profiler{Backend: board, Runner: run, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond, WarmupTime: -1}}
 		first, err := p.Profile(context.Background(), "resnet18", truth.Train, m30w, 32)
 		if err != nil {
 			t.Fatal(err)

@@ -38,6 +38,7 @@ simulated board's tree.`,
 	root.AddCommand(
 		newBoardCmd(),
 		newSimCmd(),
+		newProfileCmd(),
 	)
 	return root
 }
