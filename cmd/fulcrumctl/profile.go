@@ -255,6 +255,28 @@ func isSimTree(root string) bool {
 	return err == nil
 }
 
+// simLoopRunning checks that the tree's physics loop is alive: without it the power
+// rails never change and every profile's power would be wrong.
+func simLoopRunning(root string) error {
+	raw, err := os.ReadFile(filepath.Join(root, simMarker))
+	if err != nil {
+		return fmt.Errorf("simulated board %s: %w", root, err)
+	}
+	var m struct {
+		Board string `json:"board"`
+		PID   int    `json:"pid"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("simulated board %s: unreadable %s: %w", root, simMarker, err)
+	}
+	if m.PID > 0 {
+		if err := unix.Kill(m.PID, 0); err == nil || errors.Is(err, unix.EPERM) {
+			return nil
+		}
+	}
+	return fmt.Errorf("simulated board %s: its physics loop is not running, so board power would never change: start it with fulcrumctl sim board --dir %s --board %s", root, root, m.Board)
+}
+
 func newProfileRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run --workload NAME --modes all|presets|random:N|FILE",
@@ -320,6 +342,9 @@ no way to run one from fulcrumctl yet and run says so.`,
 				return fmt.Errorf("--runner sim: %s is not a simulated board's tree (no %s): start one with fulcrumctl sim, or pass its --root", *root, simMarker)
 			}
 			return fmt.Errorf("board %s under %s is a real Jetson: fulcrumctl cannot run a real workload yet (workloads run in fulcrumd's workers); profile through fulcrumd, or point --root at a simulated board", info.Name, *root)
+		}
+		if err := simLoopRunning(*root); err != nil {
+			return err
 		}
 		models, err := sim.LoadWorkloads(configs.FS, "workloads")
 		if err != nil {

@@ -186,6 +186,16 @@ func TestProfileRunRefusesRealBoard(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is not a simulated board's tree") {
 		t.Errorf("run --runner sim on a non-simulated tree: %v", err)
 	}
+	// A simulator tree whose physics loop is not running would give power that never
+	// changes: refused too.
+	stopped, err := sim.New(filepath.Join(t.TempDir(), "orin"), orinSpec(t), sim.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runProfile(t, "run", "--root", stopped.Root(), "--db", db, "--workload", "lstm-train", "--modes", "presets")
+	if err == nil || !strings.Contains(err.Error(), "physics loop is not running") {
+		t.Errorf("run on a stopped simulator tree: %v", err)
+	}
 	if _, err := os.Stat(db); err == nil {
 		t.Error("a refused run created the store")
 	}
