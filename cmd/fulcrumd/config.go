@@ -40,6 +40,7 @@ var defaults = map[string]any{
 	"scheduler.overrun_factor":      3.0,
 	"scheduler.overrun_min_ms":      50.0,
 	"scheduler.idle_admit_arrivals": 0.1,
+	"scheduler.dev_k":               2.0,
 	"scheduler.window_s":            30.0,
 	"scheduler.window_samples":      10000,
 	"worker.socket_mode":            "0660",
@@ -116,6 +117,13 @@ func settings(v *viper.Viper) (Settings, error) {
 		}
 		return f
 	}
+	nonNegative := func(key string) float64 {
+		f := num(key)
+		if f < 0 {
+			bad("%s must not be negative, got %v", key, f)
+		}
+		return f
+	}
 	msDur := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 
 	s.Budgets.LatencyMS = positive("budgets.latency_ms")
@@ -176,6 +184,7 @@ func settings(v *viper.Viper) (Settings, error) {
 				OverrunFactor:     positive("scheduler.overrun_factor"),
 				OverrunMin:        msDur(positive("scheduler.overrun_min_ms")),
 				IdleAdmitArrivals: idle,
+				DevK:              nonNegative("scheduler.dev_k"),
 				Window:            time.Duration(positive("scheduler.window_s") * float64(time.Second)),
 				WindowSamples:     intKey("scheduler.window_samples"),
 			},

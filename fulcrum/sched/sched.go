@@ -41,6 +41,10 @@ type Config struct {
 	// out a training minibatch, training still runs when the expected number of arrivals
 	// during it (rate × expected time) is below this. 0 means never.
 	IdleAdmitArrivals float64
+	// DevK: expected times used for deadline decisions are the EWMA mean plus DevK times
+	// the EWMA absolute deviation of the measured times, so a workload whose minibatch
+	// time spreads is given room. 0 uses the mean alone.
+	DevK float64
 	// Window and WindowSamples bound the measurement windows (whichever is smaller).
 	Window        time.Duration
 	WindowSamples int
@@ -56,6 +60,7 @@ func DefaultConfig() Config {
 		OverrunFactor:     3,
 		OverrunMin:        50 * time.Millisecond,
 		IdleAdmitArrivals: 0.1,
+		DevK:              2,
 		Window:            30 * time.Second,
 		WindowSamples:     10000,
 	}
@@ -83,6 +88,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleAdmitArrivals < 0 {
 		c.IdleAdmitArrivals = 0
+	}
+	if c.DevK < 0 {
+		c.DevK = 0
 	}
 	if c.Window <= 0 {
 		c.Window = d.Window
@@ -625,7 +633,7 @@ func (s *Scheduler) expInfer(w *worker, n int) time.Duration {
 		n = 1
 	}
 	if e := w.infer[n]; e != nil && e.n > 0 {
-		return durMS(e.val)
+		return durMS(e.guarded(s.cfg.DevK))
 	}
 	// Nearest measured size, scaled linearly up (a larger batch is slower) but never
 	// below the measured time down (fixed per-batch costs dominate small batches).
@@ -635,7 +643,7 @@ func (s *Scheduler) expInfer(w *worker, n int) time.Duration {
 			continue
 		}
 		if bestN == 0 || absInt(k-n) < absInt(bestN-n) {
-			best, bestN = e.val, k
+			best, bestN = e.guarded(s.cfg.DevK), k
 		}
 	}
 	if bestN == 0 {
@@ -649,14 +657,14 @@ func (s *Scheduler) expInfer(w *worker, n int) time.Duration {
 
 func (s *Scheduler) expTrain(w *worker) time.Duration {
 	if w.train.n > 0 {
-		return durMS(w.train.val)
+		return durMS(w.train.guarded(s.cfg.DevK))
 	}
 	return s.cfg.DefaultTrain
 }
 
 func (s *Scheduler) expProfile(w *worker, b int) time.Duration {
 	if e := w.prof[b]; e != nil && e.n > 0 {
-		return durMS(e.val)
+		return durMS(e.guarded(s.cfg.DevK))
 	}
 	if w.spec.Role == proto.RoleTrain {
 		return s.expTrain(w)

@@ -94,8 +94,11 @@ func rank(v []float64, q float64) float64 {
 }
 
 // ewma is an exponentially weighted moving average with a fallback before any sample.
+// dev is an EWMA of the absolute deviation from the mean (as TCP's RTT variance), so
+// admission can allow for run-to-run spread.
 type ewma struct {
 	val float64
+	dev float64
 	n   int
 }
 
@@ -103,7 +106,15 @@ func (e *ewma) add(x, alpha float64) {
 	if e.n == 0 {
 		e.val = x
 	} else {
+		d := x - e.val
+		if d < 0 {
+			d = -d
+		}
+		e.dev = alpha*d + (1-alpha)*e.dev
 		e.val = alpha*x + (1-alpha)*e.val
 	}
 	e.n++
 }
+
+// guarded is the mean plus k deviations.
+func (e *ewma) guarded(k float64) float64 { return e.val + k*e.dev }

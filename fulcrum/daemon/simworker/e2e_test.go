@@ -1,0 +1,107 @@
+package simworker_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+)
+
+type rig struct {
+	spec   *powermode.BoardSpec
+	models map[string]*sim.Workload
+	root   string
+}
+
+// newRig starts a simulated AGX Orin (its physics loop runs until the test ends).
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cat.Board("agx-orin-64gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, err := sim.LoadWorkloads(configs.FS, "workloads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "board")
+	b, err := sim.New(root, spec, sim.Options{Workloads: models, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &rig{spec: spec, models: models, root: root}
+}
+
+// TestManagedTrainAndInfer is the end-to-end check: fulcrumd's scheduler on a real
+// socket, a training and an inference synthetic worker running their minibatches on the
+// simulated board. Every request is answered within the latency budget (p99) and
+// training makes progress.
+func TestManagedTrainAndInfer(t *testing.T) {
+	r := newRig(t)
+	budget := 250 * time.Millisecond
+	srv := daemon.NewServer(daemon.Config{
+		RuntimeDir: t.TempDir(),
+		Sched:      sched.Config{LatencyBudget: budget, DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, DevK: 2},
+	})
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx) }()
+	defer func() { stop(); <-served }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tctx, stopTrain := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var train, infer simworker.Report
+	var trainErr, inferErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		train, trainErr = simworker.Run(tctx, simworker.Options{Role: proto.RoleTrain, Workload: r.models["resnet18-train"],
+			Spec: r.spec, Root: r.root, Socket: srv.SocketPath(), Seed: 1})
+	}()
+	go func() {
+		defer wg.Done()
+		defer stopTrain()
+		infer, inferErr = simworker.Run(ctx, simworker.Options{Role: proto.RoleInfer, Workload: r.models["resnet50-infer"],
+			Spec: r.spec, Root: r.root, Socket: srv.SocketPath(), Batch: 4, RateHz: 25, Requests: 100,
+			LatencyBudget: budget, Seed: 2})
+	}()
+	wg.Wait()
+	if trainErr != nil || inferErr != nil {
+		t.Fatalf("workers: train %v, infer %v", trainErr, inferErr)
+	}
+	t.Logf("train %+v", train)
+	t.Logf("infer %+v", infer)
+	t.Logf("daemon %+v", srv.Snapshot())
+	if infer.Requests != 100 || infer.Served != 100 || infer.Unserved != 0 {
+		t.Fatalf("inference: %d requests, %d served, %d unserved; every request must be answered", infer.Requests, infer.Served, infer.Unserved)
+	}
+	if infer.LatencyP99MS > float64(budget/time.Millisecond) {
+		t.Errorf("inference p99 %.1f ms exceeds the %v budget", infer.LatencyP99MS, budget)
+	}
+	if train.Batches < 5 {
+		t.Errorf("training ran %d minibatches in %.1fs; it must progress between inference batches", train.Batches, train.ElapsedS)
+	}
+}

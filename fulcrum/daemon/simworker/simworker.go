@@ -1,0 +1,422 @@
+// Package simworker is a synthetic worker: a training loop or an inference server whose
+// minibatches run on the simulated board (powermode/sim), either under fulcrumd (managed:
+// it speaks the worker protocol) or on its own (unmanaged: it runs whenever it has work
+// and the simulator time-slices the GPU between processes, as the CUDA driver would).
+// `fulcrumctl sim worker` runs one; the end-to-end tests and the managed-vs-unmanaged
+// comparison run several.
+package simworker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+)
+
+// Options configure one synthetic worker.
+type Options struct {
+	Role     string // proto.RoleTrain or proto.RoleInfer
+	Workload *sim.Workload
+	Spec     *powermode.BoardSpec
+	Root     string // the simulated board's tree
+	// Batch: training minibatch (default the workload's B_T); inference batch to serve
+	// (default 8, or the largest of the workload's sizes below it).
+	Batch int
+	// Inference arrivals: Poisson at RateHz, or the offsets in Trace (from the start).
+	RateHz float64
+	Trace  []time.Duration
+	// Stop after Requests requests (inference; 0: run until ctx ends or the trace ends),
+	// Steps minibatches (training; 0: until ctx ends), or Duration (0: no limit).
+	Requests int
+	Steps    int
+	Duration time.Duration
+	// Socket is fulcrumd's worker socket; empty runs unmanaged.
+	Socket string
+	// LatencyBudget is used to count deadline misses in the report (default 100 ms).
+	LatencyBudget time.Duration
+	Seed          uint64
+}
+
+// Report is what a worker measured, from its own side.
+type Report struct {
+	Role           string  `json:"role"`
+	Workload       string  `json:"workload"`
+	Managed        bool    `json:"managed"`
+	Batch          int     `json:"batch"`
+	ElapsedS       float64 `json:"elapsed_s"`
+	Requests       int     `json:"requests,omitempty"`
+	Served         int     `json:"served,omitempty"`
+	Unserved       int     `json:"unserved,omitempty"`
+	DeadlineMisses int     `json:"deadline_misses,omitempty"`
+	LatencyP50MS   float64 `json:"latency_p50_ms,omitempty"`
+	LatencyP99MS   float64 `json:"latency_p99_ms,omitempty"`
+	LatencyMaxMS   float64 `json:"latency_max_ms,omitempty"`
+	Batches        int     `json:"batches"`
+	Samples        int     `json:"samples,omitempty"`
+	ThroughputPerS float64 `json:"throughput_samples_per_s,omitempty"`
+	ProfileBatches int     `json:"profile_batches,omitempty"`
+}
+
+// ReadTrace parses an arrival trace: one arrival per line, seconds since the start
+// (e.g. 0.0125); blank lines and # comments are skipped; offsets must not decrease.
+func ReadTrace(r io.Reader) ([]time.Duration, error) {
+	var out []time.Duration
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f < 0 || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("trace line %d: %q is not a non-negative number of seconds", n, s)
+		}
+		d := time.Duration(f * float64(time.Second))
+		if len(out) > 0 && d < out[len(out)-1] {
+			return nil, fmt.Errorf("trace line %d: arrival %s is before the previous one; sort the trace", n, s)
+		}
+		out = append(out, d)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read trace: %w", err)
+	}
+	return out, nil
+}
+
+func (o *Options) fill() error {
+	if o.Workload == nil || o.Spec == nil || o.Root == "" {
+		return errors.New("simworker: workload, board spec and root are required")
+	}
+	if o.Role != proto.RoleTrain && o.Role != proto.RoleInfer {
+		return fmt.Errorf("role must be train or infer, got %q", o.Role)
+	}
+	if string(o.Workload.Role) != o.Role {
+		return fmt.Errorf("workload %s is a %s workload, not %s", o.Workload.Name, o.Workload.Role, o.Role)
+	}
+	if o.Batch <= 0 {
+		if o.Role == proto.RoleTrain {
+			o.Batch = o.Workload.Batch
+		} else {
+			o.Batch = 1
+			for _, b := range o.Workload.Batches {
+				if b <= 8 && b > o.Batch {
+					o.Batch = b
+				}
+			}
+		}
+	}
+	if o.Role == proto.RoleInfer && o.RateHz <= 0 && len(o.Trace) == 0 {
+		return errors.New("an inference worker needs --rate or --trace")
+	}
+	if o.LatencyBudget <= 0 {
+		o.LatencyBudget = 100 * time.Millisecond
+	}
+	return nil
+}
+
+// Run runs the worker until its stop condition or ctx ends, and reports.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if err := o.fill(); err != nil {
+		return Report{}, err
+	}
+	if o.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+	}
+	runner, err := sim.NewRunner(o.Root, o.Spec)
+	if err != nil {
+		return Report{}, fmt.Errorf("open the simulated board under %s: %w (start it with fulcrumctl sim board)", o.Root, err)
+	}
+	w := &worker{o: o, runner: runner, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)),
+		rep: Report{Role: o.Role, Workload: o.Workload.Name, Managed: o.Socket != "", Batch: o.Batch}}
+	if o.Socket != "" {
+		reg := client.Registration{Role: o.Role, Workload: o.Workload.Name, Batch: o.Batch}
+		if o.Role == proto.RoleInfer {
+			reg.BatchSizes = o.Workload.BatchSizes()
+			if !containsInt(reg.BatchSizes, o.Batch) {
+				reg.BatchSizes = append(reg.BatchSizes, o.Batch)
+			}
+		}
+		c, err := client.Dial(ctx, o.Socket, reg)
+		if err != nil {
+			return Report{}, err
+		}
+		defer c.Close()
+		w.c = c
+	}
+	start := time.Now()
+	if o.Role == proto.RoleTrain {
+		err = w.train(ctx)
+	} else {
+		err = w.infer(ctx)
+	}
+	w.rep.ElapsedS = time.Since(start).Seconds()
+	if w.rep.ElapsedS > 0 {
+		w.rep.ThroughputPerS = float64(w.rep.Samples) / w.rep.ElapsedS
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		err = nil // ctx ending is the normal way to stop an open-ended worker
+	}
+	return w.rep, err
+}
+
+func containsInt(v []int, x int) bool {
+	for _, y := range v {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+type worker struct {
+	o      Options
+	runner *sim.Runner
+	rng    *rand.Rand
+	c      *client.Client
+	rep    Report
+}
+
+func (w *worker) run(ctx context.Context, batch int) (time.Duration, error) {
+	return w.runner.Run(ctx, w.o.Workload, batch, w.rng)
+}
+
+func (w *worker) train(ctx context.Context) error {
+	for w.o.Steps == 0 || w.rep.Batches < w.o.Steps {
+		if w.c == nil {
+			if _, err := w.run(ctx, w.o.Batch); err != nil {
+				return err
+			}
+			w.rep.Batches++
+			w.rep.Samples += w.o.Batch
+			continue
+		}
+		g, err := w.c.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		d, err := w.run(ctx, g.Batch)
+		if err != nil {
+			return err
+		}
+		samples := g.Batch
+		if g.Kind == proto.KindProfile {
+			w.rep.ProfileBatches++
+			samples = 0
+		} else {
+			w.rep.Batches++
+			w.rep.Samples += g.Batch
+		}
+		if err := w.c.Release(g.Grant, d, samples, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pending are inference requests generated and not yet served.
+type pending struct {
+	mu       sync.Mutex
+	arrived  map[string]time.Time
+	order    []string // unmanaged: FIFO
+	notify   chan struct{}
+	done     bool // no more arrivals will come
+	lat      []float64
+	misses   int
+	requests int
+}
+
+func (w *worker) arrivals(ctx context.Context, p *pending) {
+	defer func() {
+		p.mu.Lock()
+		p.done = true
+		p.mu.Unlock()
+		select {
+		case p.notify <- struct{}{}:
+		default:
+		}
+	}()
+	// Its own generator: the serving loop draws run-to-run noise from w.rng concurrently.
+	rng := rand.New(rand.NewPCG(w.o.Seed, 0xa771))
+	start := time.Now()
+	next := time.Duration(0)
+	for i := 0; w.o.Requests == 0 || i < w.o.Requests; i++ {
+		if len(w.o.Trace) > 0 {
+			if i >= len(w.o.Trace) {
+				return
+			}
+			next = w.o.Trace[i]
+		} else {
+			next += time.Duration(rng.ExpFloat64() / w.o.RateHz * float64(time.Second))
+		}
+		if d := time.Until(start.Add(next)); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		id := "q" + strconv.Itoa(i)
+		now := time.Now()
+		p.mu.Lock()
+		p.arrived[id] = now
+		p.order = append(p.order, id)
+		p.requests++
+		p.mu.Unlock()
+		if w.c != nil {
+			if err := w.c.Arrivals([]proto.Request{{ID: id}}); err != nil {
+				return
+			}
+		}
+		select {
+		case p.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *pending) served(ids []string, now time.Time, budget time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		at, ok := p.arrived[id]
+		if !ok {
+			continue
+		}
+		delete(p.arrived, id)
+		l := now.Sub(at)
+		p.lat = append(p.lat, float64(l)/float64(time.Millisecond))
+		if l > budget {
+			p.misses++
+		}
+	}
+}
+
+func (w *worker) infer(ctx context.Context) error {
+	p := &pending{arrived: map[string]time.Time{}, notify: make(chan struct{}, 1)}
+	actx, stopArrivals := context.WithCancel(ctx)
+	defer stopArrivals()
+	go w.arrivals(actx, p)
+	defer w.summarise(p)
+	finished := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.done && len(p.arrived) == 0
+	}
+	if w.c == nil {
+		return w.inferUnmanaged(ctx, p, finished)
+	}
+	// Managed: the reader of grants must stop once everything is served, even while an
+	// acquire is pending, so Acquire runs under a context cancelled at that point.
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-gctx.Done():
+				return
+			case <-p.notify:
+				if finished() {
+					cancel()
+					return
+				}
+			case <-time.After(20 * time.Millisecond):
+				if finished() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	for !finished() {
+		g, err := w.c.Acquire(gctx)
+		if err != nil {
+			if gctx.Err() != nil && ctx.Err() == nil {
+				return nil // all served
+			}
+			return err
+		}
+		d, err := w.run(ctx, g.Batch)
+		if err != nil {
+			return err
+		}
+		if g.Kind == proto.KindProfile {
+			w.rep.ProfileBatches++
+		} else {
+			p.served(g.RequestIDs, time.Now(), w.o.LatencyBudget)
+			w.rep.Batches++
+			w.rep.Samples += len(g.RequestIDs)
+		}
+		if err := w.c.Release(g.Grant, d, 0, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inferUnmanaged serves whatever is queued (up to the batch size) as soon as the
+// previous batch ends: what an inference server does with no scheduler.
+func (w *worker) inferUnmanaged(ctx context.Context, p *pending, finished func() bool) error {
+	for !finished() {
+		p.mu.Lock()
+		n := min(len(p.order), w.o.Batch)
+		ids := append([]string(nil), p.order[:n]...)
+		p.order = p.order[n:]
+		p.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-p.notify:
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		if _, err := w.run(ctx, n); err != nil {
+			return err
+		}
+		p.served(ids, time.Now(), w.o.LatencyBudget)
+		w.rep.Batches++
+		w.rep.Samples += n
+	}
+	return nil
+}
+
+func (w *worker) summarise(p *pending) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	lat := append([]float64(nil), p.lat...)
+	sort.Float64s(lat)
+	w.rep.Requests = p.requests
+	w.rep.Served = len(lat)
+	w.rep.Unserved = len(p.arrived)
+	w.rep.DeadlineMisses = p.misses
+	if len(lat) > 0 {
+		w.rep.LatencyP50MS = nearestRank(lat, 0.5)
+		w.rep.LatencyP99MS = nearestRank(lat, 0.99)
+		w.rep.LatencyMaxMS = lat[len(lat)-1]
+	}
+}
+
+func nearestRank(v []float64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(v)))) - 1
+	return v[max(i, 0)]
+}
