@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,7 +44,7 @@ func setGPU(t *testing.T, b *sim.Board, hz int64) {
 func TestRunMinibatchFollowsGPUClock(t *testing.T) {
 	b, sp := simBoard(t)
 	w := workloads(t)["resnet50-infer"]
-	const batch = 8
+	const batch = 32 // ~80 ms at the top GPU clock, ~280 ms at the bottom
 	low, high := sp.GPU.FreqsHz[0], sp.GPU.FreqsHz[len(sp.GPU.FreqsHz)-1]
 	run := func() time.Duration {
 		d, err := sim.RunMinibatch(context.Background(), b.Root(), sp, w, batch, newRand(7))
@@ -115,7 +116,8 @@ func TestConcurrentMinibatchesShareTheGPU(t *testing.T) {
 
 func TestRunMinibatchRegistersActivity(t *testing.T) {
 	b, sp := simBoard(t)
-	w := workloads(t)["yolov8n-train"] // ~0.3 s at MAXN
+	w := workloads(t)["yolov8n-train"]
+	setGPU(t, b, sp.GPU.FreqsHz[0]) // ~1.4 s: long enough to be seen by a slow poll
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -133,8 +135,11 @@ func TestRunMinibatchRegistersActivity(t *testing.T) {
 			if a.Workload != w.Name || a.Role != "train" || a.Batch != w.Batch || a.PID != os.Getpid() {
 				t.Errorf("activity %+v", a)
 			}
-			if res.TotalMW < 30000 {
-				t.Errorf("board power while training at MAXN: %.0f mW", res.TotalMW)
+			if want := w.PowerMW(sp, res.Mode, w.Batch); math.Abs(res.TotalMW-want) > 1e-6*want {
+				t.Errorf("board power while training at %s: %.0f mW, model %.0f", res.Mode, res.TotalMW, want)
+			}
+			if res.Mode.GPUHz != sp.GPU.FreqsHz[0] {
+				t.Errorf("mode %s, want the GPU at its lowest clock", res.Mode)
 			}
 			break
 		}
