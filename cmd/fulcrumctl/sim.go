@@ -29,7 +29,7 @@ func newSimCmd() *cobra.Command {
 and generates ground-truth tables from the workload models in configs/workloads.
 docs/simulator.md describes the models.`,
 	}
-	cmd.AddCommand(newSimBoardCmd(), newSimTruthCmd())
+	cmd.AddCommand(newSimBoardCmd(), newSimTruthCmd(), newSimWorkerCmd())
 	return cmd
 }
 
