@@ -284,7 +284,7 @@ func (b *Backend) writeChecked(p, data string) error {
 
 // rollback restores prev after a failed Apply and builds the error to return.
 func (b *Backend) rollback(applyErr error, prev *boardState) error {
-	if rerr := b.writeState(prev); rerr != nil {
+	if rerr := b.writeState(prev, false); rerr != nil {
 		return fmt.Errorf("%w; rolling back also failed: %v; the board's state is unknown: run `fulcrumctl board restore` or reboot", applyErr, rerr)
 	}
 	m, err := b.current()

@@ -84,14 +84,16 @@ func readTrim(t *testing.T, root, p string) string {
 // testModes is a walk through a board's space that goes down, up, splits a cluster,
 // takes whole clusters offline and comes back: every ordering case Apply has.
 func testModes(b tegratest.Board) []powermode.Mode {
-	c, g, e := b.CPUFreqsKHz, b.GPUFreqsHz, b.EMCRatesHz
-	first := len(b.Clusters[0])
+	return walkModes(b.Cores(), len(b.Clusters[0]), b.CPUFreqsKHz, b.GPUFreqsHz, b.EMCRatesHz)
+}
+
+func walkModes(cores, first int, c, g, e []int64) []powermode.Mode {
 	return []powermode.Mode{
 		{Cores: 1, CPUKHz: c[0], GPUHz: g[0], EMCHz: e[0]},
-		{Cores: b.Cores(), CPUKHz: c[len(c)-1], GPUHz: g[len(g)-1], EMCHz: e[len(e)-1]},
+		{Cores: cores, CPUKHz: c[len(c)-1], GPUHz: g[len(g)-1], EMCHz: e[len(e)-1]},
 		{Cores: first + 1, CPUKHz: c[len(c)/2], GPUHz: g[len(g)/2], EMCHz: e[len(e)/2]},
 		{Cores: first, CPUKHz: c[len(c)/3], GPUHz: g[1], EMCHz: e[1]},
-		{Cores: b.Cores(), CPUKHz: c[len(c)-2], GPUHz: g[len(g)-1], EMCHz: e[len(e)-1]},
+		{Cores: cores, CPUKHz: c[len(c)-2], GPUHz: g[len(g)-1], EMCHz: e[len(e)-1]},
 	}
 }
 
@@ -317,6 +319,9 @@ func TestApplyRollsBackRefusedWrite(t *testing.T) {
 	errnos := []syscall.Errno{syscall.EINVAL, syscall.EPERM}
 	for _, name := range boardNames() {
 		for _, start := range []string{"all-online", "mode15w"} {
+			if start == "mode15w" && name != "agx-orin-64gb-jp6" && name != "agx-xavier" {
+				continue // keeps the test quick; these two have 3 and 4 clusters
+			}
 			b := tegratest.Boards()[name]
 			if start == "mode15w" {
 				mode15W(&b)
@@ -478,14 +483,19 @@ func TestSnapshotRestoreIsByteIdentical(t *testing.T) {
 					}
 				}
 				sameTree(t, before, root, "after Apply then Restore")
-				// Restoring again changes nothing and writes nothing.
+				// Restoring again changes nothing; the only writes are the brief onlining
+				// of clusters that were offline in the snapshot (to reopen their hidden
+				// limits) and taking them offline again.
 				n1 := len(kfs.Writes())
 				if err := be.Restore(context.Background(), loaded); err != nil {
 					t.Fatal(err)
 				}
-				if n := len(kfs.Writes()) - n1; n != 0 {
-					t.Errorf("second Restore wrote %d files", n)
+				for _, w := range kfs.Writes()[n1:] {
+					if !strings.HasSuffix(w.Path, "/online") {
+						t.Errorf("second Restore wrote %s", w.Path)
+					}
 				}
+				sameTree(t, before, root, "after a second Restore")
 			})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -124,7 +125,12 @@ func (b *Backend) readPolicy(p policy, active bool) (policyState, error) {
 // offline (highest first), then the GPU, then the EMC (unlocked last, so the rate is
 // never left floating in between). Each min/max pair keeps min <= max throughout. It
 // goes on after a failure, to put back as much as it can, and returns every failure.
-func (b *Backend) writeState(s *boardState) error {
+//
+// With reopenHidden (Restore, not rollback), a cluster that was offline when s was
+// taken is brought online for a moment and reopened to its hardware range: the kernel
+// keeps an inactive policy's limits, so limits pinned since would otherwise linger
+// hidden and come back the next time anything onlines the cluster.
+func (b *Backend) writeState(s *boardState, reopenHidden bool) error {
 	var errs []error
 	for _, c := range s.CPUs {
 		if isOn(c.Online.Content) {
@@ -134,6 +140,22 @@ func (b *Backend) writeState(s *boardState) error {
 	online, err := b.onlineSet()
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if reopenHidden && err == nil {
+		for i, ps := range s.Policies {
+			if ps.Unreadable == "" || i >= len(b.policies) || b.policies[i].active(online) {
+				continue
+			}
+			for _, c := range b.cpus {
+				if c.Online != "" && slices.Contains(b.policies[i].CPUs, c.ID) {
+					errs = append(errs, b.writeChecked(c.Online, "1\n"))
+					break
+				}
+			}
+		}
+		if online, err = b.onlineSet(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for i, ps := range s.Policies {
 		if i >= len(b.policies) || !b.policies[i].active(online) {
@@ -245,7 +267,7 @@ func (b *Backend) Restore(ctx context.Context, snap *powermode.Snapshot) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.writeState(&s); err != nil {
+	if err := b.writeState(&s, true); err != nil {
 		return fmt.Errorf("tegra: restore snapshot taken %s: %w", snap.TakenAt.Format("2006-01-02T15:04:05Z07:00"), err)
 	}
 	return nil
