@@ -76,6 +76,7 @@ func newProfileLsCmd() *cobra.Command {
 	}
 	filter := filterFlags(cmd)
 	asJSON := cmd.Flags().Bool("json", false, "print a JSON array of profile records")
+	campaigns := cmd.Flags().Bool("campaigns", false, "list campaign records instead (state, counts, whether a board snapshot awaits restoring)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		f, err := filter()
 		if err != nil {
@@ -86,6 +87,9 @@ func newProfileLsCmd() *cobra.Command {
 			return err
 		}
 		defer s.Close()
+		if *campaigns {
+			return listCampaigns(cmd.OutOrStdout(), s, *asJSON)
+		}
 		ps, err := s.List(f)
 		if err != nil {
 			return err
@@ -112,6 +116,38 @@ func newProfileLsCmd() *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// listCampaigns prints the campaign records, sorted by id.
+func listCampaigns(out io.Writer, s *store.Store, asJSON bool) error {
+	raw, err := s.Campaigns()
+	if err != nil {
+		return err
+	}
+	recs := make([]profiler.CampaignRecord, 0, len(raw))
+	for id, r := range raw {
+		var rec profiler.CampaignRecord
+		if err := json.Unmarshal(r, &rec); err != nil {
+			return fmt.Errorf("campaign record %s: %w (run fulcrumctl profile check)", id, err)
+		}
+		recs = append(recs, rec)
+	}
+	slices.SortFunc(recs, func(a, b profiler.CampaignRecord) int { return strings.Compare(a.ID, b.ID) })
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(recs)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CAMPAIGN\tSTATE\tMEASURED\tSKIPPED\tTOTAL\tUPDATED\tBOARD_SNAPSHOT\tERROR")
+	for _, r := range recs {
+		snap := "-"
+		if r.Snapshot != nil {
+			snap = "pending restore (taken " + r.Snapshot.TakenAt.UTC().Format(time.RFC3339) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.State, r.Measured, r.Skipped, r.Total, r.UpdatedAt.UTC().Format(time.RFC3339), snap, r.Error)
+	}
+	return tw.Flush()
 }
 
 func newProfileExportCmd() *cobra.Command {

@@ -279,6 +279,11 @@ func TestProfileRunSurvivesSIGKILL(t *testing.T) {
 	for sc.Scan() {
 		log = append(log, sc.Text())
 		if m := doneRe.FindStringSubmatch(sc.Text()); m != nil && m[1] == "2" {
+			// Kill it while its third profile is measuring: once one of its minibatches
+			// is registered in the simulator, the mode is applied, so the kill lands in
+			// the profile in flight and not half-way through a control-file write (a
+			// fake tree's file, unlike sysfs, can be left truncated by that).
+			waitForActivity(t, root, first.Process.Pid)
 			if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -314,6 +319,9 @@ func TestProfileRunSurvivesSIGKILL(t *testing.T) {
 		t.Errorf("the killed run's record: state %q, snapshot %v; want running with the snapshot kept", rec.State, rec.Snapshot != nil)
 	}
 	s.Close()
+	if out, _, err := runProfile(t, "ls", "--db", db, "--campaigns"); err != nil || !strings.Contains(out, "agx-orin-64gb/lstm-train/train  running") || !strings.Contains(out, "pending restore") {
+		t.Errorf("ls --campaigns after SIGKILL: %v\n%s", err, out)
+	}
 	if boardState(t, root, spec) == original {
 		t.Error("the board is in its original state after SIGKILL; the test did not exercise crash recovery")
 	}
@@ -326,6 +334,9 @@ func TestProfileRunSurvivesSIGKILL(t *testing.T) {
 	}
 	if want := fmt.Sprintf("campaign done: %d entries, %d profiled, %d already stored", len(modes), len(modes)-len(before), len(before)); !strings.Contains(string(out), want) {
 		t.Errorf("rerun output lacks %q:\n%s", want, out)
+	}
+	if out, _, err := runProfile(t, "ls", "--db", db, "--campaigns", "--json"); err != nil || !strings.Contains(out, `"state": "finished"`) || strings.Contains(out, `"snapshot"`) {
+		t.Errorf("ls --campaigns --json after the rerun: %v\n%s", err, out)
 	}
 	s, err = store.Open(db, store.Options{})
 	if err != nil {
@@ -362,4 +373,25 @@ func TestProfileRunSurvivesSIGKILL(t *testing.T) {
 	if got := boardState(t, root, spec); got != original {
 		t.Errorf("board after the rerun is not the state before the first run:\n got %s\nwant %s", got, original)
 	}
+}
+
+// waitForActivity waits until process pid has a minibatch registered in the simulator's
+// activity directory.
+func waitForActivity(t *testing.T, root string, pid int) {
+	t.Helper()
+	dir := filepath.Join(root, sim.ActivityDir)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil || !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			var a sim.Activity
+			if json.Unmarshal(raw, &a) == nil && a.PID == pid {
+				return
+			}
+		}
+	}
+	t.Fatalf("process %d never ran a minibatch on the simulated board", pid)
 }
