@@ -137,13 +137,13 @@ func printBoardInfo(w io.Writer, in *boardInfoJSON) error {
 	}
 	if in.Power != nil {
 		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "RAIL\tmW\tmV\tmA\t")
+		width := len("RAIL")
 		for _, r := range in.Power.Rails {
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t\n", r.Name, r.PowerMW, r.VoltageMV, r.CurrentMA)
+			width = max(width, len(r.Name))
 		}
-		if err := tw.Flush(); err != nil {
-			return err
+		fmt.Fprintf(w, "%-*s  %8s  %7s  %7s\n", width, "RAIL", "mW", "mV", "mA")
+		for _, r := range in.Power.Rails {
+			fmt.Fprintf(w, "%-*s  %8.0f  %7.0f  %7.0f\n", width, r.Name, r.PowerMW, r.VoltageMV, r.CurrentMA)
 		}
 	}
 	if len(in.Thermal) > 0 {
