@@ -38,7 +38,7 @@ type ALSOptions struct {
 	MarginSigmas float64 `json:"margin_sigmas"`
 	// SafetySigmas (z) derates a profiled mode's posterior times and powers to
 	// exp(μ + z·σ) (σ ≥ NoiseFloor): the answer must meet the budgets there, so that it
-	// stays within budget when its measurement was lucky [2].
+	// stays within budget when its measurement was lucky [1.5].
 	SafetySigmas float64 `json:"safety_sigmas"`
 	// NoiseFloor is the least relative uncertainty assumed at a profiled mode [0.01].
 	NoiseFloor float64 `json:"noise_floor"`
@@ -71,7 +71,7 @@ func (o ALSOptions) withDefaults() ALSOptions {
 	deff(&o.Epsilon, 0.01)
 	deff(&o.StopSigma, 0.03)
 	deff(&o.MarginSigmas, 1.5)
-	deff(&o.SafetySigmas, 2)
+	deff(&o.SafetySigmas, 1.5)
 	deff(&o.NoiseFloor, 0.01)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -152,8 +152,12 @@ type ALSModel struct {
 	mu, sd []float64 // per mode, nOut values: log τ_T, log π_T, log τ_I(b)…, log π_I(b)…
 	noise  []float64 // per output: fitted relative measurement noise (for reports)
 	in     inputs
-	xData  [][]float64 // GP inputs of profiles, in order
-	yData  [][]float64 // log outputs of profiles, in order
+	// Derated values of every mode (as unprofiled, and as profiled where it is in the
+	// campaign data), precomputed because they do not depend on budgets.
+	derUnmeas, derMeas []float64
+	inData             []bool
+	xData              [][]float64 // GP inputs of profiles, in order
+	yData              [][]float64 // log outputs of profiles, in order
 }
 
 // nOut is the number of predicted quantities per mode.
@@ -581,6 +585,16 @@ func (m *ALSModel) finish(gps []*GP) {
 			inFront[i] = true
 		}
 	}
+	m.inData = make([]bool, len(m.modes))
+	for _, mp := range m.profiles {
+		m.inData[m.pos[mp.Mode]] = true
+	}
+	m.derUnmeas, m.derMeas = make([]float64, len(m.mu)), make([]float64, len(m.mu))
+	for i := range m.modes {
+		mu, sd := m.mu[i*no:(i+1)*no], m.sd[i*no:(i+1)*no]
+		m.derate(m.derUnmeas[i*no:(i+1)*no], mu, sd, false)
+		m.derate(m.derMeas[i*no:(i+1)*no], mu, sd, true)
+	}
 	m.front = nil
 	for i, in := range inFront {
 		if in {
@@ -709,7 +723,7 @@ func (m *ALSModel) Answer(ctx context.Context, b Budgets, prof Profiler) (Result
 	}
 	var res Result
 	for {
-		best, ok := m.bestConfig(model, measured, post, false)
+		best, ok := m.bestConfig(model, measured, post, nil)
 		if !ok {
 			return Result{}, errors.New("als: no configuration to evaluate: the model has no modes")
 		}
@@ -732,7 +746,8 @@ func (m *ALSModel) Answer(ctx context.Context, b Budgets, prof Profiler) (Result
 			return Result{}, err
 		}
 	}
-	best, ok := m.bestConfig(model, measured, post, true)
+	onlyMeasured := func(i int) bool { return measured[i] }
+	best, ok := m.bestConfig(model, measured, post, onlyMeasured)
 	if !ok {
 		return Result{}, errors.New("als: no profiled mode to answer from")
 	}
@@ -794,9 +809,9 @@ func (m *ALSModel) at(i int, post map[int]posterior) (mu, sd []float64) {
 
 // bestConfig ranks every (mode, batch) by model v1 on derated predictions: each time
 // and power is taken at exp(μ + s·σ), with s = SafetySigmas and σ at least NoiseFloor
-// for profiled modes, s = MarginSigmas for the others. measuredOnly restricts it to
-// profiled modes.
-func (m *ALSModel) bestConfig(model *Model, measured map[int]bool, post map[int]posterior, measuredOnly bool) (candidate, bool) {
+// for profiled modes, s = MarginSigmas for the others. A non-nil filter restricts the
+// modes considered.
+func (m *ALSModel) bestConfig(model *Model, measured map[int]bool, post map[int]posterior, filter func(int) bool) (candidate, bool) {
 	no, nb := m.nOut(), len(m.batches)
 	bud := model.Budgets()
 	var best candidate
@@ -805,19 +820,22 @@ func (m *ALSModel) bestConfig(model *Model, measured map[int]bool, post map[int]
 	for j, b := range m.batches {
 		fill[j] = FillQuantileMS(b, bud.RateRPS, bud.Quantile)
 	}
-	vals := make([]float64, no)
+	buf := make([]float64, no)
 	for i := range m.modes {
-		isMeas := measured[i]
-		if measuredOnly && !isMeas {
+		if filter != nil && !filter(i) {
 			continue
 		}
-		mu, sd := m.at(i, post)
-		for o := range no {
-			if isMeas {
-				vals[o] = math.Exp(mu[o] + m.opts.SafetySigmas*max(sd[o], m.opts.NoiseFloor))
-			} else {
-				vals[o] = math.Exp(mu[o] + m.opts.MarginSigmas*sd[o])
-			}
+		isMeas := measured[i]
+		vals := buf
+		_, changed := post[i]
+		switch {
+		case !changed && isMeas && m.campaignMeasured(i):
+			vals = m.derMeas[i*no : (i+1)*no]
+		case !changed && !isMeas:
+			vals = m.derUnmeas[i*no : (i+1)*no]
+		default:
+			mu, sd := m.at(i, post)
+			m.derate(vals, mu, sd, isMeas)
 		}
 		for j, b := range m.batches {
 			e := fastEval(bud, m.trainBatch, b, fill[j], vals[0], vals[1], vals[2+j], vals[2+nb+j])
@@ -831,6 +849,20 @@ func (m *ALSModel) bestConfig(model *Model, measured map[int]bool, post map[int]
 	}
 	return best, found
 }
+
+// derate writes exp(μ + s·σ) per output: s = SafetySigmas (σ ≥ NoiseFloor) for a
+// profiled mode, MarginSigmas for an unprofiled one.
+func (m *ALSModel) derate(dst, mu, sd []float64, measured bool) {
+	for o := range dst {
+		if measured {
+			dst[o] = math.Exp(mu[o] + m.opts.SafetySigmas*max(sd[o], m.opts.NoiseFloor))
+		} else {
+			dst[o] = math.Exp(mu[o] + m.opts.MarginSigmas*sd[o])
+		}
+	}
+}
+
+func (m *ALSModel) campaignMeasured(i int) bool { return m.inData[i] }
 
 // meanEval is model v1 at the posterior mean (no margin): the expected outcome.
 func (m *ALSModel) meanEval(model *Model, i, batch int, post map[int]posterior) Eval {
