@@ -528,3 +528,72 @@ func TestRestoreRefusesForeignSnapshot(t *testing.T) {
 	}
 	sameTree(t, before, root, "after refused restore")
 }
+
+// pinHidden sets a policy's limits in the tree directly, as if a cluster had been
+// pinned and then taken offline: the kernel keeps those limits, unreadable.
+func pinHidden(t *testing.T, root string, policy int, khz string) {
+	t.Helper()
+	for _, f := range []string{"scaling_min_freq", "scaling_max_freq"} {
+		p := fmt.Sprintf("/sys/devices/system/cpu/cpufreq/policy%d/%s", policy, f)
+		if err := os.WriteFile(hostPath(root, p), []byte(khz+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRollbackLeavesHiddenClusterLimitsAlone(t *testing.T) {
+	// MODE_15W with clusters 1 and 2 offline, their policies holding pinned limits
+	// nobody can read. An Apply to 12 cores that fails right after onlining cpu4 must
+	// not touch policy4's or policy8's hidden limits.
+	b := tegratest.AGXOrin64GBJP6()
+	mode15W(&b)
+	root := writeTree(t, b)
+	pinHidden(t, root, 4, "1113600")
+	pinHidden(t, root, 8, "729600")
+	kfs := newKernelFS(root)
+	be := openTree(t, root, b, kfs)
+	before := digest(t, root)
+	for k := 1; k <= 12; k++ { // every hotplug write, and the first frequency writes
+		n0 := len(kfs.Writes())
+		kfs.refuseAt, kfs.refuseBy = n0+k, syscall.EINVAL
+		err := be.Apply(context.Background(), powermode.Mode{Cores: 12, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000})
+		kfs.refuseAt = 0
+		if err == nil || !strings.Contains(err.Error(), "invalid argument") {
+			t.Fatalf("refusing write %d: err = %v", k, err)
+		}
+		sameTree(t, before, root, fmt.Sprintf("refusing write %d", k))
+	}
+}
+
+func TestRestoreReopensClustersOfflineInSnapshot(t *testing.T) {
+	// The snapshot cannot read an offline cluster's limits; Restore gives such a cluster
+	// its hardware range (documented) rather than leaving Fulcrum's pins hidden in it.
+	b := tegratest.AGXOrin64GBJP6()
+	mode15W(&b)
+	root := writeTree(t, b)
+	pinHidden(t, root, 8, "729600")
+	kfs := newKernelFS(root)
+	be := openTree(t, root, b, kfs)
+	snap, err := be.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Apply(context.Background(), powermode.Mode{Cores: 12, CPUKHz: 1497600, GPUHz: 816000000, EMCHz: 3199000000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Restore(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{
+		"/sys/devices/system/cpu/cpufreq/policy4/scaling_min_freq": "115200",
+		"/sys/devices/system/cpu/cpufreq/policy4/scaling_max_freq": "2201600",
+		"/sys/devices/system/cpu/cpufreq/policy8/scaling_min_freq": "115200",
+		"/sys/devices/system/cpu/cpufreq/policy8/scaling_max_freq": "2201600",
+		"/sys/devices/system/cpu/cpu4/online":                      "0",
+		"/sys/devices/system/cpu/cpu8/online":                      "0",
+	} {
+		if got := readTrim(t, root, p); got != want {
+			t.Errorf("%s = %s, want %s", p, got, want)
+		}
+	}
+}

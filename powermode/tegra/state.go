@@ -162,11 +162,15 @@ func (b *Backend) writeState(s *boardState, reopenHidden bool) error {
 			continue
 		}
 		if ps.Unreadable != "" {
-			// The cluster was offline when s was taken, so its limits were unreadable;
-			// it is online now only because of a change since. Reopen it to the
-			// hardware range (what boot and nvpmodel leave) before it goes offline
-			// again, so no pinned limit lingers hidden in the inactive policy.
-			errs = append(errs, b.reopenPolicy(b.policies[i]))
+			// The cluster was offline when s was taken, so its limits were unreadable.
+			// A rollback leaves it alone: Apply reads a cluster's limits as soon as it
+			// brings it online, before writing them, so one still unreadable in s was
+			// never written. A restore reopens it to the hardware range (what boot
+			// and nvpmodel leave) before it goes offline again, so no limit pinned
+			// since the snapshot lingers hidden in the inactive policy.
+			if reopenHidden {
+				errs = append(errs, b.reopenPolicy(b.policies[i]))
+			}
 			continue
 		}
 		errs = append(errs, b.restoreFile(ps.Governor), b.restorePair(ps.Min, ps.Max))
