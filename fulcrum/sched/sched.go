@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -635,24 +636,32 @@ func (s *Scheduler) expInfer(w *worker, n int) time.Duration {
 	if e := w.infer[n]; e != nil && e.n > 0 {
 		return durMS(e.guarded(s.cfg.DevK))
 	}
-	// Nearest measured size, scaled linearly up (a larger batch is slower) but never
-	// below the measured time down (fixed per-batch costs dominate small batches).
-	best, bestN := -1.0, 0
+	// Interpolate between the nearest measured sizes below and above; above the largest
+	// measured size scale proportionally (an upper bound: fixed per-batch costs do not
+	// grow); below the smallest take its time (also an upper bound).
+	loN, hiN := 0, 0
+	var lo, hi float64
 	for k, e := range w.infer {
 		if e.n == 0 {
 			continue
 		}
-		if bestN == 0 || absInt(k-n) < absInt(bestN-n) {
-			best, bestN = e.guarded(s.cfg.DevK), k
+		v := e.guarded(s.cfg.DevK)
+		if k < n && k > loN {
+			loN, lo = k, v
+		}
+		if k > n && (hiN == 0 || k < hiN) {
+			hiN, hi = k, v
 		}
 	}
-	if bestN == 0 {
-		return s.cfg.DefaultInfer
+	switch {
+	case loN > 0 && hiN > 0:
+		return durMS(max(lo, lo+(hi-lo)*float64(n-loN)/float64(hiN-loN)))
+	case loN > 0:
+		return durMS(lo * float64(n) / float64(loN))
+	case hiN > 0:
+		return durMS(hi)
 	}
-	if n > bestN {
-		return durMS(best * float64(n) / float64(bestN))
-	}
-	return durMS(best)
+	return s.cfg.DefaultInfer
 }
 
 func (s *Scheduler) expTrain(w *worker) time.Duration {
@@ -673,13 +682,6 @@ func (s *Scheduler) expProfile(w *worker, b int) time.Duration {
 }
 
 func durMS(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
-
-func absInt(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
 
 func (s *Scheduler) limit(expected time.Duration) time.Duration {
 	l := time.Duration(float64(expected) * s.cfg.OverrunFactor)
@@ -819,18 +821,20 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 		if w.spec.Role != proto.RoleInfer {
 			continue
 		}
+		// The batch served after the turn holds what is queued plus what is expected to
+		// arrive during the turn, up to the batch size.
+		rate := w.st.rate(now, w.since)
+		n := min(w.spec.Batch, len(w.queue)+int(math.Ceil(rate*exp.Seconds())))
 		if len(w.queue) > 0 {
-			// After the turn more requests may have joined: assume a full batch.
-			queued = append(queued, q{w: w, deadline: w.queue[0].deadline, service: s.expInfer(w, w.spec.Batch)})
+			queued = append(queued, q{w: w, deadline: w.queue[0].deadline, service: s.expInfer(w, n)})
 			continue
 		}
 		// Empty queue: a request arriving right after the turn starts must still be
 		// served in time after it; if it could not, run anyway only when an arrival
 		// during the turn is unlikely.
-		if s.cfg.LatencyBudget >= exp+s.expInfer(w, w.spec.Batch) {
+		if s.cfg.LatencyBudget >= exp+s.expInfer(w, max(n, 1)) {
 			continue
 		}
-		rate := w.st.rate(now, w.since)
 		if rate*exp.Seconds() < s.cfg.IdleAdmitArrivals {
 			continue
 		}

@@ -489,3 +489,46 @@ func TestMeasurements(t *testing.T) {
 		t.Fatalf("turns %d, want 14", snap.Turns)
 	}
 }
+
+func TestExpectedInferenceTimeInterpolates(t *testing.T) {
+	h := newHarness(t, cfg(100*msec, 10*msec, 10*msec))
+	inf := h.register(proto.RoleInfer, "yolo", 8)
+	serve := func(ids []string, d time.Duration) {
+		h.must(h.s.Acquire(inf, 0))
+		h.arrive(inf, ids...)
+		g := h.grants()
+		if len(g) == 0 {
+			h.clock.Advance(100 * msec) // let the partial batch fall due
+			g = h.grants()
+		}
+		if len(g) != 1 {
+			t.Fatalf("grants %+v", g)
+		}
+		h.release(inf, g[0], d)
+	}
+	serve([]string{"a"}, 5*msec)
+	serve([]string{"b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8"}, 12*msec)
+	h.s.mu.Lock()
+	w := h.s.workers[inf]
+	got := []time.Duration{h.s.expInfer(w, 1), h.s.expInfer(w, 4), h.s.expInfer(w, 8), h.s.expInfer(w, 16)}
+	h.s.mu.Unlock()
+	want := []time.Duration{5 * msec, 8 * msec, 12 * msec, 24 * msec}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("expected times for 1,4,8,16 = %v, want %v", got, want)
+	}
+}
+
+func TestDeviationGuardsAdmission(t *testing.T) {
+	c := cfg(100*msec, 10*msec, 10*msec)
+	c.DevK = 2
+	h := newHarness(t, c)
+	tr := h.register(proto.RoleTrain, "resnet18", 32)
+	for _, d := range []time.Duration{40, 60, 40, 60, 40, 60} {
+		h.must(h.s.Acquire(tr, 0))
+		h.release(tr, h.one(), d*msec)
+	}
+	snap := h.s.Snapshot()
+	if e := snap.Workers[0].ExpectedTrainMS; e <= 60 {
+		t.Fatalf("expected training time %.1f ms: with spread 40–60 ms and dev_k 2 it must exceed the mean by the spread", e)
+	}
+}
