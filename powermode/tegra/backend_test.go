@@ -597,3 +597,26 @@ func TestRestoreReopensClustersOfflineInSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkApply alternates an AGX Orin tree between two modes that differ in every
+// knob (hotplug of a cluster, CPU, GPU, EMC): the cost of the writes and read-backs.
+func BenchmarkApply(b *testing.B) {
+	tb := tegratest.AGXOrin64GBJP6()
+	dir := b.TempDir()
+	if err := tegratest.Write(dir, tb); err != nil {
+		b.Fatal(err)
+	}
+	be, err := OpenWith(context.Background(), dir, tb.Spec(), powermode.BoardInfo{}, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	modes := []powermode.Mode{
+		{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000},
+		{Cores: 12, CPUKHz: 1113600, GPUHz: 816000000, EMCHz: 2133000000},
+	}
+	for i := 0; b.Loop(); i++ {
+		if err := be.Apply(context.Background(), modes[i%2]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -63,6 +63,7 @@ func TestEveryCatalogBoardViaFaketree(t *testing.T) {
 					if want := (powermode.Mode{Cores: st.OnlineCores, CPUKHz: st.CPUMaxKHz, GPUHz: st.GPUMaxHz, EMCHz: slices.Max(spec.EMC.RatesHz)}); cur != want {
 						t.Errorf("Current = %v, want %v", cur, want)
 					}
+					checkCatalogPower(t, be, spec)
 					original := digest(t, root)
 					snap, err := be.Snapshot(context.Background())
 					if err != nil {
@@ -109,5 +110,44 @@ func TestEveryCatalogBoardViaFaketree(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// checkCatalogPower checks that the rails found are the catalog's connected channels
+// and that the total follows the catalog's rule.
+func checkCatalogPower(t *testing.T, be *Backend, spec *powermode.BoardSpec) {
+	t.Helper()
+	r, err := be.Power(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, s := range spec.Power.Sensors {
+		for _, c := range s.Channels {
+			if c.Label != "NC" {
+				want = append(want, c.Label)
+			}
+		}
+	}
+	var got []string
+	var sum, named float64
+	for _, rp := range r.Rails {
+		got = append(got, rp.Name)
+		sum += rp.PowerMW
+		if rp.Name == spec.Power.Total {
+			named = rp.PowerMW
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("rails %v, want the catalog's %v", got, want)
+	}
+	wantTotal := sum
+	if spec.Power.Total != "sum" {
+		wantTotal = named
+	}
+	if r.TotalMW != wantTotal || r.TotalMW <= 0 {
+		t.Errorf("total %v mW, want %v (rule %q)", r.TotalMW, wantTotal, spec.Power.Total)
 	}
 }
