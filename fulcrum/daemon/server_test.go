@@ -319,3 +319,31 @@ func TestWorkerThatStopsReadingIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestProfileGrantOverSocket(t *testing.T) {
+	s := startServer(t, Config{})
+	w := dial(t, s, client.Registration{Role: proto.RoleInfer, Workload: "yolo", Batch: 4})
+	res := make(chan error, 1)
+	var got time.Duration
+	go func() {
+		var err error
+		got, err = s.Scheduler().Profile(ctx10(t), w.ID, 16)
+		res <- err
+	}()
+	g, err := w.Acquire(ctx10(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Kind != proto.KindProfile || g.Batch != 16 || len(g.RequestIDs) != 0 {
+		t.Fatalf("grant %+v: want a profile grant of 16", g)
+	}
+	if err := w.Release(g.Grant, 7*time.Millisecond, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+	if got != 7*time.Millisecond {
+		t.Fatalf("profiled %v, want the worker's 7ms", got)
+	}
+}
