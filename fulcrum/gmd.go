@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -105,6 +107,9 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 		budget = g.opts.MaxProfiles
 	}
 	w := &walk{ctx: ctx, sp: p.Space, model: model, prof: prof, budget: budget, penalty: g.opts.Penalty, score: map[powermode.Index]float64{}}
+	l := p.Space.Levels()
+	w.top.Cores, w.top.CPUKHz = float64(slices.Max(l.Cores)), float64(slices.Max(l.CPUKHz))
+	w.top.GPUHz, w.top.EMCHz = float64(slices.Max(l.GPUHz)), float64(slices.Max(l.EMCHz))
 	for _, mp := range prof.Known() {
 		if idx, ok := p.Space.Index(mp.Mode); ok {
 			w.known = append(w.known, mp)
@@ -116,15 +121,29 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 		return Result{}, fmt.Errorf("gmd: %w", err)
 	}
 	res := Result{Profiled: w.profiled, Stop: stop}
-	if plan, err := model.Choose(w.known); err == nil {
-		res.Found, res.Feasible = true, plan.Feasible
-		// Report the choice against the real budgets; it was chosen against derated ones.
-		if real, err := NewModel(p.Budgets, p.InferBatches); err == nil {
-			if e, ok := evalAt(real, plan.Best.Mode, w.known, plan.Best.Batch); ok {
-				res.Choice = e
+	real, err := NewModel(p.Budgets, p.InferBatches)
+	if err != nil {
+		return Result{}, fmt.Errorf("gmd: budgets: %w", err)
+	}
+	// Choose against the derated budgets; when nothing measured fits them, halve the
+	// margin, then drop it, before saying that nothing fits: a choice measured inside
+	// the real budgets beats pausing training.
+	for _, m := range []float64{g.opts.Margin, g.opts.Margin / 2, 0} {
+		cm := model
+		if m != g.opts.Margin {
+			if cm, err = NewModel(Derate(p.Budgets, m), p.InferBatches); err != nil {
+				return Result{}, fmt.Errorf("gmd: budgets: %w", err)
 			}
-		} else {
-			res.Choice = plan.Best
+		}
+		plan, err := cm.Choose(w.known)
+		if err != nil {
+			break
+		}
+		// Report the choice against the real budgets.
+		e, _ := evalAt(real, plan.Best.Mode, w.known, plan.Best.Batch)
+		res.Choice, res.Found, res.Feasible = e, true, e.Feasible
+		if plan.Feasible {
+			break
 		}
 	}
 	return res, nil
@@ -141,6 +160,47 @@ type walk struct {
 	known    []ModeProfile
 	profiled []powermode.Mode
 	score    map[powermode.Index]float64 // NaN: profiled before θ_ref was set
+	top      struct{ Cores, CPUKHz, GPUHz, EMCHz float64 }
+}
+
+// profileAt returns the profile of the mode at idx, measuring it when it is not known.
+func (w *walk) profileAt(idx powermode.Index) (ModeProfile, error) {
+	m := w.sp.Mode(idx)
+	for _, k := range w.known {
+		if k.Mode == m {
+			return k, nil
+		}
+	}
+	if len(w.profiled) >= w.budget {
+		return ModeProfile{}, errBudgetSpent
+	}
+	mp, err := w.prof.Profile(w.ctx, m)
+	if err != nil {
+		return ModeProfile{}, fmt.Errorf("profile %s: %w", m, err)
+	}
+	w.known = append(w.known, mp)
+	w.profiled = append(w.profiled, m)
+	return mp, nil
+}
+
+// isKnown reports whether the mode at idx has a profile.
+func (w *walk) isKnown(idx powermode.Index) bool {
+	m := w.sp.Mode(idx)
+	return slices.ContainsFunc(w.known, func(k ModeProfile) bool { return k.Mode == m })
+}
+
+// objective is the penalised score of a (measured or predicted) profile: the best over
+// inference batch sizes of relative throughput minus the weighted budget excess.
+func (w *walk) objective(mp ModeProfile) float64 {
+	if w.thetaRef == 0 {
+		w.thetaRef = float64(mp.Train.Batch) / (mp.Train.TimeMS / 1000)
+	}
+	s := math.Inf(-1)
+	for _, ip := range mp.Infer {
+		e := w.model.Evaluate(mp.Mode, mp.Train, ip)
+		s = math.Max(s, e.ThroughputSPS/w.thetaRef-w.penalty*e.Violation)
+	}
+	return s
 }
 
 // eval returns the penalised score of the mode at idx, profiling it when needed.
@@ -148,34 +208,11 @@ func (w *walk) eval(idx powermode.Index) (float64, error) {
 	if s, ok := w.score[idx]; ok && !math.IsNaN(s) {
 		return s, nil
 	}
-	m := w.sp.Mode(idx)
-	var mp ModeProfile
-	found := false
-	for _, k := range w.known {
-		if k.Mode == m {
-			mp, found = k, true
-			break
-		}
+	mp, err := w.profileAt(idx)
+	if err != nil {
+		return 0, err
 	}
-	if !found {
-		if len(w.profiled) >= w.budget {
-			return 0, errBudgetSpent
-		}
-		var err error
-		if mp, err = w.prof.Profile(w.ctx, m); err != nil {
-			return 0, fmt.Errorf("profile %s: %w", m, err)
-		}
-		w.known = append(w.known, mp)
-		w.profiled = append(w.profiled, m)
-	}
-	if w.thetaRef == 0 {
-		w.thetaRef = float64(mp.Train.Batch) / (mp.Train.TimeMS / 1000)
-	}
-	s := math.Inf(-1)
-	for _, ip := range mp.Infer {
-		e := w.model.Evaluate(m, mp.Train, ip)
-		s = math.Max(s, e.ThroughputSPS/w.thetaRef-w.penalty*e.Violation)
-	}
+	s := w.objective(mp)
 	w.score[idx] = s
 	return s, nil
 }
@@ -215,6 +252,20 @@ func (w *walk) neighbour(idx powermode.Index, k powermode.Knob, delta int) (powe
 // walk cut short by the budget has spent it where it counts.
 var knobOrder = [...]powermode.Knob{powermode.KnobGPU, powermode.KnobEMC, powermode.KnobCPU, powermode.KnobCores}
 
+// run walks from start (DESIGN §3, docs/benchmarks.md):
+//
+//  1. Profile the start and one neighbour along each knob, a step away (a quarter of
+//     the knob's levels; down first when the start is over the power budget, else up):
+//     finite differences that give a first gradient of every profiled quantity.
+//  2. Fit, around the current mode, a local log-linear model of every quantity (log
+//     time and log power of training and of each inference batch size against the log
+//     of each knob's value), weighted towards the current mode; every profile taken
+//     so far refines it. This is the gradient estimate.
+//  3. Predict the penalised objective at every mode of the trust region, the current
+//     mode ± up to two steps along each knob (all four knobs may move at once), and
+//     profile the one predicted best. Move there if it really improves; otherwise
+//     halve every step (the trust region shrinks). Stop when the steps are 1 and
+//     nothing is predicted to improve, or when the profile budget is spent.
 func (w *walk) run(start powermode.Index) (string, error) {
 	cur := start
 	curS, err := w.eval(cur)
@@ -231,83 +282,286 @@ func (w *walk) run(start powermode.Index) (string, error) {
 	}
 	dims := w.sp.Dims()
 	var step powermode.Index
-	var prefer [powermode.NumKnobs]int
 	for k := range powermode.NumKnobs {
-		step[k] = max(1, dims[k]/4)
+		step[k] = max(1, (dims[k]+2)/4) // a quarter of the levels, rounded
 	}
+	// 1. Finite differences along each knob.
+	curP, _ := w.profileAt(cur)
+	first := 1
+	if e, _ := w.model.BestAtMode(curP); !e.Feasible && e.Binding == ConstraintPower {
+		first = -1
+	}
+	bestIdx, bestS := cur, curS
+	for _, k := range knobOrder {
+		if dims[k] < 2 {
+			continue
+		}
+		n, ok := w.neighbour(cur, k, first*step[k])
+		if !ok {
+			if n, ok = w.neighbour(cur, k, -first*step[k]); !ok {
+				continue
+			}
+		}
+		s, err := w.eval(n)
+		if err != nil {
+			return w.finish(err)
+		}
+		if s > bestS {
+			bestIdx, bestS = n, s
+		}
+	}
+	cur, curS = bestIdx, bestS
+	// 2–3. Model-guided steps.
+	initial, restarts := step, 0
 	for {
 		if err := w.ctx.Err(); err != nil {
 			return "cancelled", err
 		}
-		// The current mode's state picks the direction to try first: down when over
-		// the power budget, up otherwise (more speed).
-		e, _ := w.bestEval(cur)
-		first := 1
-		if !e.Feasible && e.Binding == ConstraintPower {
-			first = -1
-		}
-		type move struct {
-			idx powermode.Index
-			s   float64
-		}
-		var moves []move
-		for _, k := range knobOrder {
-			if dims[k] < 2 {
+		next, ok := w.predictBest(cur, step, curS)
+		if !ok {
+			if !allOne(step, dims) {
+				halve(&step)
 				continue
 			}
-			// A knob that improved last time is tried in that direction first.
-			dirs := []int{first, -first}
-			if prefer[k] != 0 {
-				dirs = []int{prefer[k], -prefer[k]}
-			}
-			for _, d := range dirs {
-				n, ok := w.neighbour(cur, k, d*step[k])
-				if !ok {
-					continue
-				}
-				s, err := w.eval(n)
-				if err != nil {
-					return "budget", err
-				}
-				if s > curS {
-					moves = append(moves, move{n, s})
-					prefer[k] = d
-					break
-				}
-			}
-		}
-		if len(moves) == 0 {
-			if step == (powermode.Index{1, 1, 1, 1}) || allOne(step, dims) {
+			// Converged at the finest scale. While budget is left, widen the trust
+			// region again (twice at most): the model now knows more than when the
+			// steps first shrank, and may see a trade it missed.
+			if restarts >= 2 || len(w.profiled) >= w.budget {
 				return "converged", nil
 			}
-			for k := range powermode.NumKnobs {
-				step[k] = max(1, step[k]/2)
-			}
+			restarts++
+			step = initial
 			continue
 		}
-		best := slices.MaxFunc(moves, func(a, b move) int { return cmpF(a.s, b.s) })
-		if len(moves) > 1 {
-			// Move along every improving knob at once.
-			comb := cur
-			for _, mv := range moves {
-				for k := range powermode.NumKnobs {
-					if mv.idx[k] != cur[k] {
-						comb[k] = mv.idx[k]
-					}
-				}
+		s, err := w.eval(next)
+		if err != nil {
+			return w.finish(err)
+		}
+		if s > curS {
+			cur, curS = next, s
+			continue
+		}
+		if allOne(step, dims) {
+			// The model was wrong at the finest scale; it now knows one more point.
+			continue
+		}
+		halve(&step)
+	}
+}
+
+func halve(step *powermode.Index) {
+	for k := range powermode.NumKnobs {
+		step[k] = max(1, step[k]/2)
+	}
+}
+
+// finish turns a spent budget into the "budget" stop reason.
+func (w *walk) finish(err error) (string, error) {
+	if errors.Is(err, errBudgetSpent) {
+		return "budget", err
+	}
+	return "error", err
+}
+
+// Regression features of a mode. Times scale roughly as 1/clock, so log time is fitted
+// against the log of each knob; board power is a sum of per-component terms, so power
+// is fitted (linearly) against each knob's value relative to its top level.
+func (w *walk) timeFeatures(m powermode.Mode) [powermode.NumKnobs]float64 {
+	return [powermode.NumKnobs]float64{math.Log(float64(m.Cores)), math.Log(float64(m.CPUKHz)), math.Log(float64(m.GPUHz)), math.Log(float64(m.EMCHz))}
+}
+
+func (w *walk) powerFeatures(m powermode.Mode) [powermode.NumKnobs]float64 {
+	return [powermode.NumKnobs]float64{float64(m.Cores) / w.top.Cores, float64(m.CPUKHz) / w.top.CPUKHz, float64(m.GPUHz) / w.top.GPUHz, float64(m.EMCHz) / w.top.EMCHz}
+}
+
+// localFit is a weighted least-squares fit, around one mode, of every profiled
+// quantity: log times and powers, each affine in its features.
+type localFit struct {
+	w          *walk
+	tc, pc     [powermode.NumKnobs]float64 // feature centres (the current mode)
+	time, powr [][]float64                 // per quantity: intercept then one slope per knob
+	nb         int
+}
+
+const nFeat = powermode.NumKnobs + 1
+
+// wls solves the ridge-regularised weighted least squares of ys on xs (rows with a
+// leading 1), one coefficient vector per target.
+func wls(xs [][nFeat]float64, ys [][]float64, wts []float64) ([][]float64, bool) {
+	var ata [nFeat][nFeat]float64
+	nq := len(ys[0])
+	atb := make([][nFeat]float64, nq)
+	for r, x := range xs {
+		for i := range nFeat {
+			for j := range nFeat {
+				ata[i][j] += wts[r] * x[i] * x[j]
 			}
-			if !w.sp.ContainsIndex(comb) {
-				c, _ := w.sp.Index(w.sp.Snap(w.sp.Mode(comb)))
-				comb = c
-			}
-			if s, err := w.eval(comb); err == nil && s > best.s {
-				best = move{comb, s}
-			} else if err != nil && !errors.Is(err, errBudgetSpent) {
-				return "error", err
+			for q := range nq {
+				atb[q][i] += wts[r] * x[i] * ys[r][q]
 			}
 		}
-		cur, curS = best.idx, best.s
 	}
+	// A small ridge keeps a knob that has not moved yet (slope unidentified) at zero.
+	for i := 1; i < nFeat; i++ {
+		ata[i][i] += 1e-4
+	}
+	a := mat.NewSymDense(nFeat, nil)
+	for i := range nFeat {
+		for j := i; j < nFeat; j++ {
+			a.SetSym(i, j, ata[i][j])
+		}
+	}
+	var ch mat.Cholesky
+	if !ch.Factorize(a) {
+		return nil, false
+	}
+	out := make([][]float64, nq)
+	for q := range nq {
+		var beta mat.VecDense
+		if err := ch.SolveVecTo(&beta, mat.NewVecDense(nFeat, atb[q][:])); err != nil {
+			return nil, false
+		}
+		out[q] = slices.Clone(beta.RawVector().Data)
+	}
+	return out, true
+}
+
+// fit builds the local model around cur. Points are weighted by their distance from cur
+// in units of the current steps, so the gradient is local but uses every profile.
+func (w *walk) fit(cur powermode.Index, step powermode.Index, curP ModeProfile) (*localFit, bool) {
+	f := &localFit{w: w, tc: w.timeFeatures(curP.Mode), pc: w.powerFeatures(curP.Mode), nb: len(curP.Infer)}
+	var xt, xp [][nFeat]float64
+	var yt, yp [][]float64
+	var wts []float64
+	for _, mp := range w.known {
+		if len(mp.Infer) != f.nb {
+			continue
+		}
+		idx, ok := w.sp.Index(mp.Mode)
+		if !ok {
+			continue
+		}
+		d := 0.0
+		for k := range powermode.NumKnobs {
+			d += math.Abs(float64(idx[k]-cur[k])) / float64(step[k])
+		}
+		wts = append(wts, 1/(1+(d/gmdFitScale)*(d/gmdFitScale)))
+		t, p := w.timeFeatures(mp.Mode), w.powerFeatures(mp.Mode)
+		rt, rp := [nFeat]float64{1}, [nFeat]float64{1}
+		for k := range powermode.NumKnobs {
+			rt[k+1], rp[k+1] = t[k]-f.tc[k], p[k]-f.pc[k]
+		}
+		xt, xp = append(xt, rt), append(xp, rp)
+		qt := []float64{math.Log(mp.Train.TimeMS)}
+		qp := []float64{mp.Train.PowerMW}
+		for _, ip := range mp.Infer {
+			qt, qp = append(qt, math.Log(ip.TimeMS)), append(qp, ip.PowerMW)
+		}
+		yt, yp = append(yt, qt), append(yp, qp)
+	}
+	if len(wts) < 2 {
+		return nil, false
+	}
+	var ok1, ok2 bool
+	f.time, ok1 = wls(xt, yt, wts)
+	f.powr, ok2 = wls(xp, yp, wts)
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	// Anchor the model at the current mode's measurement (a Taylor expansion around
+	// it): the regression estimates the gradient, not the value where we stand, so a
+	// small predicted improvement is not lost in the fit's residual there.
+	f.time[0][0], f.powr[0][0] = math.Log(curP.Train.TimeMS), curP.Train.PowerMW
+	for j, ip := range curP.Infer {
+		f.time[1+j][0], f.powr[1+j][0] = math.Log(ip.TimeMS), ip.PowerMW
+	}
+	return f, true
+}
+
+// predict returns the profile the local model expects at mode m.
+func (f *localFit) predict(m powermode.Mode, batches []InferPoint) ModeProfile {
+	t, p := f.w.timeFeatures(m), f.w.powerFeatures(m)
+	lin := func(c []float64, x, ctr [powermode.NumKnobs]float64) float64 {
+		v := c[0]
+		for k := range powermode.NumKnobs {
+			v += c[k+1] * (x[k] - ctr[k])
+		}
+		return v
+	}
+	// Power cannot fall below a small floor however far the line is extrapolated.
+	pw := func(q int) float64 { return math.Max(lin(f.powr[q], p, f.pc), 100) }
+	out := ModeProfile{Mode: m, Train: TrainPoint{TimeMS: math.Exp(lin(f.time[0], t, f.tc)), PowerMW: pw(0)}, Infer: make([]InferPoint, f.nb)}
+	for j := range f.nb {
+		out.Infer[j] = InferPoint{Batch: batches[j].Batch, TimeMS: math.Exp(lin(f.time[1+j], t, f.tc)), PowerMW: pw(1 + j)}
+	}
+	return out
+}
+
+// gmdFitScale is the distance, in steps summed over knobs, at which a profile's weight
+// in the local fit halves.
+const gmdFitScale = 2.0
+
+// predictSteps are the multiples of each knob's step in the trust region.
+var predictSteps = [...]int{-2, -1, 0, 1, 2}
+
+// predictBest returns the unprofiled mode of the trust region around cur whose predicted
+// objective is highest, if it beats floor.
+func (w *walk) predictBest(cur, step powermode.Index, floor float64) (powermode.Index, bool) {
+	curP, err := w.profileAt(cur)
+	if err != nil {
+		return cur, false
+	}
+	f, ok := w.fit(cur, step, curP)
+	if !ok {
+		return cur, false
+	}
+	dims := w.sp.Dims()
+	best, bestS, found := cur, floor, false
+	seen := map[powermode.Index]bool{}
+	var off powermode.Index
+	var rec func(k int)
+	rec = func(k int) {
+		if k < powermode.NumKnobs {
+			for _, c := range predictSteps {
+				if dims[k] < 2 && c != 0 {
+					continue
+				}
+				off[k] = c
+				rec(k + 1)
+			}
+			return
+		}
+		// Two steps only along one knob: a far jump in several knobs at once lands
+		// where the local model knows least, and confounds the next fit.
+		far, moved := false, 0
+		for j := range powermode.NumKnobs {
+			far = far || off[j] < -1 || off[j] > 1
+			if off[j] != 0 {
+				moved++
+			}
+		}
+		if far && moved > 1 {
+			return
+		}
+		idx := cur
+		for j := range powermode.NumKnobs {
+			idx[j] = min(max(cur[j]+off[j]*step[j], 0), dims[j]-1)
+		}
+		if seen[idx] || !w.sp.ContainsIndex(idx) {
+			return
+		}
+		seen[idx] = true
+		if _, known := w.score[idx]; known || w.isKnown(idx) {
+			return
+		}
+		pred := f.predict(w.sp.Mode(idx), curP.Infer)
+		pred.Train.Batch = curP.Train.Batch
+		if s := w.objective(pred); s > bestS {
+			best, bestS, found = idx, s, true
+		}
+	}
+	rec(0)
+	return best, found
 }
 
 func allOne(step, dims powermode.Index) bool {

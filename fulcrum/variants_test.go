@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum"
@@ -15,6 +16,7 @@ import (
 // with a message saying so.
 var variantsFlag = flag.Bool("variants", false, "run the synthetic-variant robustness sweep and print its table")
 var variantsSearchers = flag.String("variants-searchers", "oracle,gmd,gmd-m0,gmd-m2,gmd-m6,preset,maxn,random-15", "searchers for -variants")
+var variantsNoise = flag.String("variants-noise", "0.01,0.03,0.08", "noise levels for -variants")
 
 func TestVariantsReport(t *testing.T) {
 	if !*variantsFlag {
@@ -26,7 +28,11 @@ func TestVariantsReport(t *testing.T) {
 			t.Fatal(err)
 		}
 		names, presets := benchgen.Presets(v)
-		for _, noise := range []float64{0.01, 0.03, 0.08} {
+		for _, ns := range splitComma(*variantsNoise) {
+			noise, err := strconv.ParseFloat(ns, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
 			rep, err := fulcrum.RunBench(context.Background(), fulcrum.BenchSpec{
 				Truth: tab, RatesRPS: []float64{5, 15, 30}, LatenciesMS: []float64{50, 100, 200, 400},
 				PowersMW: []float64{15000, 20000, 30000, 40000}, Searchers: splitComma(*variantsSearchers),

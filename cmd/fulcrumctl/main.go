@@ -39,6 +39,7 @@ simulated board's tree.`,
 		newBoardCmd(),
 		newSimCmd(),
 		newProfileCmd(),
+		newBenchCmd(),
 	)
 	return root
 }

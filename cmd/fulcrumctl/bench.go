@@ -1,0 +1,206 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench --truth FILE",
+		Short: "Score the searchers against a ground-truth table over a sweep of budgets",
+		Long: `bench sweeps every training × inference pair of a ground-truth table (DESIGN §8) ×
+arrival rates × latency budgets × power budgets. Each searcher answers each
+configuration through its own profiler, which replays the table with multiplicative
+Gaussian noise (--noise); every answer is then re-evaluated on the noise-free table with
+model v1 and compared with the oracle (the exhaustive optimum). Percentages and ratios
+are over the configurations the oracle can satisfy. docs/benchmarks.md explains every
+column and has the reference results.
+
+Searchers: gmd, gmd-m<percent> (GMD with another budget margin), als, preset, maxn,
+random-<K>, oracle.`,
+		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
+  fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \
+      --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	truthPath := f.String("truth", "", "ground-truth CSV (required), e.g. from fulcrumctl sim truth")
+	pairs := f.StringSlice("pairs", nil, "train:infer workload pairs (default every pair in the table)")
+	rates := f.StringSlice("rates", []string{"5", "15", "30"}, "inference arrival rates, requests per second")
+	lats := f.StringSlice("latency", []string{"50ms", "100ms", "200ms", "400ms"}, "p99 latency budgets, with a unit (100ms, 0.2s)")
+	powers := f.StringSlice("power", []string{"15W", "20W", "30W", "40W", "50W"}, "power budgets in watts (15, 15W, 15.5W) or milliwatts with the unit (15000mW)")
+	searchers := f.StringSlice("searchers", []string{"oracle", "gmd", "preset", "maxn", "random-15"}, "searchers to score")
+	noise := f.Float64("noise", 0.03, "profiling noise: relative standard deviation of each measured time and power")
+	seed := f.Uint64("seed", 1, "random seed (results depend only on it, not on --parallel)")
+	parallel := f.Int("parallel", runtime.NumCPU(), "worker goroutines")
+	board := f.String("board", "agx-orin-64gb", "catalog board whose nvpmodel presets are snapped into the table's space (GMD start, preset baseline)")
+	format := f.String("format", "table", "output format: table, json or csv")
+	maxProfiles := f.Int("max-profiles", 0, "profile budget per searcher run (0: each searcher's default)")
+	quantile := f.Float64("quantile", fulcrum.DefaultQuantile, "latency quantile the budgets apply to")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *truthPath == "" {
+			return errors.New("--truth is required: a ground-truth CSV, e.g. from `fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv`")
+		}
+		if *format != "table" && *format != "json" && *format != "csv" {
+			return fmt.Errorf("--format %q: want table, json or csv", *format)
+		}
+		spec := fulcrum.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile}
+		var err error
+		if spec.RatesRPS, err = parseList(*rates, "--rates", parseRate); err != nil {
+			return err
+		}
+		if spec.LatenciesMS, err = parseList(*lats, "--latency", parseLatencyMS); err != nil {
+			return err
+		}
+		if spec.PowersMW, err = parseList(*powers, "--power", parsePowerMW); err != nil {
+			return err
+		}
+		for _, p := range *pairs {
+			t, i, ok := strings.Cut(p, ":")
+			if !ok || t == "" || i == "" {
+				return fmt.Errorf("--pairs %q: want train:infer, e.g. resnet18-train:mobilenetv3-infer", p)
+			}
+			spec.Pairs = append(spec.Pairs, fulcrum.Pair{Train: t, Infer: i})
+		}
+		for _, s := range spec.Searchers {
+			if s == "oracle" {
+				continue
+			}
+			if _, err := fulcrum.NewSearcher(s); err != nil {
+				return fmt.Errorf("--searchers: %w", err)
+			}
+		}
+		cat, err := powermode.LoadCatalog(configs.FS, "boards")
+		if err != nil {
+			return err
+		}
+		bs, err := cat.Board(*board)
+		if err != nil {
+			return fmt.Errorf("--board: %w", err)
+		}
+		for _, p := range bs.NVP.Presets {
+			spec.Presets = append(spec.Presets, bs.PresetMode(p))
+			spec.PresetNames = append(spec.PresetNames, p.Name)
+		}
+		fh, err := os.Open(*truthPath)
+		if err != nil {
+			return fmt.Errorf("--truth: %w", err)
+		}
+		tab, err := truth.Read(fh)
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("--truth %s: %w", *truthPath, err)
+		}
+		spec.Truth = tab
+		rep, err := fulcrum.RunBench(cmd.Context(), spec)
+		if err != nil {
+			return err
+		}
+		return writeBench(cmd.OutOrStdout(), *format, rep)
+	}
+	return cmd
+}
+
+func parseList(in []string, flag string, parse func(string) (float64, error)) ([]float64, error) {
+	if len(in) == 0 {
+		return nil, fmt.Errorf("%s: give at least one value", flag)
+	}
+	out := make([]float64, 0, len(in))
+	for _, s := range in {
+		v, err := parse(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parseRate(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.ToLower(s), "/s"), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+		return 0, fmt.Errorf("rate %q: want a positive number of requests per second, e.g. 15", s)
+	}
+	return v, nil
+}
+
+// parseLatencyMS takes a Go duration; a bare number is refused because ms and s are
+// both common and a wrong guess is off by 1000.
+func parseLatencyMS(s string) (float64, error) {
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("latency %q has no unit: write e.g. %sms or %ss", s, s, s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("latency %q: want a positive duration such as 100ms or 0.2s", s)
+	}
+	return float64(d) / float64(time.Millisecond), nil
+}
+
+// parsePowerMW takes watts (15, 15W, 15.5W) or milliwatts with their unit (15000mW).
+// A bare number above 1000 is refused: it is almost certainly milliwatts without the
+// unit, and no Jetson draws a kilowatt.
+func parsePowerMW(s string) (float64, error) {
+	l := strings.ToLower(s)
+	scale := 1000.0
+	switch {
+	case strings.HasSuffix(l, "mw"):
+		l, scale = strings.TrimSuffix(l, "mw"), 1
+	case strings.HasSuffix(l, "w"):
+		l = strings.TrimSuffix(l, "w")
+	default:
+		if v, err := strconv.ParseFloat(l, 64); err == nil && v > 1000 {
+			return 0, fmt.Errorf("power %q: a bare number is watts and %s W is more than any Jetson draws; write %gW, or %smW if you meant milliwatts", s, s, v/1000, s)
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(l), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+		return 0, fmt.Errorf("power %q: want watts such as 15, 15W or 15.5W (or 15000mW)", s)
+	}
+	return v * scale, nil
+}
+
+func writeBench(w io.Writer, format string, rep *fulcrum.BenchReport) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case "csv":
+		cw := csv.NewWriter(w)
+		_ = cw.Write([]string{"name", "within_budget_pct", "violation_pct", "no_answer_pct", "mean_opt_ratio", "p5_opt_ratio", "mean_profiles", "max_profiles", "wall_s", "errors"})
+		for _, s := range rep.Searchers {
+			_ = cw.Write([]string{s.Name, ff(s.WithinBudgetPct, 2), ff(s.ViolationPct, 2), ff(s.NoAnswerPct, 2), ff(s.MeanOptRatio, 4), ff(s.P5OptRatio, 4), ff(s.MeanProfiles, 2), strconv.Itoa(s.MaxProfiles), ff(s.WallS, 2), strconv.Itoa(s.Errors)})
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	fmt.Fprintf(w, "%d configurations (%d pairs), %d the oracle cannot satisfy; noise %g, seed %d, wall %.1fs\n\n",
+		rep.ConfigsTotal, rep.Pairs, rep.ConfigsOracleInfeasible, rep.Noise, rep.Seed, rep.WallS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "searcher\twithin %\tviolation %\tno answer %\tmean opt\tp5 opt\tmean profiles\tmax profiles\tsearch s\terrors\t")
+	for _, s := range rep.Searchers {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t%.1f\t%d\t\n", s.Name, s.WithinBudgetPct, s.ViolationPct, s.NoAnswerPct, s.MeanOptRatio, s.P5OptRatio, s.MeanProfiles, s.MaxProfiles, s.WallS, s.Errors)
+	}
+	return tw.Flush()
+}
+
+func ff(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
