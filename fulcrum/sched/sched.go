@@ -46,6 +46,9 @@ type Config struct {
 	// the EWMA absolute deviation of the measured times, so a workload whose minibatch
 	// time spreads is given room. 0 uses the mean alone.
 	DevK float64
+	// Margin is kept free before every deadline for what the expected times do not
+	// cover: waking up, the grant's trip to the worker, the worker starting the batch.
+	Margin time.Duration
 	// Window and WindowSamples bound the measurement windows (whichever is smaller).
 	Window        time.Duration
 	WindowSamples int
@@ -62,6 +65,7 @@ func DefaultConfig() Config {
 		OverrunMin:        50 * time.Millisecond,
 		IdleAdmitArrivals: 0.1,
 		DevK:              2,
+		Margin:            5 * time.Millisecond,
 		Window:            30 * time.Second,
 		WindowSamples:     10000,
 	}
@@ -92,6 +96,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DevK < 0 {
 		c.DevK = 0
+	}
+	if c.Margin < 0 {
+		c.Margin = 0
 	}
 	if c.Window <= 0 {
 		c.Window = d.Window
@@ -711,7 +718,7 @@ func (s *Scheduler) schedule() {
 			continue
 		}
 		n := min(len(w.queue), w.spec.Batch)
-		slack := w.queue[0].deadline.Sub(now) - s.expInfer(w, n)
+		slack := w.queue[0].deadline.Sub(now) - s.cfg.Margin - s.expInfer(w, n)
 		if n < w.spec.Batch && slack > 0 {
 			continue
 		}
@@ -768,7 +775,7 @@ func (s *Scheduler) schedule() {
 			continue
 		}
 		n := min(len(w.queue), w.spec.Batch)
-		at := w.queue[0].deadline.Add(-s.expInfer(w, n))
+		at := w.queue[0].deadline.Add(-s.cfg.Margin - s.expInfer(w, n))
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
@@ -832,7 +839,7 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 		// Empty queue: a request arriving right after the turn starts must still be
 		// served in time after it; if it could not, run anyway only when an arrival
 		// during the turn is unlikely.
-		if s.cfg.LatencyBudget >= exp+s.expInfer(w, max(n, 1)) {
+		if s.cfg.LatencyBudget >= exp+s.cfg.Margin+s.expInfer(w, max(n, 1)) {
 			continue
 		}
 		if rate*exp.Seconds() < s.cfg.IdleAdmitArrivals {
@@ -841,7 +848,7 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 		return w
 	}
 	sort.Slice(queued, func(i, j int) bool { return queued[i].deadline.Before(queued[j].deadline) })
-	end := now.Add(exp)
+	end := now.Add(exp + s.cfg.Margin)
 	for _, x := range queued {
 		end = end.Add(x.service)
 		if end.After(x.deadline) {

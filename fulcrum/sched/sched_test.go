@@ -532,3 +532,18 @@ func TestDeviationGuardsAdmission(t *testing.T) {
 		t.Fatalf("expected training time %.1f ms: with spread 40–60 ms and dev_k 2 it must exceed the mean by the spread", e)
 	}
 }
+
+func TestMarginBringsDispatchForward(t *testing.T) {
+	c := cfg(100*msec, 50*msec, 20*msec)
+	c.Margin = 5 * msec
+	h := newHarness(t, c)
+	inf := h.register(proto.RoleInfer, "yolo", 8)
+	h.must(h.s.Acquire(inf, 0))
+	h.arrive(inf, "a")
+	h.clock.Advance(74 * msec)
+	h.none()
+	h.clock.Advance(1 * msec) // 100 − 5 margin − 20 expected = 75
+	if g := h.one(); fmt.Sprint(g.RequestIDs) != "[a]" {
+		t.Fatalf("grant %+v", g)
+	}
+}
