@@ -340,6 +340,10 @@ func (s *Scheduler) get(id, ref string) (*worker, *proto.Error) {
 	return w, nil
 }
 
+// MaxPending bounds one worker's queued plus in-flight requests, so a worker that
+// reports arrivals and never serves them cannot grow fulcrumd without bound.
+const MaxPending = 65536
+
 // Arrivals queues inference requests for worker id. Each request's arrival is now minus
 // its age. Duplicate ids (queued or in flight) are rejected; the others are queued.
 func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
@@ -351,6 +355,9 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 	}
 	if w.spec.Role != proto.RoleInfer {
 		return proto.Errorf(proto.CodeInvalid, proto.TypeArrivals, "arrivals are for inference workers; %s registered as %s", id, w.spec.Role)
+	}
+	if len(w.ids)+len(reqs) > MaxPending {
+		return proto.Errorf(proto.CodeInvalid, proto.TypeArrivals, "%d requests are already queued or in flight (limit %d); acquire and serve them before reporting more", len(w.ids), MaxPending)
 	}
 	now := s.clock.Now()
 	var dups []string

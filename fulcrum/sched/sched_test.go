@@ -547,3 +547,20 @@ func TestMarginBringsDispatchForward(t *testing.T) {
 		t.Fatalf("grant %+v", g)
 	}
 }
+
+func TestPendingRequestsBounded(t *testing.T) {
+	h := newHarness(t, cfg(time.Hour, 10*msec, 10*msec))
+	inf := h.register(proto.RoleInfer, "yolo", 8)
+	for i := 0; i < MaxPending/proto.MaxRequestsMsg; i++ {
+		reqs := make([]proto.Request, proto.MaxRequestsMsg)
+		for k := range reqs {
+			reqs[k].ID = fmt.Sprint(i, "-", k)
+		}
+		h.must(h.s.Arrivals(inf, reqs))
+	}
+	err := h.s.Arrivals(inf, []proto.Request{{ID: "one-too-many"}})
+	var pe *proto.Error
+	if !errors.As(err, &pe) || pe.Code != proto.CodeInvalid {
+		t.Fatalf("arrivals beyond %d pending: %v, want invalid", MaxPending, err)
+	}
+}
