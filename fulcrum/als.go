@@ -40,7 +40,14 @@ type ALSOptions struct {
 	// exp(μ + z·σ) (σ ≥ NoiseFloor): the answer must meet the budgets there, so that it
 	// stays within budget when its measurement was lucky [1.5].
 	SafetySigmas float64 `json:"safety_sigmas"`
-	// NoiseFloor is the least relative uncertainty assumed at a profiled mode [0.01].
+	// FallbackSigmas are the smaller safety margins tried, in order, when nothing
+	// profiled meets the budgets at SafetySigmas [0.75, 0]; say []float64{-1} for none
+	// (negative entries are skipped).
+	FallbackSigmas []float64 `json:"fallback_sigmas"`
+	// NoiseFloor is the least relative measurement noise assumed [0.02]: the GPs'
+	// fitted noise sd (log units) is bounded below by it, and so is σ at a profiled
+	// mode. Without it a GP with ~50 points in 4-D can interpolate the noise and then
+	// trust a lucky measurement.
 	NoiseFloor float64 `json:"noise_floor"`
 	// Restarts are the random L-BFGS restarts of the first and last GP fits [2]
 	// (fits in between warm-start from the previous hyper-parameters).
@@ -72,7 +79,11 @@ func (o ALSOptions) withDefaults() ALSOptions {
 	deff(&o.StopSigma, 0.03)
 	deff(&o.MarginSigmas, 1.5)
 	deff(&o.SafetySigmas, 1.5)
-	deff(&o.NoiseFloor, 0.01)
+	deff(&o.NoiseFloor, 0.02)
+	if o.FallbackSigmas == nil {
+		o.FallbackSigmas = []float64{0.75, 0}
+	}
+	o.FallbackSigmas = slices.DeleteFunc(slices.Clone(o.FallbackSigmas), func(z float64) bool { return z < 0 })
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -327,7 +338,7 @@ func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSMod
 		for g := range numGroups {
 			x := m.dataInputs()
 			y := groupOutputs(ys, g, len(batches))
-			gp, err := FitGP(ctx, x, y, GPFitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng})
+			gp, err := FitGP(ctx, x, y, GPFitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng, MinNoiseSD: o.NoiseFloor})
 			if err != nil {
 				return fmt.Errorf("als: fitting the %s surrogate: %w", groupNames[g], err)
 			}
@@ -727,6 +738,15 @@ func (m *ALSModel) Answer(ctx context.Context, b Budgets, prof Profiler) (Result
 		if !ok {
 			return Result{}, errors.New("als: no configuration to evaluate: the model has no modes")
 		}
+		// Tight budgets: look for a mode worth confirming with narrower margins.
+		for _, z := range m.opts.FallbackSigmas {
+			if best.eval.Feasible {
+				break
+			}
+			if c, ok := m.bestAt(model, measured, post, z, z*m.opts.MarginSigmas/m.opts.SafetySigmas, false); ok && c.eval.Feasible {
+				best = c
+			}
+		}
 		if best.measured || len(res.Profiled) >= m.opts.Confirm {
 			break
 		}
@@ -751,13 +771,21 @@ func (m *ALSModel) Answer(ctx context.Context, b Budgets, prof Profiler) (Result
 	if !ok {
 		return Result{}, errors.New("als: no profiled mode to answer from")
 	}
+	how := fmt.Sprintf("feasible with the safety margin (z = %g)", m.opts.SafetySigmas)
+	if !best.eval.Feasible {
+		// Tight budgets: narrow the margin step by step (FallbackSigmas) before giving up.
+		how = "nothing profiled meets the budgets even at the posterior mean; least-violating by the margin"
+		for _, z := range m.opts.FallbackSigmas {
+			if c, ok := m.bestAt(model, measured, post, z, 0, true); ok && c.eval.Feasible {
+				best = c
+				how = fmt.Sprintf("feasible only with a reduced safety margin (z = %g)", z)
+				break
+			}
+		}
+	}
 	res.Found = true
 	res.Feasible = best.eval.Feasible
 	res.Choice = m.meanEval(model, best.pos, best.batch, post)
-	how := "feasible with the safety margin"
-	if !res.Feasible {
-		how = "nothing profiled meets the budgets with the safety margin; least-violating by the margin"
-	}
 	res.Stop = fmt.Sprintf("als: answered from the learned model (campaign: %d profiles, %s) with %d confirming profile(s); %s", len(m.profiles), m.stop, len(res.Profiled), how)
 	return res, nil
 }
@@ -846,6 +874,40 @@ func (m *ALSModel) bestConfig(model *Model, measured map[int]bool, post map[int]
 	}
 	if found {
 		best.eval.Mode = m.modes[best.pos]
+	}
+	return best, found
+}
+
+// bestAt is bestConfig with explicit margins (z for profiled modes, k for the others)
+// and no precomputation: the slow path for tight budgets.
+func (m *ALSModel) bestAt(model *Model, measured map[int]bool, post map[int]posterior, z, k float64, measuredOnly bool) (candidate, bool) {
+	nb, bud := len(m.batches), model.Budgets()
+	var best candidate
+	found := false
+	vals := make([]float64, m.nOut())
+	fills := make([]float64, nb)
+	for j, b := range m.batches {
+		fills[j] = FillQuantileMS(b, bud.RateRPS, bud.Quantile)
+	}
+	for i := range m.modes {
+		isMeas := measured[i]
+		if measuredOnly && !isMeas {
+			continue
+		}
+		mu, sd := m.at(i, post)
+		for o := range vals {
+			if isMeas {
+				vals[o] = math.Exp(mu[o] + z*max(sd[o], m.opts.NoiseFloor))
+			} else {
+				vals[o] = math.Exp(mu[o] + k*sd[o])
+			}
+		}
+		for j, b := range m.batches {
+			e := fastEval(bud, m.trainBatch, b, fills[j], vals[0], vals[1], vals[2+j], vals[2+nb+j])
+			if !found || e.Better(best.eval) {
+				best, found = candidate{pos: i, batch: b, eval: e, measured: isMeas}, true
+			}
+		}
 	}
 	return best, found
 }

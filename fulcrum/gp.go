@@ -50,6 +50,7 @@ const (
 // safe for concurrent Predict calls.
 type GP struct {
 	dim, n, outs int
+	noiseLo      float64   // lower bound of LogNoiseVar for fitting
 	x            []float64 // n×dim, row-major
 	y            [][]float64
 	mean, scale  []float64 // per output: standardisation
@@ -71,6 +72,10 @@ type GPFitOptions struct {
 	MaxIterations int
 	// Rand draws the random starts; nil means a fixed-seed source (deterministic).
 	Rand *rand.Rand
+	// MinNoiseSD, in output units, bounds the fitted noise from below (for every
+	// output). With few points in several dimensions the likelihood can prefer to
+	// interpolate the noise; a known measurement-noise floor prevents that.
+	MinNoiseSD float64
 }
 
 // FitGP standardises y (n rows × outputs), fits the hyper-parameters by maximising the
@@ -86,6 +91,14 @@ func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error
 	}
 	if opts.MaxIterations <= 0 {
 		opts.MaxIterations = 80
+	}
+	if opts.MinNoiseSD > 0 {
+		// The bound is on the standardised scale: the largest scale is the loosest.
+		var sc float64
+		for _, s := range g.scale {
+			sc = max(sc, s)
+		}
+		g.noiseLo = clamp(2*math.Log(opts.MinNoiseSD/sc), gpLogNoiseMin, gpLogNoiseMax-1)
 	}
 	rng := opts.Rand
 	if rng == nil {
@@ -156,7 +169,7 @@ func newGPData(x, y [][]float64) (*GP, error) {
 	if dim == 0 || outs == 0 {
 		return nil, errors.New("GP: inputs and outputs need at least one dimension")
 	}
-	g := &GP{dim: dim, n: n, outs: outs, x: make([]float64, 0, n*dim), mean: make([]float64, outs), scale: make([]float64, outs)}
+	g := &GP{dim: dim, n: n, outs: outs, noiseLo: gpLogNoiseMin, x: make([]float64, 0, n*dim), mean: make([]float64, outs), scale: make([]float64, outs)}
 	for i := range n {
 		if len(x[i]) != dim || len(y[i]) != outs {
 			return nil, fmt.Errorf("GP: row %d has %d inputs and %d outputs, want %d and %d", i, len(x[i]), len(y[i]), dim, outs)
@@ -219,7 +232,7 @@ func (g *GP) bounds() (lo, hi []float64) {
 		lo[d], hi[d] = gpLogLenMin, gpLogLenMax
 	}
 	lo[g.dim], hi[g.dim] = gpLogSigMin, gpLogSigMax
-	lo[g.dim+1], hi[g.dim+1] = gpLogNoiseMin, gpLogNoiseMax
+	lo[g.dim+1], hi[g.dim+1] = g.noiseLo, gpLogNoiseMax
 	return lo, hi
 }
 
