@@ -43,23 +43,20 @@ type Answerer interface {
 }
 
 // NewSearcher builds a searcher by its benchmark name: gmd, gmd-m<percent> (GMD with
-// that budget margin, gmd-m0 for none), maxn, preset, random-<K>, als. The result is a
+// that budget margin, gmd-m0 for none; also -p<penalty>, -b<profile budget>), maxn,
+// preset, random-<K>, als. The result is a
 // Searcher or a PairLearner. "oracle" is not a searcher: the benchmark computes it from
 // the noise-free truth.
 func NewSearcher(name string) (any, error) {
 	switch {
 	case name == "gmd":
 		return NewGMD(GMDOptions{}), nil
-	case strings.HasPrefix(name, "gmd-m"):
-		pct, err := strconv.ParseFloat(strings.TrimPrefix(name, "gmd-m"), 64)
-		if err != nil || pct < 0 || pct >= 50 {
-			return nil, fmt.Errorf("searcher %q: want gmd-m<margin percent>, e.g. gmd-m4", name)
+	case strings.HasPrefix(name, "gmd-"):
+		o, err := parseGMDName(name)
+		if err != nil {
+			return nil, err
 		}
-		m := pct / 100
-		if m == 0 {
-			m = -1 // exact budgets
-		}
-		return namedSearcher{NewGMD(GMDOptions{Margin: m}), name}, nil
+		return namedSearcher{NewGMD(o), name}, nil
 	case name == "maxn":
 		return MaxNSearcher{}, nil
 	case name == "preset":
@@ -76,6 +73,39 @@ func NewSearcher(name string) (any, error) {
 		return nil, errors.New("oracle is not a profiling searcher: the benchmark computes it from the noise-free truth (list it in the searchers to get its row)")
 	}
 	return nil, fmt.Errorf("unknown searcher %q: want gmd, gmd-m<percent>, als, preset, maxn, random-<K> or oracle", name)
+}
+
+// parseGMDName reads GMD variants: gmd-m<margin percent>, gmd-p<penalty>, gmd-b<profiles>,
+// combinable (gmd-m6-p8).
+func parseGMDName(name string) (GMDOptions, error) {
+	var o GMDOptions
+	bad := fmt.Errorf("searcher %q: want gmd followed by -m<margin percent>, -p<penalty> or -b<profile budget>, e.g. gmd-m4 or gmd-m6-b20", name)
+	for _, part := range strings.Split(strings.TrimPrefix(name, "gmd-"), "-") {
+		if len(part) < 2 {
+			return o, bad
+		}
+		v, err := strconv.ParseFloat(part[1:], 64)
+		if err != nil || v < 0 {
+			return o, bad
+		}
+		switch part[0] {
+		case 'm':
+			if v >= 50 {
+				return o, bad
+			}
+			o.Margin = v / 100
+			if v == 0 {
+				o.Margin = -1 // exact budgets
+			}
+		case 'p':
+			o.Penalty = v
+		case 'b':
+			o.MaxProfiles = int(v)
+		default:
+			return o, bad
+		}
+	}
+	return o, nil
 }
 
 // namedSearcher renames a searcher (gmd-m2 is GMD under another name in the report).
@@ -305,6 +335,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	problem := func(pi int, b Budgets, seed uint64) Problem {
 		p := pts[pi].Problem()
 		p.Budgets, p.Presets, p.PresetNames, p.MaxProfiles, p.Seed = b, presets[pi], spec.PresetNames, spec.MaxProfiles, seed
+		p.NoiseRel = spec.Noise
 		return p
 	}
 	profiler := func(pi int, seed uint64) *TruthProfiler {

@@ -18,10 +18,14 @@ import (
 const (
 	// DefaultGMDProfiles is GMD's profile budget.
 	DefaultGMDProfiles = 15
-	// DefaultGMDMargin derates the latency, power and GPU-share budgets GMD plans
-	// against, so that a choice measured just inside a budget is still inside it when
-	// the measurement was a few percent optimistic.
-	DefaultGMDMargin = 0.04
+	// DefaultGMDMarginSigmas sizes GMD's safety margin from the profiling noise: the
+	// latency, power and GPU-share budgets GMD plans against are derated by this many
+	// relative standard deviations (Problem.NoiseRel), so that a choice measured just
+	// inside a budget is still inside it when the measurement was optimistic.
+	DefaultGMDMarginSigmas = 2.0
+	// DefaultGMDMargin is the margin when the problem does not say how noisy profiles
+	// are: 2σ of a typical 3% run-to-run spread.
+	DefaultGMDMargin = 0.06
 	// DefaultGMDPenalty weighs a relative budget excess against relative training
 	// throughput in the walk's objective: 1% over a budget costs as much as
 	// DefaultGMDPenalty% of throughput.
@@ -32,8 +36,9 @@ const (
 type GMDOptions struct {
 	// MaxProfiles caps new profiles when the problem does not (0: DefaultGMDProfiles).
 	MaxProfiles int
-	// Margin is the relative derating of the budgets (0: DefaultGMDMargin; negative:
-	// plan against the exact budgets).
+	// Margin is the relative derating of the budgets (0: DefaultGMDMarginSigmas ×
+	// Problem.NoiseRel, or DefaultGMDMargin when that is unknown; negative: plan against
+	// the exact budgets).
 	Margin float64
 	// Penalty is the weight of budget excess in the walk's objective (0: default).
 	Penalty float64
@@ -61,12 +66,6 @@ type GMD struct {
 func NewGMD(o GMDOptions) *GMD {
 	if o.MaxProfiles <= 0 {
 		o.MaxProfiles = DefaultGMDProfiles
-	}
-	if o.Margin == 0 {
-		o.Margin = DefaultGMDMargin
-	}
-	if o.Margin < 0 {
-		o.Margin = 0
 	}
 	if o.Penalty <= 0 {
 		o.Penalty = DefaultGMDPenalty
@@ -98,7 +97,16 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	if p.Space == nil || p.Space.Size() == 0 {
 		return Result{}, errors.New("gmd: the problem has no search space")
 	}
-	model, err := NewModel(Derate(p.Budgets, g.opts.Margin), p.InferBatches)
+	margin := g.opts.Margin
+	switch {
+	case margin < 0:
+		margin = 0
+	case margin == 0 && p.NoiseRel > 0:
+		margin = DefaultGMDMarginSigmas * p.NoiseRel
+	case margin == 0:
+		margin = DefaultGMDMargin
+	}
+	model, err := NewModel(Derate(p.Budgets, margin), p.InferBatches)
 	if err != nil {
 		return Result{}, fmt.Errorf("gmd: budgets: %w", err)
 	}
@@ -125,26 +133,12 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	if err != nil {
 		return Result{}, fmt.Errorf("gmd: budgets: %w", err)
 	}
-	// Choose against the derated budgets; when nothing measured fits them, halve the
-	// margin, then drop it, before saying that nothing fits: a choice measured inside
-	// the real budgets beats pausing training.
-	for _, m := range []float64{g.opts.Margin, g.opts.Margin / 2, 0} {
-		cm := model
-		if m != g.opts.Margin {
-			if cm, err = NewModel(Derate(p.Budgets, m), p.InferBatches); err != nil {
-				return Result{}, fmt.Errorf("gmd: budgets: %w", err)
-			}
-		}
-		plan, err := cm.Choose(w.known)
-		if err != nil {
-			break
-		}
-		// Report the choice against the real budgets.
+	// Choose against the derated budgets. Feasible says the choice fits them: a choice
+	// that fits only the exact budgets by its measurement is reported (Choice) but not
+	// claimed, since the measurement may be a few percent optimistic.
+	if plan, err := model.Choose(w.known); err == nil {
 		e, _ := evalAt(real, plan.Best.Mode, w.known, plan.Best.Batch)
-		res.Choice, res.Found, res.Feasible = e, true, e.Feasible
-		if plan.Feasible {
-			break
-		}
+		res.Choice, res.Found, res.Feasible = e, true, plan.Feasible
 	}
 	return res, nil
 }

@@ -35,6 +35,10 @@ type Problem struct {
 	// design), so that an answer is reproducible; the benchmark derives one per
 	// configuration.
 	Seed uint64 `json:"seed"`
+	// NoiseRel is the relative standard deviation of a profiled time or power as the
+	// profiler knows it (run-to-run spread; 0.03 = 3%), or 0 when unknown. Searchers
+	// size their safety margins from it.
+	NoiseRel float64 `json:"noise_rel,omitempty"`
 }
 
 // Result is a searcher's answer.
