@@ -147,12 +147,13 @@ func TestTrainAndInferRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := s.Snapshot()
-	if len(snap.Workers) != 2 {
-		t.Fatalf("workers %+v", snap.Workers)
+	if len(snap.Workers) != 2 || snap.Workers[0].PID != os.Getpid() || snap.Workers[0].UID != os.Getuid() {
+		t.Fatalf("workers %+v: pid/uid must be the peer's (%d/%d)", snap.Workers, os.Getpid(), os.Getuid())
 	}
-	wt, wi := snap.Workers[0], snap.Workers[1]
-	if wt.Minibatches != 3 || wt.Samples != 96 || wt.PID != os.Getpid() {
-		t.Fatalf("training stats %+v (pid must be the peer's, %d)", wt, os.Getpid())
+	wt, _ := snap.Workload(proto.RoleTrain, "resnet18")
+	wi, _ := snap.Workload(proto.RoleInfer, "yolo")
+	if wt.Minibatches != 3 || wt.Samples != 96 {
+		t.Fatalf("training stats %+v", wt)
 	}
 	if wi.Served != 1 || wi.Failed != 1 || wi.Latency.Count != 1 {
 		t.Fatalf("inference stats %+v", wi)

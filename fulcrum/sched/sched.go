@@ -154,7 +154,9 @@ type Scheduler struct {
 	mu        sync.Mutex
 	workers   map[string]*worker
 	order     []*worker // registration order, for round-robin
-	rrLast    int       // registration number of the training worker granted last
+	workloads map[string]*workload
+	wlOrder   []*workload
+	rrLast    int // registration number of the training worker granted last
 	nextReg   int
 	nextGrant uint64
 	turn      *turn
@@ -172,12 +174,12 @@ type Scheduler struct {
 }
 
 type worker struct {
-	id      string
-	token   string
-	reg     int
-	spec    WorkerSpec
-	deliver Deliver
-	since   time.Time
+	*workload // measurements and expected times, shared by the workload's workers
+	id        string
+	token     string
+	reg       int
+	spec      WorkerSpec
+	deliver   Deliver
 
 	wantTurn   bool
 	acquiredAt time.Time
@@ -185,11 +187,24 @@ type worker struct {
 
 	queue []*request          // inference: waiting, by deadline
 	ids   map[string]*request // queued and in flight
-	train ewma                // expected training minibatch (ms)
-	infer map[int]*ewma       // expected inference batch time by size (ms)
-	prof  map[int]*ewma       // expected profile batch time by size (ms)
-	st    *stats
 }
+
+// workload is what the scheduler knows about one workload (role and name): expected
+// times and measurements. It outlives its workers, so a worker that restarts keeps what
+// was learned, and several workers of one workload are measured together.
+type workload struct {
+	role, name string
+	since      time.Time     // first registration
+	live       int           // registered workers
+	train      ewma          // expected training minibatch (ms)
+	infer      map[int]*ewma // expected inference batch time by size (ms)
+	prof       map[int]*ewma // expected profile batch time by size (ms)
+	st         *stats
+}
+
+// maxWorkloads bounds the workloads remembered; beyond it, ones without live workers
+// are forgotten.
+const maxWorkloads = 256
 
 type request struct {
 	id       string
@@ -241,11 +256,12 @@ func New(cfg Config, clock Clock, log *slog.Logger) *Scheduler {
 		clock = RealClock{}
 	}
 	return &Scheduler{
-		cfg:     cfg.withDefaults(),
-		clock:   clock,
-		log:     log,
-		workers: map[string]*worker{},
-		started: clock.Now(),
+		cfg:       cfg.withDefaults(),
+		clock:     clock,
+		log:       log,
+		workers:   map[string]*worker{},
+		workloads: map[string]*workload{},
+		started:   clock.Now(),
 	}
 }
 
@@ -298,21 +314,39 @@ func (s *Scheduler) Register(spec WorkerSpec, deliver Deliver) (id, token string
 	s.nextReg++
 	now := s.clock.Now()
 	w := &worker{
-		id:      fmt.Sprintf("%s-%d", spec.Role, s.nextReg),
-		token:   newToken(),
-		reg:     s.nextReg,
-		spec:    spec,
-		deliver: deliver,
-		since:   now,
-		ids:     map[string]*request{},
-		infer:   map[int]*ewma{},
-		prof:    map[int]*ewma{},
-		st:      newStats(s.cfg),
+		workload: s.workloadFor(spec.Role, spec.Workload, now),
+		id:       fmt.Sprintf("%s-%d", spec.Role, s.nextReg),
+		token:    newToken(),
+		reg:      s.nextReg,
+		spec:     spec,
+		deliver:  deliver,
+		ids:      map[string]*request{},
 	}
+	w.live++
 	s.workers[w.id] = w
 	s.order = append(s.order, w)
 	s.log.Info("worker registered", "worker", w.id, "role", spec.Role, "workload", spec.Workload, "batch", spec.Batch, "pid", spec.PID)
 	return w.id, w.token, nil
+}
+
+func (s *Scheduler) workloadFor(role, name string, now time.Time) *workload {
+	key := role + "/" + name
+	if wl, ok := s.workloads[key]; ok {
+		return wl
+	}
+	if len(s.wlOrder) >= maxWorkloads {
+		s.wlOrder = slices.DeleteFunc(s.wlOrder, func(wl *workload) bool {
+			if wl.live == 0 {
+				delete(s.workloads, wl.role+"/"+wl.name)
+				return true
+			}
+			return false
+		})
+	}
+	wl := &workload{role: role, name: name, since: now, infer: map[int]*ewma{}, prof: map[int]*ewma{}, st: newStats(s.cfg)}
+	s.workloads[key] = wl
+	s.wlOrder = append(s.wlOrder, wl)
+	return wl
 }
 
 func newToken() string {
@@ -554,6 +588,7 @@ func (s *Scheduler) Unregister(id string) {
 		kept = append(kept, p)
 	}
 	s.profiles = kept
+	w.live--
 	delete(s.workers, id)
 	s.order = slices.DeleteFunc(s.order, func(x *worker) bool { return x == w })
 	s.log.Info("worker unregistered", "worker", id)

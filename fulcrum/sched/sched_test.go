@@ -192,8 +192,8 @@ func TestTrainingAdmissionUsesMeasuredTime(t *testing.T) {
 	h.must(h.s.Acquire(tr, 0)) // 170 − 100 = 70 < 70 + 10
 	h.none()
 	snap := h.s.Snapshot()
-	if snap.Workers[1].ExpectedTrainMS != 70 {
-		t.Fatalf("expected training time %v ms, want the measured 70", snap.Workers[1].ExpectedTrainMS)
+	if wl, _ := snap.Workload(proto.RoleTrain, "resnet18"); wl.ExpectedTrainMS != 70 {
+		t.Fatalf("expected training time %v ms, want the measured 70", wl.ExpectedTrainMS)
 	}
 }
 
@@ -291,16 +291,20 @@ func TestDisconnectAccountsRequestsAsFailed(t *testing.T) {
 	h.must(h.s.Acquire(inf, 0))
 	h.arrive(inf, "a", "b", "c")
 	h.one()
-	// Before unregistering, read the live stats through a second, surviving worker's view:
-	// the scheduler drops the worker, so check the log of failures via a snapshot first.
-	var failed uint64
-	h.s.mu.Lock()
-	w := h.s.workers[inf]
-	h.s.mu.Unlock()
 	h.s.Unregister(inf)
-	failed = w.st.failed
-	if failed != 3 {
-		t.Fatalf("failed = %d, want 3 (2 in flight + 1 queued)", failed)
+	snap := h.s.Snapshot()
+	wl, ok := snap.Workload(proto.RoleInfer, "yolo")
+	if !ok || wl.Failed != 3 || wl.LiveWorkers != 0 || len(snap.Workers) != 0 {
+		t.Fatalf("after disconnect: %+v; want 3 failed (2 in flight + 1 queued), kept after the worker left", snap)
+	}
+	// A restarted worker of the same workload continues its measurements.
+	inf2 := h.register(proto.RoleInfer, "yolo", 2)
+	h.must(h.s.Acquire(inf2, 0))
+	h.arrive(inf2, "a", "b")
+	h.release(inf2, h.one(), 5*msec)
+	wl, _ = h.s.Snapshot().Workload(proto.RoleInfer, "yolo")
+	if wl.Failed != 3 || wl.Served != 2 || wl.LiveWorkers != 1 || wl.Requests != 5 {
+		t.Fatalf("after restart: %+v", wl)
 	}
 }
 
@@ -322,7 +326,7 @@ func TestOverrunCounted(t *testing.T) {
 	}
 	h.must(h.s.Release(tr, Release{Grant: g.ID}))
 	snap := h.s.Snapshot()
-	if snap.Overruns != 1 || snap.Workers[0].Overruns != 1 {
+	if wl, _ := snap.Workload(proto.RoleTrain, "resnet18"); snap.Overruns != 1 || wl.Overruns != 1 {
 		t.Fatalf("an overrun must be counted once: %+v", snap)
 	}
 	// Short turns: the 50ms floor applies.
@@ -470,7 +474,8 @@ func TestMeasurements(t *testing.T) {
 		h.release(tr, g, 50*msec)
 	}
 	snap := h.s.Snapshot()
-	wi, wt := snap.Workers[0], snap.Workers[1]
+	wi, _ := snap.Workload(proto.RoleInfer, "yolo")
+	wt, _ := snap.Workload(proto.RoleTrain, "resnet18")
 	if wi.Served != 9 || wi.Failed != 1 || wi.Requests != 10 {
 		t.Fatalf("inference counts %+v", wi)
 	}
@@ -528,7 +533,8 @@ func TestDeviationGuardsAdmission(t *testing.T) {
 		h.release(tr, h.one(), d*msec)
 	}
 	snap := h.s.Snapshot()
-	if e := snap.Workers[0].ExpectedTrainMS; e <= 60 {
+	if wl, _ := snap.Workload(proto.RoleTrain, "resnet18"); wl.ExpectedTrainMS <= 60 {
+		e := wl.ExpectedTrainMS
 		t.Fatalf("expected training time %.1f ms: with spread 40–60 ms and dev_k 2 it must exceed the mean by the spread", e)
 	}
 }

@@ -78,15 +78,24 @@ func (st *stats) rate(now, since time.Time) float64 {
 	return 0
 }
 
-// WorkerStats is one worker's measurements.
-type WorkerStats struct {
+// WorkerInfo is one live worker.
+type WorkerInfo struct {
 	ID       string `json:"id"`
 	Role     string `json:"role"`
 	Workload string `json:"workload"`
 	Batch    int    `json:"batch"`
-	PID      int    `json:"pid"`
+	PID      int    `json:"pid"` // from SO_PEERCRED
+	UID      int    `json:"uid"`
 	Waiting  bool   `json:"waiting"` // has an acquire pending
 	Queued   int    `json:"queued"`  // inference requests waiting
+}
+
+// WorkloadStats are one workload's measurements, over every worker that registered it
+// (live or gone).
+type WorkloadStats struct {
+	Workload    string `json:"workload"`
+	Role        string `json:"role"`
+	LiveWorkers int    `json:"live_workers"`
 
 	// Inference.
 	Requests       uint64    `json:"requests"`
@@ -95,28 +104,41 @@ type WorkerStats struct {
 	DeadlineMisses uint64    `json:"deadline_misses"`
 	Latency        Quantiles `json:"latency"` // served requests, arrival → release
 	ArrivalRateHz  float64   `json:"arrival_rate_hz"`
-	ExpectedInfMS  float64   `json:"expected_batch_ms,omitempty"` // at the configured batch
+	// ExpectedBatchMS is the expected inference batch time by batch size (measured sizes).
+	ExpectedBatchMS map[int]float64 `json:"expected_batch_ms,omitempty"`
 
 	// Training.
-	Minibatches     uint64    `json:"minibatches"`
-	Samples         uint64    `json:"samples"`
-	ThroughputPerS  float64   `json:"throughput_samples_per_s"`
-	ExpectedTrainMS float64   `json:"expected_minibatch_ms,omitempty"`
-	TurnWait        Quantiles `json:"turn_wait"` // acquire → grant
-	Overruns        uint64    `json:"overruns"`
+	Minibatches     uint64  `json:"minibatches"`
+	Samples         uint64  `json:"samples"`
+	ThroughputPerS  float64 `json:"throughput_samples_per_s"`
+	ExpectedTrainMS float64 `json:"expected_minibatch_ms,omitempty"`
+
+	TurnWait Quantiles `json:"turn_wait"` // acquire → grant
+	Overruns uint64    `json:"overruns"`
 }
 
 // Snapshot is the scheduler's state and measurements at one instant.
 type Snapshot struct {
-	LatencyBudgetMS float64       `json:"latency_budget_ms"`
-	Turn            string        `json:"turn"` // worker id holding the turn, "action", or ""
-	TurnKind        string        `json:"turn_kind,omitempty"`
-	Turns           uint64        `json:"turns"`
-	Overruns        uint64        `json:"overruns"`
-	Workers         []WorkerStats `json:"workers"`
+	LatencyBudgetMS float64         `json:"latency_budget_ms"`
+	Turn            string          `json:"turn"` // worker id holding the turn, "action", or ""
+	TurnKind        string          `json:"turn_kind,omitempty"`
+	Turns           uint64          `json:"turns"`
+	Overruns        uint64          `json:"overruns"`
+	Workers         []WorkerInfo    `json:"workers"`   // live, in registration order
+	Workloads       []WorkloadStats `json:"workloads"` // in order of first registration
 }
 
-// Snapshot returns the current measurements, workers in registration order.
+// Workload returns the stats of the named workload (role train or infer).
+func (s Snapshot) Workload(role, name string) (WorkloadStats, bool) {
+	for _, w := range s.Workloads {
+		if w.Role == role && w.Workload == name {
+			return w, true
+		}
+	}
+	return WorkloadStats{}, false
+}
+
+// Snapshot returns the current measurements.
 func (s *Scheduler) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -130,27 +152,37 @@ func (s *Scheduler) Snapshot() Snapshot {
 		}
 	}
 	for _, w := range s.order {
-		st := w.st
-		ws := WorkerStats{
-			ID: w.id, Role: w.spec.Role, Workload: w.spec.Workload, Batch: w.spec.Batch, PID: w.spec.PID,
-			Waiting: w.wantTurn, Queued: len(w.queue),
+		snap.Workers = append(snap.Workers, WorkerInfo{ID: w.id, Role: w.spec.Role, Workload: w.spec.Workload,
+			Batch: w.spec.Batch, PID: w.spec.PID, UID: w.spec.UID, Waiting: w.wantTurn, Queued: len(w.queue)})
+	}
+	for _, wl := range s.wlOrder {
+		st := wl.st
+		ws := WorkloadStats{
+			Workload: wl.name, Role: wl.role, LiveWorkers: wl.live,
 			Requests: st.requests, Served: st.served, Failed: st.failed, DeadlineMisses: st.misses,
 			Latency:       quantiles(st.latency.values(now)),
-			ArrivalRateHz: st.rate(now, w.since),
+			ArrivalRateHz: st.rate(now, wl.since),
 			Minibatches:   st.minibatches, Samples: st.samplesTotal,
 			TurnWait: quantiles(st.wait.values(now)),
 			Overruns: st.overruns,
 		}
-		if w.spec.Role == proto.RoleTrain {
-			n, span := st.samples.sum(now, w.since)
+		if wl.role == proto.RoleTrain {
+			n, span := st.samples.sum(now, wl.since)
 			if span > 0 {
 				ws.ThroughputPerS = n / span.Seconds()
 			}
-			ws.ExpectedTrainMS = ms(s.expTrain(w))
-		} else {
-			ws.ExpectedInfMS = ms(s.expInfer(w, w.spec.Batch))
+			if wl.train.n > 0 {
+				ws.ExpectedTrainMS = wl.train.guarded(s.cfg.DevK)
+			}
+		} else if len(wl.infer) > 0 {
+			ws.ExpectedBatchMS = map[int]float64{}
+			for b, e := range wl.infer {
+				if e.n > 0 {
+					ws.ExpectedBatchMS[b] = e.guarded(s.cfg.DevK)
+				}
+			}
 		}
-		snap.Workers = append(snap.Workers, ws)
+		snap.Workloads = append(snap.Workloads, ws)
 	}
 	return snap
 }

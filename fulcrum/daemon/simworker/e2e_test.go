@@ -103,6 +103,14 @@ func TestManagedTrainAndInfer(t *testing.T) {
 	if infer.LatencyP99MS > float64(budget/time.Millisecond) {
 		t.Errorf("inference p99 %.1f ms exceeds the %v budget", infer.LatencyP99MS, budget)
 	}
+	snap := srv.Snapshot()
+	if wl, ok := snap.Workload(proto.RoleInfer, "resnet50-infer"); !ok || wl.Served != 100 || wl.Failed != 0 {
+		t.Errorf("fulcrumd's own count of the inference workload: %+v; want 100 served, none failed", wl)
+	}
+	// The worker's last release may still be on its way when the snapshot is taken.
+	if wl, ok := snap.Workload(proto.RoleTrain, "resnet18-train"); !ok || int(wl.Minibatches) < train.Batches-1 || int(wl.Minibatches) > train.Batches {
+		t.Errorf("fulcrumd counted %d training minibatches, the worker %d", wl.Minibatches, train.Batches)
+	}
 	if train.Batches < 5 {
 		t.Errorf("training ran %d minibatches in %.1fs; it must progress between inference batches", train.Batches, train.ElapsedS)
 	}
