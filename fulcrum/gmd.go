@@ -577,17 +577,6 @@ func cmpF(a, b float64) int {
 	return 0
 }
 
-// bestEval is the planner's best configuration at a profiled mode.
-func (w *walk) bestEval(idx powermode.Index) (Eval, bool) {
-	m := w.sp.Mode(idx)
-	for _, k := range w.known {
-		if k.Mode == m {
-			return w.model.BestAtMode(k)
-		}
-	}
-	return Eval{}, false
-}
-
 // evalAt evaluates the configuration (mode, batch) from the profile of mode among
 // profiles. ok is false when the mode or the batch is not there.
 func evalAt(m *Model, mode powermode.Mode, profiles []ModeProfile, batch int) (Eval, bool) {

@@ -1,0 +1,196 @@
+package fulcrum
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// countingProfiler wraps a Profiler and fails the test when a mode is asked for twice.
+type countingProfiler struct {
+	t     *testing.T
+	inner Profiler
+	asked map[powermode.Mode]int
+}
+
+func (c *countingProfiler) Profile(ctx context.Context, m powermode.Mode) (ModeProfile, error) {
+	c.asked[m]++
+	if c.asked[m] > 1 {
+		c.t.Errorf("mode %s profiled %d times", m, c.asked[m])
+	}
+	for _, k := range c.inner.Known() {
+		if k.Mode == m {
+			c.t.Errorf("mode %s was already known (free) but was asked for", m)
+		}
+	}
+	return c.inner.Profile(ctx, m)
+}
+
+func (c *countingProfiler) Known() []ModeProfile { return c.inner.Known() }
+
+func TestGMDFindsOptimumWithoutNoise(t *testing.T) {
+	pt, names, presets := smallPair(t)
+	for _, rate := range []float64{5, 20} {
+		for _, powW := range []float64{16, 20, 26, 34} {
+			b := Budgets{RateRPS: rate, LatencyMS: 300, PowerMW: powW * 1000}
+			want, err := Oracle(pt, b)
+			if err != nil || !want.Feasible {
+				t.Fatalf("oracle %+v: %v %v", b, want, err)
+			}
+			prof, _ := NewPairProfiler(pt, 0, nil)
+			res, err := NewGMD(GMDOptions{Margin: -1}).Search(context.Background(), smallProblem(pt, names, presets, b), &countingProfiler{t: t, inner: prof, asked: map[powermode.Mode]int{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Feasible || res.Choice.ThroughputSPS != want.Choice.ThroughputSPS {
+				t.Errorf("rate %g power %g W: gmd chose %s b%d θ=%.2f (feasible %v), optimum %s b%d θ=%.2f",
+					rate, powW, res.Choice.Mode, res.Choice.Batch, res.Choice.ThroughputSPS, res.Feasible, want.Choice.Mode, want.Choice.Batch, want.Choice.ThroughputSPS)
+			}
+			if len(res.Profiled) > DefaultGMDProfiles || prof.Count() != len(res.Profiled) {
+				t.Errorf("profiled %d (profiler counted %d), budget %d", len(res.Profiled), prof.Count(), DefaultGMDProfiles)
+			}
+		}
+	}
+}
+
+func TestGMDRespectsProfileBudgetAndKnownProfiles(t *testing.T) {
+	pt, names, presets := smallPair(t)
+	b := Budgets{RateRPS: 10, LatencyMS: 300, PowerMW: 26000}
+	for _, budget := range []int{1, 3, 6} {
+		prof, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(1, 2)))
+		// Two modes are known before the search: free, never asked for again.
+		for _, i := range []int{0, pt.Len() - 1} {
+			if _, err := prof.Profile(context.Background(), pt.ModeAt(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := prof.Count()
+		p := smallProblem(pt, names, presets, b)
+		p.MaxProfiles = budget
+		res, err := NewGMD(GMDOptions{}).Search(context.Background(), p, &countingProfiler{t: t, inner: prof, asked: map[powermode.Mode]int{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := prof.Count() - before; got > budget || got != len(res.Profiled) {
+			t.Errorf("budget %d: profiled %d new modes, result lists %d", budget, got, len(res.Profiled))
+		}
+		if res.Stop != "budget" && res.Stop != "converged" {
+			t.Errorf("stop = %q", res.Stop)
+		}
+		if !res.Found {
+			t.Errorf("budget %d: no answer at all, though profiles exist", budget)
+		}
+	}
+}
+
+// edgePair is a crafted two-knob table: the fastest feasible mode draws 99.5% of the
+// power budget, the next one down 90%. Under 3% noise a planner without a margin often
+// believes the edge mode fits when the noise is kind, and sometimes picks a mode just
+// over the edge; with GMD's 2σ margin it must never claim a violating choice.
+func edgePair(t *testing.T) *PairTruth {
+	t.Helper()
+	return pairFromRows(t, edgeRows())
+}
+
+func edgeRows() []truthRow {
+	var rows []truthRow
+	gpus := []int64{400000000, 600000000, 800000000, 1000000000}
+	powers := []float64{13500, 18000, 19900, 21500} // budget 20 W: 800 MHz is at 99.5%
+	for gi, g := range gpus {
+		for _, e := range []int64{2133000000, 3199000000} {
+			m := powermode.Mode{Cores: 4, CPUKHz: 1200000, GPUHz: g, EMCHz: e}
+			extra := 0.0
+			if e == 3199000000 {
+				extra = 300
+			}
+			tt := 200 / (1 + float64(gi)) * map[bool]float64{true: 0.97, false: 1}[e == 3199000000]
+			rows = append(rows, truthRow{m, "train", 32, tt, powers[gi] + extra})
+			for _, b := range []int{1, 2} {
+				rows = append(rows, truthRow{m, "infer", b, 2 * float64(b), powers[gi] + extra})
+			}
+		}
+	}
+	return rows
+}
+
+func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
+	pt := edgePair(t)
+	b := Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
+	model, _ := NewModel(b, pt.Batches)
+	violations := map[string]int{}
+	for seed := range uint64(60) {
+		for _, g := range []struct {
+			name string
+			o    GMDOptions
+		}{{"margin", GMDOptions{}}, {"no margin", GMDOptions{Margin: -1}}} {
+			prof, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 7)))
+			p := pt.Problem()
+			p.Budgets, p.NoiseRel = b, 0.03
+			res, err := NewGMD(g.o).Search(context.Background(), p, prof)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Found || !res.Feasible {
+				continue
+			}
+			if e, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch); !ok || !e.Feasible {
+				violations[g.name]++
+			}
+		}
+	}
+	if violations["margin"] != 0 {
+		t.Errorf("with the margin, %d of 60 noisy searches claimed a choice that violates the true budget", violations["margin"])
+	}
+	// The crafted case must be able to fail: without a margin, noise does cause violations.
+	if violations["no margin"] == 0 {
+		t.Errorf("without a margin no search violated: the edge case does not exercise the noise")
+	}
+}
+
+func TestGMDStart(t *testing.T) {
+	pt, names, presets := smallPair(t)
+	idxOf := func(m powermode.Mode) powermode.Index { i, _ := pt.Space.Index(pt.Space.Snap(m)); return i }
+	for _, tc := range []struct {
+		powerW float64
+		want   int // preset number
+	}{{5, 0}, {names0W(t, names, 0), 0}, {names0W(t, names, 1) + 0.5, 1}, {names0W(t, names, 2), 2}, {500, 2}} {
+		p := smallProblem(pt, names, presets, Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: tc.powerW * 1000})
+		if got := gmdStart(p); got != idxOf(presets[tc.want]) {
+			t.Errorf("budget %g W: start %v, want preset %s %v", tc.powerW, pt.Space.Mode(got), names[tc.want], presets[tc.want])
+		}
+	}
+	// Without names the start is the median preset by level (MAXN excluded).
+	p := smallProblem(pt, nil, presets, Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: 20000})
+	if got := gmdStart(p); got != idxOf(presets[1]) {
+		t.Errorf("unnamed presets: start %v, want %v", pt.Space.Mode(got), presets[1])
+	}
+	// Without presets it starts inside the space.
+	p.Presets = nil
+	if got := gmdStart(p); !pt.Space.ContainsIndex(got) {
+		t.Errorf("no presets: start %v is not in the space", got)
+	}
+}
+
+// names0W reads the wattage of preset i's name (MODE_25W → 25).
+func names0W(t *testing.T, names []string, i int) float64 {
+	t.Helper()
+	var w float64
+	if _, err := fmtSscanf(names[i], &w); err != nil {
+		t.Fatalf("preset name %q: %v", names[i], err)
+	}
+	return w
+}
+
+func TestGMDCancelled(t *testing.T) {
+	pt, names, presets := smallPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	prof, _ := NewPairProfiler(pt, 0, nil)
+	_, err := NewGMD(GMDOptions{}).Search(ctx, smallProblem(pt, names, presets, Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: 20000}), prof)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
