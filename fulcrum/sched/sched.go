@@ -46,6 +46,11 @@ type Config struct {
 	// the EWMA absolute deviation of the measured times, so a workload whose minibatch
 	// time spreads is given room. 0 uses the mean alone.
 	DevK float64
+	// Starve: a training worker kept waiting this long by the admission test is granted
+	// a minibatch anyway as soon as no inference request is queued or in flight, so a
+	// stale expected time (an outlier measurement) cannot block training forever. 0
+	// disables it.
+	Starve time.Duration
 	// Margin is kept free before every deadline for what the expected times do not
 	// cover: waking up, the grant's trip to the worker, the worker starting the batch.
 	Margin time.Duration
@@ -66,6 +71,7 @@ func DefaultConfig() Config {
 		IdleAdmitArrivals: 0.1,
 		DevK:              2,
 		Margin:            5 * time.Millisecond,
+		Starve:            5 * time.Second,
 		Window:            30 * time.Second,
 		WindowSamples:     10000,
 	}
@@ -184,6 +190,7 @@ type worker struct {
 	wantTurn   bool
 	acquiredAt time.Time
 	acquireSeq uint64
+	trained    int // training minibatches this worker released
 
 	queue []*request          // inference: waiting, by deadline
 	ids   map[string]*request // queued and in flight
@@ -467,7 +474,12 @@ func (s *Scheduler) Release(id string, r Release) error {
 	var unknown []string
 	switch t.grant.Kind {
 	case proto.KindTrain:
-		w.train.add(ms, s.cfg.EWMAAlpha)
+		// A worker's first minibatch carries its warm-up (allocator, cuDNN autotuning,
+		// lazy init) and would make the expected time an outlier that blocks training.
+		if w.trained > 0 {
+			w.train.add(ms, s.cfg.EWMAAlpha)
+		}
+		w.trained++
 		n := r.Samples
 		if n <= 0 {
 			n = w.spec.Batch
@@ -800,7 +812,15 @@ func (s *Scheduler) schedule() {
 	if w := s.nextTrainer(); w != nil {
 		exp := s.expTrain(w)
 		blocker := s.admit(now, exp)
-		if blocker == nil {
+		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= s.cfg.Starve && s.inferenceIdle()
+		if blocker == nil || starved {
+			if blocker != nil {
+				// Its expected time may be stale (an outlier, a warm-up): the only way to
+				// learn otherwise is to run it, at a moment nothing is queued.
+				s.log.Info("admitting a starved training minibatch to re-measure it", "worker", w.id,
+					"waited_ms", ms(now.Sub(w.acquiredAt)), "expected_ms", ms(exp))
+				w.st.starved++
+			}
 			s.rrLast = w.reg
 			s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
 			return
@@ -822,7 +842,28 @@ func (s *Scheduler) schedule() {
 			next = at
 		}
 	}
+	if s.cfg.Starve > 0 {
+		for _, w := range s.order {
+			if w.spec.Role != proto.RoleTrain || !w.wantTurn {
+				continue
+			}
+			at := w.acquiredAt.Add(s.cfg.Starve)
+			if at.After(now) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
+	}
 	s.setWake(next)
+}
+
+// inferenceIdle reports that no inference request is queued or being served.
+func (s *Scheduler) inferenceIdle() bool {
+	for _, w := range s.order {
+		if w.spec.Role == proto.RoleInfer && len(w.ids) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // serveBlocker dispatches the inference batch that keeps a training or profile batch

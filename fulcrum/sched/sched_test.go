@@ -185,11 +185,12 @@ func TestTrainingAdmissionUsesMeasuredTime(t *testing.T) {
 	inf := h.register(proto.RoleInfer, "yolo", 8)
 	tr := h.register(proto.RoleTrain, "resnet18", 32)
 	h.must(h.s.Acquire(tr, 0))
-	g := h.one()
-	h.release(tr, g, 70*msec) // expected training time is now the measured 70ms
-	h.arrive(inf, "a")        // deadline t=170
+	h.release(tr, h.one(), 500*msec) // the first minibatch is warm-up: not learned from
+	h.must(h.s.Acquire(tr, 0))
+	h.release(tr, h.one(), 70*msec) // expected training time is now the measured 70ms
+	h.arrive(inf, "a")              // deadline t=670
 	h.clock.Advance(30 * msec)
-	h.must(h.s.Acquire(tr, 0)) // 170 − 100 = 70 < 70 + 10
+	h.must(h.s.Acquire(tr, 0)) // 670 − 600 = 70 < 70 + 10
 	h.none()
 	snap := h.s.Snapshot()
 	if wl, _ := snap.Workload(proto.RoleTrain, "resnet18"); wl.ExpectedTrainMS != 70 {
@@ -329,11 +330,17 @@ func TestOverrunCounted(t *testing.T) {
 	if wl, _ := snap.Workload(proto.RoleTrain, "resnet18"); snap.Overruns != 1 || wl.Overruns != 1 {
 		t.Fatalf("an overrun must be counted once: %+v", snap)
 	}
-	// Short turns: the 50ms floor applies.
+	// That first minibatch was warm-up and taught nothing: still 3 × 20ms.
 	h.must(h.s.Acquire(tr, 0))
 	g = h.one()
-	if g.Deadline != 183*msec {
-		t.Fatalf("deadline %v, want 3 × measured 61ms", g.Deadline)
+	if g.Deadline != 60*msec {
+		t.Fatalf("deadline %v, want 3 × the default 20ms", g.Deadline)
+	}
+	h.release(tr, g, 10*msec)
+	// Short turns: the 50ms floor applies over 3 × 10ms.
+	h.must(h.s.Acquire(tr, 0))
+	if g = h.one(); g.Deadline != 50*msec {
+		t.Fatalf("deadline %v, want the 50ms floor", g.Deadline)
 	}
 }
 
@@ -568,5 +575,49 @@ func TestPendingRequestsBounded(t *testing.T) {
 	var pe *proto.Error
 	if !errors.As(err, &pe) || pe.Code != proto.CodeInvalid {
 		t.Fatalf("arrivals beyond %d pending: %v, want invalid", MaxPending, err)
+	}
+}
+
+func TestStarvedTrainingIsAdmittedWhenInferenceIsIdle(t *testing.T) {
+	c := cfg(100*msec, 10*msec, 5*msec)
+	c.Starve = time.Second
+	h := newHarness(t, c)
+	inf := h.register(proto.RoleInfer, "yolo", 1)
+	tr := h.register(proto.RoleTrain, "resnet18", 32)
+	h.must(h.s.Acquire(tr, 0))
+	h.release(tr, h.one(), 10*msec) // warm-up
+	h.must(h.s.Acquire(tr, 0))
+	h.release(tr, h.one(), 400*msec) // an outlier: now expected ≥ 400ms > L
+	serve := func(i int) {
+		h.must(h.s.Acquire(inf, 0))
+		h.arrive(inf, fmt.Sprint(i))
+		h.release(inf, h.one(), 2*msec)
+		h.clock.Advance(8 * msec)
+	}
+	for i := 0; i < 5; i++ { // requests every 10ms
+		serve(i)
+	}
+	h.must(h.s.Acquire(tr, 0))
+	h.none()
+	// Frequent arrivals: training cannot be admitted normally.
+	for i := 5; i < 25; i++ {
+		h.must(h.s.Acquire(inf, 0))
+		h.arrive(inf, fmt.Sprint(i))
+		g := h.one()
+		if g.Worker != inf {
+			t.Fatalf("grant %+v at %d: training must stay blocked while requests arrive", g, i)
+		}
+		h.release(inf, g, 2*msec)
+		h.clock.Advance(8 * msec)
+	}
+	h.none()
+	// Past the starvation limit, with nothing queued, it runs once to re-measure.
+	h.clock.Advance(time.Second)
+	g := h.one()
+	if g.Worker != tr {
+		t.Fatalf("grant %+v: want the starved training minibatch", g)
+	}
+	if wl, _ := h.s.Snapshot().Workload(proto.RoleTrain, "resnet18"); wl.StarvedAdmits != 1 {
+		t.Fatalf("starved admits %d, want 1", wl.StarvedAdmits)
 	}
 }

@@ -18,6 +18,7 @@ type stats struct {
 	requests, served, failed, misses uint64
 	minibatches, samplesTotal        uint64
 	overruns                         uint64
+	starved                          uint64 // training minibatches admitted by the starvation rule
 	lastArrival                      time.Time
 	gapEWMA                          ewma // seconds between arrivals
 }
@@ -115,6 +116,8 @@ type WorkloadStats struct {
 
 	TurnWait Quantiles `json:"turn_wait"` // acquire → grant
 	Overruns uint64    `json:"overruns"`
+	// StarvedAdmits counts training minibatches admitted by the starvation rule.
+	StarvedAdmits uint64 `json:"starved_admits,omitempty"`
 }
 
 // Snapshot is the scheduler's state and measurements at one instant.
@@ -163,8 +166,9 @@ func (s *Scheduler) Snapshot() Snapshot {
 			Latency:       quantiles(st.latency.values(now)),
 			ArrivalRateHz: st.rate(now, wl.since),
 			Minibatches:   st.minibatches, Samples: st.samplesTotal,
-			TurnWait: quantiles(st.wait.values(now)),
-			Overruns: st.overruns,
+			TurnWait:      quantiles(st.wait.values(now)),
+			Overruns:      st.overruns,
+			StarvedAdmits: st.starved,
 		}
 		if wl.role == proto.RoleTrain {
 			n, span := st.samples.sum(now, wl.since)
