@@ -68,7 +68,7 @@ func NewSearcher(name string) (any, error) {
 		}
 		return RandomSearcher{K: k}, nil
 	case name == "als":
-		return nil, errors.New("searcher als: ALS is not built into this binary yet")
+		return NewALS(ALSOptions{}), nil
 	case name == "oracle":
 		return nil, errors.New("oracle is not a profiling searcher: the benchmark computes it from the noise-free truth (list it in the searchers to get its row)")
 	}
