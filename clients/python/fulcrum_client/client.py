@@ -103,7 +103,9 @@ class Client:
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     if line.strip():
-                        self._dispatch(json.loads(line))
+                        m = json.loads(line)
+                        if isinstance(m, dict):
+                            self._dispatch(m)
                 if len(buf) > MAX_LINE_BYTES:
                     reason = "fulcrumd sent an oversized line"
                     break
