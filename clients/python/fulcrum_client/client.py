@@ -176,6 +176,9 @@ class Client:
         if batch_sizes:
             msg["batch_sizes"] = [int(b) for b in batch_sizes]
         reply = self._call(msg, timeout)
+        if reply.get("v") != PROTOCOL_VERSION:
+            raise FulcrumError("bad_version", "fulcrumd speaks protocol v{}, this client v{}; upgrade one of them".format(
+                reply.get("v"), PROTOCOL_VERSION))
         self.worker_id = reply["worker_id"]
         self.token = reply.get("token")
         self.latency_budget_ms = reply.get("latency_budget_ms")

@@ -70,6 +70,10 @@ func Dial(ctx context.Context, path string, reg Registration) (*Client, error) {
 			c.Close()
 			return nil, fmt.Errorf("register with fulcrumd: %w", &proto.Error{Code: m.Code, Message: m.Message, Ref: m.Ref})
 		}
+		if m.V != proto.Version {
+			c.Close()
+			return nil, fmt.Errorf("register with fulcrumd: it speaks protocol v%d, this client v%d; upgrade one of them", m.V, proto.Version)
+		}
 		c.ID, c.Token, c.LatencyBudgetMS = m.WorkerID, m.Token, m.LatencyBudgetMS
 		return c, nil
 	case <-c.done:
