@@ -41,8 +41,9 @@ type ALSOptions struct {
 	// stays within budget when its measurement was lucky [1.5].
 	SafetySigmas float64 `json:"safety_sigmas"`
 	// FallbackSigmas are the smaller safety margins tried, in order, when nothing
-	// profiled meets the budgets at SafetySigmas [0.75, 0]; say []float64{-1} for none
-	// (negative entries are skipped).
+	// profiled meets the budgets at SafetySigmas [0.75]; say []float64{-1} for none
+	// (negative entries are skipped). On the AGX benchmark adding 0 (the posterior
+	// mean) turned no-answers into violations about as often as into answers.
 	FallbackSigmas []float64 `json:"fallback_sigmas"`
 	// NoiseFloor is the least relative measurement noise assumed [0.02]: the GPs'
 	// fitted noise sd (log units) is bounded below by it, and so is σ at a profiled
@@ -81,7 +82,7 @@ func (o ALSOptions) withDefaults() ALSOptions {
 	deff(&o.SafetySigmas, 1.5)
 	deff(&o.NoiseFloor, 0.02)
 	if o.FallbackSigmas == nil {
-		o.FallbackSigmas = []float64{0.75, 0}
+		o.FallbackSigmas = []float64{0.75}
 	}
 	o.FallbackSigmas = slices.DeleteFunc(slices.Clone(o.FallbackSigmas), func(z float64) bool { return z < 0 })
 	if o.Logger == nil {
@@ -774,7 +775,7 @@ func (m *ALSModel) Answer(ctx context.Context, b Budgets, prof Profiler) (Result
 	how := fmt.Sprintf("feasible with the safety margin (z = %g)", m.opts.SafetySigmas)
 	if !best.eval.Feasible {
 		// Tight budgets: narrow the margin step by step (FallbackSigmas) before giving up.
-		how = "nothing profiled meets the budgets even at the posterior mean; least-violating by the margin"
+		how = "nothing profiled meets the budgets even with the reduced margins; least-violating by the margin"
 		for _, z := range m.opts.FallbackSigmas {
 			if c, ok := m.bestAt(model, measured, post, z, 0, true); ok && c.eval.Feasible {
 				best = c

@@ -72,8 +72,7 @@ type GPFitOptions struct {
 	MaxIterations int
 	// Rand draws the random starts; nil means a fixed-seed source (deterministic).
 	Rand *rand.Rand
-	// MinNoiseSD, in output units, bounds the fitted noise from below (for every
-	// output). With few points in several dimensions the likelihood can prefer to
+	// MinNoiseSD, in output units, bounds every output's fitted noise sd from below. With few points in several dimensions the likelihood can prefer to
 	// interpolate the noise; a known measurement-noise floor prevents that.
 	MinNoiseSD float64
 }
@@ -93,10 +92,11 @@ func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error
 		opts.MaxIterations = 80
 	}
 	if opts.MinNoiseSD > 0 {
-		// The bound is on the standardised scale: the largest scale is the loosest.
-		var sc float64
+		// The bound is on the standardised scale, shared by the outputs: the smallest
+		// output scale makes it hold for every output.
+		sc := math.Inf(1)
 		for _, s := range g.scale {
-			sc = max(sc, s)
+			sc = min(sc, s)
 		}
 		g.noiseLo = clamp(2*math.Log(opts.MinNoiseSD/sc), gpLogNoiseMin, gpLogNoiseMax-1)
 	}

@@ -173,3 +173,25 @@ func TestGPRejectsBadData(t *testing.T) {
 		}
 	}
 }
+
+func TestGPNoiseFloorHolds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	// Noise-free data: without a floor the fit drives the noise towards zero.
+	x, y := gpTestData(rng, 25, 2, 0, smooth2)
+	free, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rand.New(rand.NewPCG(1, 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	floored, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rand.New(rand.NewPCG(1, 1)), MinNoiseSD: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free.NoiseSD(0) >= 0.05 {
+		t.Fatalf("unfloored fit on noise-free data has noise sd %.4g: the test cannot show the floor", free.NoiseSD(0))
+	}
+	for o := range 2 {
+		if got := floored.NoiseSD(o); got < 0.05*(1-1e-9) {
+			t.Errorf("output %d: noise sd %.4g below the floor 0.05", o, got)
+		}
+	}
+}
