@@ -88,8 +88,9 @@ func TestGMDRespectsProfileBudgetAndKnownProfiles(t *testing.T) {
 
 // edgePair is a crafted two-knob table: the fastest feasible mode draws 99.5% of the
 // power budget, the next one down 90%. Under 3% noise a planner without a margin often
-// believes the edge mode fits when the noise is kind, and sometimes picks a mode just
-// over the edge; with GMD's 2σ margin it must never claim a violating choice.
+// believes a mode just over the edge fits. GMD's 2σ margin is a statistical guard, not
+// a certainty (a mode at the edge still passes when its measurement is 2σ low, about
+// 2% of the time), so the test checks rates over 200 seeded searches.
 func edgePair(t *testing.T) *PairTruth {
 	t.Helper()
 	return pairFromRows(t, edgeRows())
@@ -121,7 +122,8 @@ func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
 	b := Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
 	model, _ := NewModel(b, pt.Batches)
 	violations := map[string]int{}
-	for seed := range uint64(60) {
+	const runs = 200
+	for seed := range uint64(runs) {
 		for _, g := range []struct {
 			name string
 			o    GMDOptions
@@ -141,12 +143,13 @@ func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
 			}
 		}
 	}
-	if violations["margin"] != 0 {
-		t.Errorf("with the margin, %d of 60 noisy searches claimed a choice that violates the true budget", violations["margin"])
+	t.Logf("violations in %d searches: %v", runs, violations)
+	if violations["margin"] > runs*4/100 {
+		t.Errorf("with the margin, %d of %d noisy searches claimed a choice that violates the true budget (want ≤ 4%%)", violations["margin"], runs)
 	}
-	// The crafted case must be able to fail: without a margin, noise does cause violations.
-	if violations["no margin"] == 0 {
-		t.Errorf("without a margin no search violated: the edge case does not exercise the noise")
+	// The crafted case must be able to fail: without a margin, noise causes many more.
+	if violations["no margin"] < 4*max(violations["margin"], 2) {
+		t.Errorf("without a margin %d violations, with it %d: the edge case does not exercise the noise", violations["no margin"], violations["margin"])
 	}
 }
 
