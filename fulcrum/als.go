@@ -46,8 +46,8 @@ type ALSOptions struct {
 	// mean) turned no-answers into violations about as often as into answers.
 	FallbackSigmas []float64 `json:"fallback_sigmas"`
 	// NoiseFloor is the least relative measurement noise assumed [0.02]: the GPs'
-	// fitted noise sd (log units) is bounded below by it, and so is σ at a profiled
-	// mode. Without it a GP with ~50 points in 4-D can interpolate the noise and then
+	// fitted noise sd (log units) is bounded below by it (or by Problem.NoiseRel when
+	// larger), and σ at a profiled mode by it. Without it a GP with ~50 points in 4-D can interpolate the noise and then
 	// trust a lucky measurement.
 	NoiseFloor float64 `json:"noise_floor"`
 	// Restarts are the random L-BFGS restarts of the first and last GP fits [2]
@@ -287,6 +287,8 @@ func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSMod
 		budget = o.MaxProfiles
 	}
 	rng := rand.New(rand.NewPCG(p.Seed^o.Seed, 0x616c73))
+	// A profiler that knows its noise (Problem.NoiseRel) bounds the GPs' noise by it.
+	gpNoiseFloor := max(o.NoiseFloor, p.NoiseRel)
 	m := &ALSModel{opts: o, space: p.Space, train: p.Train, infer: p.Infer, trainBatch: p.TrainBatch, batches: batches}
 	m.index()
 	xs := m.allInputs()
@@ -339,7 +341,7 @@ func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSMod
 		for g := range numGroups {
 			x := m.dataInputs()
 			y := groupOutputs(ys, g, len(batches))
-			gp, err := FitGP(ctx, x, y, GPFitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng, MinNoiseSD: o.NoiseFloor})
+			gp, err := FitGP(ctx, x, y, GPFitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng, MinNoiseSD: gpNoiseFloor})
 			if err != nil {
 				return fmt.Errorf("als: fitting the %s surrogate: %w", groupNames[g], err)
 			}
