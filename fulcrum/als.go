@@ -53,6 +53,11 @@ type ALSOptions struct {
 	// Restarts are the random L-BFGS restarts of the first and last GP fits [2]
 	// (fits in between warm-start from the previous hyper-parameters).
 	Restarts int `json:"restarts"`
+	// KeepLeftover stops an answer from spending a confirm left over (after the choice
+	// was confirmed) on the unprofiled mode that would beat the choice if its profile
+	// matched the prediction. Spending it was slightly better on every benchmark metric
+	// for ~0.4 more profiles per answer.
+	KeepLeftover bool `json:"keep_leftover"`
 	// Seed is mixed with Problem.Seed to seed the initial design and GP restarts.
 	Seed uint64 `json:"seed"`
 	// Logger receives progress at debug level; nil discards.
@@ -746,7 +751,7 @@ func (m *ALSModel) Answer(ctx context.Context, b Budgets, prof Profiler) (Result
 			if best.eval.Feasible {
 				break
 			}
-			if c, ok := m.bestAt(model, measured, post, z, z*m.opts.MarginSigmas/m.opts.SafetySigmas, false); ok && c.eval.Feasible {
+			if c, ok := m.bestAt(model, measured, post, z, z*m.opts.MarginSigmas/m.opts.SafetySigmas, 0, false); ok && c.eval.Feasible {
 				best = c
 			}
 		}
@@ -774,12 +779,36 @@ func (m *ALSModel) Answer(ctx context.Context, b Budgets, prof Profiler) (Result
 	if !ok {
 		return Result{}, errors.New("als: no profiled mode to answer from")
 	}
+	// A confirm left over goes to the unprofiled mode that would beat the answer if
+	// its profile matched the prediction (derated as a profiled mode would be).
+	for len(res.Profiled) < m.opts.Confirm && !m.opts.KeepLeftover {
+		c, ok := m.bestAt(model, measured, post, m.opts.SafetySigmas, 0, m.opts.SafetySigmas*m.opts.NoiseFloor, false)
+		if !ok || c.measured || !c.eval.Better(best.eval) {
+			break
+		}
+		md := m.modes[c.pos]
+		mp, err := prof.Profile(ctx, md)
+		if err != nil {
+			return Result{}, fmt.Errorf("als: confirming mode %s: %w", md, err)
+		}
+		mp.Mode = md
+		if _, ok := outputsOf(mp, m.batches); !ok {
+			return Result{}, fmt.Errorf("als: the confirming profile of mode %s lacks a batch size of %v or has a non-positive value: fix the profiler", md, m.batches)
+		}
+		measured[c.pos] = true
+		extra = append(extra, mp)
+		res.Profiled = append(res.Profiled, md)
+		if post, err = m.posteriors(extra); err != nil {
+			return Result{}, err
+		}
+		best, _ = m.bestConfig(model, measured, post, onlyMeasured)
+	}
 	how := fmt.Sprintf("feasible with the safety margin (z = %g)", m.opts.SafetySigmas)
 	if !best.eval.Feasible {
 		// Tight budgets: narrow the margin step by step (FallbackSigmas) before giving up.
 		how = "nothing profiled meets the budgets even with the reduced margins; least-violating by the margin"
 		for _, z := range m.opts.FallbackSigmas {
-			if c, ok := m.bestAt(model, measured, post, z, 0, true); ok && c.eval.Feasible {
+			if c, ok := m.bestAt(model, measured, post, z, 0, 0, true); ok && c.eval.Feasible {
 				best = c
 				how = fmt.Sprintf("feasible only with a reduced safety margin (z = %g)", z)
 				break
@@ -883,7 +912,7 @@ func (m *ALSModel) bestConfig(model *Model, measured map[int]bool, post map[int]
 
 // bestAt is bestConfig with explicit margins (z for profiled modes, k for the others)
 // and no precomputation: the slow path for tight budgets.
-func (m *ALSModel) bestAt(model *Model, measured map[int]bool, post map[int]posterior, z, k float64, measuredOnly bool) (candidate, bool) {
+func (m *ALSModel) bestAt(model *Model, measured map[int]bool, post map[int]posterior, z, k, addU float64, measuredOnly bool) (candidate, bool) {
 	nb, bud := len(m.batches), model.Budgets()
 	var best candidate
 	found := false
@@ -902,7 +931,7 @@ func (m *ALSModel) bestAt(model *Model, measured map[int]bool, post map[int]post
 			if isMeas {
 				vals[o] = math.Exp(mu[o] + z*max(sd[o], m.opts.NoiseFloor))
 			} else {
-				vals[o] = math.Exp(mu[o] + k*sd[o])
+				vals[o] = math.Exp(mu[o] + k*sd[o] + addU)
 			}
 		}
 		for j, b := range m.batches {
