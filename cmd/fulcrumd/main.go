@@ -61,6 +61,7 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 				"latency_budget_ms", s.Budgets.LatencyMS, "power_budget_w", s.Budgets.PowerW, "board", s.Daemon.Board)
 			// Tell systemd (Type=notify) we are ready; a no-op outside systemd.
 			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
+			startWatchdog(ctx, log, d) // WATCHDOG=1 pings while the scheduler answers (notify.go)
 			err = d.Run(ctx)
 			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyStopping)
 			log.Info("fulcrumd stopped")
