@@ -1,0 +1,251 @@
+// Package api is fulcrumd's control API: HTTP/JSON on a unix socket
+// (<runtime_dir>/control.sock) for fulcrumctl and curl. It holds the Controller
+// interface the server calls (fulcrumd's controller implements it), the JSON types of
+// every endpoint, the server (access control by SO_PEERCRED) and a client.
+// docs/api.md documents every endpoint.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+)
+
+// Version is the path prefix of this API ("/v1/...").
+const Version = "v1"
+
+// SocketName is the control socket's file name in the runtime directory.
+const SocketName = "control.sock"
+
+// DefaultSocket is where fulcrumctl looks when neither --socket nor FULCRUM_SOCKET is set.
+const DefaultSocket = "/run/fulcrum/" + SocketName
+
+// GroupName is the group whose members may change things (PUT/POST); root always may.
+const GroupName = "fulcrum"
+
+// Controller is what the API server asks. fulcrumd's controller implements it; every
+// method is called concurrently from HTTP handlers. Errors of type *Error reach the
+// client as they are (status, code, field, message); any other error is a 500 whose
+// message is the error's text, so wrap causes with what to do.
+type Controller interface {
+	// Status is the daemon's state now: board, mode, budgets, plan, power, per-workload
+	// measurements, degraded flag, uptime.
+	Status(ctx context.Context) (Status, error)
+
+	// Budgets are the budgets in force.
+	Budgets(ctx context.Context) (Budgets, error)
+	// SetBudgets applies u (fields left nil keep their value) and re-plans from stored
+	// profiles. The server has already checked u.Apply(current) succeeds; the controller
+	// applies it atomically against the budgets it holds and returns the budgets now in
+	// force. An infeasible plan is not an error: Status.Plan says so.
+	SetBudgets(ctx context.Context, u BudgetsUpdate, by Caller) (Budgets, error)
+
+	// Workers are the live workers (from the scheduler's snapshot).
+	Workers(ctx context.Context) ([]Worker, error)
+
+	// Mode is the board's current power mode, the one planned, and the board's levels.
+	Mode(ctx context.Context) (ModeInfo, error)
+	// ApplyMode sets m between minibatches and holds it (ModeInfo.Held) until budgets
+	// change or an optimize runs; a power or latency violation may still step away from
+	// it (an event says so). A mode outside the board's space is a 400 bad_mode *Error.
+	ApplyMode(ctx context.Context, m powermode.Mode, by Caller) (ModeInfo, error)
+
+	// Profiles lists stored profiles matching f.
+	Profiles(ctx context.Context, f store.Filter) ([]store.Profile, error)
+	// ExportProfiles writes the profiles matching f to w (store.WriteProfiles format).
+	ExportProfiles(ctx context.Context, w io.Writer, format store.Format, f store.Filter) error
+	// ImportProfiles stores the profiles read from r, all or none.
+	ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions, by Caller) (store.ImportResult, error)
+
+	// Optimize runs a searcher (OptimizeGMD or OptimizeALS) that profiles modes on the
+	// board, then plans. It blocks until done; ctx ends when the client goes away, which
+	// aborts the search (the controller returns to its previous plan). A second optimize
+	// while one runs is a 409 busy *Error.
+	Optimize(ctx context.Context, req OptimizeRequest, by Caller) (OptimizeResult, error)
+
+	// Events returns the kept events with Seq > since, oldest first.
+	Events(ctx context.Context, since uint64) ([]Event, error)
+	// Subscribe delivers every event published from now on until cancel is called or
+	// ctx ends; then the channel is closed. A subscriber that does not keep up loses
+	// events (the channel is buffered; the controller never blocks on it) — the Seq gap
+	// shows it.
+	Subscribe(ctx context.Context) (events <-chan Event, cancel func())
+}
+
+// Caller is who made a request, from the socket's peer credentials (SO_PEERCRED).
+type Caller struct {
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	PID    int    `json:"pid"`
+	Comm   string `json:"comm,omitempty"`   // /proc/<pid>/comm
+	Groups []int  `json:"groups,omitempty"` // supplementary groups from /proc/<pid>/status
+}
+
+// Budgets are the operator's targets as the daemon holds them (DESIGN §2). Unlike
+// fulcrum.Budgets they can say "measure the rate" and "no power budget".
+type Budgets struct {
+	// LatencyMS is L, on the Quantile of per-request latency.
+	LatencyMS float64 `json:"latency_ms"`
+	// PowerMW is P on the 1 s moving average of board power; 0 means no power budget.
+	PowerMW float64 `json:"power_mw"`
+	// RateAuto: λ is the measured arrival rate; RateRPS is then the rate in use (0
+	// until measured). Otherwise RateRPS is the operator's λ.
+	RateAuto bool    `json:"rate_auto"`
+	RateRPS  float64 `json:"rate_rps"`
+	Quantile float64 `json:"quantile"`
+	RhoMax   float64 `json:"rho_max"`
+}
+
+// BudgetsUpdate is the body of PUT /v1/budgets: nil fields keep their value.
+// Setting rate_rps turns rate_auto off; rate_auto true drops the set rate.
+type BudgetsUpdate struct {
+	LatencyMS *float64 `json:"latency_ms,omitempty"`
+	PowerMW   *float64 `json:"power_mw,omitempty"`
+	RateRPS   *float64 `json:"rate_rps,omitempty"`
+	RateAuto  *bool    `json:"rate_auto,omitempty"`
+	Quantile  *float64 `json:"quantile,omitempty"`
+	RhoMax    *float64 `json:"rho_max,omitempty"`
+}
+
+// Rail is one power rail's reading.
+type Rail struct {
+	Name    string  `json:"name"`
+	PowerMW float64 `json:"power_mw"`
+}
+
+// Power is the board's power now.
+type Power struct {
+	// TotalMW is the latest board total; Avg1sMW its 1 s moving average, the value the
+	// power budget is checked on.
+	TotalMW float64   `json:"total_mw"`
+	Avg1sMW float64   `json:"avg_1s_mw"`
+	Rails   []Rail    `json:"rails"`
+	At      time.Time `json:"at"`
+}
+
+// Plan is the controller's chosen configuration and what model v1 predicts for it.
+type Plan struct {
+	Mode       powermode.Mode `json:"mode"`
+	InferBatch int            `json:"infer_batch"`
+	// Feasible is false when no known configuration meets every budget; Binding then
+	// names the constraint (latency, power, gpu_share) and training is paused.
+	Feasible                  bool      `json:"feasible"`
+	Binding                   string    `json:"binding,omitempty"`
+	PredLatencyMS             float64   `json:"predicted_latency_ms"`
+	PredPowerMW               float64   `json:"predicted_power_mw"`
+	PredThroughputSamplesPerS float64   `json:"predicted_throughput_samples_per_s"`
+	Rho                       float64   `json:"rho"`
+	Source                    string    `json:"source"` // e.g. "stored-profiles", "gmd", "als", "operator"
+	Reason                    string    `json:"reason,omitempty"`
+	At                        time.Time `json:"at"`
+}
+
+// Worker is one live worker.
+type Worker = sched.WorkerInfo
+
+// WorkloadStats are one workload's measurements.
+type WorkloadStats = sched.WorkloadStats
+
+// Status is GET /v1/status.
+type Status struct {
+	Version   string          `json:"version"` // fulcrumd build version
+	Board     string          `json:"board"`   // catalog name, "sim:NAME" or "none"
+	Mode      powermode.Mode  `json:"mode"`
+	ModeHeld  bool            `json:"mode_held"` // an operator-applied mode is held
+	Budgets   Budgets         `json:"budgets"`
+	Plan      *Plan           `json:"plan,omitempty"`  // nil until the first plan
+	Power     *Power          `json:"power,omitempty"` // nil without power sensors
+	Workers   []Worker        `json:"workers"`
+	Workloads []WorkloadStats `json:"workloads"`
+	// TrainingPaused: training gets no turns (infeasible plan, violation, optimize).
+	TrainingPaused bool `json:"training_paused"`
+	// Degraded: the daemon is running but not as planned; DegradedReason says why and
+	// what to do.
+	Degraded       bool      `json:"degraded"`
+	DegradedReason string    `json:"degraded_reason,omitempty"`
+	Optimizing     string    `json:"optimizing,omitempty"` // method of a running optimize
+	Turns          uint64    `json:"turns"`
+	Overruns       uint64    `json:"overruns"`
+	Profiles       int       `json:"profiles"` // stored profiles
+	StartedAt      time.Time `json:"started_at"`
+	UptimeS        float64   `json:"uptime_s"`
+}
+
+// ModeInfo is GET/PUT /v1/mode.
+type ModeInfo struct {
+	Board   string          `json:"board"`
+	Current powermode.Mode  `json:"current"`
+	Planned *powermode.Mode `json:"planned,omitempty"`
+	Held    bool            `json:"held"` // Current was applied by an operator and is held
+	// Nvpmodel is the nvpmodel mode the board is in (Fulcrum works within its TPC
+	// configuration), when known.
+	Nvpmodel string `json:"nvpmodel,omitempty"`
+	Levels   Levels `json:"levels"`
+}
+
+// Levels are the board's allowed values of each knob.
+type Levels struct {
+	Cores  []int   `json:"cores"`
+	CPUKHz []int64 `json:"cpu_khz"`
+	GPUHz  []int64 `json:"gpu_hz"`
+	EMCHz  []int64 `json:"emc_hz"`
+}
+
+// ModeRequest is the body of PUT /v1/mode.
+type ModeRequest struct {
+	Mode powermode.Mode `json:"mode"`
+}
+
+// Searchers Optimize accepts.
+const (
+	OptimizeGMD = "gmd"
+	OptimizeALS = "als"
+)
+
+// OptimizeRequest is the body of POST /v1/optimize.
+type OptimizeRequest struct {
+	Method string `json:"method"` // gmd or als
+	// MaxProfiles caps the modes profiled (0: the method's default, 15 GMD / 50 ALS).
+	MaxProfiles int `json:"max_profiles,omitempty"`
+}
+
+// OptimizeResult is what an optimize found.
+type OptimizeResult struct {
+	Method     string  `json:"method"`
+	Plan       Plan    `json:"plan"`
+	Profiled   int     `json:"profiled_modes"` // modes newly profiled
+	Reused     int     `json:"reused_modes"`   // modes answered from the store
+	StopReason string  `json:"stop_reason"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// ImportResponse is POST /v1/profiles/import's answer.
+type ImportResponse = store.ImportResult
+
+// Event kinds.
+const (
+	EventBudgets   = "budgets"   // budgets changed (by a caller)
+	EventMode      = "mode"      // power mode applied
+	EventPlan      = "plan"      // a new plan
+	EventViolation = "violation" // a budget was violated (Data names it)
+	EventDegraded  = "degraded"
+	EventRecovered = "recovered"
+	EventOptimize  = "optimize" // optimize started / finished / failed
+	EventProfiles  = "profiles" // profiles imported or added
+	EventWorker    = "worker"   // worker registered / gone
+)
+
+// Event is one entry of the controller's event log.
+type Event struct {
+	Seq     uint64          `json:"seq"` // increasing from 1; a gap means events were lost
+	Time    time.Time       `json:"time"`
+	Kind    string          `json:"kind"`
+	Message string          `json:"message"`          // one readable line
+	Caller  *Caller         `json:"caller,omitempty"` // who caused it, for operator actions
+	Data    json.RawMessage `json:"data,omitempty"`   // kind-specific detail
+}
