@@ -57,6 +57,10 @@ type Config struct {
 	// Window and WindowSamples bound the measurement windows (whichever is smaller).
 	Window        time.Duration
 	WindowSamples int
+	// RecentWindow is the shorter latency window the controller watches (reported as
+	// WorkloadStats.LatencyRecent), so that a violation stops counting soon after the
+	// controller has acted on it.
+	RecentWindow time.Duration
 }
 
 // DefaultConfig is what fulcrumd uses when configs/fulcrum.yaml says nothing.
@@ -74,6 +78,7 @@ func DefaultConfig() Config {
 		Starve:            5 * time.Second,
 		Window:            30 * time.Second,
 		WindowSamples:     10000,
+		RecentWindow:      5 * time.Second,
 	}
 }
 
@@ -111,6 +116,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WindowSamples <= 0 {
 		c.WindowSamples = d.WindowSamples
+	}
+	if c.RecentWindow <= 0 {
+		c.RecentWindow = d.RecentWindow
 	}
 	return c
 }
@@ -295,6 +303,33 @@ func (s *Scheduler) unlockAndDeliver() {
 	for _, d := range out {
 		d.f(d.g)
 	}
+}
+
+// SetInferBatch changes the batch size inference worker id is served at (the most
+// requests one grant carries) from its next grant on. The batch must be one of the sizes
+// the worker registered (when it listed any).
+func (s *Scheduler) SetInferBatch(id string, batch int) error {
+	if batch < 1 || batch > proto.MaxBatch {
+		return fmt.Errorf("inference batch %d out of range 1..%d", batch, proto.MaxBatch)
+	}
+	s.mu.Lock()
+	defer s.unlockAndDeliver()
+	w, ok := s.workers[id]
+	if !ok {
+		return fmt.Errorf("set batch: worker %q is not registered (see the daemon's worker list)", id)
+	}
+	if w.spec.Role != proto.RoleInfer {
+		return fmt.Errorf("set batch: worker %s is a %s worker; only inference batches are chosen by fulcrumd", id, w.spec.Role)
+	}
+	if len(w.spec.BatchSizes) > 0 && !slices.Contains(w.spec.BatchSizes, batch) {
+		return fmt.Errorf("set batch: worker %s serves batch sizes %v, not %d", id, w.spec.BatchSizes, batch)
+	}
+	if w.spec.Batch != batch {
+		s.log.Info("inference batch size changed", "worker", id, "from", w.spec.Batch, "to", batch)
+		w.spec.Batch = batch
+		s.schedule()
+	}
+	return nil
 }
 
 // Register adds a worker and returns its id and token.

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
@@ -10,6 +11,7 @@ import (
 // Config.WindowSamples samples each) plus lifetime counters.
 type stats struct {
 	latency  *window // ms per served request
+	recent   *window // the same over Config.RecentWindow
 	arrivals *window // 1 per request, at its arrival
 	samples  *window // samples per training minibatch, at its release
 	wait     *window // ms from acquire to grant
@@ -26,6 +28,7 @@ type stats struct {
 func newStats(cfg Config) *stats {
 	return &stats{
 		latency:  newWindow(cfg.Window, cfg.WindowSamples),
+		recent:   newWindow(cfg.RecentWindow, cfg.WindowSamples),
 		arrivals: newWindow(cfg.Window, cfg.WindowSamples),
 		samples:  newWindow(cfg.Window, cfg.WindowSamples),
 		wait:     newWindow(cfg.Window, cfg.WindowSamples),
@@ -51,6 +54,7 @@ func (st *stats) done(now time.Time, lat time.Duration, ok, missed bool) {
 	}
 	st.served++
 	st.latency.add(now, ms(lat))
+	st.recent.add(now, ms(lat))
 	if missed {
 		st.misses++
 	}
@@ -85,10 +89,12 @@ type WorkerInfo struct {
 	Role     string `json:"role"`
 	Workload string `json:"workload"`
 	Batch    int    `json:"batch"`
-	PID      int    `json:"pid"` // from SO_PEERCRED
-	UID      int    `json:"uid"`
-	Waiting  bool   `json:"waiting"` // has an acquire pending
-	Queued   int    `json:"queued"`  // inference requests waiting
+	// BatchSizes are the inference batch sizes the worker can serve (as registered).
+	BatchSizes []int `json:"batch_sizes,omitempty"`
+	PID        int   `json:"pid"` // from SO_PEERCRED
+	UID        int   `json:"uid"`
+	Waiting    bool  `json:"waiting"` // has an acquire pending
+	Queued     int   `json:"queued"`  // inference requests waiting
 }
 
 // WorkloadStats are one workload's measurements, over every worker that registered it
@@ -104,7 +110,9 @@ type WorkloadStats struct {
 	Failed         uint64    `json:"failed"`
 	DeadlineMisses uint64    `json:"deadline_misses"`
 	Latency        Quantiles `json:"latency"` // served requests, arrival → release
-	ArrivalRateHz  float64   `json:"arrival_rate_hz"`
+	// LatencyRecent is Latency over the last Config.RecentWindow only.
+	LatencyRecent Quantiles `json:"latency_recent"`
+	ArrivalRateHz float64   `json:"arrival_rate_hz"`
 	// ExpectedBatchMS is the expected inference batch time by batch size (measured sizes).
 	ExpectedBatchMS map[int]float64 `json:"expected_batch_ms,omitempty"`
 
@@ -156,7 +164,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 	}
 	for _, w := range s.order {
 		snap.Workers = append(snap.Workers, WorkerInfo{ID: w.id, Role: w.spec.Role, Workload: w.spec.Workload,
-			Batch: w.spec.Batch, PID: w.spec.PID, UID: w.spec.UID, Waiting: w.wantTurn, Queued: len(w.queue)})
+			Batch: w.spec.Batch, BatchSizes: slices.Clone(w.spec.BatchSizes), PID: w.spec.PID, UID: w.spec.UID, Waiting: w.wantTurn, Queued: len(w.queue)})
 	}
 	for _, wl := range s.wlOrder {
 		st := wl.st
@@ -164,6 +172,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 			Workload: wl.name, Role: wl.role, LiveWorkers: wl.live,
 			Requests: st.requests, Served: st.served, Failed: st.failed, DeadlineMisses: st.misses,
 			Latency:       quantiles(st.latency.values(now)),
+			LatencyRecent: quantiles(st.recent.values(now)),
 			ArrivalRateHz: st.rate(now, wl.since),
 			Minibatches:   st.minibatches, Samples: st.samplesTotal,
 			TurnWait:      quantiles(st.wait.values(now)),

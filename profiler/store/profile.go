@@ -15,6 +15,7 @@ const (
 	SourceSim    = "sim"    // measured on the simulated board
 	SourceTegra  = "tegra"  // measured on a real Jetson
 	SourceImport = "import" // imported from a table that did not say (e.g. a plain ground-truth CSV)
+	SourceLive   = "live"   // measured by fulcrumd through its workers' profile grants, while serving
 )
 
 // TimeStats summarises the measured minibatch times, in milliseconds.
@@ -120,9 +121,9 @@ func (p Profile) Validate() error {
 		return bad("finished_at %s is before started_at %s", p.FinishedAt.Format(time.RFC3339Nano), p.StartedAt.Format(time.RFC3339Nano))
 	}
 	switch p.Source {
-	case SourceSim, SourceTegra, SourceImport:
+	case SourceSim, SourceTegra, SourceImport, SourceLive:
 	default:
-		return bad("source %q: want %s, %s or %s", p.Source, SourceSim, SourceTegra, SourceImport)
+		return bad("source %q: want %s, %s, %s or %s", p.Source, SourceSim, SourceTegra, SourceImport, SourceLive)
 	}
 	return nil
 }
