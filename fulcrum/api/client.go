@@ -1,0 +1,248 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"syscall"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+)
+
+// ErrNoDaemon is wrapped by a Client's error when nothing answers on the socket.
+var ErrNoDaemon = errors.New("cannot reach fulcrumd")
+
+// Client calls the control API over its unix socket.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the socket at path.
+func NewClient(path string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConns: 2,
+	}
+	return &Client{socket: path, hc: &http.Client{Transport: tr}}
+}
+
+// Socket is the socket path the client uses.
+func (c *Client) Socket() string { return c.socket }
+
+// Close drops idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// connErr explains a failed connection in the user's terms.
+func (c *Client) connErr(err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%w at %s: is fulcrumd running? (systemctl status fulcrumd) — or pass --socket", ErrNoDaemon, c.socket)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return fmt.Errorf("no permission to open %s: join the %s group (sudo usermod -aG %s $USER, then log in again) or use sudo", c.socket, GroupName, GroupName)
+	}
+	return fmt.Errorf("%w at %s: %v", ErrNoDaemon, c.socket, err)
+}
+
+// do sends a request; a 2xx answer is returned open, anything else becomes an *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	u := "http://fulcrum/" + Version + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, c.connErr(err)
+		}
+		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var eb errorBody
+	if json.Unmarshal(b, &eb) == nil && eb.Error != nil {
+		eb.Error.Status = resp.StatusCode
+		return nil, eb.Error
+	}
+	return nil, &Error{Status: resp.StatusCode, Code: CodeInternal,
+		Message: fmt.Sprintf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(b))}
+}
+
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body io.Reader
+	ctype := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ctype = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.do(ctx, method, path, q, body, ctype)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode the answer: %w (is fulcrumd the same version as fulcrumctl?)", method, path, err)
+	}
+	return nil
+}
+
+// Status is GET /v1/status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var s Status
+	return s, c.call(ctx, http.MethodGet, "/status", nil, nil, &s)
+}
+
+// Budgets is GET /v1/budgets.
+func (c *Client) Budgets(ctx context.Context) (Budgets, error) {
+	var b Budgets
+	return b, c.call(ctx, http.MethodGet, "/budgets", nil, nil, &b)
+}
+
+// SetBudgets is PUT /v1/budgets.
+func (c *Client) SetBudgets(ctx context.Context, u BudgetsUpdate) (Budgets, error) {
+	var b Budgets
+	return b, c.call(ctx, http.MethodPut, "/budgets", nil, u, &b)
+}
+
+// Workers is GET /v1/workers.
+func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
+	var r WorkersResponse
+	return r.Workers, c.call(ctx, http.MethodGet, "/workers", nil, nil, &r)
+}
+
+// Mode is GET /v1/mode.
+func (c *Client) Mode(ctx context.Context) (ModeInfo, error) {
+	var m ModeInfo
+	return m, c.call(ctx, http.MethodGet, "/mode", nil, nil, &m)
+}
+
+// ApplyMode is PUT /v1/mode.
+func (c *Client) ApplyMode(ctx context.Context, m powermode.Mode) (ModeInfo, error) {
+	var mi ModeInfo
+	return mi, c.call(ctx, http.MethodPut, "/mode", nil, ModeRequest{Mode: m}, &mi)
+}
+
+func filterQuery(f store.Filter) url.Values {
+	q := url.Values{}
+	if f.Board != "" {
+		q.Set("board", f.Board)
+	}
+	if f.Workload != "" {
+		q.Set("workload", f.Workload)
+	}
+	if f.Role != "" {
+		q.Set("role", string(f.Role))
+	}
+	return q
+}
+
+// Profiles is GET /v1/profiles.
+func (c *Client) Profiles(ctx context.Context, f store.Filter) ([]store.Profile, error) {
+	var r ProfilesResponse
+	return r.Profiles, c.call(ctx, http.MethodGet, "/profiles", filterQuery(f), nil, &r)
+}
+
+// ExportProfiles is GET /v1/profiles/export, copied to w.
+func (c *Client) ExportProfiles(ctx context.Context, w io.Writer, format store.Format, f store.Filter) error {
+	q := filterQuery(f)
+	q.Set("format", string(format))
+	resp, err := c.do(ctx, http.MethodGet, "/profiles/export", q, nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// ImportProfiles is POST /v1/profiles/import.
+func (c *Client) ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions) (store.ImportResult, error) {
+	q := url.Values{}
+	if opts.Format != "" {
+		q.Set("format", string(opts.Format))
+	}
+	if opts.Board != "" {
+		q.Set("board", opts.Board)
+	}
+	if opts.Overwrite {
+		q.Set("overwrite", "1")
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/profiles/import", q, r, "application/octet-stream")
+	var res store.ImportResult
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	return res, json.NewDecoder(resp.Body).Decode(&res)
+}
+
+// Optimize is POST /v1/optimize; it blocks until the search ends.
+func (c *Client) Optimize(ctx context.Context, req OptimizeRequest) (OptimizeResult, error) {
+	var r OptimizeResult
+	return r, c.call(ctx, http.MethodPost, "/optimize", nil, req, &r)
+}
+
+// Events is GET /v1/events?since=N.
+func (c *Client) Events(ctx context.Context, since uint64) (EventsResponse, error) {
+	var r EventsResponse
+	q := url.Values{"since": {strconv.FormatUint(since, 10)}}
+	return r, c.call(ctx, http.MethodGet, "/events", q, nil, &r)
+}
+
+// Follow streams events after since to fn until ctx ends, fn returns an error, or the
+// daemon closes the stream (then the error says so).
+func (c *Client) Follow(ctx context.Context, since uint64, fn func(Event) error) error {
+	q := url.Values{"since": {strconv.FormatUint(since, 10)}, "follow": {"1"}}
+	resp, err := c.do(ctx, http.MethodGet, "/events", q, nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return fmt.Errorf("event stream: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("event stream from %s: %w", c.socket, err)
+	}
+	return errors.New("fulcrumd closed the event stream (did it stop?)")
+}

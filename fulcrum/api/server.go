@@ -1,0 +1,612 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+// Config configures the control API server.
+type Config struct {
+	// SocketPath is the control socket, normally <runtime_dir>/control.sock.
+	SocketPath string
+	// SocketMode is its permission bits (0660 when 0): owner and group may connect.
+	SocketMode os.FileMode
+	// Group owns the socket and its members may change things ("fulcrum" when empty;
+	// "-" for none). When it does not exist the socket keeps the process's group.
+	Group string
+	// AllowUIDs and AllowGIDs may change things besides root and the group's members.
+	AllowUIDs []int
+	AllowGIDs []int
+	// Policy replaces the default GroupPolicy (tests; special deployments).
+	Policy Policy
+	// MaxBodyBytes caps a JSON request body (64 KiB when 0); MaxImportBytes caps a
+	// profile import (64 MiB when 0).
+	MaxBodyBytes   int64
+	MaxImportBytes int64
+	// ProcRoot is where callers' comm and groups are read ("/proc" when empty).
+	ProcRoot string
+	Log      *slog.Logger
+}
+
+// Server serves the control API.
+type Server struct {
+	cfg    Config
+	ctl    Controller
+	policy Policy
+	log    *slog.Logger
+	ln     *net.UnixListener
+	http   *http.Server
+}
+
+// NewServer prepares a server for ctl; Listen takes the socket.
+func NewServer(cfg Config, ctl Controller) *Server {
+	if cfg.SocketMode == 0 {
+		cfg.SocketMode = 0o660
+	}
+	if cfg.Group == "" {
+		cfg.Group = GroupName
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 10
+	}
+	if cfg.MaxImportBytes <= 0 {
+		cfg.MaxImportBytes = 64 << 20
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, ctl: ctl, log: cfg.Log.With("component", "api"), policy: cfg.Policy}
+	s.http = &http.Server{
+		Handler:           s.Handler(),
+		ConnContext:       withPeer,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// SocketPath is where the API listens.
+func (s *Server) SocketPath() string { return s.cfg.SocketPath }
+
+// Listen creates the socket (removing a stale one), sets its mode and, when the group
+// exists, its group. The caller must hold fulcrumd's runtime-directory lock, so a socket
+// file found here belongs to a dead fulcrumd unless it answers.
+func (s *Server) Listen() error {
+	path := s.cfg.SocketPath
+	gid := -1
+	if s.cfg.Group != "-" {
+		var err error
+		if gid, err = lookupGroup(s.cfg.Group); err != nil {
+			return fmt.Errorf("control socket: %w", err)
+		}
+	}
+	if s.policy == nil {
+		s.policy = GroupPolicy{GID: gid, GroupName: s.cfg.Group, AllowUIDs: s.cfg.AllowUIDs, AllowGIDs: s.cfg.AllowGIDs}
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if c, derr := net.DialTimeout("unix", path, 200*time.Millisecond); derr == nil {
+			c.Close()
+			return fmt.Errorf("control socket %s answers: another fulcrumd is serving it; stop it or use another runtime_dir", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove stale control socket %s: %w", path, err)
+		}
+		s.log.Info("removed a stale control socket", "path", path)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (check runtime_dir exists and is writable)", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, s.cfg.SocketMode); err != nil {
+		ln.Close()
+		return fmt.Errorf("chmod %s: %w", path, err)
+	}
+	switch {
+	case gid >= 0:
+		if err := os.Chown(path, -1, gid); err != nil {
+			ln.Close()
+			return fmt.Errorf("chown %s to group %s: %w (run fulcrumd as root or as a member of %s)", path, s.cfg.Group, err, s.cfg.Group)
+		}
+	case s.cfg.Group != "-":
+		s.log.Info("group does not exist; the control socket keeps fulcrumd's group and only root (and control.allow_uids/allow_gids) may change things",
+			"group", s.cfg.Group, "gid", os.Getgid())
+	}
+	s.ln = ln
+	s.log.Info("control API listening", "path", path, "mode", fmt.Sprintf("%#o", s.cfg.SocketMode), "group_gid", gid)
+	return nil
+}
+
+// Serve answers requests until ctx ends, then stops: in-flight requests get up to 5 s,
+// streams (events --follow) and a running optimize are cancelled.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.ln == nil {
+		return errors.New("api: Serve before Listen")
+	}
+	s.http.BaseContext = func(net.Listener) context.Context { return ctx }
+	done := make(chan error, 1)
+	go func() { done <- s.http.Serve(s.ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("control API on %s: %w", s.cfg.SocketPath, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.http.Shutdown(sctx); err != nil {
+		s.http.Close()
+	}
+	<-done
+	s.log.Info("control API closed")
+	return nil
+}
+
+// routes maps each path to the methods it answers, for 404 vs 405.
+var routes = map[string]string{
+	"/v1/status":          "GET",
+	"/v1/budgets":         "GET, PUT",
+	"/v1/workers":         "GET",
+	"/v1/mode":            "GET, PUT",
+	"/v1/profiles":        "GET",
+	"/v1/profiles/export": "GET",
+	"/v1/profiles/import": "POST",
+	"/v1/optimize":        "POST",
+	"/v1/events":          "GET",
+}
+
+// Handler is the API's HTTP handler. Requests must come through a connection whose
+// context carries the peer (Serve does that); without one, mutating calls are refused.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.getStatus)
+	mux.HandleFunc("GET /v1/budgets", s.getBudgets)
+	mux.HandleFunc("PUT /v1/budgets", s.mutating(s.putBudgets))
+	mux.HandleFunc("GET /v1/workers", s.getWorkers)
+	mux.HandleFunc("GET /v1/mode", s.getMode)
+	mux.HandleFunc("PUT /v1/mode", s.mutating(s.putMode))
+	mux.HandleFunc("GET /v1/profiles", s.getProfiles)
+	mux.HandleFunc("GET /v1/profiles/export", s.exportProfiles)
+	mux.HandleFunc("POST /v1/profiles/import", s.mutating(s.importProfiles))
+	mux.HandleFunc("POST /v1/optimize", s.mutating(s.optimize))
+	mux.HandleFunc("GET /v1/events", s.getEvents)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow, ok := routes[strings.TrimSuffix(r.URL.Path, "/")]; ok {
+			w.Header().Set("Allow", allow)
+			writeError(w, Errorf(http.StatusMethodNotAllowed, CodeMethod, "", "%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
+			return
+		}
+		writeError(w, Errorf(http.StatusNotFound, CodeNotFound, "", "no endpoint %s; see docs/api.md (paths start with /%s/)", r.URL.Path, Version))
+	})
+	return mux
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, by Caller)
+
+// mutating checks the caller may change things, then logs what it did and the outcome.
+func (s *Server) mutating(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, ok := callerFrom(r.Context())
+		if !ok {
+			s.log.Warn("refused a change from a caller without peer credentials", "method", r.Method, "path", r.URL.Path)
+			writeError(w, Errorf(http.StatusForbidden, CodeForbidden, "", "fulcrumd cannot tell who you are (no peer credentials); connect over the unix socket"))
+			return
+		}
+		c = fillProc(s.cfg.ProcRoot, c)
+		log := s.log.With("method", r.Method, "path", r.URL.Path, "uid", c.UID, "gid", c.GID, "pid", c.PID, "comm", c.Comm)
+		if err := s.policy.Allow(c); err != nil {
+			log.Warn("refused a change", "reason", err)
+			writeError(w, Errorf(http.StatusForbidden, CodeForbidden, "", "%v", err))
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		h(rec, r, c)
+		log.Info("control call", "status", rec.status, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	}
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		writeError(w, Errorf(http.StatusInternalServerError, CodeInternal, "", "encode the answer: %v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	b, _ := json.Marshal(errorBody{Error: e})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// fail answers err: an *Error as it is, a body over the limit as 413, anything else 500.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "", "request body over %d bytes; send less (split an import into several files)", tooBig.Limit))
+		return
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away; nobody reads the answer
+	}
+	e := AsError(err)
+	if e.Status >= 500 {
+		s.log.Error("control call failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, e)
+}
+
+// decode reads a JSON body of at most MaxBodyBytes, rejecting unknown fields and
+// trailing data.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return Errorf(http.StatusBadRequest, CodeBadRequest, "", "empty body: send a JSON object (see docs/api.md)")
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			f = strings.Trim(f, `"`)
+			return Errorf(http.StatusBadRequest, CodeBadRequest, f, "unknown field %q (see docs/api.md for the fields)", f)
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return Errorf(http.StatusBadRequest, CodeBadRequest, te.Field, "field %q: want a %s, got a JSON %s", te.Field, te.Type, te.Value)
+		}
+		return Errorf(http.StatusBadRequest, CodeBadRequest, "", "malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return Errorf(http.StatusBadRequest, CodeBadRequest, "", "trailing data after the JSON object; send exactly one object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(http.StatusBadRequest, CodeBadRequest, "", "trailing data after the JSON object; send exactly one object")
+	}
+	return nil
+}
+
+func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := s.ctl.Status(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) getBudgets(w http.ResponseWriter, r *http.Request) {
+	b, err := s.ctl.Budgets(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (s *Server) putBudgets(w http.ResponseWriter, r *http.Request, by Caller) {
+	var u BudgetsUpdate
+	if err := s.decode(w, r, &u); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if u.Empty() {
+		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadBudget, "", "no budget given: set at least one of latency_ms, power_mw, rate_rps, rate_auto, quantile, rho_max"))
+		return
+	}
+	cur, err := s.ctl.Budgets(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// Check ranges here so every controller rejects the same way and changes nothing.
+	if _, err := u.Apply(cur); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	b, err := s.ctl.SetBudgets(r.Context(), u, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+// WorkersResponse is GET /v1/workers.
+type WorkersResponse struct {
+	Workers []Worker `json:"workers"`
+}
+
+func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.ctl.Workers(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ws == nil {
+		ws = []Worker{}
+	}
+	writeJSON(w, http.StatusOK, WorkersResponse{Workers: ws})
+}
+
+func (s *Server) getMode(w http.ResponseWriter, r *http.Request) {
+	m, err := s.ctl.Mode(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) putMode(w http.ResponseWriter, r *http.Request, by Caller) {
+	var req ModeRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := req.Mode.Validate(); err != nil {
+		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "mode", "%v: give all four knobs (cores, cpu_khz, gpu_hz, emc_hz); GET /v1/mode lists the board's levels", err))
+		return
+	}
+	m, err := s.ctl.ApplyMode(r.Context(), req.Mode, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// ProfilesResponse is GET /v1/profiles.
+type ProfilesResponse struct {
+	Count    int             `json:"count"`
+	Profiles []store.Profile `json:"profiles"`
+}
+
+func filterFrom(r *http.Request) (store.Filter, error) {
+	q := r.URL.Query()
+	f := store.Filter{Board: q.Get("board"), Workload: q.Get("workload")}
+	if role := q.Get("role"); role != "" {
+		rl, err := truth.ParseRole(role)
+		if err != nil {
+			return f, Errorf(http.StatusBadRequest, CodeBadRequest, "role", "role %q: want train or infer", role)
+		}
+		f.Role = rl
+	}
+	return f, nil
+}
+
+func (s *Server) getProfiles(w http.ResponseWriter, r *http.Request) {
+	f, err := filterFrom(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ps, err := s.ctl.Profiles(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if ps == nil {
+		ps = []store.Profile{}
+	}
+	writeJSON(w, http.StatusOK, ProfilesResponse{Count: len(ps), Profiles: ps})
+}
+
+func formatFrom(r *http.Request, dflt store.Format) (store.Format, error) {
+	v := r.URL.Query().Get("format")
+	if v == "" {
+		return dflt, nil
+	}
+	f, err := store.ParseFormat(v)
+	if err != nil {
+		return "", Errorf(http.StatusBadRequest, CodeBadRequest, "format", "format %q: want csv or json", v)
+	}
+	return f, nil
+}
+
+func (s *Server) exportProfiles(w http.ResponseWriter, r *http.Request) {
+	format, err := formatFrom(r, store.CSV)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f, err := filterFrom(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// Buffer so a failure halfway still gets an error status, not a truncated file.
+	var buf bytes.Buffer
+	if err := s.ctl.ExportProfiles(r.Context(), &buf, format, f); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ct := "text/csv; charset=utf-8"
+	if format == store.JSON {
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, _ = buf.WriteTo(w)
+}
+
+func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Caller) {
+	format, err := formatFrom(r, "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	opts := store.ImportOptions{Format: format, Board: q.Get("board")}
+	switch ov := q.Get("overwrite"); ov {
+	case "", "0", "false":
+	case "1", "true":
+		opts.Overwrite = true
+	default:
+		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "overwrite", "overwrite %q: want 1 or 0", ov))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxImportBytes)
+	res, err := s.ctl.ImportProfiles(r.Context(), body, opts, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) optimize(w http.ResponseWriter, r *http.Request, by Caller) {
+	var req OptimizeRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Method != OptimizeGMD && req.Method != OptimizeALS {
+		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMethod, "method", "method %q: want gmd (about 15 profiled modes) or als (up to 50, reusable)", req.Method))
+		return
+	}
+	if req.MaxProfiles < 0 || req.MaxProfiles > 10000 {
+		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "max_profiles", "max_profiles = %d is out of range: want 0 (the method's default) to 10000", req.MaxProfiles))
+		return
+	}
+	res, err := s.ctl.Optimize(r.Context(), req, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// EventsResponse is GET /v1/events without follow.
+type EventsResponse struct {
+	Events []Event `json:"events"`
+	// Last is the Seq of the last event returned (or since): pass it as since next time.
+	Last uint64 `json:"last"`
+}
+
+func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var since uint64
+	if v := q.Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "since", "since %q: want an event seq (a non-negative integer)", v))
+			return
+		}
+		since = n
+	}
+	follow := false
+	switch v := q.Get("follow"); v {
+	case "", "0", "false":
+	case "1", "true":
+		follow = true
+	default:
+		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "follow", "follow %q: want 1 or 0", v))
+		return
+	}
+	if !follow {
+		evs, err := s.ctl.Events(r.Context(), since)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		last := since
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].Seq
+		} else {
+			evs = []Event{}
+		}
+		writeJSON(w, http.StatusOK, EventsResponse{Events: evs, Last: last})
+		return
+	}
+	s.follow(w, r, since)
+}
+
+// follow streams events as newline-delimited JSON: the kept ones after since, then each
+// new one as it happens, flushed one by one, until the client goes away or the daemon
+// stops. Subscribing before reading the backlog means no event falls between the two.
+func (s *Server) follow(w http.ResponseWriter, r *http.Request, since uint64) {
+	ctx := r.Context()
+	ch, cancel := s.ctl.Subscribe(ctx)
+	defer cancel()
+	backlog, err := s.ctl.Events(ctx, since)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	last := since
+	send := func(e Event) bool {
+		if e.Seq != 0 && e.Seq <= last {
+			return true // already sent from the backlog
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			return false
+		}
+		if _, err := w.Write(append(b, '\n')); err != nil {
+			return false
+		}
+		if e.Seq > last {
+			last = e.Seq
+		}
+		return rc.Flush() == nil
+	}
+	for _, e := range backlog {
+		if !send(e) {
+			return
+		}
+	}
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-ch:
+			if !ok || !send(e) {
+				return
+			}
+		}
+	}
+}
