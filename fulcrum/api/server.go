@@ -485,6 +485,14 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxImportBytes)
 	res, err := s.ctl.ImportProfiles(r.Context(), body, opts, by)
 	if err != nil {
+		// Whatever the controller made of it, a body over the limit is a 413: a
+		// MaxBytesReader repeats its error on the next read.
+		if _, rerr := body.Read(make([]byte, 1)); rerr != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(rerr, &tooBig) {
+				err = rerr
+			}
+		}
 		s.fail(w, r, err)
 		return
 	}
