@@ -39,3 +39,65 @@ demo: build ## the main job on a simulated AGX Orin (see README)
 
 clean: ## remove build outputs
 	rm -rf $(BIN)
+
+# ---- install, uninstall, package (docs/install.md) ----------------------------------------
+# DESTDIR- and PREFIX-aware. systemd reads units, sysusers.d and tmpfiles.d only from its
+# own directories, so those do not follow PREFIX. The board catalog and workload models
+# are embedded in the binaries (configs.FS): nothing else needs installing.
+BINDIR ?= $(PREFIX)/bin
+DOCDIR ?= $(PREFIX)/share/doc/fulcrum
+SYSCONFDIR ?= /etc
+SYSTEMDUNITDIR ?= /lib/systemd/system
+SYSUSERSDIR ?= /usr/lib/sysusers.d
+TMPFILESDIR ?= /usr/lib/tmpfiles.d
+DOCS := README.md docs/install.md docs/fleet.md docs/board-layer.md docs/profiler.md docs/runtime.md docs/protocol.md
+
+.PHONY: install uninstall package
+
+install: build ## install binaries, systemd unit, sysusers/tmpfiles, config (DESTDIR, PREFIX)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(SYSCONFDIR)/fulcrum $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(BIN)/fulcrumd $(BIN)/fulcrumctl $(DESTDIR)$(BINDIR)/
+	sed -e 's|/usr/bin/|$(BINDIR)/|g' -e 's|/usr/share/doc/fulcrum|$(DOCDIR)|g' systemd/fulcrumd.service > $(DESTDIR)$(SYSTEMDUNITDIR)/fulcrumd.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/fulcrumd.service
+	install -m 0644 systemd/fulcrum.sysusers $(DESTDIR)$(SYSUSERSDIR)/fulcrum.conf
+	install -m 0644 systemd/fulcrum.tmpfiles $(DESTDIR)$(TMPFILESDIR)/fulcrum.conf
+	@# Never overwrite the operator's configuration; the default stays in DOCDIR.
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/fulcrum/fulcrum.yaml ]; then \
+		echo "kept the existing $(DESTDIR)$(SYSCONFDIR)/fulcrum/fulcrum.yaml (the default is $(DESTDIR)$(DOCDIR)/fulcrum.yaml.example)"; \
+	else install -m 0644 configs/fulcrum.yaml $(DESTDIR)$(SYSCONFDIR)/fulcrum/fulcrum.yaml; fi
+	install -m 0644 configs/fulcrum.yaml $(DESTDIR)$(DOCDIR)/fulcrum.yaml.example
+	install -m 0644 $(wildcard $(DOCS)) $(DESTDIR)$(DOCDIR)/
+	@# On the live system (no DESTDIR) with systemd running: create the group and the
+	@# state directory, and make systemd read the new unit. Enabling is left to you.
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \
+		systemd-sysusers fulcrum.conf && systemd-tmpfiles --create fulcrum.conf && systemctl daemon-reload && \
+		echo "installed; set budgets in $(SYSCONFDIR)/fulcrum/fulcrum.yaml, then: systemctl enable --now fulcrumd"; fi
+
+uninstall: ## remove what install put there (keeps the config and /var/lib/fulcrum)
+	rm -f $(DESTDIR)$(BINDIR)/fulcrumd $(DESTDIR)$(BINDIR)/fulcrumctl \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/fulcrumd.service \
+		$(DESTDIR)$(SYSUSERSDIR)/fulcrum.conf $(DESTDIR)$(TMPFILESDIR)/fulcrum.conf
+	rm -rf $(DESTDIR)$(DOCDIR)
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "kept $(DESTDIR)$(SYSCONFDIR)/fulcrum and /var/lib/fulcrum (profiles); remove them by hand if unwanted"
+
+# nfpm v2.46+ needs go.digitalxero.dev modules that proxy.golang.org does not serve;
+# v2.45.2 is the newest release that installs from the Go proxy alone.
+NFPM_VERSION := v2.45.2
+PACKAGE_ARCHS ?= amd64 arm64
+DISTDIR ?= $(BIN)/dist
+PKGBUILD := $(BIN)/pkg
+# Debian versions must start with a digit: a v1.2.3 tag gives 1.2.3, no tag 0.0.0~git<sha>.
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [ -n "$$v" ]; then echo "$$v" | sed 's/^v//'; else echo "0.0.0~git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"; fi)
+
+$(TOOLS)/nfpm:
+	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+
+package: $(TOOLS)/nfpm ## .deb packages for PACKAGE_ARCHS (amd64 arm64) into DISTDIR (bin/dist)
+	@mkdir -p $(DISTDIR)
+	@set -e; for arch in $(PACKAGE_ARCHS); do \
+		echo "building linux/$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' -o $(PKGBUILD)/$$arch/ ./cmd/fulcrumd ./cmd/fulcrumctl; \
+		ARCH=$$arch VERSION='$(VERSION)' PKGBUILD='$(PKGBUILD)' $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target $(DISTDIR)/; \
+	done
+	@ls -l $(DISTDIR)/*.deb
