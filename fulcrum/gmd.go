@@ -18,10 +18,10 @@ import (
 const (
 	// DefaultGMDProfiles is GMD's profile budget.
 	DefaultGMDProfiles = 15
-	// DefaultGMDMarginSigmas sizes GMD's safety margin from the profiling noise: the
-	// latency, power and GPU-share budgets GMD plans against are derated by this many
-	// relative standard deviations (Problem.NoiseRel), so that a choice measured just
-	// inside a budget is still inside it when the measurement was optimistic.
+	// DefaultGMDMarginSigmas sizes GMD's safety margin from the profiling noise: GMD
+	// judges feasibility with every measured time and power raised by this many relative
+	// standard deviations (Problem.NoiseRel), so that a choice measured just inside a
+	// budget is still inside it when the measurement was optimistic.
 	DefaultGMDMarginSigmas = 2.0
 	// DefaultGMDMargin is the margin when the problem does not say how noisy profiles
 	// are: 2σ of a typical 3% run-to-run spread.
@@ -36,27 +36,30 @@ const (
 type GMDOptions struct {
 	// MaxProfiles caps new profiles when the problem does not (0: DefaultGMDProfiles).
 	MaxProfiles int
-	// Margin is the relative derating of the budgets (0: DefaultGMDMarginSigmas ×
-	// Problem.NoiseRel, or DefaultGMDMargin when that is unknown; negative: plan against
-	// the exact budgets).
+	// Margin is the relative amount measured times and powers are raised by when judging
+	// feasibility (0: DefaultGMDMarginSigmas × Problem.NoiseRel, or DefaultGMDMargin when
+	// that is unknown; negative: none, plan on the measurements as they are).
 	Margin float64
 	// Penalty is the weight of budget excess in the walk's objective (0: default).
 	Penalty float64
 }
 
 // GMD is discrete multi-dimensional gradient descent over the level indices of the four
-// knobs (DESIGN §3). It starts at the nvpmodel preset whose nominal power is the highest
-// within the power budget, probes the neighbours of the current mode along each knob
-// with a step that starts at a quarter of the knob's levels and halves when nothing
-// improves, and moves along every knob that improves a penalised objective:
+// knobs (DESIGN §3; docs/benchmarks.md). It starts at the nvpmodel preset whose nominal
+// power is the highest within the power budget, probes one neighbour along each knob a
+// step away (a quarter of the knob's levels), and then repeatedly fits a local model of
+// every profiled quantity around the current mode (the gradient estimate), profiles the
+// mode of the trust region (± the steps) predicted best by a penalised objective, moves
+// there if it improves and halves the steps if not:
 //
 //	score(m) = max over b of  θ(m,b)/θ_ref − Penalty·violation(m,b)
 //
-// where violation is the sum of relative excesses over the derated budgets (0 inside
-// them) and θ_ref the training throughput alone at the start. A finite penalty lets the
-// walk step just outside a budget when that buys throughput and then trade another knob
-// down to come back inside (a pure feasible-first walk stalls on the budget edge). The
-// answer is the planner's choice over every mode profiled, against the derated budgets.
+// where violation is the sum of relative excesses over the budgets with the noise
+// margin applied (0 inside them) and θ_ref the training throughput alone at the start. A
+// finite penalty lets the walk step just outside a budget when that buys throughput and
+// then trade another knob down to come back inside (a pure feasible-first walk stalls
+// on the budget edge). The answer is the planner's choice over every mode profiled, with
+// the margin; Result.Feasible is true only when the choice fits with the margin.
 // GMD is safe for concurrent use: it keeps no state between searches.
 type GMD struct {
 	opts GMDOptions
@@ -75,19 +78,6 @@ func NewGMD(o GMDOptions) *GMD {
 
 // Name implements Searcher.
 func (g *GMD) Name() string { return "gmd" }
-
-// Derate returns budgets shrunk by a relative margin (latency, power and the GPU-share
-// cap), the budgets a noise-aware searcher plans against.
-func Derate(b Budgets, margin float64) Budgets {
-	b = b.WithDefaults()
-	if margin <= 0 {
-		return b
-	}
-	b.LatencyMS *= 1 - margin
-	b.PowerMW *= 1 - margin
-	b.RhoMax *= 1 - margin
-	return b
-}
 
 // errBudgetSpent stops a walk when the profile budget is used up.
 var errBudgetSpent = errors.New("profile budget spent")
