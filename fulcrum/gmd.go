@@ -79,6 +79,19 @@ func NewGMD(o GMDOptions) *GMD {
 // Name implements Searcher.
 func (g *GMD) Name() string { return "gmd" }
 
+// Derate returns budgets shrunk by a relative margin (latency, power and the GPU-share
+// cap): budgets to plan against when measurements may be optimistic by that much.
+func Derate(b Budgets, margin float64) Budgets {
+	b = b.WithDefaults()
+	if margin <= 0 {
+		return b
+	}
+	b.LatencyMS *= 1 - margin
+	b.PowerMW *= 1 - margin
+	b.RhoMax *= 1 - margin
+	return b
+}
+
 // errBudgetSpent stops a walk when the profile budget is used up.
 var errBudgetSpent = errors.New("profile budget spent")
 
