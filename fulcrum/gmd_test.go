@@ -197,3 +197,14 @@ func TestGMDCancelled(t *testing.T) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
 }
+
+func TestDerate(t *testing.T) {
+	b := Budgets{RateRPS: 10, LatencyMS: 200, PowerMW: 30000}
+	d := Derate(b, 0.05)
+	if d.LatencyMS != 190 || d.PowerMW != 28500 || d.RhoMax != DefaultRhoMax*0.95 || d.Quantile != DefaultQuantile || d.RateRPS != 10 {
+		t.Errorf("Derate 5%% = %+v", d)
+	}
+	if Derate(b, -1) != b.WithDefaults() || Derate(b, 0) != b.WithDefaults() {
+		t.Error("a non-positive margin must leave the budgets as they are")
+	}
+}
