@@ -38,7 +38,7 @@ type ALSOptions struct {
 	MarginSigmas float64 `json:"margin_sigmas"`
 	// SafetySigmas (z) derates a profiled mode's posterior times and powers to
 	// exp(μ + z·σ) (σ ≥ NoiseFloor): the answer must meet the budgets there, so that it
-	// stays within budget when its measurement was lucky [1.5].
+	// stays within budget when its measurement was lucky [1.75].
 	SafetySigmas float64 `json:"safety_sigmas"`
 	// FallbackSigmas are the smaller safety margins tried, in order, when nothing
 	// profiled meets the budgets at SafetySigmas [0.75]; say []float64{-1} for none
@@ -84,7 +84,7 @@ func (o ALSOptions) withDefaults() ALSOptions {
 	deff(&o.Epsilon, 0.01)
 	deff(&o.StopSigma, 0.03)
 	deff(&o.MarginSigmas, 1.5)
-	deff(&o.SafetySigmas, 1.5)
+	deff(&o.SafetySigmas, 1.75)
 	deff(&o.NoiseFloor, 0.02)
 	if o.FallbackSigmas == nil {
 		o.FallbackSigmas = []float64{0.75}

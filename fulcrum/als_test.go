@@ -110,26 +110,26 @@ func alsOracle(t *testing.T, pt *PairTruth, b Budgets) Eval {
 	return best
 }
 
-func learnTestModel(t *testing.T, noise float64, seed uint64) (*ALSModel, *TruthProfiler) {
+func learnTestModel(t *testing.T, noise float64, seed uint64, maxProfiles int) (*ALSModel, *TruthProfiler) {
 	t.Helper()
 	prof, err := NewTruthProfiler(alsTestTable(t), "resnet", "yolo", 0, nil, noise, rand.New(rand.NewPCG(seed, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := prof.Truth().Problem()
-	p.Seed = seed
+	p.Seed, p.MaxProfiles = seed, maxProfiles
 	m, err := NewALS(ALSOptions{}).LearnModel(context.Background(), p, newStrict(t, prof))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := prof.Count(); n > 50 || n != len(m.CampaignModes()) {
-		t.Fatalf("campaign profiled %d modes (model says %d), want ≤ 50", n, len(m.CampaignModes()))
+	if n := prof.Count(); n > maxProfiles || n != len(m.CampaignModes()) {
+		t.Fatalf("campaign profiled %d modes (model says %d), want ≤ %d", n, len(m.CampaignModes()), maxProfiles)
 	}
 	return m, prof
 }
 
 func TestALSNearOptimalWithNoiseAndFewConfirms(t *testing.T) {
-	m, prof := learnTestModel(t, 0.03, 7)
+	m, prof := learnTestModel(t, 0.03, 7, 50)
 	pt := prof.Truth()
 	budgets := alsTestBudgets(pt, 10, rand.New(rand.NewPCG(99, 0)))
 	var sum float64
@@ -162,7 +162,7 @@ func TestALSNearOptimalWithNoiseAndFewConfirms(t *testing.T) {
 }
 
 func TestALSModelRoundTripsAndAnswersIdentically(t *testing.T) {
-	m, prof := learnTestModel(t, 0.03, 11)
+	m, prof := learnTestModel(t, 0.03, 11, 20)
 	data, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestALSModelRoundTripsAndAnswersIdentically(t *testing.T) {
 }
 
 func TestUnmarshalALSModelRejectsCorruptInput(t *testing.T) {
-	m, _ := learnTestModel(t, 0, 3)
+	m, _ := learnTestModel(t, 0, 3, 12)
 	good, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -267,13 +267,13 @@ func TestALSUsesKnownProfilesForFree(t *testing.T) {
 		}
 	}
 	before := prof.Count()
-	p.MaxProfiles = 15
+	p.MaxProfiles = 8
 	m, err := NewALS(ALSOptions{}).LearnModel(context.Background(), p, newStrict(t, prof))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := prof.Count() - before; got > 15 || got != len(m.CampaignModes()) {
-		t.Errorf("campaign took %d new profiles (model says %d), budget 15", got, len(m.CampaignModes()))
+	if got := prof.Count() - before; got > 8 || got != len(m.CampaignModes()) {
+		t.Errorf("campaign took %d new profiles (model says %d), budget 8", got, len(m.CampaignModes()))
 	}
 	if len(m.Profiles()) != prof.Count() {
 		t.Errorf("model holds %d profiles, the profiler knows %d", len(m.Profiles()), prof.Count())
