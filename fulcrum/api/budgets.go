@@ -9,16 +9,16 @@ import (
 // Budget ranges. They match fulcrum.Budgets.Validate so the planner never sees a budget
 // the API accepted and it rejects; PowerMW may also be 0 (no power budget).
 const (
-	MinLatencyMS = 0.1
-	MaxLatencyMS = 600000
-	MinPowerMW   = 1000
-	MaxPowerMW   = 1e6
-	MinRateRPS   = 1e-3
-	MaxRateRPS   = 1e5
-	MinQuantile  = 0.5
-	MaxQuantile  = 0.99999
-	MinRhoMax    = 0.05
-	MaxRhoMax    = 1
+	MinLatencyMS float64 = 0.1
+	MaxLatencyMS float64 = 600000
+	MinPowerMW   float64 = 1000
+	MaxPowerMW   float64 = 1e6
+	MinRateRPS   float64 = 1e-3
+	MaxRateRPS   float64 = 1e5
+	MinQuantile  float64 = 0.5
+	MaxQuantile  float64 = 0.99999
+	MinRhoMax    float64 = 0.05
+	MaxRhoMax    float64 = 1
 )
 
 func outOfRange(field string, v, lo, hi float64, hint string) *Error {
@@ -96,6 +96,9 @@ func (u BudgetsUpdate) Apply(cur Budgets) (Budgets, error) {
 	}
 	if u.RateAuto != nil {
 		b.RateAuto = *u.RateAuto
+		if b.RateAuto {
+			b.RateRPS = 0 // the controller reports the measured rate here
+		}
 		if !b.RateAuto && u.RateRPS == nil {
 			return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "rate_auto",
 				"rate_auto = false needs rate_rps: give the arrival rate to plan for")

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+// newDaemonCmd groups what is done to a running fulcrumd's own data. Its profile store
+// is locked while fulcrumd runs, so `fulcrumctl profile ls/export/import --db` cannot
+// open it; these go through the control API instead.
+func newDaemonCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Work on a running fulcrumd's data through its control API",
+	}
+	client := addSocketFlag(cmd)
+	profiles := &cobra.Command{
+		Use:   "profiles",
+		Short: "List, export and import the profiles fulcrumd holds (its store is locked while it runs)",
+	}
+	cmd.AddCommand(profiles)
+
+	ls := &cobra.Command{Use: "ls", Short: "List stored profiles", Args: cobra.NoArgs}
+	lsFilter := remoteFilterFlags(ls)
+	lsJSON := ls.Flags().Bool("json", false, "print a JSON array of profile records")
+	ls.RunE = func(cmd *cobra.Command, _ []string) error {
+		f, err := lsFilter()
+		if err != nil {
+			return err
+		}
+		c := client()
+		defer c.Close()
+		ps, err := c.Profiles(cmd.Context(), f)
+		if err != nil {
+			return explain("profiles", err)
+		}
+		out := cmd.OutOrStdout()
+		if *lsJSON {
+			if ps == nil {
+				ps = []store.Profile{}
+			}
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(ps)
+		}
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "BOARD\tWORKLOAD\tROLE\tMODE\tBATCH\tTIME_MS\tP95_MS\tPOWER_MW\tSAMPLES\tRSE\tSOURCE")
+		for _, p := range ps {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
+				p.Board, p.Workload, p.Role, p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, p.Source)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "%d profile(s) in fulcrumd at %s\n", len(ps), c.Socket())
+		return nil
+	}
+
+	export := &cobra.Command{Use: "export", Short: "Export stored profiles (CSV: the ground-truth table plus lossless columns; or JSON)", Args: cobra.NoArgs}
+	exFilter := remoteFilterFlags(export)
+	exFormat := export.Flags().String("format", "csv", "csv or json")
+	exOut := export.Flags().StringP("output", "o", "-", "file to write (- for stdout)")
+	_ = export.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"csv", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	export.RunE = func(cmd *cobra.Command, _ []string) error {
+		f, err := exFilter()
+		if err != nil {
+			return err
+		}
+		format, err := store.ParseFormat(*exFormat)
+		if err != nil {
+			return fmt.Errorf("--format: %w", err)
+		}
+		c := client()
+		defer c.Close()
+		var w io.Writer = cmd.OutOrStdout()
+		var file *os.File
+		if *exOut != "-" {
+			// Write beside the target and rename, so a failed export leaves no half file.
+			file, err = os.CreateTemp(dirOf(*exOut), ".fulcrum-export-*")
+			if err != nil {
+				return fmt.Errorf("create %s: %w", *exOut, err)
+			}
+			defer os.Remove(file.Name())
+			defer file.Close()
+			w = file
+		}
+		if err := c.ExportProfiles(cmd.Context(), w, format, f); err != nil {
+			return explain("export", err)
+		}
+		if file != nil {
+			if err := file.Close(); err != nil {
+				return fmt.Errorf("write %s: %w", *exOut, err)
+			}
+			if err := os.Rename(file.Name(), *exOut); err != nil {
+				return fmt.Errorf("write %s: %w", *exOut, err)
+			}
+		}
+		return nil
+	}
+
+	imp := &cobra.Command{Use: "import FILE", Short: "Import profiles (an export, or a plain ground-truth CSV with --board); all or nothing", Args: cobra.ExactArgs(1)}
+	impFormat := imp.Flags().String("format", "", "csv or json (default: guessed from the content)")
+	impBoard := imp.Flags().String("board", "", "board for CSV rows without a board column")
+	impOverwrite := imp.Flags().Bool("overwrite", false, "replace stored profiles that differ (otherwise such a conflict fails the import)")
+	_ = imp.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"csv", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	imp.RunE = func(cmd *cobra.Command, args []string) error {
+		opts := store.ImportOptions{Board: *impBoard, Overwrite: *impOverwrite}
+		if *impFormat != "" {
+			f, err := store.ParseFormat(*impFormat)
+			if err != nil {
+				return fmt.Errorf("--format: %w", err)
+			}
+			opts.Format = f
+		}
+		var r io.Reader = cmd.InOrStdin()
+		if args[0] != "-" {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return fmt.Errorf("open %s: %w", args[0], err)
+			}
+			defer f.Close()
+			r = f
+		}
+		c := client()
+		defer c.Close()
+		res, err := c.ImportProfiles(cmd.Context(), r, opts)
+		if err != nil {
+			return explain("import", err)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "imported: %d added, %d unchanged, %d replaced\n", res.Added, res.Unchanged, res.Replaced)
+		return nil
+	}
+	profiles.AddCommand(ls, export, imp)
+	return cmd
+}
+
+func dirOf(path string) string { return filepath.Dir(path) }
+
+// remoteFilterFlags adds --board, --workload, --role.
+func remoteFilterFlags(cmd *cobra.Command) func() (store.Filter, error) {
+	board := cmd.Flags().String("board", "", "only this board (catalog name, e.g. agx-orin-64gb)")
+	workload := cmd.Flags().String("workload", "", "only this workload")
+	role := cmd.Flags().String("role", "", "only this role: train or infer")
+	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"train", "infer"}, cobra.ShellCompDirectiveNoFileComp))
+	return func() (store.Filter, error) {
+		f := store.Filter{Board: *board, Workload: *workload}
+		if *role != "" {
+			r, err := truth.ParseRole(*role)
+			if err != nil {
+				return f, fmt.Errorf("--role: %w", err)
+			}
+			f.Role = r
+		}
+		return f, nil
+	}
+}

@@ -1,0 +1,690 @@
+package main
+
+// Operating commands: they talk to a running fulcrumd over its control API
+// (docs/api.md; docs/operations.md shows them in use).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+)
+
+// socketEnv overrides the default control socket.
+const socketEnv = "FULCRUM_SOCKET"
+
+func defaultSocket() string {
+	if s := os.Getenv(socketEnv); s != "" {
+		return s
+	}
+	return api.DefaultSocket
+}
+
+// addSocketFlag gives cmd (and its subcommands) --socket and returns a client maker.
+func addSocketFlag(cmd *cobra.Command) func() *api.Client {
+	p := cmd.PersistentFlags().String("socket", defaultSocket(), "fulcrumd's control socket (env "+socketEnv+")")
+	_ = cmd.MarkPersistentFlagFilename("socket", "sock")
+	return func() *api.Client { return api.NewClient(*p) }
+}
+
+// explain turns a daemon error into the user's problem and its fix.
+func explain(what string, err error) error {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	switch {
+	case ae.Status == http.StatusForbidden:
+		return fmt.Errorf("%s refused: %s", what, ae.Message)
+	case ae.Status == http.StatusConflict:
+		return fmt.Errorf("%s not started: %s", what, ae.Message)
+	case ae.Status >= 400 && ae.Status < 500:
+		return fmt.Errorf("%s rejected: %s", what, ae.Message)
+	}
+	return fmt.Errorf("%s failed in fulcrumd: %s (see journalctl -u fulcrumd)", what, ae.Message)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// --- units -------------------------------------------------------------------------
+
+// budgetLatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds. A bare number
+// is refused: ms and s differ by 1000x and both are common.
+func budgetLatencyMS(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("--latency %s: give a unit, e.g. %sms or %ss (valid %g ms to %g ms)", s, s, s, api.MinLatencyMS, api.MaxLatencyMS)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("--latency %q: want a duration like 80ms or 0.08s (valid %g ms to %g ms)", s, api.MinLatencyMS, api.MaxLatencyMS)
+	}
+	return float64(d) / float64(time.Millisecond), nil
+}
+
+// budgetPowerMW reads 30W, 30.5w, 30000mW, a bare number of watts (30), or none / 0 (no
+// power budget). A bare number that only makes sense as milliwatts is refused.
+func budgetPowerMW(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	lower := strings.ToLower(s)
+	if lower == "none" || lower == "off" {
+		return 0, nil
+	}
+	rangeHint := fmt.Sprintf("valid %g W to %g W, or none", api.MinPowerMW/1000, api.MaxPowerMW/1000)
+	num, scale, unit := lower, 1000.0, "W"
+	switch {
+	case strings.HasSuffix(lower, "mw"):
+		num, scale, unit = strings.TrimSuffix(lower, "mw"), 1, "mW"
+	case strings.HasSuffix(lower, "kw"):
+		num, scale, unit = strings.TrimSuffix(lower, "kw"), 1e6, "kW"
+	case strings.HasSuffix(lower, "w"):
+		num = strings.TrimSuffix(lower, "w")
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("--power %q: want watts like 30W, 30 or 30000mW (%s)", s, rangeHint)
+	}
+	if v == 0 {
+		return 0, nil
+	}
+	if unit == "W" && num == lower && v >= 1000 {
+		return 0, fmt.Errorf("--power %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", s, s, s, v/1000, rangeHint)
+	}
+	return v * scale, nil
+}
+
+// budgetRate reads "auto" or requests per second.
+func budgetRate(s string) (auto bool, rps float64, err error) {
+	s = strings.TrimSpace(strings.ToLower(s))
+	if s == "auto" {
+		return true, 0, nil
+	}
+	v, perr := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSuffix(s, "/s"), "rps"), 64)
+	if perr != nil || v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return false, 0, fmt.Errorf("--rate %q: want auto (measure it) or requests per second, %g to %g", s, api.MinRateRPS, api.MaxRateRPS)
+	}
+	return false, v, nil
+}
+
+// budgetQuantile reads 0.99 or p99 / p99.9.
+func budgetQuantile(s string) (float64, error) {
+	s = strings.TrimSpace(strings.ToLower(s))
+	div := 1.0
+	if rest, ok := strings.CutPrefix(s, "p"); ok {
+		s, div = rest, 100
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("--quantile %q: want a fraction like 0.99 or p99 (valid %g to %g)", s, api.MinQuantile, api.MaxQuantile)
+	}
+	return v / div, nil
+}
+
+// --- status --------------------------------------------------------------------------
+
+func newStatusCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show fulcrumd's state: mode, plan, budgets, power, workloads",
+		Args:  cobra.NoArgs,
+	}
+	client := addSocketFlag(cmd)
+	asJSON := cmd.Flags().Bool("json", false, "print the status as JSON (GET /v1/status)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		st, err := c.Status(cmd.Context())
+		if err != nil {
+			return explain("status", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), st)
+		}
+		return writeStatus(cmd.OutOrStdout(), st)
+	}
+	return cmd
+}
+
+func watts(mw float64) string { return strconv.FormatFloat(mw/1000, 'f', 1, 64) + "W" }
+
+func uptime(s float64) string {
+	d := time.Duration(s) * time.Second
+	if d >= 24*time.Hour {
+		return fmt.Sprintf("%dd%s", d/(24*time.Hour), (d % (24 * time.Hour)).String())
+	}
+	return d.String()
+}
+
+// writeStatus prints a readable status.
+func writeStatus(w io.Writer, st api.Status) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "fulcrumd %s on %s, up %s, %d stored profiles\n", st.Version, st.Board, uptime(st.UptimeS), st.Profiles)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	mode := st.Mode.Human()
+	if st.ModeHeld {
+		mode += "  (held: applied by an operator)"
+	}
+	fmt.Fprintf(tw, "mode\t%s\n", mode)
+	if p := st.Plan; p != nil {
+		feas := "feasible"
+		if !p.Feasible {
+			feas = "INFEASIBLE (" + p.Binding + " budget)"
+		}
+		fmt.Fprintf(tw, "plan\t%s, infer batch %d, %s, from %s\n", p.Mode.Human(), p.InferBatch, feas, p.Source)
+		fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",
+			p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS, 100*p.Rho)
+	} else {
+		fmt.Fprintf(tw, "plan\tnone yet (no stored profiles for the running workloads? run fulcrumctl optimize)\n")
+	}
+	fmt.Fprintf(tw, "budgets\t%s\n", st.Budgets)
+	if p := st.Power; p != nil {
+		rails := make([]string, 0, len(p.Rails))
+		for _, r := range p.Rails {
+			rails = append(rails, r.Name+" "+watts(r.PowerMW))
+		}
+		fmt.Fprintf(tw, "power\t%s (1 s avg %s)  %s\n", watts(p.TotalMW), watts(p.Avg1sMW), strings.Join(rails, "  "))
+	} else {
+		fmt.Fprintf(tw, "power\tno power sensors\n")
+	}
+	state := "ok"
+	if st.Degraded {
+		state = "DEGRADED: " + st.DegradedReason
+	}
+	if st.TrainingPaused {
+		state += "; training paused"
+	}
+	if st.Optimizing != "" {
+		state += "; optimizing (" + st.Optimizing + ")"
+	}
+	fmt.Fprintf(tw, "state\t%s\n", state)
+	fmt.Fprintf(tw, "scheduler\t%d turns, %d overruns, %d workers\n", st.Turns, st.Overruns, len(st.Workers))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Workloads) > 0 {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKLOAD\tROLE\tWORKERS\tRATE_RPS\tP50_MS\tP99_MS\tMISSES\tSAMPLES_PER_S\tOVERRUNS")
+		for _, wl := range st.Workloads {
+			if wl.Role == "train" {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t%.1f\t%d\n", wl.Workload, wl.Role, wl.LiveWorkers, wl.ThroughputPerS, wl.Overruns)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t-\t%d\n", wl.Workload, wl.Role, wl.LiveWorkers, wl.ArrivalRateHz,
+				wl.Latency.P50MS, wl.Latency.P99MS, wl.DeadlineMisses, wl.Overruns)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// --- budget --------------------------------------------------------------------------
+
+func newBudgetCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "budget",
+		Short: "Show or set fulcrumd's latency, power and rate budgets",
+	}
+	client := addSocketFlag(cmd)
+	cmd.AddCommand(newBudgetGetCmd(client), newBudgetSetCmd(client))
+	return cmd
+}
+
+func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{Use: "get", Short: "Show the budgets in force", Args: cobra.NoArgs}
+	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/budgets)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		b, err := c.Budgets(cmd.Context())
+		if err != nil {
+			return explain("budget get", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), b)
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), b)
+		return nil
+	}
+	return cmd
+}
+
+func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "set",
+		Short: "Change budgets (only the flags given); fulcrumd re-plans from stored profiles",
+		Example: `  fulcrumctl budget set --latency 80ms --power 30W
+  fulcrumctl budget set --rate 40 --quantile p99
+  fulcrumctl budget set --power none`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	latency := f.String("latency", "", "latency budget on the quantile: a duration, e.g. 80ms or 0.08s")
+	power := f.String("power", "", "board power budget on the 1 s average: 30W, 30 (watts), 30000mW, or none")
+	rate := f.String("rate", "", `inference arrival rate to plan for: requests/s, or "auto" to measure it`)
+	quantile := f.String("quantile", "", "latency quantile: 0.99 or p99")
+	rho := f.Float64("rho-max", 0, "cap on inference's share of GPU time (0.05 to 1)")
+	asJSON := f.Bool("json", false, "print the resulting budgets as JSON")
+	_ = cmd.RegisterFlagCompletionFunc("rate", cobra.FixedCompletions([]string{"auto"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("power", cobra.FixedCompletions([]string{"none", "15W", "30W", "50W"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("latency", cobra.FixedCompletions([]string{"50ms", "100ms", "200ms"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("quantile", cobra.FixedCompletions([]string{"p50", "p95", "p99", "p99.9"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		var u api.BudgetsUpdate
+		if f.Changed("latency") {
+			v, err := budgetLatencyMS(*latency)
+			if err != nil {
+				return err
+			}
+			u.LatencyMS = &v
+		}
+		if f.Changed("power") {
+			v, err := budgetPowerMW(*power)
+			if err != nil {
+				return err
+			}
+			u.PowerMW = &v
+		}
+		if f.Changed("rate") {
+			auto, v, err := budgetRate(*rate)
+			if err != nil {
+				return err
+			}
+			if auto {
+				u.RateAuto = &auto
+			} else {
+				u.RateRPS = &v
+			}
+		}
+		if f.Changed("quantile") {
+			v, err := budgetQuantile(*quantile)
+			if err != nil {
+				return err
+			}
+			u.Quantile = &v
+		}
+		if f.Changed("rho-max") {
+			u.RhoMax = rho
+		}
+		if u.Empty() {
+			return errors.New("budget set: give at least one of --latency, --power, --rate, --quantile, --rho-max")
+		}
+		c := client()
+		defer c.Close()
+		b, err := c.SetBudgets(cmd.Context(), u)
+		if err != nil {
+			return explain("budget", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), b)
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", b)
+		return nil
+	}
+	return cmd
+}
+
+// --- workers -------------------------------------------------------------------------
+
+func newWorkersCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "workers", Short: "List the workers connected to fulcrumd", Args: cobra.NoArgs}
+	client := addSocketFlag(cmd)
+	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/workers)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		ws, err := c.Workers(cmd.Context())
+		if err != nil {
+			return explain("workers", err)
+		}
+		if *asJSON {
+			if ws == nil {
+				ws = []api.Worker{}
+			}
+			return printJSON(cmd.OutOrStdout(), ws)
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tROLE\tWORKLOAD\tBATCH\tPID\tUID\tWAITING\tQUEUED")
+		for _, w := range ws {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\t%d\n", w.ID, w.Role, w.Workload, w.Batch, w.PID, w.UID, w.Waiting, w.Queued)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "%d worker(s)\n", len(ws))
+		return nil
+	}
+	return cmd
+}
+
+// --- mode ----------------------------------------------------------------------------
+
+func newModeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mode",
+		Short: "Show the board's power mode under fulcrumd, or apply one",
+		Args:  cobra.NoArgs,
+	}
+	client := addSocketFlag(cmd)
+	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/mode)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		mi, err := c.Mode(cmd.Context())
+		if err != nil {
+			return explain("mode", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), mi)
+		}
+		return writeModeInfo(cmd.OutOrStdout(), mi)
+	}
+	cmd.AddCommand(newModeApplyCmd(client))
+	return cmd
+}
+
+func writeModeInfo(w io.Writer, mi api.ModeInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	held := ""
+	if mi.Held {
+		held = "  (held: applied by an operator until budgets change or an optimize runs)"
+	}
+	fmt.Fprintf(tw, "board\t%s\n", mi.Board)
+	fmt.Fprintf(tw, "current\t%s  [%s]%s\n", mi.Current.Human(), mi.Current, held)
+	if mi.Planned != nil {
+		fmt.Fprintf(tw, "planned\t%s  [%s]\n", mi.Planned.Human(), *mi.Planned)
+	}
+	if mi.Nvpmodel != "" {
+		fmt.Fprintf(tw, "nvpmodel\t%s\n", mi.Nvpmodel)
+	}
+	join := func(v []int64) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = strconv.FormatInt(x, 10)
+		}
+		return strings.Join(s, " ")
+	}
+	cores := make([]int64, len(mi.Levels.Cores))
+	for i, c := range mi.Levels.Cores {
+		cores[i] = int64(c)
+	}
+	fmt.Fprintf(tw, "cores\t%s\n", join(cores))
+	fmt.Fprintf(tw, "cpu_khz\t%s\n", join(mi.Levels.CPUKHz))
+	fmt.Fprintf(tw, "gpu_hz\t%s\n", join(mi.Levels.GPUHz))
+	fmt.Fprintf(tw, "emc_hz\t%s\n", join(mi.Levels.EMCHz))
+	return tw.Flush()
+}
+
+func newModeApplyCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "apply",
+		Short: "Apply a power mode now (knobs not given keep their current value); fulcrumd holds it until budgets change",
+		Example: `  fulcrumctl mode apply --cores 8 --cpu-khz 1728000 --gpu-hz 612000000 --emc-hz 3199000000
+  fulcrumctl mode apply --gpu-hz 408000000`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	cores := f.Int("cores", 0, "online CPU cores")
+	cpu := f.Int64("cpu-khz", 0, "CPU frequency (kHz)")
+	gpu := f.Int64("gpu-hz", 0, "GPU frequency (Hz)")
+	emc := f.Int64("emc-hz", 0, "memory (EMC) frequency (Hz)")
+	asJSON := f.Bool("json", false, "print the resulting mode as JSON")
+	// Complete knob values from the board's levels, asked of the daemon.
+	levelsCompletion := func(pick func(api.Levels) []string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return func(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+			c := client()
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+			defer cancel()
+			mi, err := c.Mode(ctx)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return pick(mi.Levels), cobra.ShellCompDirectiveNoFileComp
+		}
+	}
+	i64s := func(v []int64) []string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = strconv.FormatInt(x, 10)
+		}
+		return s
+	}
+	_ = cmd.RegisterFlagCompletionFunc("cores", levelsCompletion(func(l api.Levels) []string {
+		s := make([]string, len(l.Cores))
+		for i, x := range l.Cores {
+			s[i] = strconv.Itoa(x)
+		}
+		return s
+	}))
+	_ = cmd.RegisterFlagCompletionFunc("cpu-khz", levelsCompletion(func(l api.Levels) []string { return i64s(l.CPUKHz) }))
+	_ = cmd.RegisterFlagCompletionFunc("gpu-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.GPUHz) }))
+	_ = cmd.RegisterFlagCompletionFunc("emc-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.EMCHz) }))
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if !f.Changed("cores") && !f.Changed("cpu-khz") && !f.Changed("gpu-hz") && !f.Changed("emc-hz") {
+			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz (fulcrumctl mode lists the board's levels)")
+		}
+		c := client()
+		defer c.Close()
+		cur, err := c.Mode(cmd.Context())
+		if err != nil {
+			return explain("mode", err)
+		}
+		m := cur.Current
+		if f.Changed("cores") {
+			m.Cores = *cores
+		}
+		if f.Changed("cpu-khz") {
+			m.CPUKHz = *cpu
+		}
+		if f.Changed("gpu-hz") {
+			m.GPUHz = *gpu
+		}
+		if f.Changed("emc-hz") {
+			m.EMCHz = *emc
+		}
+		mi, err := c.ApplyMode(cmd.Context(), m)
+		if err != nil {
+			return explain("mode "+m.String(), err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), mi)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "mode applied: %s [%s]\n", mi.Current.Human(), mi.Current)
+		return nil
+	}
+	return cmd
+}
+
+// --- optimize ------------------------------------------------------------------------
+
+func newOptimizeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "optimize",
+		Short: "Profile power modes with a searcher (gmd or als) and plan from the result",
+		Long: `optimize asks fulcrumd to run a searcher now: it profiles a few power modes on the
+board (GMD about 15, ALS up to 50; each takes tens of seconds while the workers run),
+stores the profiles and plans from them. The command waits until the search ends;
+Ctrl-C stops the search and fulcrumd returns to its previous plan.`,
+		Args: cobra.NoArgs,
+	}
+	client := addSocketFlag(cmd)
+	method := cmd.Flags().String("method", api.OptimizeGMD, "searcher: gmd (about 15 profiled modes) or als (up to 50, reusable)")
+	maxProfiles := cmd.Flags().Int("max-profiles", 0, "cap on modes profiled (0: the searcher's default)")
+	asJSON := cmd.Flags().Bool("json", false, "print the result as JSON")
+	_ = cmd.RegisterFlagCompletionFunc("method", cobra.FixedCompletions(
+		[]string{api.OptimizeGMD + "\tgradient descent, about 15 profiled modes", api.OptimizeALS + "\tactive learning, up to 50 modes, reusable"},
+		cobra.ShellCompDirectiveNoFileComp))
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *method != api.OptimizeGMD && *method != api.OptimizeALS {
+			return fmt.Errorf("--method %q: want gmd or als", *method)
+		}
+		c := client()
+		defer c.Close()
+		fmt.Fprintf(cmd.ErrOrStderr(), "optimizing with %s (follow progress with fulcrumctl events --follow; Ctrl-C stops it)...\n", *method)
+		start := time.Now()
+		res, err := c.Optimize(cmd.Context(), api.OptimizeRequest{Method: *method, MaxProfiles: *maxProfiles})
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return errors.New("optimize stopped; fulcrumd keeps its previous plan")
+			}
+			return explain("optimize", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), res)
+		}
+		out := cmd.OutOrStdout()
+		p := res.Plan
+		fmt.Fprintf(out, "%s: profiled %d new modes (%d from the store) in %s; stopped: %s\n", res.Method, res.Profiled, res.Reused,
+			time.Since(start).Round(time.Second), res.StopReason)
+		feas := "meets every budget"
+		if !p.Feasible {
+			feas = "meets no budget set: " + p.Binding + " is binding (training paused)"
+		}
+		fmt.Fprintf(out, "plan: %s, infer batch %d, %s\n", p.Mode.Human(), p.InferBatch, feas)
+		fmt.Fprintf(out, "predicted: latency %.1fms, power %s, training %.1f samples/s\n", p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS)
+		return nil
+	}
+	return cmd
+}
+
+// --- events --------------------------------------------------------------------------
+
+func newEventsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Show fulcrumd's event log (budget changes, mode changes, violations, plans)",
+		Args:  cobra.NoArgs,
+	}
+	client := addSocketFlag(cmd)
+	follow := cmd.Flags().BoolP("follow", "f", false, "keep printing new events until Ctrl-C")
+	since := cmd.Flags().Uint64("since", 0, "only events after this seq")
+	asJSON := cmd.Flags().Bool("json", false, "print one JSON object per line")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		out := cmd.OutOrStdout()
+		print := func(e api.Event) error {
+			if *asJSON {
+				b, err := json.Marshal(e)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(out, "%s\n", b)
+				return err
+			}
+			_, err := fmt.Fprintln(out, formatEvent(e))
+			return err
+		}
+		if !*follow {
+			r, err := c.Events(cmd.Context(), *since)
+			if err != nil {
+				return explain("events", err)
+			}
+			for _, e := range r.Events {
+				if err := print(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		err := c.Follow(cmd.Context(), *since, print)
+		if errors.Is(err, context.Canceled) {
+			return nil // Ctrl-C
+		}
+		return explain("events", err)
+	}
+	return cmd
+}
+
+func formatEvent(e api.Event) string {
+	by := ""
+	if e.Caller != nil {
+		who := e.Caller.Comm
+		if who == "" {
+			who = "pid " + strconv.Itoa(e.Caller.PID)
+		}
+		by = fmt.Sprintf("  [uid %d, %s]", e.Caller.UID, who)
+	}
+	return fmt.Sprintf("%6d  %s  %-9s  %s%s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), e.Kind, e.Message, by)
+}
+
+// --- watch ---------------------------------------------------------------------------
+
+func newWatchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Live status, refreshed every second until Ctrl-C",
+		Args:  cobra.NoArgs,
+	}
+	client := addSocketFlag(cmd)
+	interval := cmd.Flags().Duration("interval", time.Second, "refresh period")
+	count := cmd.Flags().Int("count", 0, "stop after this many refreshes (0: until Ctrl-C)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *interval < 100*time.Millisecond {
+			return fmt.Errorf("--interval %s: want at least 100ms", *interval)
+		}
+		c := client()
+		defer c.Close()
+		return watch(cmd.Context(), cmd.OutOrStdout(), c, *interval, *count)
+	}
+	return cmd
+}
+
+// watch redraws the status every interval: on a terminal it clears the screen first;
+// otherwise it prints plain frames separated by a time line, so logs stay readable.
+func watch(ctx context.Context, out io.Writer, c *api.Client, interval time.Duration, count int) error {
+	tty := isTerminal(out)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for n := 0; count == 0 || n < count; n++ {
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+		var b bytes.Buffer
+		if tty {
+			b.WriteString("\x1b[H\x1b[2J")
+		}
+		fmt.Fprintf(&b, "--- %s (every %s; Ctrl-C to stop)\n", time.Now().Format("15:04:05"), interval)
+		st, err := c.Status(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			// Keep watching through a daemon restart; say what is wrong meanwhile.
+			fmt.Fprintf(&b, "%v\n", explain("status", err))
+		default:
+			if err := writeStatus(&b, st); err != nil {
+				return err
+			}
+		}
+		if _, err := out.Write(b.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

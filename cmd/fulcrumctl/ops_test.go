@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+)
+
+var allowAll = api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}
+
+// fulcrumctl runs the whole CLI in-process and returns stdout, stderr and the error.
+func fulcrumctl(ctx context.Context, args ...string) (string, string, error) {
+	root := newRootCmd()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return out.String(), errb.String(), err
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, stderr, err := fulcrumctl(context.Background(), args...)
+	if err != nil {
+		t.Fatalf("fulcrumctl %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
+}
+
+func TestBudgetCommands(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, allowAll, fake)
+	out := mustRun(t, "budget", "set", "--socket", sock, "--latency", "80ms", "--power", "25W", "--rate", "40", "--quantile", "p95")
+	if !strings.Contains(out, "budgets set: latency 80ms (p95), power 25W, rate 40 req/s") {
+		t.Fatalf("budget set printed %q", out)
+	}
+	want := api.Budgets{LatencyMS: 80, PowerMW: 25000, RateRPS: 40, Quantile: 0.95, RhoMax: 0.95}
+	if b, _ := fake.Budgets(context.Background()); b != want {
+		t.Fatalf("budgets %+v, want %+v", b, want)
+	}
+	// Only the flags given change; milliwatts and "auto" are understood.
+	mustRun(t, "budget", "set", "--socket", sock, "--power", "30000mW", "--rate", "auto", "--latency", "0.1s")
+	want = api.Budgets{LatencyMS: 100, PowerMW: 30000, RateAuto: true, Quantile: 0.95, RhoMax: 0.95}
+	if b, _ := fake.Budgets(context.Background()); b != want {
+		t.Fatalf("budgets %+v, want %+v", b, want)
+	}
+	if out := mustRun(t, "budget", "get", "--socket", sock); strings.TrimSpace(out) != "latency 100ms (p95), power 30W, rate auto" {
+		t.Fatalf("budget get printed %q", out)
+	}
+	var b api.Budgets
+	if err := json.Unmarshal([]byte(mustRun(t, "budget", "get", "--socket", sock, "--json")), &b); err != nil || b != want {
+		t.Fatalf("budget get --json: %+v %v", b, err)
+	}
+
+	// Rejections: by the daemon (its message, not a JSON dump) or before asking it.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--latency", "-5ms"}, "budget rejected: latency_ms = -5 is out of range: want 0.1 to 600000 milliseconds"},
+		{[]string{"--latency", "80"}, "--latency 80: give a unit, e.g. 80ms or 80s"},
+		{[]string{"--power", "30000"}, "did you mean 30000mW (30 W)?"},
+		{[]string{"--power", "2kW"}, "budget rejected: power_mw = 2e+06 is out of range: want 1000 to 1e+06 milliwatts"},
+		{[]string{"--power", "0.5W"}, "probably watts given as mW"},
+		{[]string{"--rate", "fast"}, `--rate "fast": want auto`},
+		{[]string{"--quantile", "p20"}, "budget rejected: quantile = 0.2 is out of range: want 0.5 to 0.99999"},
+		{[]string{}, "give at least one of --latency"},
+	} {
+		_, _, err := fulcrumctl(context.Background(), append([]string{"budget", "set", "--socket", sock}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("budget set %v: %v, want %q", tc.args, err, tc.want)
+		}
+		if strings.Contains(fmt.Sprint(err), "{") {
+			t.Errorf("budget set %v: error shows JSON: %v", tc.args, err)
+		}
+	}
+	if b, _ := fake.Budgets(context.Background()); b != want {
+		t.Fatalf("a rejected set changed the budgets: %+v", b)
+	}
+}
+
+func TestUnitParsing(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		mw   float64
+		fail bool
+	}{
+		{"30W", 30000, false}, {"30", 30000, false}, {"30000mW", 30000, false}, {"30.5w", 30500, false},
+		{"none", 0, false}, {"0", 0, false}, {"30000", 0, true}, {"W", 0, true}, {"thirty", 0, true},
+	} {
+		v, err := budgetPowerMW(tc.in)
+		if (err != nil) != tc.fail || (!tc.fail && v != tc.mw) {
+			t.Errorf("power %q = %v, %v", tc.in, v, err)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		ms   float64
+		fail bool
+	}{
+		{"80ms", 80, false}, {"0.08s", 80, false}, {"1.5s", 1500, false}, {"80", 0, true}, {"80 ms", 0, true},
+	} {
+		v, err := budgetLatencyMS(tc.in)
+		if (err != nil) != tc.fail || (!tc.fail && v != tc.ms) {
+			t.Errorf("latency %q = %v, %v", tc.in, v, err)
+		}
+	}
+	if q, err := budgetQuantile("p99.9"); err != nil || q < 0.99899 || q > 0.99901 {
+		t.Errorf("quantile p99.9 = %v, %v", q, err)
+	}
+}
+
+func TestNoDaemonMessage(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	for _, args := range [][]string{{"status"}, {"budget", "get"}, {"workers"}, {"events"}} {
+		_, _, err := fulcrumctl(context.Background(), append(args, "--socket", sock)...)
+		if err == nil || !strings.Contains(err.Error(), "is fulcrumd running? (systemctl status fulcrumd) — or pass --socket") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	// FULCRUM_SOCKET is the default socket.
+	t.Setenv(socketEnv, sock)
+	if _, _, err := fulcrumctl(context.Background(), "status"); err == nil || !strings.Contains(err.Error(), sock) {
+		t.Errorf("FULCRUM_SOCKET not used: %v", err)
+	}
+}
+
+func withMeasurements(fake *apitest.Fake) {
+	fake.SetMeasurements(
+		[]api.Worker{{ID: "w1", Role: "train", Workload: "resnet18", Batch: 32, PID: 4242, UID: 1000}},
+		[]api.WorkloadStats{
+			{Workload: "resnet18", Role: "train", LiveWorkers: 1, Minibatches: 900, ThroughputPerS: 301.5},
+			{Workload: "mobilenet", Role: "infer", LiveWorkers: 1, Requests: 1200, Served: 1190, DeadlineMisses: 3,
+				ArrivalRateHz: 40.2, Latency: sched.Quantiles{Count: 1190, P50MS: 21.5, P99MS: 77.25}},
+		},
+		&api.Power{TotalMW: 28900, Avg1sMW: 28700, Rails: []api.Rail{{Name: "VDD_GPU_SOC", PowerMW: 9100}, {Name: "VDD_CPU_CV", PowerMW: 5200}}},
+	)
+	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 4, Feasible: true, PredLatencyMS: 62.1, PredPowerMW: 28400,
+		PredThroughputSamplesPerS: 310, Rho: 0.31, Source: "stored-profiles"})
+}
+
+func TestStatusAndWorkers(t *testing.T) {
+	fake := apitest.NewOrin(t, 3)
+	withMeasurements(fake)
+	sock := apitest.Serve(t, allowAll, fake)
+	out := mustRun(t, "status", "--socket", sock)
+	for _, want := range []string{
+		"fulcrumd test on agx-orin-64gb", "3 stored profiles",
+		"mode       8c cpu 1728MHz gpu 612MHz emc 3199MHz",
+		"infer batch 4, feasible, from stored-profiles",
+		"latency 62.1ms, power 28.4W, training 310.0 samples/s, inference GPU share 31%",
+		"budgets    latency 100ms (p99), power 30W, rate auto",
+		"28.9W (1 s avg 28.7W)  VDD_GPU_SOC 9.1W  VDD_CPU_CV 5.2W",
+		"state      ok",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	var inferLine string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "mobilenet") {
+			inferLine = strings.Join(strings.Fields(l), " ")
+		}
+	}
+	if inferLine != "mobilenet infer 1 40.2 21.5 77.2 3 - 0" && inferLine != "mobilenet infer 1 40.2 21.5 77.3 3 - 0" {
+		t.Errorf("inference row %q", inferLine)
+	}
+	var st api.Status
+	if err := json.Unmarshal([]byte(mustRun(t, "status", "--socket", sock, "--json")), &st); err != nil || st.Plan == nil || st.Plan.InferBatch != 4 || len(st.Workloads) != 2 {
+		t.Fatalf("status --json: %+v %v", st, err)
+	}
+	// An infeasible plan is shown as degraded, with what to do.
+	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 1, Binding: "power", Source: "stored-profiles"})
+	out = mustRun(t, "status", "--socket", sock)
+	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused") {
+		t.Errorf("infeasible status:\n%s", out)
+	}
+	out = mustRun(t, "workers", "--socket", sock)
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), "w1 train resnet18 32 4242 1000 false 0") {
+		t.Errorf("workers:\n%s", out)
+	}
+}
+
+func TestModeCommands(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, allowAll, fake)
+	out := mustRun(t, "mode", "--socket", sock)
+	if !strings.Contains(out, "current  8c cpu 1728MHz gpu 612MHz emc 3199MHz  [8/1728000/612000000/3199000000]") ||
+		!strings.Contains(out, "gpu_hz   306000000 408000000") {
+		t.Fatalf("mode:\n%s", out)
+	}
+	out = mustRun(t, "mode", "apply", "--socket", sock, "--gpu-hz", "408000000", "--cores", "4")
+	want := powermode.Mode{Cores: 4, CPUKHz: 1728000, GPUHz: 408000000, EMCHz: 3199000000}
+	if mi, _ := fake.Mode(context.Background()); mi.Current != want || !mi.Held {
+		t.Fatalf("mode after apply: %+v (printed %q)", mi, out)
+	}
+	if !strings.Contains(mustRun(t, "mode", "--socket", sock), "(held: applied by an operator") {
+		t.Error("mode does not say it is held")
+	}
+	_, _, err := fulcrumctl(context.Background(), "mode", "apply", "--socket", sock, "--gpu-hz", "400000000")
+	if err == nil || !strings.Contains(err.Error(), "rejected: gpu_hz = 400000000 is not a level of agx-orin-64gb") {
+		t.Fatalf("bad level: %v", err)
+	}
+	if _, _, err := fulcrumctl(context.Background(), "mode", "apply", "--socket", sock); err == nil || !strings.Contains(err.Error(), "give at least one of --cores") {
+		t.Fatalf("apply without knobs: %v", err)
+	}
+}
+
+func TestOptimizeCommand(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	fake.OptimizeFunc = func(_ context.Context, req api.OptimizeRequest) (api.OptimizeResult, error) {
+		m := apitest.Mode30W
+		m.GPUHz = 816000000
+		return api.OptimizeResult{Method: req.Method, Profiled: 14, Reused: 2, StopReason: "step 1 and no neighbour improves",
+			Plan: api.Plan{Mode: m, InferBatch: 8, Feasible: true, PredLatencyMS: 70, PredPowerMW: 29500, PredThroughputSamplesPerS: 355}}, nil
+	}
+	sock := apitest.Serve(t, allowAll, fake)
+	out := mustRun(t, "optimize", "--socket", sock, "--method", "als")
+	for _, want := range []string{"als: profiled 14 new modes (2 from the store)", "stopped: step 1 and no neighbour improves",
+		"plan: 8c cpu 1728MHz gpu 816MHz emc 3199MHz, infer batch 8, meets every budget", "power 29.5W, training 355.0 samples/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("optimize lacks %q:\n%s", want, out)
+		}
+	}
+	if mi, _ := fake.Mode(context.Background()); mi.Current.GPUHz != 816000000 {
+		t.Errorf("optimize did not reach the controller: %+v", mi)
+	}
+	if _, _, err := fulcrumctl(context.Background(), "optimize", "--socket", sock, "--method", "sgd"); err == nil || !strings.Contains(err.Error(), "want gmd or als") {
+		t.Errorf("bad method: %v", err)
+	}
+}
+
+func TestRefusedCaller(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(c api.Caller) error {
+		return fmt.Errorf("uid %d may not change fulcrumd: only root and members of the group %q may", c.UID, "fulcrum")
+	})}, fake)
+	_, _, err := fulcrumctl(context.Background(), "budget", "set", "--socket", sock, "--latency", "50ms")
+	if err == nil || !strings.HasPrefix(err.Error(), "budget refused: uid ") {
+		t.Fatalf("refused set: %v", err)
+	}
+	mustRun(t, "budget", "get", "--socket", sock) // reads stay open
+}
+
+func TestEventsCommand(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, allowAll, fake)
+	mustRun(t, "budget", "set", "--socket", sock, "--latency", "90ms")
+	fake.Publish(api.EventViolation, "power 31.2W over the 30W budget; stepped to a safer mode", nil, nil)
+	out := mustRun(t, "events", "--socket", sock)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "budgets    budgets set: latency 90ms") ||
+		!strings.Contains(lines[0], fmt.Sprintf("[uid %d, ", os.Getuid())) || !strings.Contains(lines[1], "violation  power 31.2W over") {
+		t.Fatalf("events:\n%s", out)
+	}
+	if out := mustRun(t, "events", "--socket", sock, "--since", "1"); strings.Count(out, "\n") != 1 {
+		t.Fatalf("events --since 1:\n%s", out)
+	}
+
+	// --follow prints the kept events, then new ones, until the context ends (Ctrl-C).
+	ctx, cancel := context.WithCancel(context.Background())
+	root := newRootCmd()
+	out2 := &lockedBuffer{}
+	root.SetOut(out2)
+	root.SetArgs([]string{"events", "--follow", "--json", "--socket", sock})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	waitFor(t, "the kept events", func() bool { return strings.Count(out2.String(), "\n") == 2 })
+	fake.Publish(api.EventPlan, "new plan: 8c ...", nil, nil)
+	waitFor(t, "the new event", func() bool { return strings.Count(out2.String(), "\n") == 3 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("events --follow after Ctrl-C: %v", err)
+	}
+	var seqs []uint64
+	for _, l := range strings.Split(strings.TrimSpace(out2.String()), "\n") {
+		var e api.Event
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("--json line %q: %v", l, err)
+		}
+		seqs = append(seqs, e.Seq)
+	}
+	if fmt.Sprint(seqs) != "[1 2 3]" {
+		t.Fatalf("followed seqs %v", seqs)
+	}
+}
+
+func TestWatchPlain(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	withMeasurements(fake)
+	sock := apitest.Serve(t, allowAll, fake)
+	out := mustRun(t, "watch", "--socket", sock, "--count", "2", "--interval", "100ms")
+	if strings.Contains(out, "\x1b[") {
+		t.Fatal("watch wrote terminal escapes to a non-terminal")
+	}
+	if n := strings.Count(out, "--- "); n != 2 {
+		t.Fatalf("%d frames, want 2:\n%s", n, out)
+	}
+	if strings.Count(out, "budgets    latency 100ms") != 2 {
+		t.Fatalf("frames lack the status:\n%s", out)
+	}
+	if _, _, err := fulcrumctl(context.Background(), "watch", "--socket", sock, "--interval", "1ms"); err == nil {
+		t.Fatal("a 1ms interval was accepted")
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, allowAll, fake)
+	out := mustRun(t, "__complete", "optimize", "--method", "")
+	if !strings.Contains(out, "gmd\t") || !strings.Contains(out, "als\t") {
+		t.Errorf("--method completion:\n%s", out)
+	}
+	out = mustRun(t, "__complete", "mode", "apply", "--socket", sock, "--emc-hz", "")
+	for _, want := range []string{"204000000", "665600000", "2133000000", "3199000000"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("--emc-hz completion lacks %s:\n%s", want, out)
+		}
+	}
+	out = mustRun(t, "__complete", "budget", "set", "--rate", "")
+	if !strings.Contains(out, "auto\n") {
+		t.Errorf("--rate completion:\n%s", out)
+	}
+}
+
+func TestDaemonProfiles(t *testing.T) {
+	src := apitest.NewOrin(t, 5)
+	sock := apitest.Serve(t, allowAll, src)
+	out := mustRun(t, "daemon", "profiles", "ls", "--socket", sock, "--role", "train")
+	if strings.Count(out, "agx-orin-64gb  resnet18") != 5 {
+		t.Fatalf("ls:\n%s", out)
+	}
+	if out := mustRun(t, "daemon", "profiles", "ls", "--socket", sock, "--role", "infer"); strings.Count(out, "\n") != 1 {
+		t.Fatalf("ls --role infer:\n%s", out)
+	}
+	file := filepath.Join(t.TempDir(), "profiles.csv")
+	mustRun(t, "daemon", "profiles", "export", "--socket", sock, "-o", file)
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := src.Store.Export(&want, store.CSV, store.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Fatalf("exported file differs from the store:\n%s", got)
+	}
+	dst := apitest.NewOrin(t, 0)
+	dsock := apitest.Serve(t, allowAll, dst)
+	if out := mustRun(t, "daemon", "profiles", "import", "--socket", dsock, file); strings.TrimSpace(out) != "imported: 5 added, 0 unchanged, 0 replaced" {
+		t.Fatalf("import printed %q", out)
+	}
+	if n, _ := dst.Store.Count(); n != 5 {
+		t.Fatalf("%d profiles imported", n)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(bad, []byte("workload,role\nx,train\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fulcrumctl(context.Background(), "daemon", "profiles", "import", "--socket", dsock, bad); err == nil || !strings.HasPrefix(err.Error(), "import rejected: ") {
+		t.Fatalf("bad import: %v", err)
+	}
+	if n, _ := dst.Store.Count(); n != 5 {
+		t.Fatalf("a failed import changed the store: %d", n)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor polls cond; the deadline only turns a hang into a failure.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
