@@ -1,0 +1,471 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// Backend drives one discrete GPU through NVML. It implements powermode.Backend.
+// Methods are safe for concurrent use; Apply, SetPowerLimit and Restore are serialised.
+type Backend struct {
+	lib    gonvml.Interface
+	dev    gonvml.Device
+	o      Options
+	uuid   string
+	info   powermode.BoardInfo
+	space  *powermode.Space
+	cores  int
+	cpuKHz int64
+
+	mu      sync.Mutex
+	applied *powermode.Mode // the mode Apply last set; nil while the driver governs clocks
+	orig    *State          // the state found before the first change, for Close
+	closed  bool
+}
+
+var _ powermode.Backend = (*Backend)(nil)
+
+// State is the Snapshot's State: what Restore puts back. NVML cannot read locked
+// clocks back, so the snapshot records whether Fulcrum locked them; Restore always
+// resets them to the driver's default (unlocked), the state after boot.
+type State struct {
+	UUID string `json:"uuid"`
+	// PowerLimitMW is the power limit found (nvmlDeviceGetPowerManagementLimit); 0 when
+	// the GPU does not report one, and Restore then leaves the limit alone.
+	PowerLimitMW uint32 `json:"power_limit_mw"`
+	// ClocksLocked says Fulcrum had locked clocks when the snapshot was taken.
+	ClocksLocked bool `json:"clocks_locked"`
+}
+
+// Open loads NVML (go-nvml, dlopen of Options.LibraryPath), initialises it, and opens
+// GPU Options.Device. It fails with a clear error when the library is missing or the
+// GPU is not a discrete one whose clocks NVML can list.
+func Open(o Options) (*Backend, error) {
+	o.fill()
+	return OpenWith(gonvml.New(gonvml.WithLibraryPath(o.LibraryPath)), DLClocks{LibraryPath: o.LibraryPath}, o)
+}
+
+// OpenWith is Open over an injected NVML interface and clock lister (tests use
+// go-nvml's mock). Nothing is called on lib before its Init succeeds.
+func OpenWith(lib gonvml.Interface, clocks ClockLister, o Options) (*Backend, error) {
+	o.fill()
+	if ret := lib.Init(); ret != gonvml.SUCCESS {
+		if ret == gonvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, fmt.Errorf("nvml: %s not found: install the NVIDIA driver, or on a Jetson use board auto (the tegra backend): %w", o.LibraryPath, ret)
+		}
+		return nil, fmt.Errorf("nvml: init: %w (is the NVIDIA driver loaded? try nvidia-smi)", ret)
+	}
+	b, err := open(lib, clocks, o)
+	if err != nil {
+		lib.Shutdown()
+		return nil, err
+	}
+	return b, nil
+}
+
+func open(lib gonvml.Interface, clocks ClockLister, o Options) (*Backend, error) {
+	n, ret := lib.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: device count: %w", ret)
+	}
+	if o.Device < 0 || o.Device >= n {
+		return nil, fmt.Errorf("nvml: GPU %d does not exist: NVML sees %d GPU(s) (indices as in nvidia-smi)", o.Device, n)
+	}
+	dev, ret := lib.DeviceGetHandleByIndex(o.Device)
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: GPU %d: handle: %w", o.Device, ret)
+	}
+	name, ret := dev.GetName()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: GPU %d: name: %w", o.Device, ret)
+	}
+	uuid, ret := dev.GetUUID()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: GPU %d (%s): uuid: %w", o.Device, name, ret)
+	}
+	// Integrated GPUs (Jetson Orin/Thor's nvgpu) have no PCI function and no clock or
+	// power controls in NVML: they belong to the tegra backend.
+	pci, ret := dev.GetPciInfo()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: GPU %d (%s) has no PCI info (%v): not a discrete GPU; on a Jetson use board auto (the tegra backend)", o.Device, name, ret)
+	}
+	b := &Backend{lib: lib, dev: dev, o: o, uuid: uuid, cores: runtime.NumCPU(), cpuKHz: hostCPUKHz(o.Root)}
+	b.info = powermode.BoardInfo{Name: slug(name), Model: name, Module: uuid, SoC: "discrete " + busID(pci)}
+	if v, ret := lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
+		b.info.L4T = "driver " + v
+	}
+	space, err := buildSpace(clocks, uuid, b.cores, b.cpuKHz)
+	if err != nil {
+		return nil, fmt.Errorf("nvml: GPU %d (%s): %w", o.Device, name, err)
+	}
+	b.space = space
+	o.Logger.Info("nvml: GPU opened", "index", o.Device, "name", name, "uuid", uuid, "modes", space.Size(),
+		"clock_control", o.ClockControl)
+	return b, nil
+}
+
+// busID reads the PCI bus id, a NUL-terminated C string.
+func busID(p gonvml.PciInfo) string {
+	var b []byte
+	for _, c := range p.BusId {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
+}
+
+// buildSpace lists every (memory clock, graphics clock) pair NVML supports. The
+// graphics clocks differ per memory clock, so the space is the subset of exactly those
+// pairs, not their grid.
+func buildSpace(clocks ClockLister, uuid string, cores int, cpuKHz int64) (*powermode.Space, error) {
+	mems, err := clocks.MemoryClocksMHz(uuid)
+	if err != nil {
+		return nil, err
+	}
+	if len(mems) == 0 {
+		return nil, errors.New("NVML lists no supported memory clocks (clock control not supported on this GPU)")
+	}
+	var modes []powermode.Mode
+	for _, mem := range mems {
+		grs, err := clocks.GraphicsClocksMHz(uuid, mem)
+		if err != nil {
+			return nil, err
+		}
+		for _, gr := range grs {
+			if gr == 0 || mem == 0 {
+				continue
+			}
+			modes = append(modes, powermode.Mode{Cores: cores, CPUKHz: cpuKHz, GPUHz: int64(gr) * 1e6, EMCHz: int64(mem) * 1e6})
+		}
+	}
+	if len(modes) == 0 {
+		return nil, errors.New("NVML lists no supported graphics clocks")
+	}
+	return powermode.NewSubspace(modes)
+}
+
+// Info identifies the GPU: Name is its slugged name, Model NVML's name, Module its UUID,
+// SoC "discrete" and its PCI bus id, L4T the driver version.
+func (b *Backend) Info() powermode.BoardInfo { return b.info }
+
+// Space is the set of supported (graphics, memory) clock pairs, with one cores level
+// (the host's CPU count) and one cpu_khz level (the host's maximum), never changed.
+func (b *Backend) Space() *powermode.Space { return b.space }
+
+// ClockControl reports whether Apply may change clocks.
+func (b *Backend) ClockControl() bool { return b.o.ClockControl }
+
+// Current returns the mode Apply set; before any Apply (the driver governs the clocks)
+// it reads the running graphics and memory clocks and snaps them to the space.
+func (b *Backend) Current(ctx context.Context) (powermode.Mode, error) {
+	if err := ctx.Err(); err != nil {
+		return powermode.Mode{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return powermode.Mode{}, err
+	}
+	if b.applied != nil {
+		return *b.applied, nil
+	}
+	gr, ret := b.dev.GetClockInfo(gonvml.CLOCK_GRAPHICS)
+	if ret != gonvml.SUCCESS {
+		return powermode.Mode{}, fmt.Errorf("nvml: graphics clock: %w", ret)
+	}
+	mem, ret := b.dev.GetClockInfo(gonvml.CLOCK_MEM)
+	if ret != gonvml.SUCCESS {
+		return powermode.Mode{}, fmt.Errorf("nvml: memory clock: %w", ret)
+	}
+	return b.space.Snap(powermode.Mode{Cores: b.cores, CPUKHz: b.cpuKHz, GPUHz: int64(gr) * 1e6, EMCHz: int64(mem) * 1e6}), nil
+}
+
+func (b *Backend) usable() error {
+	if b.closed {
+		return errors.New("nvml: backend is closed")
+	}
+	return nil
+}
+
+// Apply locks the graphics clock to m.GPUHz and the memory clock to m.EMCHz (both
+// min = max). It refuses unless clock control is enabled, and m's cores and cpu_khz
+// must be the host's (the only levels). On error the clocks are put back as they were.
+func (b *Backend) Apply(ctx context.Context, m powermode.Mode) error {
+	if !b.o.ClockControl {
+		return fmt.Errorf("nvml: apply %s: %s", m, EnableHint)
+	}
+	if !b.space.Contains(m) {
+		return fmt.Errorf("nvml: apply %s: not a supported clock pair of this GPU (fulcrumctl board modes lists them)", m)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return err
+	}
+	if b.orig == nil {
+		st, err := b.readState()
+		if err != nil {
+			return fmt.Errorf("nvml: apply %s: read the GPU's state before changing it: %w (nothing was changed)", m, err)
+		}
+		b.orig = st
+	}
+	memMHz, grMHz := uint32(m.EMCHz/1e6), uint32(m.GPUHz/1e6)
+	if ret := b.dev.SetMemoryLockedClocks(memMHz, memMHz); ret != gonvml.SUCCESS {
+		return b.rollback(fmt.Errorf("nvml: apply %s: lock memory clock at %d MHz: %w%s", m, memMHz, ret, permHint(ret)))
+	}
+	if ret := b.dev.SetGpuLockedClocks(grMHz, grMHz); ret != gonvml.SUCCESS {
+		return b.rollback(fmt.Errorf("nvml: apply %s: lock graphics clock at %d MHz: %w%s", m, grMHz, ret, permHint(ret)))
+	}
+	b.applied = &m
+	return nil
+}
+
+func permHint(ret gonvml.Return) string {
+	switch ret {
+	case gonvml.ERROR_NO_PERMISSION:
+		return " (run fulcrumd as root)"
+	case gonvml.ERROR_NOT_SUPPORTED:
+		return " (this GPU does not support locked clocks: Volta or newer is needed for graphics, Ampere or newer for memory)"
+	}
+	return ""
+}
+
+// rollback puts the previous mode back after a failed Apply (or the driver's default
+// clocks when Fulcrum had not locked them) and builds the error to return.
+func (b *Backend) rollback(applyErr error) error {
+	var err error
+	if b.applied != nil {
+		p := *b.applied
+		memMHz, grMHz := uint32(p.EMCHz/1e6), uint32(p.GPUHz/1e6)
+		err = errors.Join(retErr("lock memory clock", b.dev.SetMemoryLockedClocks(memMHz, memMHz)),
+			retErr("lock graphics clock", b.dev.SetGpuLockedClocks(grMHz, grMHz)))
+		if err == nil {
+			return fmt.Errorf("%w; GPU left in mode %s (its previous mode)", applyErr, p)
+		}
+	} else {
+		err = b.resetClocks()
+		if err == nil {
+			return fmt.Errorf("%w; GPU clocks left to the driver (unlocked, as before)", applyErr)
+		}
+	}
+	b.applied = nil
+	return fmt.Errorf("%w; rolling back also failed: %v; reset by hand: nvidia-smi -rgc -rmc", applyErr, err)
+}
+
+func retErr(what string, ret gonvml.Return) error {
+	if ret == gonvml.SUCCESS {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, ret)
+}
+
+func (b *Backend) resetClocks() error {
+	return errors.Join(retErr("reset graphics clocks", b.dev.ResetGpuLockedClocks()),
+		retErr("reset memory clocks", b.dev.ResetMemoryLockedClocks()))
+}
+
+// SetPowerLimit sets the GPU's power limit (mW), within the limits NVML reports. Like
+// Apply it needs clock control; Restore and Close put the original limit back.
+func (b *Backend) SetPowerLimit(ctx context.Context, mw uint32) error {
+	if !b.o.ClockControl {
+		return fmt.Errorf("nvml: set power limit %d mW: %s", mw, EnableHint)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return err
+	}
+	lo, hi, ret := b.dev.GetPowerManagementLimitConstraints()
+	if ret != gonvml.SUCCESS {
+		return fmt.Errorf("nvml: power limit constraints: %w", ret)
+	}
+	if mw < lo || mw > hi {
+		return fmt.Errorf("nvml: power limit %d mW is outside this GPU's range %d..%d mW", mw, lo, hi)
+	}
+	if b.orig == nil {
+		st, err := b.readState()
+		if err != nil {
+			return fmt.Errorf("nvml: set power limit: read the GPU's state first: %w (nothing was changed)", err)
+		}
+		b.orig = st
+	}
+	if ret := b.dev.SetPowerManagementLimit(mw); ret != gonvml.SUCCESS {
+		return fmt.Errorf("nvml: set power limit %d mW: %w%s", mw, ret, permHint(ret))
+	}
+	return nil
+}
+
+// Power reads the GPU's power draw (nvmlDeviceGetPowerUsage, mW). It is the GPU board's
+// power, not the host's: there is one rail, "gpu".
+func (b *Backend) Power(ctx context.Context) (powermode.PowerReading, error) {
+	if err := ctx.Err(); err != nil {
+		return powermode.PowerReading{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return powermode.PowerReading{}, err
+	}
+	mw, ret := b.dev.GetPowerUsage()
+	if ret != gonvml.SUCCESS {
+		return powermode.PowerReading{}, fmt.Errorf("nvml: power usage: %w", ret)
+	}
+	return powermode.PowerReading{At: b.o.Now(), TotalMW: float64(mw),
+		Rails: []powermode.RailPower{{Name: "gpu", PowerMW: float64(mw)}}}, nil
+}
+
+// EnergyMJ reads the GPU's energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ
+// since the driver loaded). Two readings give the exact mean power between them,
+// where Power is a short average.
+func (b *Backend) EnergyMJ(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return 0, err
+	}
+	mj, ret := b.dev.GetTotalEnergyConsumption()
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("nvml: total energy: %w (Volta or newer is needed)", ret)
+	}
+	return mj, nil
+}
+
+// Thermal reads the GPU core temperature as one zone, "gpu".
+func (b *Backend) Thermal(ctx context.Context) ([]powermode.ThermalZone, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return nil, err
+	}
+	z := powermode.ThermalZone{Zone: "gpu"}
+	c, ret := b.dev.GetTemperature(gonvml.TEMPERATURE_GPU)
+	if ret != gonvml.SUCCESS {
+		z.Err = fmt.Sprintf("nvml: temperature: %v", ret)
+	} else {
+		z.Celsius = float64(c)
+	}
+	return []powermode.ThermalZone{z}, nil
+}
+
+func (b *Backend) readState() (*State, error) {
+	st := &State{UUID: b.uuid, ClocksLocked: b.applied != nil}
+	mw, ret := b.dev.GetPowerManagementLimit()
+	switch ret {
+	case gonvml.SUCCESS:
+		st.PowerLimitMW = mw
+	case gonvml.ERROR_NOT_SUPPORTED:
+	default:
+		return nil, fmt.Errorf("nvml: power limit: %w", ret)
+	}
+	return st, nil
+}
+
+// Snapshot records the power limit and whether clocks are locked.
+func (b *Backend) Snapshot(ctx context.Context) (*powermode.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return nil, err
+	}
+	st, err := b.readState()
+	if err != nil {
+		return nil, fmt.Errorf("nvml: snapshot: %w", err)
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("nvml: snapshot: %w", err)
+	}
+	return &powermode.Snapshot{Backend: BackendName, Board: b.info.Name, TakenAt: b.o.Now().UTC(), State: raw}, nil
+}
+
+// Restore resets the locked clocks (NVML has no getter for them: the driver default is
+// the state after boot) and puts the snapshot's power limit back. It refuses a
+// snapshot of another backend or GPU. Without clock control it changes nothing and
+// succeeds, since a read-only backend never changed anything.
+func (b *Backend) Restore(ctx context.Context, snap *powermode.Snapshot) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if snap == nil {
+		return errors.New("nvml: restore: no snapshot given")
+	}
+	if snap.Backend != BackendName {
+		return fmt.Errorf("nvml: restore: snapshot was taken by backend %q, not %q", snap.Backend, BackendName)
+	}
+	var st State
+	if err := json.Unmarshal(snap.State, &st); err != nil {
+		return fmt.Errorf("nvml: restore: decode snapshot state: %w", err)
+	}
+	if st.UUID != b.uuid {
+		return fmt.Errorf("nvml: restore: snapshot is of GPU %s, this is %s (select the GPU with nvml.device)", st.UUID, b.uuid)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.usable(); err != nil {
+		return err
+	}
+	return b.restore(&st)
+}
+
+func (b *Backend) restore(st *State) error {
+	if !b.o.ClockControl {
+		return nil
+	}
+	errs := []error{b.resetClocks()}
+	if st.PowerLimitMW > 0 {
+		if cur, ret := b.dev.GetPowerManagementLimit(); ret != gonvml.SUCCESS || cur != st.PowerLimitMW {
+			errs = append(errs, retErr(fmt.Sprintf("set power limit back to %d mW", st.PowerLimitMW), b.dev.SetPowerManagementLimit(st.PowerLimitMW)))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("nvml: restore: %w (reset by hand: nvidia-smi -rgc -rmc; nvidia-smi -pl <watts>)", err)
+	}
+	b.applied = nil
+	return nil
+}
+
+// Close puts back what this backend changed (locked clocks reset, the power limit found
+// before the first change) and shuts NVML down. It is safe to call twice.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	var err error
+	if b.orig != nil {
+		err = b.restore(b.orig)
+	}
+	if ret := b.lib.Shutdown(); ret != gonvml.SUCCESS {
+		err = errors.Join(err, fmt.Errorf("nvml: shutdown: %w", ret))
+	}
+	return err
+}
