@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/viper"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 )
@@ -45,6 +47,35 @@ var defaults = map[string]any{
 	"scheduler.starve_ms":           5000.0,
 	"scheduler.window_s":            30.0,
 	"scheduler.window_samples":      10000,
+	"scheduler.recent_window_s":     5.0,
+	"controller.period_ms":           250.0,
+	"controller.power_sample_ms":     100.0,
+	"controller.power_window_ms":     1000.0,
+	"controller.rate_tau_ms":         2000.0,
+	"controller.rate_warmup_ms":      2000.0,
+	"controller.drift_rel":           0.25,
+	"controller.drift_hold_ms":       3000.0,
+	"controller.plan_margin":         0.05,
+	"controller.step_margin":         0.1,
+	"controller.hysteresis":          0.1,
+	"controller.hold_ms":             5000.0,
+	"controller.cooldown_ms":         1000.0,
+	"controller.latency_cooldown_ms": 5000.0,
+	"controller.power_fail_ms":       1000.0,
+	"controller.min_latency_samples": 20,
+	"controller.min_profiles":        3,
+	"controller.searcher":            "gmd",
+	"controller.max_profiles":        0,
+	"controller.noise_rel":           0.03,
+	"controller.events":              1000,
+	"controller.infer_batches":       []int{1, 2, 4, 8, 16, 32},
+	"controller.live.warmup":         1,
+	"controller.live.samples":        5,
+	"controller.live.min_time_ms":    300.0,
+	"control.socket_mode":            "0660",
+	"control.group":                  "fulcrum",
+	"control.allow_uids":             []int{},
+	"control.allow_gids":             []int{},
 	"worker.socket_mode":            "0660",
 	"worker.max_line_bytes":         65536,
 	"worker.max_workers":            64,
@@ -199,6 +230,68 @@ func settings(v *viper.Viper) (Settings, error) {
 		Board:        board,
 		BoardRoot:    v.GetString("board_root"),
 	}
+	s.Daemon.Server.Sched.RecentWindow = time.Duration(positive("scheduler.recent_window_s") * float64(time.Second))
+	frac := func(key string) float64 {
+		f := num(key)
+		if f <= 0 || f >= 1 {
+			bad("%s must be in (0,1), got %v", key, f)
+		}
+		return f
+	}
+	searcher := v.GetString("controller.searcher")
+	if searcher != "gmd" && searcher != "als" {
+		bad(`controller.searcher must be "gmd" or "als", got %q`, searcher)
+	}
+	maxProf := int(nonNegative("controller.max_profiles"))
+	batches, err := intList(v, "controller.infer_batches")
+	if err != nil {
+		bad("%v", err)
+	}
+	s.Daemon.Control = control.Config{
+		Period:          msDur(positive("controller.period_ms")),
+		PowerSample:     msDur(positive("controller.power_sample_ms")),
+		PowerWindow:     msDur(positive("controller.power_window_ms")),
+		RateTau:         msDur(positive("controller.rate_tau_ms")),
+		RateWarmup:      msDur(positive("controller.rate_warmup_ms")),
+		DriftRel:        positive("controller.drift_rel"),
+		DriftHold:       msDur(positive("controller.drift_hold_ms")),
+		PlanMargin:      frac("controller.plan_margin"),
+		StepMargin:      frac("controller.step_margin"),
+		Hysteresis:      frac("controller.hysteresis"),
+		Hold:            msDur(positive("controller.hold_ms")),
+		Cooldown:        msDur(positive("controller.cooldown_ms")),
+		LatencyCooldown: msDur(positive("controller.latency_cooldown_ms")),
+		PowerFail:       msDur(positive("controller.power_fail_ms")),
+		MinLatency:      intKey("controller.min_latency_samples"),
+		MinProfiles:     intKey("controller.min_profiles"),
+		Searcher:        searcher,
+		MaxProfiles:     maxProf,
+		NoiseRel:        frac("controller.noise_rel"),
+		Events:          intKey("controller.events"),
+		InferBatches:    batches,
+		Live: control.LiveOptions{
+			Warmup:  intKey("controller.live.warmup"),
+			Samples: intKey("controller.live.samples"),
+			MinTime: msDur(positive("controller.live.min_time_ms")),
+		},
+	}
+	s.Daemon.Budgets = control.Budgets{LatencyMS: s.Budgets.LatencyMS, PowerW: s.Budgets.PowerW, RateRPS: s.Budgets.RateHz, Quantile: s.Budgets.Quantile}
+	if err := s.Daemon.Budgets.Validate(); err != nil {
+		bad("budgets: %v", err)
+	}
+	cmode, err := strconv.ParseUint(v.GetString("control.socket_mode"), 8, 32)
+	if err != nil || cmode > 0o777 {
+		bad(`control.socket_mode must be octal permission bits like "0660", got %q`, v.GetString("control.socket_mode"))
+	}
+	uids, err := intList(v, "control.allow_uids")
+	if err != nil {
+		bad("%v", err)
+	}
+	gids, err := intList(v, "control.allow_gids")
+	if err != nil {
+		bad("%v", err)
+	}
+	s.Daemon.API = api.Config{SocketMode: os.FileMode(cmode), Group: v.GetString("control.group"), AllowUIDs: uids, AllowGIDs: gids}
 	if s.Daemon.Server.RuntimeDir == "" {
 		bad("runtime_dir must be set (default /run/fulcrum)")
 	}
@@ -206,6 +299,33 @@ func settings(v *viper.Viper) (Settings, error) {
 		return Settings{}, fmt.Errorf("invalid configuration: %w", errors.Join(errs...))
 	}
 	return s, nil
+}
+
+// intList reads a list of integers given as a YAML list or a comma/space separated
+// string (environment variables).
+func intList(v *viper.Viper, key string) ([]int, error) {
+	var out []int
+	switch x := v.Get(key).(type) {
+	case []int:
+		return x, nil
+	case []any:
+		for _, e := range x {
+			n, err := strconv.Atoi(strings.TrimSpace(fmt.Sprint(e)))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v is not an integer", key, e)
+			}
+			out = append(out, n)
+		}
+	default:
+		for _, f := range strings.FieldsFunc(fmt.Sprint(x), func(r rune) bool { return r == ',' || r == ' ' || r == '[' || r == ']' }) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q is not an integer (want a list like [1, 2, 4])", key, f)
+			}
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -14,9 +15,18 @@ import (
 )
 
 // Board is the board fulcrumd drives, or none (Backend nil) when it only schedules.
+// Its Apply snapshots the board (into the state directory) before the first change, and
+// Close restores that snapshot, so the board is put back on a clean stop; after a crash
+// the next OpenBoard restores it.
 type Board struct {
 	Backend powermode.Backend
-	log     *slog.Logger
+	// Spec is the catalog entry (nil with no board): its nvpmodel presets are GMD's start.
+	Spec     *powermode.BoardSpec
+	log      *slog.Logger
+	stateDir string
+
+	mu   sync.Mutex
+	snap *powermode.Snapshot // taken before the first Apply; nil until then
 }
 
 // OpenBoard opens the board named by spec: "none", "auto" (detect the Jetson under
@@ -56,7 +66,7 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("open board %s under %s: %w", bs.Name, root, err)
 	}
-	b := &Board{Backend: be, log: log}
+	b := &Board{Backend: be, Spec: bs, log: log, stateDir: stateDir}
 	if stateDir != "" {
 		if snap, err := powermode.LoadSnapshot(stateDir); err == nil {
 			log.Warn("restoring the board state saved before an earlier run's mode change (that run did not exit cleanly)", "taken_at", snap.TakenAt)
@@ -78,6 +88,85 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 	return b, nil
 }
 
-// Close gives the board back. fulcrumd changes no power mode in this version, so there
-// is nothing to restore yet; the controller will restore its snapshot here.
-func (b *Board) Close(context.Context) {}
+// Info, Space, Current and Power pass through to the backend (the controller's Board).
+func (b *Board) Info() powermode.BoardInfo { return b.Backend.Info() }
+
+// Space is the board's set of modes.
+func (b *Board) Space() *powermode.Space { return b.Backend.Space() }
+
+// Current reads the mode the board is set to.
+func (b *Board) Current(ctx context.Context) (powermode.Mode, error) { return b.Backend.Current(ctx) }
+
+// Power reads board power.
+func (b *Board) Power(ctx context.Context) (powermode.PowerReading, error) { return b.Backend.Power(ctx) }
+
+// Apply sets mode m. Before the first change it snapshots the board and saves the
+// snapshot in the state directory (the first snapshot there wins: one left by a crashed
+// run that OpenBoard could not restore is never replaced).
+func (b *Board) Apply(ctx context.Context, m powermode.Mode) error {
+	if b.Backend == nil {
+		return errors.New("no board configured (board: none): power modes are not changed")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.snap == nil {
+		snap, err := b.Backend.Snapshot(ctx)
+		if err != nil {
+			return fmt.Errorf("snapshot the board before the first mode change: %w (nothing was changed)", err)
+		}
+		if b.stateDir != "" {
+			if err := powermode.SaveSnapshot(b.stateDir, snap); err != nil {
+				return fmt.Errorf("%w (nothing was changed)", err)
+			}
+		}
+		b.snap = snap
+		b.log.Info("board state saved before the first mode change", "state_dir", b.stateDir)
+	}
+	return b.Backend.Apply(ctx, m)
+}
+
+// Presets are the board's nvpmodel presets as modes snapped into its space, and their
+// names (GMD starts from the one nearest the power budget).
+func (b *Board) Presets() ([]powermode.Mode, []string) {
+	if b.Backend == nil || b.Spec == nil {
+		return nil, nil
+	}
+	sp := b.Backend.Space()
+	var modes []powermode.Mode
+	var names []string
+	for _, p := range b.Spec.NVP.Presets {
+		m := b.Spec.PresetMode(p)
+		if sp != nil {
+			m = sp.Snap(m)
+		}
+		modes = append(modes, m)
+		names = append(names, p.Name)
+	}
+	return modes, names
+}
+
+// Close restores the state saved before the first mode change (if fulcrumd changed
+// any) and removes the saved snapshot. A failed restore leaves the snapshot for the next
+// start to retry.
+func (b *Board) Close(ctx context.Context) {
+	if b.Backend == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.snap == nil {
+		return
+	}
+	if err := b.Backend.Restore(ctx, b.snap); err != nil {
+		b.log.Error("restore the board state saved at start failed; the next fulcrumd start retries it", "err", err)
+		return
+	}
+	b.snap = nil
+	if b.stateDir != "" {
+		if err := powermode.RemoveSnapshot(b.stateDir); err != nil {
+			b.log.Error("remove the board snapshot", "err", err)
+			return
+		}
+	}
+	b.log.Info("board state restored")
+}

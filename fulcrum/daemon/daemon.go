@@ -7,8 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
@@ -26,14 +30,29 @@ type Options struct {
 	Board     string
 	BoardRoot string
 	Log       *slog.Logger
+
+	// Control configures the controller; Budgets are the budgets it starts with.
+	Control control.Config
+	Budgets control.Budgets
+	// API configures the control API; an empty SocketPath means
+	// <RuntimeDir>/control.sock. NoAPI leaves it out (tests of the worker side only).
+	API   api.Config
+	NoAPI bool
+	// Version is reported by the control API's status.
+	Version string
+	// Clock drives the controller (sched.RealClock when nil).
+	Clock sched.Clock
 }
 
-// Daemon is a running fulcrumd: the worker server and the profile store.
+// Daemon is a running fulcrumd: the worker server, the profile store, the board, the
+// controller and the control API.
 type Daemon struct {
-	Server *Server
-	Store  *store.Store
-	Board  *Board
-	log    *slog.Logger
+	Server     *Server
+	Store      *store.Store
+	Board      *Board
+	Controller *control.Controller
+	API        *api.Server
+	log        *slog.Logger
 }
 
 // Open takes the runtime directory's lock and worker socket, opens the profile store
@@ -75,15 +94,64 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		return fail(err)
 	}
 	d.Board = b
+	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
+		Log: o.Log.With("component", "control"), Budgets: o.Budgets}
+	if b.Backend != nil {
+		copts.Board = b
+		copts.Presets, copts.PresetNames = b.Presets()
+	}
+	ctl, err := control.New(copts)
+	if err != nil {
+		b.Close(ctx)
+		return fail(err)
+	}
+	d.Controller = ctl
+	if !o.NoAPI {
+		ac := o.API
+		if ac.SocketPath == "" {
+			ac.SocketPath = filepath.Join(o.Server.RuntimeDir, api.SocketName)
+		}
+		ac.Log = o.Log
+		boardName := o.Board
+		if boardName == "" {
+			boardName = "none"
+		}
+		d.API = api.NewServer(ac, &control.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()})
+		if err := d.API.Listen(); err != nil {
+			b.Close(ctx)
+			return fail(err)
+		}
+	}
 	return d, nil
 }
 
-// Run serves workers until ctx ends, then shuts down: connections closed, board
-// restored, store closed.
+// Run serves workers, the controller and the control API until ctx ends, then shuts
+// down: connections closed, a running search stopped, board restored, store closed.
 func (d *Daemon) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var apiErr error
+	if d.API != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if apiErr = d.API.Serve(ctx); apiErr != nil {
+				d.log.Error("control API stopped", "err", apiErr)
+				cancel()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = d.Controller.Run(ctx)
+	}()
 	err := d.Server.Serve(ctx)
+	cancel()
+	wg.Wait()
 	d.close()
-	return err
+	return errors.Join(err, apiErr)
 }
 
 func (d *Daemon) close() {

@@ -1,0 +1,284 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+)
+
+// API adapts a Controller to the control API's api.Controller.
+type API struct {
+	C *Controller
+	// Version is fulcrumd's build version; BoardSpec how the board was configured
+	// ("auto", "sim:NAME", "none").
+	Version   string
+	BoardSpec string
+	Started   time.Time
+}
+
+var _ api.Controller = (*API)(nil)
+
+func (a *API) toAPIBudgets(b Budgets) api.Budgets {
+	b = b.withDefaults()
+	out := api.Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerW * 1000, RateRPS: b.RateRPS, RateAuto: b.RateRPS == 0, Quantile: b.Quantile, RhoMax: b.RhoMax}
+	if out.RateAuto {
+		out.RateRPS = a.C.Status().Measured.RateRPS
+	}
+	return out
+}
+
+func fromAPIBudgets(b api.Budgets) Budgets {
+	out := Budgets{LatencyMS: b.LatencyMS, PowerW: b.PowerMW / 1000, Quantile: b.Quantile, RhoMax: b.RhoMax}
+	if !b.RateAuto {
+		out.RateRPS = b.RateRPS
+	}
+	return out
+}
+
+// Status implements api.Controller.
+func (a *API) Status(ctx context.Context) (api.Status, error) {
+	c := a.C
+	st := c.Status()
+	snap := c.sched.Snapshot()
+	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
+		Workers: snap.Workers, Workloads: snap.Workloads, Degraded: st.Degraded != "", DegradedReason: st.Degraded,
+		Optimizing: c.Searching(), Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
+		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
+	if s.Board == "" {
+		s.Board = "none"
+	}
+	if n, err := c.store.Count(); err == nil {
+		s.Profiles = n
+	}
+	if c.board != nil {
+		if m, err := c.board.Current(ctx); err == nil {
+			s.Mode = m
+		}
+		if r, err := c.board.Power(ctx); err == nil {
+			p := &api.Power{TotalMW: r.TotalMW, Avg1sMW: st.Measured.PowerMW, At: r.At}
+			for _, x := range r.Rails {
+				p.Rails = append(p.Rails, api.Rail{Name: x.Name, PowerMW: x.PowerMW})
+			}
+			s.Power = p
+		}
+	}
+	s.Plan = a.plan()
+	return s, nil
+}
+
+// plan is the applied configuration as an api.Plan, with the reason of the decision
+// that chose it.
+func (a *API) plan() *api.Plan {
+	st := a.C.Status()
+	if st.Current == nil {
+		return nil
+	}
+	ch := st.Current
+	p := &api.Plan{Mode: ch.Mode, InferBatch: ch.Batch, Feasible: ch.Predicted.Feasible,
+		PredLatencyMS: ch.Predicted.LatencyMS, PredPowerMW: ch.Predicted.PowerMW,
+		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles"}
+	evs := a.C.events.List(0)
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := evs[i]
+		if e.Kind == KindApply && e.Caller == nil && e.Err == "" {
+			continue
+		}
+		if e.Mode != nil && *e.Mode == ch.Mode {
+			p.Reason, p.At = e.Reason, e.Time
+			switch {
+			case a.C.Held():
+				p.Source = "operator"
+			case st.LastSearch != nil && e.Kind == KindPlan:
+				p.Source = "search"
+			}
+			break
+		}
+	}
+	if !p.Feasible {
+		p.Binding = "unknown"
+		if e, ok := a.binding(ch); ok {
+			p.Binding = e
+		}
+	}
+	return p
+}
+
+func (a *API) binding(ch *Choice) (string, bool) {
+	b := a.C.Budgets().withDefaults()
+	switch {
+	case ch.Predicted.LatencyMS > b.LatencyMS:
+		return "latency", true
+	case b.PowerW > 0 && ch.Predicted.PowerMW > b.PowerW*1000:
+		return "power", true
+	case ch.Predicted.Rho > b.RhoMax:
+		return "gpu_share", true
+	}
+	return "", false
+}
+
+// Budgets implements api.Controller.
+func (a *API) Budgets(context.Context) (api.Budgets, error) {
+	return a.toAPIBudgets(a.C.Budgets()), nil
+}
+
+// SetBudgets implements api.Controller.
+func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) (api.Budgets, error) {
+	// Apply against the budgets held now; a concurrent update between reading and
+	// setting is resolved last-writer-wins, like two PUTs in a row.
+	cur := a.toAPIBudgets(a.C.Budgets())
+	nb, err := u.Apply(cur)
+	if err != nil {
+		return cur, err
+	}
+	if err := a.C.SetBudgetsBy(fromAPIBudgets(nb), &by); err != nil {
+		return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "", "%v", err)
+	}
+	return a.toAPIBudgets(a.C.Budgets()), nil
+}
+
+// Workers implements api.Controller.
+func (a *API) Workers(context.Context) ([]api.Worker, error) {
+	return a.C.sched.Snapshot().Workers, nil
+}
+
+// Mode implements api.Controller.
+func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
+	c := a.C
+	if c.board == nil {
+		return api.ModeInfo{Board: "none"}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
+	}
+	cur, err := c.board.Current(ctx)
+	if err != nil {
+		return api.ModeInfo{}, fmt.Errorf("read the board's mode: %w", err)
+	}
+	mi := api.ModeInfo{Board: c.board.Info().Name, Current: cur, Held: c.Held()}
+	if st := c.Status(); st.Current != nil {
+		m := st.Current.Mode
+		mi.Planned = &m
+	}
+	if sp := c.board.Space(); sp != nil {
+		l := sp.Levels()
+		mi.Levels = api.Levels{Cores: l.Cores, CPUKHz: l.CPUKHz, GPUHz: l.GPUHz, EMCHz: l.EMCHz}
+	}
+	return mi, nil
+}
+
+// ApplyMode implements api.Controller.
+func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (api.ModeInfo, error) {
+	c := a.C
+	if c.board == nil {
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
+	}
+	if sp := c.board.Space(); sp != nil && !sp.Contains(m) {
+		return api.ModeInfo{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "mode", "mode %s is not one of the board's modes (see fulcrumctl board info for its levels)", m)
+	}
+	if _, err := c.ApplyMode(ctx, m); err != nil {
+		return api.ModeInfo{}, err
+	}
+	c.events.Add(Event{Kind: KindApply, Reason: "operator applied mode " + m.Human(), Mode: &m, Caller: &by})
+	return a.Mode(ctx)
+}
+
+// Profiles implements api.Controller.
+func (a *API) Profiles(_ context.Context, f store.Filter) ([]store.Profile, error) {
+	return a.C.store.List(f)
+}
+
+// ExportProfiles implements api.Controller.
+func (a *API) ExportProfiles(_ context.Context, w io.Writer, format store.Format, f store.Filter) error {
+	return a.C.store.Export(w, format, f)
+}
+
+// ImportProfiles implements api.Controller.
+func (a *API) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportOptions, by api.Caller) (store.ImportResult, error) {
+	res, err := a.C.store.Import(r, opts)
+	if err != nil {
+		return res, err
+	}
+	a.C.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("profiles imported: %d added, %d unchanged, %d replaced", res.Added, res.Unchanged, res.Replaced), Caller: &by})
+	return res, nil
+}
+
+// Optimize implements api.Controller.
+func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Caller) (api.OptimizeResult, error) {
+	if req.Method != api.OptimizeGMD && req.Method != api.OptimizeALS {
+		return api.OptimizeResult{}, api.Errorf(http.StatusBadRequest, api.CodeBadMethod, "method", "method %q: want gmd or als", req.Method)
+	}
+	a.C.events.Add(Event{Kind: KindProfile, Reason: "optimize requested: " + req.Method, Caller: &by})
+	out, err := a.C.Optimize(ctx, req.Method, req.MaxProfiles)
+	switch {
+	case errors.Is(err, ErrBusy):
+		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeBusy, "", "%v", err)
+	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair):
+		return api.OptimizeResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
+	case err != nil:
+		return api.OptimizeResult{}, err
+	}
+	res := api.OptimizeResult{Method: req.Method, Profiled: out.Counts.Profiled + out.Counts.Abandoned, Reused: out.Counts.FromStore,
+		StopReason: out.Result.Stop, DurationMS: float64(out.Duration) / float64(time.Millisecond)}
+	if p := a.plan(); p != nil {
+		p.Source = req.Method
+		res.Plan = *p
+	}
+	return res, nil
+}
+
+// toAPIEvent converts an event: Kind as is, Message its reason, Data the rest.
+func toAPIEvent(e Event) api.Event {
+	out := api.Event{Seq: e.Seq, Time: e.Time, Kind: string(e.Kind), Message: e.Reason, Caller: e.Caller}
+	data := struct {
+		Mode      *powermode.Mode `json:"mode,omitempty"`
+		Batch     int             `json:"batch,omitempty"`
+		Predicted *Prediction     `json:"predicted,omitempty"`
+		Measured  *Measured       `json:"measured,omitempty"`
+		Err       string          `json:"error,omitempty"`
+	}{e.Mode, e.Batch, e.Predicted, e.Measured, e.Err}
+	if raw, err := json.Marshal(data); err == nil && string(raw) != "{}" {
+		out.Data = raw
+	}
+	return out
+}
+
+// Events implements api.Controller.
+func (a *API) Events(_ context.Context, since uint64) ([]api.Event, error) {
+	evs := a.C.events.List(since)
+	out := make([]api.Event, len(evs))
+	for i, e := range evs {
+		out[i] = toAPIEvent(e)
+	}
+	return out, nil
+}
+
+// Subscribe implements api.Controller.
+func (a *API) Subscribe(ctx context.Context) (<-chan api.Event, func()) {
+	in, cancelIn := a.C.events.Subscribe(256)
+	out := make(chan api.Event, 256)
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer close(out)
+		defer cancelIn()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- toAPIEvent(e):
+				default: // the subscriber is behind: it sees the Seq gap
+				}
+			}
+		}
+	}()
+	return out, cancel
+}

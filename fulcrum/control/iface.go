@@ -1,0 +1,37 @@
+// Package control is fulcrumd's controller (DESIGN §6): it plans the power mode and the
+// inference batch size from stored profiles with model v1 (fulcrum.Model), runs a
+// searcher (GMD or ALS) through a live profiler when too few profiles are stored,
+// and watches the measured arrival rate, latency quantiles and board power, re-planning
+// on drift and stepping to a safer known mode at once when a budget is broken. Every
+// decision is an Event in a bounded log. docs/controller.md describes the rules.
+package control
+
+import (
+	"context"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// Board is the board the controller drives. daemon.Board implements it (its Apply
+// snapshots the board before the first change, so it can be restored).
+type Board interface {
+	Info() powermode.BoardInfo
+	Space() *powermode.Space
+	Current(ctx context.Context) (powermode.Mode, error)
+	Apply(ctx context.Context, m powermode.Mode) error
+	Power(ctx context.Context) (powermode.PowerReading, error)
+}
+
+// Scheduler is the part of the GPU turn scheduler the controller uses
+// (*sched.Scheduler implements it).
+type Scheduler interface {
+	BetweenTurns(ctx context.Context, fn func(context.Context) error) error
+	Profile(ctx context.Context, workerID string, batch int) (time.Duration, error)
+	Snapshot() sched.Snapshot
+	SetInferBatch(workerID string, batch int) error
+	SetLatencyBudget(l time.Duration)
+}
+
+var _ Scheduler = (*sched.Scheduler)(nil)

@@ -1,0 +1,504 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+// LiveOptions tune live profiling. Zero values take the defaults in brackets.
+type LiveOptions struct {
+	Warmup  int           // profile batches run and discarded at each point [1]
+	Samples int           // measured batches per point, at least [5]
+	MinTime time.Duration // and measure each point at least this long, for power readings [300 ms]
+	// PowerWindow is the moving average the power guard checks [1 s].
+	PowerWindow time.Duration
+}
+
+func (o LiveOptions) withDefaults() LiveOptions {
+	if o.Warmup <= 0 {
+		o.Warmup = 1
+	}
+	if o.Samples <= 0 {
+		o.Samples = 5
+	}
+	if o.MinTime <= 0 {
+		o.MinTime = 300 * time.Millisecond
+	}
+	if o.PowerWindow <= 0 {
+		o.PowerWindow = time.Second
+	}
+	return o
+}
+
+// Pair names the two workloads a profile covers: training at its B_T and inference at
+// each of Batches.
+type Pair struct {
+	Train      string `json:"train"`
+	TrainBatch int    `json:"train_batch"`
+	Infer      string `json:"infer"`
+	Batches    []int  `json:"infer_batches"`
+}
+
+// OverBudget records a mode abandoned while profiling because the board's 1 s average
+// power went over the budget there.
+type OverBudget struct {
+	Mode     powermode.Mode `json:"mode"`
+	PowerMW  float64        `json:"power_mw"`  // the average that broke the budget
+	BudgetMW float64        `json:"budget_mw"` // the budget at the time
+	At       time.Time      `json:"at"`
+}
+
+// LiveCounts say what a live profiler did.
+type LiveCounts struct {
+	Profiled  int `json:"profiled"`   // modes measured live
+	FromStore int `json:"from_store"` // requests answered from the store
+	Abandoned int `json:"abandoned"`  // modes abandoned as over the power budget
+	Points    int `json:"points"`     // (role, batch) points measured and stored
+}
+
+// LiveProfiler is a fulcrum.Profiler that measures a mode through the workers' profile
+// grants while fulcrumd serves: it applies the mode between turns, runs profile batches
+// on the training worker (at B_T) and the inference worker (at every batch size) —
+// the scheduler keeps serving real inference requests between them, deadline first —
+// samples board power meanwhile, and stores every point in the profile store (source
+// "live"). A mode already stored is answered from the store and never re-profiled. If
+// the 1 s average power goes over the budget while a mode is profiled, the mode is
+// abandoned and recorded as over budget (persisted in the store's model bucket): it is
+// answered from then on by an estimated profile at the power it drew, so that a
+// searcher treats it as infeasible and walks away, and it is never stored as a profile.
+type LiveProfiler struct {
+	Sched   Scheduler
+	Board   Board
+	Store   *store.Store
+	Power   *PowerMonitor
+	Clock   sched.Clock
+	Log     *slog.Logger
+	Pair    Pair
+	Options LiveOptions
+	// BudgetMW is the power budget the guard enforces (0: none).
+	BudgetMW float64
+	// OnProfile, when set, is told of every mode measured live (over is set when the
+	// mode was abandoned as over budget). It must not block.
+	OnProfile func(m powermode.Mode, mp fulcrum.ModeProfile, over *OverBudget)
+
+	mu     sync.Mutex
+	counts LiveCounts
+	over   map[powermode.Mode]OverBudget
+	loaded bool
+}
+
+var _ fulcrum.Profiler = (*LiveProfiler)(nil)
+
+// Counts returns what the profiler has done so far.
+func (p *LiveProfiler) Counts() LiveCounts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts
+}
+
+func (p *LiveProfiler) logger() *slog.Logger {
+	if p.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Log
+}
+
+func (p *LiveProfiler) clock() sched.Clock {
+	if p.Clock == nil {
+		return sched.RealClock{}
+	}
+	return p.Clock
+}
+
+func (p *LiveProfiler) board() string { return p.Board.Info().Name }
+
+func (p *LiveProfiler) overKey() string {
+	return "live-overbudget/" + p.board() + "/" + p.Pair.Train + ":" + p.Pair.Infer
+}
+
+func (p *LiveProfiler) loadOver() {
+	if p.loaded {
+		return
+	}
+	p.loaded = true
+	p.over = map[powermode.Mode]OverBudget{}
+	raw, err := p.Store.GetModel(p.overKey())
+	if err != nil {
+		return
+	}
+	var recs []OverBudget
+	if err := json.Unmarshal(raw, &recs); err != nil {
+		p.logger().Warn("ignoring an unreadable over-budget record", "key", p.overKey(), "err", err)
+		return
+	}
+	for _, r := range recs {
+		p.over[r.Mode] = r
+	}
+}
+
+func (p *LiveProfiler) saveOver() error {
+	recs := make([]OverBudget, 0, len(p.over))
+	for _, r := range p.over {
+		recs = append(recs, r)
+	}
+	slices.SortFunc(recs, func(a, b OverBudget) int { return a.At.Compare(b.At) })
+	raw, err := json.Marshal(recs)
+	if err != nil {
+		return err
+	}
+	return p.Store.PutModel(p.overKey(), raw)
+}
+
+// OverBudgetModes returns the modes abandoned as over budget.
+func (p *LiveProfiler) OverBudgetModes() []OverBudget {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loadOver()
+	out := make([]OverBudget, 0, len(p.over))
+	for _, r := range p.over {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Known implements fulcrum.Profiler: every stored complete profile of the pair, plus
+// the estimated profiles of modes abandoned as over the present budget.
+func (p *LiveProfiler) Known() []fulcrum.ModeProfile {
+	out, err := StoredProfiles(p.Store, p.board(), p.Pair)
+	if err != nil {
+		p.logger().Warn("reading stored profiles", "err", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loadOver()
+	for m, r := range p.over {
+		if p.BudgetMW > 0 && r.PowerMW > p.BudgetMW && !slices.ContainsFunc(out, func(x fulcrum.ModeProfile) bool { return x.Mode == m }) {
+			out = append(out, p.estimate(m, r.PowerMW, nil, out))
+		}
+	}
+	return out
+}
+
+// StoredProfiles returns the complete profiles of pair on board: modes with a training
+// profile at B_T and an inference profile at one or more of the batch sizes.
+func StoredProfiles(st *store.Store, board string, pair Pair) ([]fulcrum.ModeProfile, error) {
+	tr, err := st.List(store.Filter{Board: board, Workload: pair.Train, Role: truth.Train})
+	if err != nil {
+		return nil, err
+	}
+	inf, err := st.List(store.Filter{Board: board, Workload: pair.Infer, Role: truth.Infer})
+	if err != nil {
+		return nil, err
+	}
+	byMode := map[powermode.Mode][]fulcrum.InferPoint{}
+	for _, x := range inf {
+		if slices.Contains(pair.Batches, x.Batch) {
+			byMode[x.Mode] = append(byMode[x.Mode], fulcrum.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+		}
+	}
+	var out []fulcrum.ModeProfile
+	for _, x := range tr {
+		if x.Batch != pair.TrainBatch || len(byMode[x.Mode]) == 0 {
+			continue
+		}
+		ips := byMode[x.Mode]
+		slices.SortFunc(ips, func(a, b fulcrum.InferPoint) int { return a.Batch - b.Batch })
+		out = append(out, fulcrum.ModeProfile{Mode: x.Mode, Train: fulcrum.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}, Infer: ips})
+	}
+	return out, nil
+}
+
+// ErrNoWorker is returned when a workload of the pair has no live worker to profile on.
+var ErrNoWorker = errors.New("no live worker")
+
+func (p *LiveProfiler) worker(role, workload string) (string, error) {
+	for _, w := range p.Sched.Snapshot().Workers {
+		if w.Role == role && w.Workload == workload {
+			return w.ID, nil
+		}
+	}
+	return "", fmt.Errorf("profile %s workload %s: %w (start its worker, or profile offline with fulcrumctl profile)", role, workload, ErrNoWorker)
+}
+
+// Profile implements fulcrum.Profiler.
+func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.ModeProfile, error) {
+	if sp := p.Board.Space(); sp != nil && !sp.Contains(m) {
+		return fulcrum.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
+	}
+	o := p.Options.withDefaults()
+	board := p.board()
+	// What is stored already is never measured again.
+	have := map[store.Key]store.Profile{}
+	keys := []store.Key{{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}}
+	for _, b := range p.Pair.Batches {
+		keys = append(keys, store.Key{Board: board, Workload: p.Pair.Infer, Role: truth.Infer, Mode: m, Batch: b})
+	}
+	var missing []store.Key
+	for _, k := range keys {
+		prof, err := p.Store.Get(k)
+		switch {
+		case err == nil:
+			have[k] = prof
+		case errors.Is(err, store.ErrNotFound):
+			missing = append(missing, k)
+		default:
+			return fulcrum.ModeProfile{}, err
+		}
+	}
+	p.mu.Lock()
+	p.loadOver()
+	rec, over := p.over[m]
+	budget := p.BudgetMW
+	p.mu.Unlock()
+	if len(missing) == 0 {
+		p.mu.Lock()
+		p.counts.FromStore++
+		p.mu.Unlock()
+		return toModeProfile(m, keys, have), nil
+	}
+	if over && budget > 0 && rec.PowerMW > budget {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.counts.FromStore++
+		return p.estimate(m, rec.PowerMW, have, nil), nil
+	}
+
+	trainID, err := p.worker(proto.RoleTrain, p.Pair.Train)
+	if err != nil {
+		return fulcrum.ModeProfile{}, err
+	}
+	inferID, err := p.worker(proto.RoleInfer, p.Pair.Infer)
+	if err != nil {
+		return fulcrum.ModeProfile{}, err
+	}
+	if err := p.Sched.BetweenTurns(ctx, func(ctx context.Context) error { return p.Board.Apply(ctx, m) }); err != nil {
+		return fulcrum.ModeProfile{}, fmt.Errorf("apply mode %s to profile it: %w", m.Human(), err)
+	}
+	applied := p.clock().Now()
+	p.logger().Info("profiling a mode live", "mode", m.Human(), "points", len(missing))
+	for _, k := range missing {
+		id := inferID
+		if k.Role == truth.Train {
+			id = trainID
+		}
+		prof, avg, err := p.measure(ctx, k, id, o, applied, budget)
+		if errors.Is(err, errOverBudget) {
+			p.mu.Lock()
+			rec := OverBudget{Mode: m, PowerMW: avg, BudgetMW: budget, At: p.clock().Now().UTC()}
+			p.over[m] = rec
+			if err := p.saveOver(); err != nil {
+				p.logger().Warn("could not persist the over-budget record", "mode", m.String(), "err", err)
+			}
+			p.counts.Abandoned++
+			est := p.estimate(m, avg, have, nil)
+			p.mu.Unlock()
+			p.logger().Warn("abandoned profiling a mode: the board's 1 s average power went over the budget", "mode", m.Human(), "power_mw", avg, "budget_mw", budget)
+			if p.OnProfile != nil {
+				p.OnProfile(m, est, &rec)
+			}
+			return est, nil
+		}
+		if err != nil {
+			return fulcrum.ModeProfile{}, err
+		}
+		have[k] = prof
+		p.mu.Lock()
+		p.counts.Points++
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	p.counts.Profiled++
+	p.mu.Unlock()
+	mp := toModeProfile(m, keys, have)
+	if p.OnProfile != nil {
+		p.OnProfile(m, mp, nil)
+	}
+	return mp, nil
+}
+
+var errOverBudget = errors.New("power over budget")
+
+// measure profiles one point: warm-up batches, then measured ones until there are
+// enough samples and enough time for power readings; it stores the profile. After each
+// batch it checks the power guard (the average of the readings since the mode was
+// applied, over the last PowerWindow).
+func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, o LiveOptions, applied time.Time, budgetMW float64) (store.Profile, float64, error) {
+	guard := func() (float64, bool) {
+		if budgetMW <= 0 {
+			return 0, false
+		}
+		now := p.clock().Now()
+		from := now.Add(-o.PowerWindow)
+		if from.Before(applied) {
+			from = applied
+		}
+		avg, n := p.Power.Mean(from, now)
+		return avg, n > 0 && avg > budgetMW
+	}
+	for i := range o.Warmup {
+		if _, err := p.Sched.Profile(ctx, workerID, k.Batch); err != nil {
+			return store.Profile{}, 0, fmt.Errorf("profile %s: warm-up batch %d: %w", k, i+1, err)
+		}
+		if avg, bad := guard(); bad {
+			return store.Profile{}, avg, errOverBudget
+		}
+	}
+	start := p.clock().Now()
+	var times []float64
+	for len(times) < o.Samples || p.clock().Now().Sub(start) < o.MinTime {
+		d, err := p.Sched.Profile(ctx, workerID, k.Batch)
+		if err != nil {
+			return store.Profile{}, 0, fmt.Errorf("profile %s: batch %d: %w", k, len(times)+1, err)
+		}
+		if d <= 0 {
+			return store.Profile{}, 0, fmt.Errorf("profile %s: the worker reported %s for a batch; want a positive time", k, d)
+		}
+		times = append(times, float64(d)/float64(time.Millisecond))
+		if avg, bad := guard(); bad {
+			return store.Profile{}, avg, errOverBudget
+		}
+		if len(times) >= 100*o.Samples {
+			break // a clock that does not move (tests) must not loop forever
+		}
+	}
+	end := p.clock().Now()
+	pw, n := p.Power.Mean(start, end)
+	if n == 0 {
+		// Too short for the sampler: read once now (the board still runs this mode).
+		r, err := p.Board.Power(ctx)
+		if err != nil {
+			return store.Profile{}, 0, fmt.Errorf("profile %s: no power reading: %w (check fulcrumctl board power)", k, err)
+		}
+		pw, n = r.TotalMW, 1
+	}
+	mean, sd := meanSD(times)
+	sorted := slices.Clone(times)
+	slices.Sort(sorted)
+	rse := 0.0
+	if len(times) > 1 && mean > 0 {
+		rse = sd / math.Sqrt(float64(len(times))) / mean
+	}
+	prof := store.Profile{
+		Board: k.Board, Workload: k.Workload, Role: k.Role, Mode: k.Mode, Batch: k.Batch,
+		TimeMS:  store.TimeStats{Mean: mean, P50: rankQ(sorted, 0.5), P95: rankQ(sorted, 0.95), Stddev: sd},
+		PowerMW: store.PowerStats{Mean: pw},
+		Samples: len(times), PowerSamples: n, Warmup: o.Warmup,
+		StartedAt: start.UTC(), FinishedAt: end.UTC(), RSE: rse, Source: store.SourceLive,
+	}
+	if err := p.Store.Put(prof); err != nil && !errors.Is(err, store.ErrExists) {
+		return store.Profile{}, 0, fmt.Errorf("store live profile %s: %w", k, err)
+	}
+	return prof, 0, nil
+}
+
+func meanSD(v []float64) (mean, sd float64) {
+	for _, x := range v {
+		mean += x
+	}
+	mean /= float64(len(v))
+	if len(v) < 2 {
+		return mean, 0
+	}
+	for _, x := range v {
+		sd += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(sd / float64(len(v)-1))
+}
+
+func rankQ(sorted []float64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(i, 0)]
+}
+
+func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.Profile) fulcrum.ModeProfile {
+	mp := fulcrum.ModeProfile{Mode: m}
+	for _, k := range keys {
+		x := have[k]
+		if k.Role == truth.Train {
+			mp.Train = fulcrum.TrainPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
+			continue
+		}
+		mp.Infer = append(mp.Infer, fulcrum.InferPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+	}
+	return mp
+}
+
+// estimate builds the profile an abandoned mode answers with: every power at what the
+// board drew there (over the budget, so the planner and searchers see it infeasible);
+// times as measured where a point was, else from the stored profile of the nearest
+// mode scaled by the training-time ratio, else proportional to the batch. It is never
+// stored. Called with p.mu held.
+func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[store.Key]store.Profile, known []fulcrum.ModeProfile) fulcrum.ModeProfile {
+	if known == nil {
+		var err error
+		if known, err = StoredProfiles(p.Store, p.board(), p.Pair); err != nil {
+			p.logger().Warn("reading stored profiles", "err", err)
+		}
+	}
+	var near *fulcrum.ModeProfile
+	best := math.Inf(1)
+	for i := range known {
+		if known[i].Mode == m {
+			continue
+		}
+		if d := modeDistance(known[i].Mode, m); d < best {
+			best, near = d, &known[i]
+		}
+	}
+	board := p.board()
+	mp := fulcrum.ModeProfile{Mode: m, Train: fulcrum.TrainPoint{Batch: p.Pair.TrainBatch, PowerMW: powerMW}}
+	tk := store.Key{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}
+	ratio := 1.0
+	switch x, ok := have[tk]; {
+	case ok:
+		mp.Train.TimeMS = x.TimeMS.Mean
+		if near != nil {
+			ratio = x.TimeMS.Mean / near.Train.TimeMS
+		}
+	case near != nil:
+		mp.Train.TimeMS = near.Train.TimeMS
+	default:
+		mp.Train.TimeMS = 100
+	}
+	for _, b := range p.Pair.Batches {
+		ip := fulcrum.InferPoint{Batch: b, PowerMW: powerMW}
+		k := store.Key{Board: board, Workload: p.Pair.Infer, Role: truth.Infer, Mode: m, Batch: b}
+		if x, ok := have[k]; ok {
+			ip.TimeMS = x.TimeMS.Mean
+		} else if i := nearIdx(near, b); i >= 0 {
+			ip.TimeMS = near.Infer[i].TimeMS * ratio
+		} else {
+			ip.TimeMS = mp.Train.TimeMS * float64(b) / float64(max(p.Pair.TrainBatch, 1))
+		}
+		mp.Infer = append(mp.Infer, ip)
+	}
+	return mp
+}
+
+func nearIdx(mp *fulcrum.ModeProfile, b int) int {
+	if mp == nil {
+		return -1
+	}
+	return slices.IndexFunc(mp.Infer, func(ip fulcrum.InferPoint) bool { return ip.Batch == b })
+}
+
+// modeDistance is a scale-free distance between modes (sum of absolute log ratios).
+func modeDistance(a, b powermode.Mode) float64 {
+	l := func(x, y float64) float64 { return math.Abs(math.Log(x / y)) }
+	return l(float64(a.Cores), float64(b.Cores)) + l(float64(a.CPUKHz), float64(b.CPUKHz)) +
+		l(float64(a.GPUHz), float64(b.GPUHz)) + l(float64(a.EMCHz), float64(b.EMCHz))
+}

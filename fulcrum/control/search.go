@@ -1,0 +1,114 @@
+package control
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// startSearch runs a searcher in its own goroutine through a live profiler, then plans
+// from the store. Called with c.mu held; returns a channel closed when it is done.
+func (c *Controller) startSearch(reqCtx context.Context, method, reason string, maxProfiles int) (chan struct{}, *Outcome) {
+	done := make(chan struct{})
+	c.job, c.jobDone, c.jobMethod = true, done, method
+	c.held = false
+	pair := *c.pair
+	rate := c.planRateOr()
+	b := c.budgets
+	out := &Outcome{Method: method}
+	started := c.clock.Now()
+	c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("starting %s through the live profiler: %s", method, reason)})
+	// The search ends with the daemon, or with the request that asked for it.
+	ctx, cancel := context.WithCancel(c.base)
+	stop := context.AfterFunc(reqCtx, cancel)
+	go func() {
+		defer close(done)
+		defer cancel()
+		defer stop()
+		res, counts, err := c.search(ctx, method, pair, b, rate, maxProfiles)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.job, c.jobMethod = false, ""
+		c.forceApply = true // the live profiler moved the board
+		out.Result, out.Counts, out.Err, out.Duration = res, counts, err, c.clock.Now().Sub(started)
+		if err != nil && c.cur != nil {
+			c.events.Add(Event{Kind: KindProfile, Reason: method + " search stopped; returning to the previous configuration", Err: err.Error()})
+			prev := *c.cur
+			c.apply(c.base, prev)
+			out.Choice = c.cur
+			return
+		}
+		c.live.Profiled += counts.Profiled
+		c.live.FromStore += counts.FromStore
+		c.live.Abandoned += counts.Abandoned
+		c.live.Points += counts.Points
+		if err != nil {
+			c.events.Add(Event{Kind: KindProfile, Reason: method + " search failed; planning from what is stored", Err: err.Error()})
+		} else {
+			c.lastSearch = &res
+			c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("%s search done: %d modes profiled live, %d answered from the store, %d abandoned over the power budget; stopped: %s",
+				method, counts.Profiled, counts.FromStore, counts.Abandoned, res.Stop)})
+		}
+		if !samePair(c.pair, &pair) {
+			return // the workers changed meanwhile: the next step plans for the new ones
+		}
+		ps, perr := c.profiles()
+		if perr != nil || len(ps) == 0 {
+			c.events.Add(Event{Kind: KindPlan, Reason: "no stored profile after the search; nothing to apply", Err: fmt.Sprint(perr)})
+			return
+		}
+		rate := c.planRateOr()
+		pl, err := c.choose(ps, c.budgets.model(rate), c.cfg.PlanMargin)
+		if err != nil {
+			c.events.Add(Event{Kind: KindPlan, Reason: "planning after the search", Err: err.Error()})
+			return
+		}
+		c.planRate = rate
+		c.stepped = false
+		out.Plan = pl
+		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(c.budgets.model(rate))), pl.Best, rate)
+		out.Choice = c.cur
+	}()
+	return done, out
+}
+
+// Outcome is what a search did and the configuration applied after it.
+type Outcome struct {
+	Method   string
+	Result   fulcrum.Result
+	Counts   LiveCounts
+	Plan     fulcrum.Plan
+	Choice   *Choice
+	Duration time.Duration
+	Err      error
+}
+
+// search runs one searcher over the board's space through a live profiler.
+func (c *Controller) search(ctx context.Context, method string, pair Pair, b Budgets, rate float64, maxProfiles int) (fulcrum.Result, LiveCounts, error) {
+	lp := &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
+		Pair: pair, Options: c.cfg.Live, BudgetMW: b.PowerW * 1000,
+		OnProfile: func(m powermode.Mode, mp fulcrum.ModeProfile, over *OverBudget) {
+			mode := m
+			if over != nil {
+				c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("abandoned profiling mode %s: the 1 s average power %.1f W went over the %.1f W budget; recorded as over budget", m.Human(), over.PowerMW/1000, over.BudgetMW/1000)})
+				return
+			}
+			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("profiled mode %s live: training %.1f ms at batch %d, %d inference batch sizes", m.Human(), mp.Train.TimeMS, mp.Train.Batch, len(mp.Infer))})
+		}}
+	p := fulcrum.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
+		InferBatches: pair.Batches, Budgets: b.model(rate), Presets: c.presets, PresetNames: c.pnames,
+		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
+	var s fulcrum.Searcher
+	switch method {
+	case "als":
+		s = fulcrum.NewALS(fulcrum.ALSOptions{Logger: c.log})
+	default:
+		s = fulcrum.NewGMD(fulcrum.GMDOptions{})
+	}
+	res, err := s.Search(ctx, p, lp)
+	return res, lp.Counts(), err
+}

@@ -1,0 +1,65 @@
+package control
+
+import (
+	"github.com/fulcrum-edge/fulcrum/fulcrum"
+)
+
+// Status is the controller's state at one instant.
+type Status struct {
+	Budgets Budgets `json:"budgets"`
+	Board   string  `json:"board,omitempty"` // empty: no board
+	// Pair is the workload pair planned for (nil until a training and an inference
+	// worker are registered).
+	Pair *Pair `json:"pair,omitempty"`
+	// Current is the configuration applied (nil before the first plan).
+	Current *Choice `json:"current,omitempty"`
+	// Stepped says the controller stepped down from its plan and waits to step back up.
+	Stepped bool `json:"stepped"`
+	// Degraded is why the controller runs degraded ("" when it does not).
+	Degraded string `json:"degraded,omitempty"`
+	// Searching says a searcher is profiling live.
+	Searching bool `json:"searching"`
+	// Measured: arrival rate (EWMA), recent p99 latency, 1 s average power.
+	Measured Measured `json:"measured"`
+	// RateSource is "fixed" (budgets) or "measured".
+	RateSource string `json:"rate_source"`
+	// PlanRateRPS is the arrival rate the present plan was made for.
+	PlanRateRPS float64 `json:"plan_rate_rps"`
+	// StoredProfiles counts complete stored profiles of the pair.
+	StoredProfiles int `json:"stored_profiles"`
+	// Live counts what live profiling did since start.
+	Live LiveCounts `json:"live"`
+	// LastSearch is the last searcher's result.
+	LastSearch *fulcrum.Result `json:"last_search,omitempty"`
+	// LastEvent is the sequence number of the newest event.
+	LastEvent uint64 `json:"last_event"`
+}
+
+// Status returns the controller's state.
+func (c *Controller) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Status{Budgets: c.budgets, Stepped: c.stepped, Degraded: c.degraded, Searching: c.job,
+		Measured: c.measured, PlanRateRPS: c.planRate, Live: c.live, LastSearch: c.lastSearch, RateSource: "measured"}
+	if c.budgets.RateRPS > 0 {
+		s.RateSource = "fixed"
+	}
+	if c.board != nil {
+		s.Board = c.board.Info().Name
+	}
+	if c.pair != nil {
+		p := *c.pair
+		s.Pair = &p
+		if ps, err := c.profiles(); err == nil {
+			s.StoredProfiles = len(ps)
+		}
+	}
+	if c.cur != nil {
+		ch := *c.cur
+		s.Current = &ch
+	}
+	if ev := c.events.List(0); len(ev) > 0 {
+		s.LastEvent = ev[len(ev)-1].Seq
+	}
+	return s
+}
