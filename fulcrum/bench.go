@@ -101,6 +101,8 @@ func parseGMDName(name string) (GMDOptions, error) {
 			o.Penalty = v
 		case 'b':
 			o.MaxProfiles = int(v)
+		case 's':
+			o.NoSmooth = v == 0
 		default:
 			return o, bad
 		}

@@ -42,6 +42,9 @@ type GMDOptions struct {
 	Margin float64
 	// Penalty is the weight of budget excess in the walk's objective (0: default).
 	Penalty float64
+	// NoSmooth turns off combining each measurement with its neighbours' prediction
+	// for the final choice (see smooth).
+	NoSmooth bool
 }
 
 // GMD is discrete multi-dimensional gradient descent over the level indices of the four
@@ -132,13 +135,20 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 		return Result{}, fmt.Errorf("gmd: %w", err)
 	}
 	res := Result{Profiled: w.profiled, Stop: stop}
-	// Feasible says the choice fits the budgets with every measured time and power
-	// raised by the margin: a choice that fits only as measured is reported (Choice)
-	// but not claimed, since the measurement may be a few percent optimistic.
+	// Feasible says the choice fits the budgets with every time and power raised by
+	// the margin: a choice that fits only as measured is reported (Choice) but not
+	// claimed, since the measurement may be a few percent optimistic.
+	profiles, mT, mP := w.known, make([]float64, len(w.known)), make([]float64, len(w.known))
+	for i := range mT {
+		mT[i], mP[i] = margin, margin
+	}
+	if !g.opts.NoSmooth && margin > 0 {
+		profiles, mT, mP = w.smooth(margin / DefaultGMDMarginSigmas)
+	}
 	var best Eval
-	for _, mp := range w.known {
+	for i, mp := range profiles {
 		for _, ip := range mp.Infer {
-			if e := w.robustEval(mp, ip); !res.Found || e.Better(best) {
+			if e := w.robustEvalM(mp, ip, mT[i], mP[i]); !res.Found || e.Better(best) {
 				best, res.Found = e, true
 			}
 		}
@@ -197,14 +207,18 @@ func (w *walk) isKnown(idx powermode.Index) bool {
 // latency budget leaves the batch-fill part of the latency, which is not measured,
 // without a margin.
 func (w *walk) robustEval(mp ModeProfile, ip InferPoint) Eval {
+	return w.robustEvalM(mp, ip, w.margin, w.margin)
+}
+
+// robustEvalM is robustEval with separate margins for times and powers.
+func (w *walk) robustEvalM(mp ModeProfile, ip InferPoint, marginT, marginP float64) Eval {
 	e := w.model.Evaluate(mp.Mode, mp.Train, ip)
-	if w.margin <= 0 {
+	if marginT <= 0 && marginP <= 0 {
 		return e
 	}
-	up := 1 + w.margin
 	t := mp.Train
-	t.TimeMS, t.PowerMW = t.TimeMS*up, t.PowerMW*up
-	ip.TimeMS, ip.PowerMW = ip.TimeMS*up, ip.PowerMW*up
+	t.TimeMS, t.PowerMW = t.TimeMS*(1+marginT), t.PowerMW*(1+marginP)
+	ip.TimeMS, ip.PowerMW = ip.TimeMS*(1+marginT), ip.PowerMW*(1+marginP)
 	r := w.model.Evaluate(mp.Mode, t, ip)
 	e.Feasible, e.Violation, e.Binding = r.Feasible, r.Violation, r.Binding
 	return e
@@ -384,6 +398,76 @@ func (w *walk) finish(err error) (string, error) {
 	return "error", err
 }
 
+// smooth combines every profiled value with the prediction of a local model fitted to
+// the other profiles (leave-one-out), weighting each by the inverse of its variance:
+// sigma² for a measurement, and for a prediction what the leave-one-out residuals show
+// beyond the measurement noise (model misfit included). A mode whose neighbours predict
+// it well is then known better than one measurement, and needs a smaller margin; where
+// the model fits badly the weight goes back to the measurement and the full margin.
+// It returns the combined profiles and, per profile, the margins (DefaultGMDMarginSigmas
+// standard deviations) for times and for powers.
+func (w *walk) smooth(sigma float64) ([]ModeProfile, []float64, []float64) {
+	n := len(w.known)
+	out := make([]ModeProfile, n)
+	mT, mP := make([]float64, n), make([]float64, n)
+	preds := make([]*ModeProfile, n)
+	var rT, rP float64
+	var nT, nP int
+	var step powermode.Index
+	for k, d := range w.sp.Dims() {
+		step[k] = max(1, (d+2)/4)
+	}
+	for i, mp := range w.known {
+		out[i] = cloneProfile(mp)
+		mT[i], mP[i] = DefaultGMDMarginSigmas*sigma, DefaultGMDMarginSigmas*sigma
+		idx, ok := w.sp.Index(mp.Mode)
+		if !ok {
+			continue
+		}
+		f, ok := w.fitAround(idx, step, mp, true)
+		if !ok {
+			continue
+		}
+		pr := f.predict(mp.Mode, mp.Infer)
+		preds[i] = &pr
+		d := math.Log(mp.Train.TimeMS / pr.Train.TimeMS)
+		rT, nT = rT+d*d, nT+1
+		d = mp.Train.PowerMW/pr.Train.PowerMW - 1
+		rP, nP = rP+d*d, nP+1
+		for j, ip := range mp.Infer {
+			d = math.Log(ip.TimeMS / pr.Infer[j].TimeMS)
+			rT, nT = rT+d*d, nT+1
+			d = ip.PowerMW/pr.Infer[j].PowerMW - 1
+			rP, nP = rP+d*d, nP+1
+		}
+	}
+	if nT < 2*nFeat {
+		return out, mT, mP
+	}
+	s2 := sigma * sigma
+	// What the residuals show beyond the measurement noise, at least a quarter of it:
+	// the residual estimate itself is noisy.
+	predT := math.Max(rT/float64(nT)-s2, s2/4)
+	predP := math.Max(rP/float64(nP)-s2, s2/4)
+	wm, wt, wp := 1/s2, 1/predT, 1/predP
+	ct, cp := 1/math.Sqrt(wm+wt), 1/math.Sqrt(wm+wp)
+	blendT := func(meas, pred float64) float64 { return math.Exp((wm*math.Log(meas) + wt*math.Log(pred)) / (wm + wt)) }
+	blendP := func(meas, pred float64) float64 { return (wm*meas + wp*pred) / (wm + wp) }
+	for i, pr := range preds {
+		if pr == nil {
+			continue
+		}
+		o := &out[i]
+		o.Train.TimeMS, o.Train.PowerMW = blendT(o.Train.TimeMS, pr.Train.TimeMS), blendP(o.Train.PowerMW, pr.Train.PowerMW)
+		for j := range o.Infer {
+			o.Infer[j].TimeMS = blendT(o.Infer[j].TimeMS, pr.Infer[j].TimeMS)
+			o.Infer[j].PowerMW = blendP(o.Infer[j].PowerMW, pr.Infer[j].PowerMW)
+		}
+		mT[i], mP[i] = DefaultGMDMarginSigmas*ct, DefaultGMDMarginSigmas*cp
+	}
+	return out, mT, mP
+}
+
 // Regression features of a mode. Times scale roughly as 1/clock, so log time is fitted
 // against the log of each knob; board power is a sum of per-component terms, so power
 // is fitted (linearly) against each knob's value relative to its top level.
@@ -450,12 +534,18 @@ func wls(xs [][nFeat]float64, ys [][]float64, wts []float64) ([][]float64, bool)
 // fit builds the local model around cur. Points are weighted by their distance from cur
 // in units of the current steps, so the gradient is local but uses every profile.
 func (w *walk) fit(cur powermode.Index, step powermode.Index, curP ModeProfile) (*localFit, bool) {
+	return w.fitAround(cur, step, curP, false)
+}
+
+// fitAround is fit; loo leaves the centre's own profile out and does not anchor the
+// model there (a leave-one-out prediction of it).
+func (w *walk) fitAround(cur powermode.Index, step powermode.Index, curP ModeProfile, loo bool) (*localFit, bool) {
 	f := &localFit{w: w, tc: w.timeFeatures(curP.Mode), pc: w.powerFeatures(curP.Mode), nb: len(curP.Infer)}
 	var xt, xp [][nFeat]float64
 	var yt, yp [][]float64
 	var wts []float64
 	for _, mp := range w.known {
-		if len(mp.Infer) != f.nb {
+		if len(mp.Infer) != f.nb || (loo && mp.Mode == curP.Mode) {
 			continue
 		}
 		idx, ok := w.sp.Index(mp.Mode)
@@ -480,7 +570,7 @@ func (w *walk) fit(cur powermode.Index, step powermode.Index, curP ModeProfile) 
 		}
 		yt, yp = append(yt, qt), append(yp, qp)
 	}
-	if len(wts) < 2 {
+	if len(wts) < 2 || (loo && len(wts) < nFeat+1) {
 		return nil, false
 	}
 	var ok1, ok2 bool
@@ -488,6 +578,9 @@ func (w *walk) fit(cur powermode.Index, step powermode.Index, curP ModeProfile) 
 	f.powr, ok2 = wls(xp, yp, wts)
 	if !ok1 || !ok2 {
 		return nil, false
+	}
+	if loo {
+		return f, true
 	}
 	// Anchor the model at the current mode's measurement (a Taylor expansion around
 	// it): the regression estimates the gradient, not the value where we stand, so a

@@ -3,6 +3,7 @@ package fulcrum
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -206,5 +207,68 @@ func TestDerate(t *testing.T) {
 	}
 	if Derate(b, -1) != b.WithDefaults() || Derate(b, 0) != b.WithDefaults() {
 		t.Error("a non-positive margin must leave the budgets as they are")
+	}
+}
+
+// smoothPair builds a 4×6×6×3 table whose times are exactly log-linear and powers
+// exactly linear in the knobs (what GMD's local model assumes), or, with rough, the
+// same values multiplied by a ±30% factor that no smooth model predicts.
+func smoothPair(t *testing.T, rough bool) *PairTruth {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(9, 9))
+	l := smallVariant().Board.Levels
+	var rows []truthRow
+	for _, c := range l.Cores {
+		for _, f := range l.CPUKHz {
+			for _, g := range l.GPUHz {
+				for _, e := range l.EMCHz {
+					m := powermode.Mode{Cores: c, CPUKHz: f, GPUHz: g, EMCHz: e}
+					tm := 100 * math.Pow(float64(g)/1.3e9, -0.7) * math.Pow(float64(e)/3.2e9, -0.2) * math.Pow(float64(f)/2.2e6, -0.1)
+					pw := 5000 + 20000*float64(g)/1.3e9 + 6000*float64(f)/2.2e6 + 3000*float64(e)/3.2e9 + 300*float64(c)
+					if rough {
+						tm *= math.Exp(0.3 * rng.NormFloat64())
+						pw *= math.Exp(0.3 * rng.NormFloat64())
+					}
+					rows = append(rows, truthRow{m, "train", 32, tm, pw}, truthRow{m, "infer", 1, tm / 10, pw}, truthRow{m, "infer", 4, tm / 4, pw})
+				}
+			}
+		}
+	}
+	return pairFromRows(t, rows)
+}
+
+func TestSmoothMarginsFollowTheFit(t *testing.T) {
+	const sigma = 0.03
+	mean := func(rough bool) float64 {
+		pt := smoothPair(t, rough)
+		prof, _ := NewPairProfiler(pt, sigma, rand.New(rand.NewPCG(1, 1)))
+		model, _ := NewModel(Budgets{RateRPS: 5, LatencyMS: 500, PowerMW: 30000}, pt.Batches)
+		w := &walk{ctx: context.Background(), sp: pt.Space, model: model, prof: prof, budget: 15, penalty: 4, score: map[powermode.Index]float64{}}
+		w.top.Cores, w.top.CPUKHz, w.top.GPUHz, w.top.EMCHz = 8, 2.2e6, 1.3e9, 3.199e9
+		// 15 modes around the middle of the space, as a walk would leave them.
+		rng := rand.New(rand.NewPCG(2, 2))
+		for len(w.known) < 15 {
+			idx := powermode.Index{1 + rng.IntN(2), 2 + rng.IntN(3), 2 + rng.IntN(3), 1 + rng.IntN(2)}
+			if w.isKnown(idx) {
+				continue
+			}
+			if _, err := w.profileAt(idx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, mT, mP := w.smooth(sigma)
+		s := 0.0
+		for i := range mT {
+			s += mT[i] + mP[i]
+		}
+		return s / float64(2*len(mT))
+	}
+	full := DefaultGMDMarginSigmas * sigma
+	t.Logf("mean margins: smooth %.4f, rough %.4f, full %.4f", mean(false), mean(true), full)
+	if m := mean(false); m > 0.8*full {
+		t.Errorf("smooth truth: mean margin %.4f, want well below the full %.4f (neighbours predict each mode)", m, full)
+	}
+	if m := mean(true); m < 0.85*full {
+		t.Errorf("rough truth: mean margin %.4f, want close to the full %.4f (neighbours predict nothing)", m, full)
 	}
 }
