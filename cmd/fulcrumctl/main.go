@@ -40,6 +40,7 @@ simulated board's tree.`,
 		newSimCmd(),
 		newProfileCmd(),
 		newBenchCmd(),
+		newBundleCmd(),
 		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(),
 	)
 	return root
