@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -468,4 +471,35 @@ func (b *Backend) Close() error {
 		err = errors.Join(err, fmt.Errorf("nvml: shutdown: %w", ret))
 	}
 	return err
+}
+
+func (o *Options) fill() {
+	if o.LibraryPath == "" {
+		o.LibraryPath = DefaultLibrary
+	}
+	if o.Root == "" {
+		o.Root = "/"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// slug turns a GPU name into a board name: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3".
+func slug(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(name) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimSuffix(b.String(), "-")
 }

@@ -58,21 +58,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) fill() {
-	if o.LibraryPath == "" {
-		o.LibraryPath = DefaultLibrary
-	}
-	if o.Root == "" {
-		o.Root = "/"
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-}
-
 // hostCPUKHz reads the host's highest cpuinfo_max_freq under root, or returns
 // UncontrolledCPUKHz when no CPU has one. It only labels modes: nothing writes it.
 func hostCPUKHz(root string) int64 {
@@ -91,20 +76,4 @@ func hostCPUKHz(root string) int64 {
 		return UncontrolledCPUKHz
 	}
 	return best
-}
-
-// slug turns a GPU name into a board name: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3".
-func slug(name string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(name) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-			dash = false
-		} else if !dash && b.Len() > 0 {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	return strings.TrimSuffix(b.String(), "-")
 }
