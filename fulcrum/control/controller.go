@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,6 +140,9 @@ func (b Budgets) withDefaults() Budgets {
 	}
 	return b
 }
+
+// reasonBudgets is the re-plan reason after a budget change.
+const reasonBudgets = "budgets changed"
 
 // noPowerMW stands for "no power budget" in model v1 (its largest valid budget).
 const noPowerMW = 1e6
@@ -286,7 +290,7 @@ func (c *Controller) SetBudgetsBy(b Budgets, by *api.Caller) error {
 	c.badLat = map[cfgKey]bool{}
 	c.held = false
 	if c.cur != nil || c.pair != nil {
-		c.needPlan = "budgets changed"
+		c.needPlan = reasonBudgets
 	}
 	c.mu.Unlock()
 	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
@@ -534,6 +538,24 @@ func (c *Controller) Step(ctx context.Context) {
 		return
 	}
 	rate, ready := c.planningRate(now)
+	b := c.budgets
+	// Power broken (judged on readings taken since the last change only): step down now,
+	// before anything else — also when a lowered budget is what broke it.
+	if c.cur != nil && b.PowerW > 0 && c.board != nil && now.Sub(c.lastApply) >= c.cfg.PowerWindow/2 &&
+		now.Sub(c.lastStep) >= c.cfg.Cooldown {
+		from := now.Add(-c.cfg.PowerWindow)
+		if from.Before(c.lastApply) {
+			from = c.lastApply
+		}
+		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerW*1000 {
+			c.measured.PowerMW = avg
+			if strings.HasPrefix(c.needPlan, reasonBudgets) {
+				c.needPlan = "" // the step is chosen against the new budgets; step_up re-plans later
+			}
+			c.stepDownPower(ctx, rate)
+			return
+		}
+	}
 	if c.needPlan != "" && ready {
 		reason := c.needPlan
 		c.needPlan = ""
@@ -541,13 +563,6 @@ func (c *Controller) Step(ctx context.Context) {
 		return
 	}
 	if c.cur == nil {
-		return
-	}
-	b := c.budgets
-	// Power broken: step down now.
-	if b.PowerW > 0 && c.board != nil && pn > 0 && c.measured.PowerMW > b.PowerW*1000 &&
-		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastApply) >= c.cfg.PowerWindow/2 {
-		c.stepDownPower(ctx, rate)
 		return
 	}
 	// Latency broken: step down now.

@@ -1,0 +1,417 @@
+// Package e2e_test is the controller's end-to-end test (issue 6): a simulated AGX Orin,
+// an in-process fulcrumd (worker socket, scheduler, controller, control API), one
+// training and one inference synthetic worker, budgets set through the control API.
+package e2e_test
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+const (
+	trainWL     = "resnet18-train"
+	inferWL     = "resnet50-infer"
+	latencyMS   = 400.0 // generous against ~100-320 ms training minibatches: CI hosts are slow
+	powerW      = 35.0
+	rateRPS     = 15.0
+	doubleAt    = 15 * time.Second // the arrival rate doubles this long after the workers start
+	window      = 10 * time.Second // measurement window after convergence (the issue says 30 s; CI budget)
+	settle      = 2 * time.Second
+	sampleEvery = 50 * time.Millisecond
+)
+
+// seedModes are the modes pre-profiled from the simulator's noise-free truth: the
+// nvpmodel presets and a GPU sweep at full CPU and memory clocks.
+func seedModes(spec *powermode.BoardSpec) []powermode.Mode {
+	sp, _ := spec.Space()
+	var out []powermode.Mode
+	for _, p := range spec.NVP.Presets {
+		out = append(out, sp.Snap(spec.PresetMode(p)))
+	}
+	for _, g := range []int64{510e6, 714e6, 918e6, 1020e6, 1122e6, 1224e6} {
+		out = append(out, powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: g, EMCHz: 3199000000})
+	}
+	return out
+}
+
+func seed(t *testing.T, dbPath string, spec *powermode.BoardSpec, models map[string]*sim.Workload) int {
+	t.Helper()
+	st, err := store.Open(dbPath, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	n := 0
+	put := func(w *sim.Workload, role truth.Role, m powermode.Mode, b int) {
+		ms, mw := w.TimeMS(spec, m, b), w.PowerMW(spec, m, b)
+		p := store.Profile{Board: spec.Name, Workload: w.Name, Role: role, Mode: m, Batch: b,
+			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+			Samples: 1, PowerSamples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}
+		if err := st.Put(p); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	modes := seedModes(spec)
+	for _, m := range modes {
+		put(models[trainWL], truth.Train, m, models[trainWL].Batch)
+		for _, b := range models[inferWL].BatchSizes() {
+			put(models[inferWL], truth.Infer, m, b)
+		}
+	}
+	return len(modes)
+}
+
+// powerLog samples board power like the controller does, independently of it.
+type powerLog struct {
+	mu sync.Mutex
+	at []time.Time
+	mw []float64
+}
+
+func (p *powerLog) run(ctx context.Context, b *daemon.Board) {
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		if r, err := b.Power(ctx); err == nil {
+			p.mu.Lock()
+			p.at = append(p.at, time.Now())
+			p.mw = append(p.mw, r.TotalMW)
+			p.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// maxAvg is the highest 1 s moving average of power over [from, to], windows ending
+// every 100 ms.
+func (p *powerLog) maxAvg(from, to time.Time) (maxW float64, windows int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for end := from.Add(time.Second); !end.After(to); end = end.Add(100 * time.Millisecond) {
+		s, n := 0.0, 0
+		for i, at := range p.at {
+			if at.After(end.Add(-time.Second)) && !at.After(end) {
+				s += p.mw[i]
+				n++
+			}
+		}
+		if n > 0 {
+			maxW = math.Max(maxW, s/float64(n)/1000)
+			windows++
+		}
+	}
+	return maxW, windows
+}
+
+func (p *powerLog) avg(to time.Time) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, n := 0.0, 0
+	for i, at := range p.at {
+		if at.After(to.Add(-time.Second)) && !at.After(to) {
+			s += p.mw[i]
+			n++
+		}
+	}
+	return s / math.Max(float64(n), 1) / 1000
+}
+
+// trace is Poisson arrivals at rate r until doubleAt, then at 2r until end.
+func trace(r float64, end time.Duration, seed uint64) []time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var out []time.Duration
+	at := 0.0
+	for {
+		rate := r
+		if at >= doubleAt.Seconds() {
+			rate = 2 * r
+		}
+		at += rng.ExpFloat64() / rate
+		if at > end.Seconds() {
+			return out
+		}
+		out = append(out, time.Duration(at*float64(time.Second)))
+	}
+}
+
+// waitEvent polls the control API's event log for the first event of kind after seq
+// that satisfies ok, until deadline.
+func waitEvent(ctx context.Context, t *testing.T, c *api.Client, since uint64, kind string, deadline time.Time, ok func(api.Event) bool) (api.Event, bool) {
+	t.Helper()
+	for time.Now().Before(deadline) {
+		r, err := c.Events(ctx, since)
+		if err != nil {
+			t.Fatalf("events: %v", err)
+		}
+		for _, e := range r.Events {
+			if e.Kind == kind && (ok == nil || ok(e)) {
+				return e, true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return api.Event{}, false
+}
+
+func lastSeq(ctx context.Context, t *testing.T, c *api.Client) uint64 {
+	r, err := c.Events(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Events) == 0 {
+		return 0
+	}
+	return r.Events[len(r.Events)-1].Seq
+}
+
+func TestControllerEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end controller test runs ~40 s; run without -short")
+	}
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cat.Board("agx-orin-64gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, err := sim.LoadWorkloads(configs.FS, "workloads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "board")
+	board, err := sim.New(root, spec, sim.Options{Workloads: models, Interval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simCtx, stopSim := context.WithCancel(context.Background())
+	simDone := make(chan struct{})
+	go func() { defer close(simDone); _ = board.Run(simCtx) }()
+	defer func() { stopSim(); <-simDone }()
+
+	state := filepath.Join(dir, "state")
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seeded := seed(t, filepath.Join(state, "profiles.db"), spec, models)
+
+	var logBuf strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logBuf.Write(b)
+	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctlCfg := control.DefaultConfig()
+	ctlCfg.Period = 100 * time.Millisecond
+	ctlCfg.PowerSample = 50 * time.Millisecond
+	ctlCfg.RateTau = time.Second
+	ctlCfg.RateWarmup = time.Second
+	ctlCfg.DriftHold = 2 * time.Second
+	ctlCfg.Hold = 3 * time.Second
+	ctlCfg.Cooldown = 500 * time.Millisecond
+	ctlCfg.LatencyCooldown = 3 * time.Second
+	ctx := context.Background()
+	d, err := daemon.Open(ctx, daemon.Options{
+		Server: daemon.Config{RuntimeDir: filepath.Join(dir, "run"),
+			Sched: sched.Config{LatencyBudget: time.Duration(latencyMS) * time.Millisecond, DefaultTrain: 150 * time.Millisecond,
+				DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 40 * time.Millisecond,
+				Window: window, RecentWindow: 3 * time.Second}},
+		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
+		Control: ctlCfg, Budgets: control.Budgets{LatencyMS: 1000, PowerW: 60},
+		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := d.Board.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, stopDaemon := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(dctx) }()
+	defer func() {
+		stopDaemon()
+		if err := <-ran; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		// After a clean stop the board is back where it was and no snapshot is left.
+		if _, err := os.Stat(filepath.Join(state, powermode.SnapshotFile)); !os.IsNotExist(err) {
+			t.Errorf("board snapshot left in the state directory after a clean stop: %v", err)
+		}
+		if after, err := d.Board.Backend.Current(context.Background()); err != nil || after != before {
+			t.Errorf("board after stop: %s (%v), want it restored to %s", after, err, before)
+		}
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("fulcrumd log:\n%s", logBuf.String())
+			logMu.Unlock()
+		}
+	}()
+
+	cl := api.NewClient(filepath.Join(dir, "run", api.SocketName))
+	defer cl.Close()
+	lat, pw, auto := latencyMS, powerW*1000, true
+	if _, err := cl.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: &lat, PowerMW: &pw, RateAuto: &auto}); err != nil {
+		t.Fatalf("set budgets through the control API: %v", err)
+	}
+
+	pl := &powerLog{}
+	plCtx, stopPL := context.WithCancel(ctx)
+	defer stopPL()
+	go pl.run(plCtx, d.Board)
+
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	var wg sync.WaitGroup
+	var trainErr, inferErr error
+	var trainRep, inferRep simworker.Report
+	t0 := time.Now()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		trainRep, trainErr = simworker.Run(wctx, simworker.Options{Role: proto.RoleTrain, Workload: models[trainWL], Spec: spec, Root: root,
+			Socket: d.Server.SocketPath(), Seed: 1})
+	}()
+	go func() {
+		defer wg.Done()
+		inferRep, inferErr = simworker.Run(wctx, simworker.Options{Role: proto.RoleInfer, Workload: models[inferWL], Spec: spec, Root: root,
+			Socket: d.Server.SocketPath(), Batch: 1, Trace: trace(rateRPS, 60*time.Second, 3),
+			LatencyBudget: time.Duration(latencyMS) * time.Millisecond, Seed: 2})
+	}()
+	defer func() {
+		stopWorkers()
+		wg.Wait()
+		t.Logf("train worker %+v (err %v)", trainRep, trainErr)
+		t.Logf("infer worker %+v (err %v)", inferRep, inferErr)
+	}()
+
+	// 1. The first plan comes from the stored profiles (no profiling).
+	plan, ok := waitEvent(ctx, t, cl, 0, string(control.KindPlan), t0.Add(8*time.Second), nil)
+	if !ok {
+		t.Fatalf("no plan event within 8 s of the workers starting")
+	}
+	t.Logf("plan after %.1fs: %s", plan.Time.Sub(t0).Seconds(), plan.Message)
+	if _, ok := waitEvent(ctx, t, cl, plan.Seq, string(control.KindApply), time.Now().Add(3*time.Second), nil); !ok {
+		t.Fatalf("the plan was not applied")
+	}
+	st := d.Controller.Status()
+	if st.Live.Profiled != 0 || st.StoredProfiles != seeded {
+		t.Errorf("planning at start profiled %d modes live and saw %d stored profiles; want 0 and %d", st.Live.Profiled, st.StoredProfiles, seeded)
+	}
+	if st.Current == nil || !st.Current.Predicted.Feasible {
+		t.Fatalf("the plan is not feasible: %+v", st.Current)
+	}
+	cur, _ := d.Board.Current(ctx)
+	if cur != st.Current.Mode {
+		t.Fatalf("board is at %s, the plan says %s", cur, st.Current.Mode)
+	}
+
+	// 2. Converged: over the window, p99 within the latency budget and every 1 s power
+	// average within the power budget.
+	wStart := time.Now().Add(settle)
+	wEnd := wStart.Add(window)
+	if wEnd.After(t0.Add(doubleAt)) {
+		t.Fatalf("the plan came too late (%.1fs) for a %s window before the rate doubles at %s", plan.Time.Sub(t0).Seconds(), window, doubleAt)
+	}
+	time.Sleep(time.Until(wEnd))
+	snap := d.Server.Snapshot()
+	wl, _ := snap.Workload(proto.RoleInfer, inferWL)
+	maxW, nWin := pl.maxAvg(wStart, wEnd)
+	t.Logf("window %s: %d requests served, p50 %.1f ms, p99 %.1f ms (budget %.0f); max 1 s power %.2f W over %d windows (budget %.0f W); mode %s batch %d",
+		window, wl.Latency.Count, wl.Latency.P50MS, wl.Latency.P99MS, latencyMS, maxW, nWin, powerW, st.Current.Mode.Human(), st.Current.Batch)
+	if wl.Latency.Count < int(rateRPS*window.Seconds()/2) {
+		t.Errorf("only %d requests served in the window", wl.Latency.Count)
+	}
+	if wl.Latency.P99MS > latencyMS {
+		t.Errorf("p99 latency %.1f ms over the %.0f ms budget", wl.Latency.P99MS, latencyMS)
+	}
+	if nWin < 50 || maxW > powerW {
+		t.Errorf("max 1 s power average %.2f W over %d windows; budget %.0f W", maxW, nWin, powerW)
+	}
+	if snap2, _ := snap.Workload(proto.RoleTrain, trainWL); snap2.Minibatches < 20 {
+		t.Errorf("training ran %d minibatches; it must progress", snap2.Minibatches)
+	}
+
+	// 3. The arrival rate doubles: a re-plan within 10 s, budgets still held.
+	since := lastSeq(ctx, t, cl)
+	time.Sleep(time.Until(t0.Add(doubleAt)))
+	rp, ok := waitEvent(ctx, t, cl, since, string(control.KindReplan), t0.Add(doubleAt+10*time.Second), func(e api.Event) bool {
+		return strings.Contains(e.Message, "arrival rate drifted")
+	})
+	if !ok {
+		t.Fatalf("no re-plan within 10 s of the arrival rate doubling (status %+v)", d.Controller.Status().Measured)
+	}
+	t.Logf("re-plan %.1fs after the doubling: %s", rp.Time.Sub(t0.Add(doubleAt)).Seconds(), rp.Message)
+	hStart := time.Now().Add(time.Second)
+	time.Sleep(4 * time.Second)
+	hEnd := time.Now()
+	wl, _ = d.Server.Snapshot().Workload(proto.RoleInfer, inferWL)
+	maxW, nWin = pl.maxAvg(hStart, hEnd)
+	t.Logf("after the re-plan: recent p99 %.1f ms over %d requests, max 1 s power %.2f W over %d windows", wl.LatencyRecent.P99MS, wl.LatencyRecent.Count, maxW, nWin)
+	if wl.LatencyRecent.P99MS > latencyMS || maxW > powerW {
+		t.Errorf("after the re-plan: p99 %.1f ms (budget %.0f), max 1 s power %.2f W (budget %.0f)", wl.LatencyRecent.P99MS, latencyMS, maxW, powerW)
+	}
+
+	// 4. The power budget drops below the present draw: a step down within 2 s.
+	now := pl.avg(time.Now())
+	newW := math.Max(now*0.8, 20)
+	if newW >= now {
+		t.Fatalf("present draw %.1f W is too low to test a step down", now)
+	}
+	since = lastSeq(ctx, t, cl)
+	npw := newW * 1000
+	set := time.Now()
+	if _, err := cl.SetBudgets(ctx, api.BudgetsUpdate{PowerMW: &npw}); err != nil {
+		t.Fatal(err)
+	}
+	sd, ok := waitEvent(ctx, t, cl, since, string(control.KindStepDown), set.Add(2*time.Second), nil)
+	if !ok {
+		t.Fatalf("no step_down within 2 s of lowering the power budget from %.0f W to %.1f W (present draw %.1f W)", powerW, newW, now)
+	}
+	t.Logf("step_down %.2fs after lowering the budget to %.1f W (draw %.1f W): %s", sd.Time.Sub(set).Seconds(), newW, now, sd.Message)
+	time.Sleep(3 * time.Second)
+	maxW, nWin = pl.maxAvg(time.Now().Add(-1500*time.Millisecond), time.Now())
+	t.Logf("after the step down: max 1 s power %.2f W over %d windows (new budget %.1f W)", maxW, nWin, newW)
+	if maxW > newW {
+		t.Errorf("power %.2f W still over the new %.1f W budget 3 s after the step down", maxW, newW)
+	}
+	if r, err := cl.Events(ctx, 0); err == nil {
+		for _, e := range r.Events {
+			t.Logf("event %d +%.2fs %s: %s", e.Seq, e.Time.Sub(t0).Seconds(), e.Kind, e.Message)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
