@@ -85,6 +85,9 @@ uninstall: ## remove what install put there (keeps the config and /var/lib/fulcr
 # v2.45.2 is the newest release that installs from the Go proxy alone.
 NFPM_VERSION := v2.45.2
 PACKAGE_ARCHS ?= amd64 arm64
+# 0: static binaries, cross-built anywhere. Code that needs cgo (NVML, CUDA) sets 1 and
+# builds natively on a Jetson, or cross with CC=aarch64-linux-gnu-gcc (docs/install.md).
+PACKAGE_CGO ?= 0
 DISTDIR ?= $(BIN)/dist
 PKGBUILD := $(BIN)/pkg
 # Debian versions must start with a digit: a v1.2.3 tag gives 1.2.3, no tag 0.0.0~git<sha>.
@@ -97,7 +100,7 @@ package: $(TOOLS)/nfpm ## .deb packages for PACKAGE_ARCHS (amd64 arm64) into DIS
 	@mkdir -p $(DISTDIR)
 	@set -e; for arch in $(PACKAGE_ARCHS); do \
 		echo "building linux/$$arch"; \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' -o $(PKGBUILD)/$$arch/ ./cmd/fulcrumd ./cmd/fulcrumctl; \
+		CGO_ENABLED=$(PACKAGE_CGO) GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' -o $(PKGBUILD)/$$arch/ ./cmd/fulcrumd ./cmd/fulcrumctl; \
 		ARCH=$$arch VERSION='$(VERSION)' PKGBUILD='$(PKGBUILD)' $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target $(DISTDIR)/; \
 	done
 	@ls -l $(DISTDIR)/*.deb
