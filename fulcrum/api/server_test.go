@@ -58,7 +58,9 @@ func errorOf(t *testing.T, b []byte) api.Error {
 
 func TestBudgetsRoundTrip(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	c := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake))
+	var logBuf syncBuffer
+	c := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil }),
+		Log: slog.New(slog.NewTextHandler(&logBuf, nil))}, fake))
 	defer c.Close()
 	ctx := context.Background()
 	b, err := c.Budgets(ctx)
@@ -87,6 +89,13 @@ func TestBudgetsRoundTrip(t *testing.T) {
 	if len(evs.Events) != 1 || evs.Events[0].Kind != api.EventBudgets || evs.Events[0].Caller == nil ||
 		evs.Events[0].Caller.PID != os.Getpid() || evs.Events[0].Caller.UID != os.Getuid() {
 		t.Fatalf("events = %+v", evs.Events)
+	}
+	// The change is logged with the caller, its command name from /proc included.
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", os.Getpid()))
+	log := logBuf.String()
+	if !strings.Contains(log, "control call") || !strings.Contains(log, "method=PUT") ||
+		!strings.Contains(log, fmt.Sprintf("uid=%d", os.Getuid())) || !strings.Contains(log, "comm="+strings.TrimSpace(string(comm))) {
+		t.Fatalf("change not logged with the caller:\n%s", log)
 	}
 	if evs.Last != evs.Events[0].Seq {
 		t.Fatalf("last = %d, want %d", evs.Last, evs.Events[0].Seq)
