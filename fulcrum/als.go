@@ -898,6 +898,9 @@ func (m *ALSModel) bestConfig(model *Model, measured map[int]bool, post map[int]
 			m.derate(vals, mu, sd, isMeas)
 		}
 		for j, b := range m.batches {
+			if found && best.eval.Feasible && lowerThroughput(bud, m.trainBatch, b, vals[0], vals[2+j], best.eval.ThroughputSPS) {
+				continue // cannot beat a feasible best: skip the constraint checks
+			}
 			e := fastEval(bud, m.trainBatch, b, fill[j], vals[0], vals[1], vals[2+j], vals[2+nb+j])
 			if !found || e.Better(best.eval) {
 				best, found = candidate{pos: i, batch: b, eval: e, measured: isMeas}, true
@@ -935,6 +938,9 @@ func (m *ALSModel) bestAt(model *Model, measured map[int]bool, post map[int]post
 			}
 		}
 		for j, b := range m.batches {
+			if found && best.eval.Feasible && lowerThroughput(bud, m.trainBatch, b, vals[0], vals[2+j], best.eval.ThroughputSPS) {
+				continue // cannot beat a feasible best: skip the constraint checks
+			}
 			e := fastEval(bud, m.trainBatch, b, fills[j], vals[0], vals[1], vals[2+j], vals[2+nb+j])
 			if !found || e.Better(best.eval) {
 				best, found = candidate{pos: i, batch: b, eval: e, measured: isMeas}, true
@@ -966,6 +972,13 @@ func (m *ALSModel) meanEval(model *Model, i, batch int, post map[int]posterior) 
 	return model.Evaluate(m.modes[i],
 		TrainPoint{Batch: m.trainBatch, TimeMS: math.Exp(mu[0]), PowerMW: math.Exp(mu[1])},
 		InferPoint{Batch: batch, TimeMS: math.Exp(mu[2+j]), PowerMW: math.Exp(mu[2+nb+j])})
+}
+
+// lowerThroughput reports whether a configuration's training throughput (as fastEval
+// computes it) is strictly below bestSPS.
+func lowerThroughput(b Budgets, trainBatch, batch int, tT, tI, bestSPS float64) bool {
+	rho := b.RateRPS * (tI / 1000) / float64(batch)
+	return max(0, 1-rho)*float64(trainBatch)/(tT/1000) < bestSPS
 }
 
 // fastEval is Model.Evaluate without the map and the mode, for scanning thousands of
