@@ -1,0 +1,412 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+// fakeBoard is an in-memory board: the mode written, and a power reading the test sets
+// (or a function of the mode), or a read error.
+type fakeBoard struct {
+	spec *powermode.BoardSpec
+	sp   *powermode.Space
+
+	mu      sync.Mutex
+	mode    powermode.Mode
+	applied []powermode.Mode
+	powerMW float64
+	powerFn func(powermode.Mode) float64
+	err     error
+}
+
+func (b *fakeBoard) Info() powermode.BoardInfo { return powermode.BoardInfo{Name: b.spec.Name} }
+func (b *fakeBoard) Space() *powermode.Space   { return b.sp }
+func (b *fakeBoard) Current(context.Context) (powermode.Mode, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mode, nil
+}
+func (b *fakeBoard) Apply(_ context.Context, m powermode.Mode) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mode = m
+	b.applied = append(b.applied, m)
+	return nil
+}
+func (b *fakeBoard) Power(context.Context) (powermode.PowerReading, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return powermode.PowerReading{}, b.err
+	}
+	if b.powerFn != nil {
+		return powermode.PowerReading{TotalMW: b.powerFn(b.mode)}, nil
+	}
+	return powermode.PowerReading{TotalMW: b.powerMW}, nil
+}
+func (b *fakeBoard) set(mw float64, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.powerMW, b.err = mw, err
+}
+func (b *fakeBoard) current() powermode.Mode {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mode
+}
+
+const (
+	tTrain = "resnet18-train"
+	tInfer = "resnet50-infer"
+)
+
+type env struct {
+	t      *testing.T
+	spec   *powermode.BoardSpec
+	models map[string]*sim.Workload
+	board  *fakeBoard
+	clock  *sched.FakeClock
+	sched  *sched.Scheduler
+	store  *store.Store
+	modes  []powermode.Mode
+}
+
+func newEnv(t *testing.T, clock sched.Clock) *env {
+	t.Helper()
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cat.Board("agx-orin-64gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, err := sim.LoadWorkloads(configs.FS, "workloads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spec.Space()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := &env{t: t, spec: spec, models: models, board: &fakeBoard{spec: spec, sp: sp, mode: sp.Snap(spec.PresetMode(spec.NVP.Presets[0]))}, store: st}
+	if fc, ok := clock.(*sched.FakeClock); ok {
+		e.clock = fc
+	}
+	e.sched = sched.New(sched.Config{LatencyBudget: 400 * time.Millisecond}, clock, nil)
+	for _, g := range []int64{408e6, 612e6, 816e6, 918e6, 1020e6, 1224e6} {
+		e.modes = append(e.modes, powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: g, EMCHz: 3199000000})
+	}
+	return e
+}
+
+// seed stores noise-free profiles (the simulator's models) of the env's modes.
+func (e *env) seed() {
+	e.t.Helper()
+	now := time.Now().UTC()
+	put := func(w *sim.Workload, role truth.Role, m powermode.Mode, b int) {
+		ms, mw := w.TimeMS(e.spec, m, b), w.PowerMW(e.spec, m, b)
+		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: w.Name, Role: role, Mode: m, Batch: b,
+			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for _, m := range e.modes {
+		put(e.models[tTrain], truth.Train, m, 32)
+		for _, b := range []int{1, 2, 4, 8} {
+			put(e.models[tInfer], truth.Infer, m, b)
+		}
+	}
+}
+
+// register adds a training and an inference worker whose grants go to deliver (nil:
+// dropped).
+func (e *env) register(deliver sched.Deliver) (trainID, inferID string) {
+	e.t.Helper()
+	if deliver == nil {
+		deliver = func(sched.Grant) {}
+	}
+	tr, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32}, deliver)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	in, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, deliver)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tr, in
+}
+
+func (e *env) controller(cfg Config, b Budgets) *Controller {
+	e.t.Helper()
+	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Clock: e.clock, Budgets: b})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// tick advances the fake clock by d in 50 ms steps, sampling power and stepping the
+// controller at each.
+func (e *env) tick(c *Controller, d time.Duration) {
+	for end := e.clock.Now().Add(d); e.clock.Now().Before(end); {
+		e.clock.Advance(50 * time.Millisecond)
+		_ = c.SamplePower(context.Background())
+		c.Step(context.Background())
+	}
+}
+
+func kinds(evs []Event) []Kind {
+	var out []Kind
+	for _, e := range evs {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func countKind(evs []Event, k Kind) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// At start the controller plans from the stored profiles alone (no profiling), applies
+// the mode and sets the inference worker's batch size.
+func TestPlanAtStartFromStore(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{}, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	e.board.set(20000, nil)
+	e.tick(c, 200*time.Millisecond)
+	if n := len(c.Events().List(0)); n != 0 {
+		t.Fatalf("events before any worker registered: %v", kinds(c.Events().List(0)))
+	}
+	_, inferID := e.register(nil)
+	e.tick(c, 100*time.Millisecond)
+	evs := c.Events().List(0)
+	if len(evs) < 2 || evs[0].Kind != KindPlan || evs[1].Kind != KindApply {
+		t.Fatalf("events %v, want plan then apply", kinds(evs))
+	}
+	st := c.Status()
+	if st.Current == nil || !st.Current.Predicted.Feasible || st.Current.Predicted.PowerMW > 35000 {
+		t.Fatalf("plan %+v: want a feasible configuration within 35 W", st.Current)
+	}
+	if e.board.current() != st.Current.Mode {
+		t.Fatalf("board at %s, plan %s", e.board.current(), st.Current.Mode)
+	}
+	for _, w := range e.sched.Snapshot().Workers {
+		if w.ID == inferID && w.Batch != st.Current.Batch {
+			t.Fatalf("inference worker batch %d, plan %d", w.Batch, st.Current.Batch)
+		}
+	}
+	if st.Live.Profiled != 0 || st.StoredProfiles != len(e.modes) {
+		t.Fatalf("live profiles %d, stored %d: planning from %d stored modes must not profile", st.Live.Profiled, st.StoredProfiles, len(e.modes))
+	}
+	// Budgets that change re-plan from the store: a tighter power budget picks a
+	// lower-power mode.
+	if err := c.SetBudgets(Budgets{LatencyMS: 400, PowerW: 0.5}); err == nil || !strings.Contains(err.Error(), "power_w") {
+		t.Fatalf("invalid budgets accepted: %v", err)
+	}
+	before := st.Current.Predicted.PowerMW
+	if err := c.SetBudgets(Budgets{LatencyMS: 400, PowerW: 25, RateRPS: 20}); err != nil {
+		t.Fatal(err)
+	}
+	e.tick(c, 100*time.Millisecond)
+	evs = c.Events().List(evs[len(evs)-1].Seq)
+	if countKind(evs, KindBudget) != 1 || countKind(evs, KindReplan) != 1 {
+		t.Fatalf("after a budget change: %v, want budget and replan", kinds(evs))
+	}
+	if after := c.Status().Current.Predicted.PowerMW; after >= before || after > 25000 {
+		t.Fatalf("predicted power %.0f mW after lowering the budget to 25 W (was %.0f)", after, before)
+	}
+}
+
+// Power over budget steps down at once; the controller steps back up only after power
+// stayed below budget·(1−hysteresis) for the hold time, and not while it hovers in the
+// hysteresis band.
+func TestPowerStepDownAndHysteresis(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	cfg := Config{Hold: 2 * time.Second, Cooldown: 500 * time.Millisecond}
+	c := e.controller(cfg, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	e.register(nil)
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	planned := c.Status().Current
+	if planned == nil {
+		t.Fatal("no plan")
+	}
+	// The board draws 60% more than the training profile says: over the budget.
+	draw := func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) * 1.6 }
+	e.board.mu.Lock()
+	e.board.powerFn = draw
+	e.board.mu.Unlock()
+	seq := c.Status().LastEvent
+	e.tick(c, 1500*time.Millisecond)
+	evs := c.Events().List(seq)
+	if countKind(evs, KindStepDown) != 1 {
+		t.Fatalf("events %v, want exactly one step_down", kinds(evs))
+	}
+	down := c.Status().Current
+	if !c.Status().Stepped || down.Predicted.PowerMW >= planned.Predicted.PowerMW || draw(down.Mode) > 35000 {
+		t.Fatalf("stepped from %+v to %+v drawing %.0f mW: want a lower-power mode within the budget", planned, down, draw(down.Mode))
+	}
+	// In the hysteresis band (below budget, above budget·0.9): no step up, ever.
+	e.board.mu.Lock()
+	e.board.powerFn = nil
+	e.board.mu.Unlock()
+	e.board.set(35000*0.95, nil)
+	seq = c.Status().LastEvent
+	e.tick(c, 5*time.Second)
+	if evs := c.Events().List(seq); len(evs) != 0 {
+		t.Fatalf("in the hysteresis band: %v, want no decision", kinds(evs))
+	}
+	// Well below: step up only after the hold time.
+	e.board.set(15000, nil)
+	e.tick(c, cfg.Hold-300*time.Millisecond)
+	if evs := c.Events().List(seq); len(evs) != 0 {
+		t.Fatalf("before the hold time: %v", kinds(evs))
+	}
+	e.tick(c, time.Second)
+	evs = c.Events().List(seq)
+	if countKind(evs, KindStepUp) != 1 {
+		t.Fatalf("after the hold time: %v, want one step_up", kinds(evs))
+	}
+	up := c.Status().Current
+	if up.Predicted.ThroughputSPS <= down.Predicted.ThroughputSPS {
+		t.Fatalf("step up to %+v is not above the step-down configuration %+v", up, down)
+	}
+	// The mode that broke the budget keeps its learned correction: the step up does
+	// not return to it.
+	if up.Mode == planned.Mode {
+		t.Fatalf("stepped back up to the mode that broke the budget (%s)", up.Mode.Human())
+	}
+}
+
+// Unreadable power: degraded, lowest-power known mode; readable again: re-plan.
+func TestDegradedWhenPowerUnreadable(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{PowerFail: time.Second}, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	e.register(nil)
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	seq := c.Status().LastEvent
+	e.board.set(0, errors.New("ina3221: read failed"))
+	e.tick(c, 500*time.Millisecond)
+	if evs := c.Events().List(seq); len(evs) != 0 {
+		t.Fatalf("degraded too early: %v", kinds(evs))
+	}
+	e.tick(c, time.Second)
+	evs := c.Events().List(seq)
+	if countKind(evs, KindDegraded) != 1 || c.Status().Degraded == "" {
+		t.Fatalf("events %v, status degraded %q", kinds(evs), c.Status().Degraded)
+	}
+	lowest := e.modes[0] // the lowest GPU clock of the seeded modes draws least
+	if e.board.current() != lowest {
+		t.Fatalf("degraded mode %s, want the lowest-power known mode %s", e.board.current().Human(), lowest.Human())
+	}
+	seq = c.Status().LastEvent
+	e.board.set(15000, nil)
+	e.tick(c, 200*time.Millisecond)
+	evs = c.Events().List(seq)
+	if countKind(evs, KindDegraded) != 1 || countKind(evs, KindReplan) != 1 || c.Status().Degraded != "" {
+		t.Fatalf("after recovery: %v (degraded %q), want degraded (recovered) and replan", kinds(evs), c.Status().Degraded)
+	}
+}
+
+// A measured arrival rate that drifts past the threshold for the hold time re-plans
+// from stored profiles; a shorter excursion does not.
+func TestRateDriftReplans(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	cfg := Config{RateTau: 500 * time.Millisecond, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
+	c := e.controller(cfg, Budgets{LatencyMS: 400, PowerW: 35})
+	_, inferID := e.register(nil)
+	e.board.set(20000, nil)
+	n := 0
+	arrive := func(rate float64, d time.Duration) {
+		for end := e.clock.Now().Add(d); e.clock.Now().Before(end); {
+			k := int(rate * 0.05)
+			var reqs []proto.Request
+			for range k {
+				n++
+				reqs = append(reqs, proto.Request{ID: "r" + string(rune('a'+n%26)) + time.Duration(n).String()})
+			}
+			if err := e.sched.Arrivals(inferID, reqs); err != nil {
+				t.Fatal(err)
+			}
+			e.tick(c, 50*time.Millisecond)
+		}
+	}
+	arrive(20, 3*time.Second)
+	evs := c.Events().List(0)
+	if countKind(evs, KindPlan) != 1 {
+		t.Fatalf("no plan at 20/s: %v", kinds(evs))
+	}
+	seq := evs[len(evs)-1].Seq
+	if r := c.Status().PlanRateRPS; r < 15 || r > 25 {
+		t.Fatalf("planned for %.1f/s, arrivals at 20/s", r)
+	}
+	arrive(40, 500*time.Millisecond) // much shorter than the hold
+	arrive(20, 2*time.Second)
+	if evs := c.Events().List(seq); countKind(evs, KindReplan) != 0 {
+		t.Fatalf("a 1 s excursion re-planned: %v", kinds(evs))
+	}
+	arrive(40, 4*time.Second)
+	evs = c.Events().List(seq)
+	if countKind(evs, KindReplan) != 1 || !strings.Contains(evs[0].Reason, "arrival rate drifted") {
+		t.Fatalf("after 4 s at twice the rate: %v", evs)
+	}
+	if r := c.Status().PlanRateRPS; r < 30 {
+		t.Fatalf("re-planned for %.1f/s, arrivals at 40/s", r)
+	}
+}
+
+func TestEventLogBoundAndSlowSubscriber(t *testing.T) {
+	l := NewEventLog(3, time.Now)
+	ch, cancel := l.Subscribe(2)
+	for i := range 5 {
+		l.Add(Event{Kind: KindPlan, Reason: string(rune('a' + i))})
+	}
+	evs := l.List(0)
+	if len(evs) != 3 || evs[0].Seq != 3 || evs[2].Seq != 5 {
+		t.Fatalf("ring kept %+v, want seq 3..5", evs)
+	}
+	if got := l.List(4); len(got) != 1 || got[0].Seq != 5 {
+		t.Fatalf("List(4) = %+v", got)
+	}
+	if l.Dropped() != 3 {
+		t.Fatalf("dropped %d, want 3 (buffer 2 of 5)", l.Dropped())
+	}
+	if e := <-ch; e.Seq != 1 {
+		t.Fatalf("subscriber got %d first", e.Seq)
+	}
+	cancel()
+	cancel() // idempotent
+	for range ch {
+	}
+}
