@@ -51,6 +51,8 @@ func explain(what string, err error) error {
 		return fmt.Errorf("%s refused: %s", what, ae.Message)
 	case ae.Status == http.StatusConflict:
 		return fmt.Errorf("%s not started: %s", what, ae.Message)
+	case ae.Status == http.StatusServiceUnavailable:
+		return fmt.Errorf("%s unavailable: %s", what, ae.Message)
 	case ae.Status >= 400 && ae.Status < 500:
 		return fmt.Errorf("%s rejected: %s", what, ae.Message)
 	}
@@ -175,9 +177,16 @@ func uptime(s float64) string {
 // writeStatus prints a readable status.
 func writeStatus(w io.Writer, st api.Status) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "fulcrumd %s on %s, up %s, %d stored profiles\n", st.Version, st.Board, uptime(st.UptimeS), st.Profiles)
+	name := "fulcrumd"
+	if st.Version != "" {
+		name += " " + st.Version
+	}
+	fmt.Fprintf(&b, "%s on %s, up %s, %d stored profiles\n", name, st.Board, uptime(st.UptimeS), st.Profiles)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	mode := st.Mode.Human()
+	if st.Mode.Cores == 0 {
+		mode = "none (fulcrumd has no board: it schedules only)"
+	}
 	if st.ModeHeld {
 		mode += "  (held: applied by an operator)"
 	}

@@ -261,11 +261,11 @@ func TestEventsCommand(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
 	sock := apitest.Serve(t, allowAll, fake)
 	mustRun(t, "budget", "set", "--socket", sock, "--latency", "90ms")
-	fake.Publish(api.EventViolation, "power 31.2W over the 30W budget; stepped to a safer mode", nil, nil)
+	fake.Publish(api.EventStepDown, "power 31.2W over the 30W budget; stepped to a safer mode", nil, nil)
 	out := mustRun(t, "events", "--socket", sock)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], "budgets    budgets set: latency 90ms") ||
-		!strings.Contains(lines[0], fmt.Sprintf("[uid %d, ", os.Getuid())) || !strings.Contains(lines[1], "violation  power 31.2W over") {
+	if len(lines) != 2 || !strings.Contains(lines[0], "budget     budgets set: latency 90ms") ||
+		!strings.Contains(lines[0], fmt.Sprintf("[uid %d, ", os.Getuid())) || !strings.Contains(lines[1], "step_down  power 31.2W over") {
 		t.Fatalf("events:\n%s", out)
 	}
 	if out := mustRun(t, "events", "--socket", sock, "--since", "1"); strings.Count(out, "\n") != 1 {

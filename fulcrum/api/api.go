@@ -227,17 +227,16 @@ type OptimizeResult struct {
 // ImportResponse is POST /v1/profiles/import's answer.
 type ImportResponse = store.ImportResult
 
-// Event kinds.
+// Event kinds fulcrumd's controller records.
 const (
-	EventBudgets   = "budgets"   // budgets changed (by a caller)
-	EventMode      = "mode"      // power mode applied
-	EventPlan      = "plan"      // a new plan
-	EventViolation = "violation" // a budget was violated (Data names it)
-	EventDegraded  = "degraded"
-	EventRecovered = "recovered"
-	EventOptimize  = "optimize" // optimize started / finished / failed
-	EventProfiles  = "profiles" // profiles imported or added
-	EventWorker    = "worker"   // worker registered / gone
+	EventBudgets  = "budget"    // budgets changed (with the caller)
+	EventPlan     = "plan"      // first choice, or one after an optimize, of mode and batch
+	EventReplan   = "replan"    // new choice from stored profiles (rate drift, budget change)
+	EventStepDown = "step_down" // immediate move to a safer known mode (power or latency broken)
+	EventStepUp   = "step_up"   // back up after the values stayed below budget for a while
+	EventApply    = "apply"     // a mode and batch applied (by the controller or an operator), or failed
+	EventProfile  = "profile"   // profiling: optimize started/finished, a mode profiled, profiles imported
+	EventDegraded = "degraded"  // power unreadable: fell back to the lowest-power mode, or recovered
 )
 
 // Event is one entry of the controller's event log.

@@ -263,7 +263,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return // the client went away; nobody reads the answer
 	}
 	e := AsError(err)
-	if e.Status >= 500 {
+	if e.Status >= 500 && e.Status != http.StatusServiceUnavailable {
 		s.log.Error("control call failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeError(w, e)

@@ -411,9 +411,9 @@ func TestEventsFollow(t *testing.T) {
 	if n := fake.Subscribers(); n != 1 {
 		t.Fatalf("%d subscribers while following, want 1", n)
 	}
-	fake.Publish(api.EventViolation, "power over budget", nil, map[string]float64{"power_mw": 31000})
+	fake.Publish(api.EventStepDown, "power over budget", nil, map[string]float64{"power_mw": 31000})
 	e := <-got
-	if e.Seq != 4 || e.Kind != api.EventViolation || !bytes.Contains(e.Data, []byte("31000")) {
+	if e.Seq != 4 || e.Kind != api.EventStepDown || !bytes.Contains(e.Data, []byte("31000")) {
 		t.Fatalf("followed event = %+v", e)
 	}
 	cancel()

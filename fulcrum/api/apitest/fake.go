@@ -194,7 +194,7 @@ func (f *Fake) ApplyMode(_ context.Context, m powermode.Mode, by api.Caller) (ap
 		return api.ModeInfo{}, bad("emc_hz", m.EMCHz, f.Levels.EMCHz)
 	}
 	f.mode, f.held = m, true
-	f.publishLocked(api.EventMode, "mode applied by operator: "+m.Human(), &by, m)
+	f.publishLocked(api.EventApply, "mode applied by operator: "+m.Human(), &by, m)
 	return f.modeInfoLocked(), nil
 }
 
@@ -214,7 +214,7 @@ func (f *Fake) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportO
 	if err != nil {
 		return res, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "", "import: %v", err)
 	}
-	f.Publish(api.EventProfiles, fmt.Sprintf("imported profiles: %d added, %d unchanged, %d replaced", res.Added, res.Unchanged, res.Replaced), &by, res)
+	f.Publish(api.EventProfile, fmt.Sprintf("imported profiles: %d added, %d unchanged, %d replaced", res.Added, res.Unchanged, res.Replaced), &by, res)
 	return res, nil
 }
 
@@ -226,7 +226,7 @@ func (f *Fake) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Cal
 		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeBusy, "", "an optimize (%s) is already running; wait for it (fulcrumctl events --follow)", f.optim)
 	}
 	f.optim = req.Method
-	f.publishLocked(api.EventOptimize, "optimize started: "+req.Method, &by, req)
+	f.publishLocked(api.EventProfile, "optimize started: "+req.Method, &by, req)
 	mode := f.mode
 	f.mu.Unlock()
 	defer func() {
@@ -242,13 +242,13 @@ func (f *Fake) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Cal
 		res = api.OptimizeResult{Method: req.Method, Plan: api.Plan{Mode: mode, InferBatch: 1, Feasible: true, Source: req.Method, At: f.Now().UTC()}, StopReason: "nothing to profile"}
 	}
 	if err != nil {
-		f.Publish(api.EventOptimize, "optimize failed: "+err.Error(), &by, nil)
+		f.Publish(api.EventProfile, "optimize failed: "+err.Error(), &by, nil)
 		return res, err
 	}
 	f.mu.Lock()
 	p := res.Plan
 	f.plan, f.mode, f.held = &p, p.Mode, false
-	f.publishLocked(api.EventOptimize, "optimize finished: "+res.StopReason, &by, res)
+	f.publishLocked(api.EventProfile, "optimize finished: "+res.StopReason, &by, res)
 	f.mu.Unlock()
 	return res, nil
 }
