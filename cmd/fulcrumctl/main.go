@@ -41,6 +41,7 @@ simulated board's tree.`,
 		newProfileCmd(),
 		newBenchCmd(),
 		newBundleCmd(),
+		newGPUCmd(),
 		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(),
 	)
 	return root
