@@ -15,7 +15,7 @@ import (
 // alsTestTable is a smooth known truth on a 4×6×5×3 grid: times are sums of shares
 // bound by the GPU clock, the memory clock and the CPU (clock × cores); power is static
 // plus dynamic terms growing faster than linearly with each clock.
-func alsTestTable(t *testing.T) *truth.Table {
+func alsTestTable(t testing.TB) *truth.Table {
 	t.Helper()
 	sp, err := powermode.NewSpace(powermode.Levels{
 		Cores:  []int{2, 4, 6, 8},
@@ -359,6 +359,26 @@ func TestSeedDesignSpreadsAndIncludesExtremes(t *testing.T) {
 	for k := range powermode.NumKnobs {
 		if len(levels[k]) < 3 {
 			t.Errorf("knob %s: seeds use %d levels, want ≥ 3", powermode.Knob(k), len(levels[k]))
+		}
+	}
+}
+
+// BenchmarkALSAnswer times answers from a learned model (the small test space; the
+// AGX numbers are in docs/als.md).
+func BenchmarkALSAnswer(b *testing.B) {
+	prof, err := NewTruthProfiler(alsTestTable(b), "resnet", "yolo", 0, nil, 0.03, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := NewALS(ALSOptions{}).LearnModel(context.Background(), prof.Truth().Problem(), prof)
+	if err != nil {
+		b.Fatal(err)
+	}
+	budgets := alsTestBudgets(prof.Truth(), 16, rand.New(rand.NewPCG(2, 2)))
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := m.Answer(context.Background(), budgets[i%len(budgets)], prof.Fork(rand.New(rand.NewPCG(uint64(i), 0)))); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
