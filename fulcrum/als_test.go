@@ -382,3 +382,33 @@ func BenchmarkALSAnswer(b *testing.B) {
 		}
 	}
 }
+
+func TestALSReportsImpossibleBudgetsAsInfeasible(t *testing.T) {
+	m, prof := learnTestModel(t, 0.03, 5, 12)
+	// 1.5 W is below the static power of every mode of the test truth (6 W).
+	res, err := m.Answer(context.Background(), Budgets{RateRPS: 10, LatencyMS: 500, PowerMW: 1500}, prof.Fork(rand.New(rand.NewPCG(1, 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Found || res.Feasible || res.Choice.Feasible {
+		t.Errorf("impossible budgets: found %v feasible %v (choice feasible %v), want a least-violating choice marked infeasible", res.Found, res.Feasible, res.Choice.Feasible)
+	}
+	if res.Choice.Binding != ConstraintPower {
+		t.Errorf("binding constraint %q, want power", res.Choice.Binding)
+	}
+	if len(res.Profiled) > 2 {
+		t.Errorf("%d confirming profiles, want ≤ 2", len(res.Profiled))
+	}
+}
+
+func TestALSLearnStopsOnCancel(t *testing.T) {
+	prof, err := NewTruthProfiler(alsTestTable(t), "resnet", "yolo", 0, nil, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := NewALS(ALSOptions{}).LearnModel(ctx, prof.Truth().Problem(), prof); err == nil {
+		t.Error("a cancelled campaign returned a model")
+	}
+}
