@@ -410,3 +410,179 @@ func TestEventLogBoundAndSlowSubscriber(t *testing.T) {
 	for range ch {
 	}
 }
+
+// scriptedWorkers answer grants like synthetic workers: a batch takes the simulator
+// model's time at the board's current mode (reported, not slept, except 1 ms so the
+// training loop does not spin), and each grant samples power first, as the
+// controller's sampler would meanwhile.
+type scriptedWorkers struct {
+	e      *env
+	power  *PowerMonitor
+	mu     sync.Mutex
+	seq    uint64
+	grants map[string]int // kind -> count
+}
+
+func (w *scriptedWorkers) deliver(g sched.Grant) {
+	w.mu.Lock()
+	w.grants[g.Kind]++
+	w.seq++
+	seq := w.seq
+	w.mu.Unlock()
+	go func() {
+		m := w.e.board.current()
+		wl := w.e.models[tInfer]
+		if strings.HasPrefix(g.Worker, proto.RoleTrain) {
+			wl = w.e.models[tTrain]
+		}
+		_ = w.power.Sample(context.Background(), w.e.board, time.Now())
+		time.Sleep(time.Millisecond)
+		d := time.Duration(wl.TimeMS(w.e.spec, m, g.Batch) * float64(time.Millisecond))
+		if err := w.e.sched.Release(g.Worker, sched.Release{Grant: g.ID, Duration: d}); err != nil {
+			return
+		}
+		_ = w.e.sched.Acquire(g.Worker, seq)
+	}()
+}
+
+func (w *scriptedWorkers) count(kind string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.grants[kind]
+}
+
+// The live profiler measures a mode through profile grants, stores every point (source
+// live), answers a stored mode from the store without a grant, and abandons a mode whose
+// power breaks the budget (recorded, persisted, never stored as a profile).
+func TestLiveProfiler(t *testing.T) {
+	e := newEnv(t, sched.RealClock{})
+	defer e.sched.Close()
+	pm := NewPowerMonitor(10 * time.Second)
+	sw := &scriptedWorkers{e: e, power: pm, grants: map[string]int{}}
+	trainID, inferID := e.register(sw.deliver)
+	for _, id := range []string{trainID, inferID} {
+		if err := e.sched.Acquire(id, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.board.mu.Lock()
+	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
+	e.board.mu.Unlock()
+	pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
+	newLP := func(budgetMW float64) *LiveProfiler {
+		return &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm, Pair: pair, BudgetMW: budgetMW,
+			Options: LiveOptions{Samples: 3, MinTime: time.Millisecond}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lp := newLP(40000)
+	m := e.modes[2]
+	mp, err := lp.Profile(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.board.current() != m || len(mp.Infer) != 4 || mp.Train.Batch != 32 {
+		t.Fatalf("profile %+v, board at %s", mp, e.board.current())
+	}
+	want := e.models[tTrain].TimeMS(e.spec, m, 32)
+	if d := mp.Train.TimeMS/want - 1; d > 0.01 || d < -0.01 {
+		t.Fatalf("training time %.2f ms, the workers reported %.2f ms", mp.Train.TimeMS, want)
+	}
+	stored, err := e.store.List(store.Filter{Board: e.spec.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 5 {
+		t.Fatalf("%d profiles stored, want 5 (training + 4 inference sizes)", len(stored))
+	}
+	for _, p := range stored {
+		if p.Source != store.SourceLive || p.Mode != m || p.Samples < 3 || p.PowerMW.Mean <= 0 {
+			t.Fatalf("stored %+v", p)
+		}
+	}
+	if c := lp.Counts(); c.Profiled != 1 || c.Points != 5 || c.FromStore != 0 {
+		t.Fatalf("counts %+v", c)
+	}
+	grants := sw.count(proto.KindProfile)
+	if grants < 5*(1+3) {
+		t.Fatalf("%d profile grants for 5 points of 1 warm-up and 3 samples", grants)
+	}
+	// Stored: answered without a grant.
+	if _, err := lp.Profile(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if c := lp.Counts(); c.FromStore != 1 || sw.count(proto.KindProfile) != grants {
+		t.Fatalf("a stored mode was profiled again: counts %+v, grants %d → %d", c, grants, sw.count(proto.KindProfile))
+	}
+	// Over the power budget: abandoned.
+	lp = newLP(15000)
+	hot := e.modes[5]
+	mp, err = lp.Profile(ctx, hot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := lp.Counts(); c.Abandoned != 1 || c.Profiled != 0 || mp.Train.PowerMW <= 15000 {
+		t.Fatalf("counts %+v, answered %+v: want the mode abandoned with its over-budget power", c, mp.Train)
+	}
+	if ps, _ := e.store.List(store.Filter{Board: e.spec.Name, Role: truth.Train}); len(ps) != 1 {
+		t.Fatalf("%d training profiles stored; the abandoned mode must not be stored", len(ps))
+	}
+	// A fresh profiler (a restarted fulcrumd) knows the record and never profiles it.
+	grants = sw.count(proto.KindProfile)
+	lp = newLP(15000)
+	if _, err := lp.Profile(ctx, hot); err != nil || sw.count(proto.KindProfile) != grants {
+		t.Fatalf("abandoned mode profiled again: %v, grants %d → %d", err, grants, sw.count(proto.KindProfile))
+	}
+	known := lp.Known()
+	if len(known) != 2 {
+		t.Fatalf("Known has %d modes, want the stored one and the abandoned one", len(known))
+	}
+	if len(lp.OverBudgetModes()) != 1 {
+		t.Fatalf("over-budget records %+v", lp.OverBudgetModes())
+	}
+}
+
+// With too few stored profiles, the first plan runs GMD live through the profile
+// grants (within its profile budget), then plans from what it stored.
+func TestSearchWhenTooFewProfiles(t *testing.T) {
+	e := newEnv(t, sched.RealClock{})
+	defer e.sched.Close()
+	c, err := New(Options{Config: Config{MaxProfiles: 4, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}}, Sched: e.sched, Board: e.board,
+		Store: e.store, Budgets: Budgets{LatencyMS: 400, PowerW: 30, RateRPS: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &scriptedWorkers{e: e, power: c.power, grants: map[string]int{}}
+	trainID, inferID := e.register(sw.deliver)
+	for _, id := range []string{trainID, inferID} {
+		if err := e.sched.Acquire(id, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.board.mu.Lock()
+	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
+	e.board.mu.Unlock()
+	c.Step(context.Background())
+	if !c.Status().Searching {
+		t.Fatalf("no search started with an empty store: %v", kinds(c.Events().List(0)))
+	}
+	if _, err := c.Optimize(context.Background(), "gmd", 0); !errors.Is(err, ErrBusy) {
+		t.Fatalf("optimize during a search: %v, want ErrBusy", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); c.Status().Searching; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("search did not finish in 30 s")
+		}
+	}
+	st := c.Status()
+	evs := c.Events().List(0)
+	if st.Current == nil || st.Live.Profiled+st.Live.Abandoned == 0 || st.Live.Profiled+st.Live.Abandoned > 4 || countKind(evs, KindPlan) != 1 {
+		t.Fatalf("after the search: status %+v, events %v", st, kinds(evs))
+	}
+	if st.StoredProfiles != st.Live.Profiled {
+		t.Fatalf("%d complete profiles stored, %d modes profiled", st.StoredProfiles, st.Live.Profiled)
+	}
+	if e.board.current() != st.Current.Mode || st.Current.Predicted.PowerMW > 30000 {
+		t.Fatalf("board at %s, plan %+v", e.board.current(), st.Current)
+	}
+}
