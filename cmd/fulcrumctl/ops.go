@@ -655,15 +655,15 @@ func newWatchCmd() *cobra.Command {
 		}
 		c := client()
 		defer c.Close()
-		return watch(cmd.Context(), cmd.OutOrStdout(), c, *interval, *count)
+		out := cmd.OutOrStdout()
+		return watch(cmd.Context(), out, isTerminal(out), c, *interval, *count)
 	}
 	return cmd
 }
 
 // watch redraws the status every interval: on a terminal it clears the screen first;
 // otherwise it prints plain frames separated by a time line, so logs stay readable.
-func watch(ctx context.Context, out io.Writer, c *api.Client, interval time.Duration, count int) error {
-	tty := isTerminal(out)
+func watch(ctx context.Context, out io.Writer, tty bool, c *api.Client, interval time.Duration, count int) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for n := 0; count == 0 || n < count; n++ {

@@ -319,6 +319,31 @@ func TestWatchPlain(t *testing.T) {
 	}
 }
 
+func TestWatchTerminalAndCtrlC(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, allowAll, fake)
+	c := api.NewClient(sock)
+	defer c.Close()
+	var out bytes.Buffer
+	if err := watch(context.Background(), &out, true, c, 100*time.Millisecond, 2); err != nil {
+		t.Fatal(err)
+	}
+	frames := strings.Split(out.String(), "\x1b[H\x1b[2J")
+	if len(frames) != 3 || frames[0] != "" || !strings.Contains(frames[2], "budgets    latency 100ms") {
+		t.Fatalf("terminal frames: %q", out.String())
+	}
+	// Ctrl-C (the context ending) stops an endless watch without an error.
+	ctx, cancel := context.WithCancel(context.Background())
+	lb := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- watch(ctx, lb, false, c, 100*time.Millisecond, 0) }()
+	waitFor(t, "the first frame", func() bool { return strings.Contains(lb.String(), "budgets") })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("watch after Ctrl-C: %v", err)
+	}
+}
+
 func TestCompletion(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
 	sock := apitest.Serve(t, allowAll, fake)

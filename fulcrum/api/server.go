@@ -73,6 +73,10 @@ func NewServer(cfg Config, ctl Controller) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, ctl: ctl, log: cfg.Log.With("component", "api"), policy: cfg.Policy}
+	if s.policy == nil {
+		// Until Listen looks the group up, only root and the allow-lists may change things.
+		s.policy = GroupPolicy{GID: -1, GroupName: cfg.Group, AllowUIDs: cfg.AllowUIDs, AllowGIDs: cfg.AllowGIDs}
+	}
 	s.http = &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       withPeer,
@@ -98,7 +102,7 @@ func (s *Server) Listen() error {
 			return fmt.Errorf("control socket: %w", err)
 		}
 	}
-	if s.policy == nil {
+	if s.cfg.Policy == nil {
 		s.policy = GroupPolicy{GID: gid, GroupName: s.cfg.Group, AllowUIDs: s.cfg.AllowUIDs, AllowGIDs: s.cfg.AllowGIDs}
 	}
 	if _, err := os.Lstat(path); err == nil {
