@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+)
+
+// The first mode change saves a snapshot; Close restores it and removes the file; a
+// crash (no Close) is repaired by the next OpenBoard.
+func TestBoardSnapshotRestore(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cat.Board("agx-orin-64gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "board")
+	if _, err := sim.New(dir, spec, sim.Options{Logger: log}); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	snapFile := filepath.Join(state, powermode.SnapshotFile)
+	b, err := OpenBoard(ctx, "sim:agx-orin-64gb", dir, state, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presets, names := b.Presets()
+	if len(presets) != len(spec.NVP.Presets) || len(names) != len(presets) {
+		t.Fatalf("presets %v %v", presets, names)
+	}
+	target := powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}
+	if target == before {
+		t.Fatal("pick another target mode")
+	}
+	if _, err := os.Stat(snapFile); !os.IsNotExist(err) {
+		t.Fatalf("snapshot before any change: %v", err)
+	}
+	for range 2 {
+		if err := b.Apply(ctx, target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cur, _ := b.Current(ctx); cur != target {
+		t.Fatalf("board at %s after Apply(%s)", cur, target)
+	}
+	if _, err := os.Stat(snapFile); err != nil {
+		t.Fatalf("no snapshot saved before the first change: %v", err)
+	}
+	b.Close(ctx)
+	if cur, _ := b.Current(ctx); cur != before {
+		t.Fatalf("board at %s after Close, want %s restored", cur, before)
+	}
+	if _, err := os.Stat(snapFile); !os.IsNotExist(err) {
+		t.Fatalf("snapshot left after a clean Close: %v", err)
+	}
+
+	// Crash: changed, never closed; the next start restores.
+	b, err = OpenBoard(ctx, "sim:agx-orin-64gb", dir, state, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Apply(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := OpenBoard(ctx, "sim:agx-orin-64gb", dir, state, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := b2.Current(ctx); cur != before {
+		t.Fatalf("board at %s after a restart following a crash, want %s", cur, before)
+	}
+	if _, err := os.Stat(snapFile); !os.IsNotExist(err) {
+		t.Fatalf("snapshot left after the restart restored it: %v", err)
+	}
+}
