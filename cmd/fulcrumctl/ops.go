@@ -193,12 +193,24 @@ func writeStatus(w io.Writer, st api.Status) error {
 	fmt.Fprintf(tw, "mode\t%s\n", mode)
 	if p := st.Plan; p != nil {
 		feas := "feasible"
-		if !p.Feasible {
+		predicted := p.PredLatencyMS > 0 || p.PredPowerMW > 0
+		switch {
+		case !p.Feasible && !predicted:
+			feas = "not evaluated (no stored profile at this mode)"
+		case !p.Feasible && p.Binding != "":
 			feas = "INFEASIBLE (" + p.Binding + " budget)"
+		case !p.Feasible:
+			feas = "INFEASIBLE"
 		}
-		fmt.Fprintf(tw, "plan\t%s, infer batch %d, %s, from %s\n", p.Mode.Human(), p.InferBatch, feas, p.Source)
-		fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",
-			p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS, 100*p.Rho)
+		batch := "-"
+		if p.InferBatch > 0 {
+			batch = strconv.Itoa(p.InferBatch)
+		}
+		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, p.Source)
+		if predicted {
+			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",
+				p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS, 100*p.Rho)
+		}
 	} else {
 		fmt.Fprintf(tw, "plan\tnone yet (no stored profiles for the running workloads? run fulcrumctl optimize)\n")
 	}
@@ -514,7 +526,7 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 		}
 		mi, err := c.ApplyMode(cmd.Context(), m)
 		if err != nil {
-			return explain("mode "+m.String(), err)
+			return explain("mode", err)
 		}
 		if *asJSON {
 			return printJSON(cmd.OutOrStdout(), mi)

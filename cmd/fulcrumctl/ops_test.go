@@ -185,14 +185,25 @@ func TestStatusAndWorkers(t *testing.T) {
 		t.Fatalf("status --json: %+v %v", st, err)
 	}
 	// An infeasible plan is shown as degraded, with what to do.
-	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 1, Binding: "power", Source: "stored-profiles"})
+	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 1, Binding: "power", Source: "stored-profiles", PredPowerMW: 33000, PredLatencyMS: 60})
 	out = mustRun(t, "status", "--socket", sock)
-	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused") {
+	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "power 33.0W") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused") {
 		t.Errorf("infeasible status:\n%s", out)
 	}
 	out = mustRun(t, "workers", "--socket", sock)
 	if !strings.Contains(strings.Join(strings.Fields(out), " "), "w1 train resnet18 32 4242 1000 false 0") {
 		t.Errorf("workers:\n%s", out)
+	}
+}
+
+func TestStatusOperatorPlan(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	// A held operator mode with no stored profile has no prediction: say so, not "infeasible".
+	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, Binding: "unknown", Source: "operator"})
+	sock := apitest.Serve(t, allowAll, fake)
+	out := mustRun(t, "status", "--socket", sock)
+	if !strings.Contains(out, "infer batch -, not evaluated (no stored profile at this mode), from operator") || strings.Contains(out, "predicted") {
+		t.Fatalf("status:\n%s", out)
 	}
 }
 
