@@ -15,23 +15,6 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 )
 
-func TestGPUCommandsWithoutLibcuda(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
-	for _, args := range [][]string{
-		{"info", "--libcuda", missing},
-		{"worker", "--role", "train", "--steps", "1", "--libcuda", missing},
-	} {
-		cmd := newGPUCmd()
-		cmd.SetArgs(args)
-		cmd.SetOut(&bytes.Buffer{})
-		cmd.SetErr(&bytes.Buffer{})
-		err := cmd.ExecuteContext(context.Background())
-		if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "sim worker") {
-			t.Fatalf("%v: %v", args, err)
-		}
-	}
-}
-
 func TestGPUWorkerOptionsChecked(t *testing.T) {
 	for _, args := range [][]string{
 		{"worker", "--role", "infer"},                                    // no rate
