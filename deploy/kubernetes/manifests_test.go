@@ -187,6 +187,12 @@ func TestManifests(t *testing.T) {
 		t.Fatalf("ConfigMap fulcrum.yaml must set board: auto, board_root, runtime_dir and state_dir: %v", cfg)
 	}
 
+	// The FROM scratch image has no /etc/group: a group name would fail the lookup and
+	// fulcrumd's start.
+	if str("control.group") != "-" {
+		t.Errorf(`ConfigMap fulcrum.yaml: control.group %q: the image has no /etc/group, want "-"`, str("control.group"))
+	}
+
 	pod := ds.Spec.Template.Spec
 	for k, v := range ds.Spec.Selector.MatchLabels {
 		if ds.Spec.Template.Metadata.Labels[k] != v {
