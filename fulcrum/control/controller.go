@@ -25,6 +25,9 @@ type Config struct {
 	Period      time.Duration // control loop period
 	PowerSample time.Duration // board power reading period
 	PowerWindow time.Duration // moving average the power budget applies to
+	// PowerSettle: readings this soon after a mode change are not judged (the INA3221
+	// reports ~430 ms averages, so they still hold the previous mode).
+	PowerSettle time.Duration
 	RateTau     time.Duration // time constant of the arrival-rate EWMA
 	RateWarmup  time.Duration // measure arrivals this long before the first plan (rate auto)
 	DriftRel    float64       // re-plan when the rate differs from the planned one by more than this…
@@ -51,7 +54,7 @@ type Config struct {
 // DefaultConfig is what fulcrumd uses when the configuration says nothing.
 func DefaultConfig() Config {
 	return Config{
-		Period: 250 * time.Millisecond, PowerSample: 100 * time.Millisecond, PowerWindow: time.Second,
+		Period: 250 * time.Millisecond, PowerSample: 100 * time.Millisecond, PowerWindow: time.Second, PowerSettle: 500 * time.Millisecond,
 		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second,
 		DriftRel: 0.25, DriftHold: 3 * time.Second,
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
@@ -64,7 +67,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	durs := []struct{ v, d *time.Duration }{
-		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow},
+		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
 		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
 		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown},
 		{&c.PowerFail, &d.PowerFail},
@@ -200,10 +203,11 @@ type Controller struct {
 	stepped  bool
 	degraded string // reason, "" when not degraded
 
-	rate     float64
-	rateInit bool
-	lastReqs uint64
-	lastAt   time.Time
+	rate      float64
+	rateInit  bool
+	lastReqs  uint64
+	startReqs uint64
+	lastAt    time.Time
 
 	needPlan    string // reason a plan is due ("" none)
 	forceSearch string // searcher to run for the next plan ("" none)
@@ -224,6 +228,7 @@ type Controller struct {
 	latCount    int
 	live        LiveCounts
 	lastSearch  *fulcrum.Result
+	violations  map[string]uint64 // budget violations acted on, by budget
 }
 
 type cfgKey struct {
@@ -252,7 +257,7 @@ func New(o Options) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
 		presets: o.Presets, pnames: o.PresetNames, budgets: b,
-		base:  context.Background(),
+		base: context.Background(), violations: map[string]uint64{},
 		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{}}
 	c.events = NewEventLog(cfg.Events, o.Clock.Now)
 	o.Sched.SetLatencyBudget(msDur(b.LatencyMS))
@@ -400,6 +405,18 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	return *c.cur, nil
 }
 
+// Counters are the budget violations acted on (by budget: power, latency) and the
+// decisions taken (events by kind) since start, for the Prometheus metrics.
+func (c *Controller) Counters() (violations, decisions map[string]uint64) {
+	c.mu.Lock()
+	violations = make(map[string]uint64, len(c.violations))
+	for k, v := range c.violations {
+		violations[k] = v
+	}
+	c.mu.Unlock()
+	return violations, c.events.Counts()
+}
+
 // Held reports whether an operator-applied mode is held.
 func (c *Controller) Held() bool {
 	c.mu.Lock()
@@ -513,14 +530,19 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	// Arrival rate: EWMA of the request counter's slope.
 	if wl, ok := snap.Workload(proto.RoleInfer, c.pair.Infer); ok {
-		if c.rateInit && now.After(c.lastAt) {
+		switch {
+		case !c.rateInit:
+			c.rateInit, c.startReqs = true, wl.Requests
+			c.rate = 0
+		case now.Sub(c.pairAt) <= c.cfg.RateWarmup && now.After(c.pairAt):
+			// Warm-up: the mean since the workers registered (an EWMA started at 0
+			// would under-estimate the rate the first plan is made for).
+			c.rate = float64(wl.Requests-c.startReqs) / now.Sub(c.pairAt).Seconds()
+		case now.After(c.lastAt):
 			dt := now.Sub(c.lastAt).Seconds()
 			inst := float64(wl.Requests-c.lastReqs) / dt
 			a := 1 - math.Exp(-dt/c.cfg.RateTau.Seconds())
 			c.rate += a * (inst - c.rate)
-		} else if !c.rateInit {
-			c.rate = wl.ArrivalRateHz
-			c.rateInit = true
 		}
 		c.lastReqs, c.lastAt = wl.Requests, now
 		c.measured.LatencyP99MS = wl.LatencyRecent.P99MS
@@ -541,14 +563,16 @@ func (c *Controller) Step(ctx context.Context) {
 	b := c.budgets
 	// Power broken (judged on readings taken since the last change only): step down now,
 	// before anything else — also when a lowered budget is what broke it.
-	if c.cur != nil && b.PowerW > 0 && c.board != nil && now.Sub(c.lastApply) >= c.cfg.PowerWindow/2 &&
+	settled := c.lastApply.Add(c.cfg.PowerSettle)
+	if c.cur != nil && b.PowerW > 0 && c.board != nil && now.Sub(settled) >= c.cfg.PowerWindow/2 &&
 		now.Sub(c.lastStep) >= c.cfg.Cooldown {
 		from := now.Add(-c.cfg.PowerWindow)
-		if from.Before(c.lastApply) {
-			from = c.lastApply
+		if from.Before(settled) {
+			from = settled
 		}
 		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerW*1000 {
 			c.measured.PowerMW = avg
+			c.violations["power"]++
 			if strings.HasPrefix(c.needPlan, reasonBudgets) {
 				c.needPlan = "" // the step is chosen against the new budgets; step_up re-plans later
 			}
@@ -568,6 +592,7 @@ func (c *Controller) Step(ctx context.Context) {
 	// Latency broken: step down now.
 	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > b.LatencyMS &&
 		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown {
+		c.violations["latency"]++
 		c.stepDownLatency(ctx, rate)
 		return
 	}

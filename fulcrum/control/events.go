@@ -68,6 +68,7 @@ type EventLog struct {
 	seq     uint64
 	subs    map[*sub]struct{}
 	clock   func() time.Time
+	counts  map[Kind]uint64 // every event ever added, by kind
 }
 
 type sub struct {
@@ -80,7 +81,7 @@ func NewEventLog(size int, now func() time.Time) *EventLog {
 	if size <= 0 {
 		size = 1000
 	}
-	return &EventLog{ring: make([]Event, size), subs: map[*sub]struct{}{}, clock: now}
+	return &EventLog{ring: make([]Event, size), subs: map[*sub]struct{}{}, clock: now, counts: map[Kind]uint64{}}
 }
 
 // Add stamps e with the next sequence number (and the time, when zero), keeps it and
@@ -90,6 +91,7 @@ func (l *EventLog) Add(e Event) Event {
 	defer l.mu.Unlock()
 	l.seq++
 	e.Seq = l.seq
+	l.counts[e.Kind]++
 	if e.Time.IsZero() {
 		e.Time = l.clock()
 	}
@@ -143,6 +145,18 @@ func (l *EventLog) Subscribe(buf int) (<-chan Event, func()) {
 			close(s.ch)
 		})
 	}
+}
+
+// Counts are how many events of each kind were ever added (the ring forgets, these do
+// not).
+func (l *EventLog) Counts() map[string]uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]uint64, len(l.counts))
+	for k, v := range l.counts {
+		out[string(k)] = v
+	}
+	return out
 }
 
 // Dropped is how many events slow subscribers have lost in total (current subscribers).

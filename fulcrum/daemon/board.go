@@ -98,7 +98,9 @@ func (b *Board) Space() *powermode.Space { return b.Backend.Space() }
 func (b *Board) Current(ctx context.Context) (powermode.Mode, error) { return b.Backend.Current(ctx) }
 
 // Power reads board power.
-func (b *Board) Power(ctx context.Context) (powermode.PowerReading, error) { return b.Backend.Power(ctx) }
+func (b *Board) Power(ctx context.Context) (powermode.PowerReading, error) {
+	return b.Backend.Power(ctx)
+}
 
 // Apply sets mode m. Before the first change it snapshots the board and saves the
 // snapshot in the state directory (the first snapshot there wins: one left by a crashed

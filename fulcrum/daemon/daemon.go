@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -42,6 +45,8 @@ type Options struct {
 	Version string
 	// Clock drives the controller (sched.RealClock when nil).
 	Clock sched.Clock
+	// MetricsListen is the Prometheus metrics address (e.g. 127.0.0.1:9464); empty: off.
+	MetricsListen string
 }
 
 // Daemon is a running fulcrumd: the worker server, the profile store, the board, the
@@ -52,6 +57,8 @@ type Daemon struct {
 	Board      *Board
 	Controller *control.Controller
 	API        *api.Server
+	Metrics    *metrics.Metrics
+	metricsLn  net.Listener
 	log        *slog.Logger
 }
 
@@ -62,12 +69,25 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	o.Server.Log = o.Log
+	// The latency histogram is fed per served request; the metrics exist once the
+	// controller does, before any worker can connect (Serve has not started).
+	var met atomic.Pointer[metrics.Metrics]
+	if o.MetricsListen != "" {
+		o.Server.Sched.OnServed = func(workload string, lat time.Duration) {
+			if m := met.Load(); m != nil {
+				m.ObserveLatency(workload, lat)
+			}
+		}
+	}
 	d := &Daemon{Server: NewServer(o.Server), log: o.Log}
 	if err := d.Server.Listen(); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Daemon, error) {
 		d.Server.abandon()
+		if d.metricsLn != nil {
+			d.metricsLn.Close()
+		}
 		if d.Store != nil {
 			d.Store.Close()
 		}
@@ -116,10 +136,21 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		if boardName == "" {
 			boardName = "none"
 		}
-		d.API = api.NewServer(ac, &control.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()})
+		adapter := &control.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()}
+		d.API = api.NewServer(ac, adapter)
 		if err := d.API.Listen(); err != nil {
 			b.Close(ctx)
 			return fail(err)
+		}
+		if o.MetricsListen != "" {
+			ln, err := metrics.Listen(o.MetricsListen)
+			if err != nil {
+				b.Close(ctx)
+				return fail(err)
+			}
+			d.metricsLn = ln
+			d.Metrics = metrics.New(metrics.FromController(adapter, ctl.Counters), metrics.Options{})
+			met.Store(d.Metrics)
 		}
 	}
 	return d, nil
@@ -139,6 +170,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if apiErr = d.API.Serve(ctx); apiErr != nil {
 				d.log.Error("control API stopped", "err", apiErr)
 				cancel()
+			}
+		}()
+	}
+	if d.Metrics != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Metrics.Serve(ctx, d.metricsLn, d.log); err != nil {
+				d.log.Error("metrics listener stopped; fulcrumd goes on without metrics", "err", err)
 			}
 		}()
 	}

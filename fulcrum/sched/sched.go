@@ -61,6 +61,10 @@ type Config struct {
 	// WorkloadStats.LatencyRecent), so that a violation stops counting soon after the
 	// controller has acted on it.
 	RecentWindow time.Duration
+	// OnServed, when set, is called for every request served (workload, latency), with
+	// the scheduler's lock held: it must be quick and must not call the scheduler
+	// (fulcrumd feeds its Prometheus latency histogram from it).
+	OnServed func(workload string, latency time.Duration)
 }
 
 // DefaultConfig is what fulcrumd uses when configs/fulcrum.yaml says nothing.
@@ -568,6 +572,9 @@ func (s *Scheduler) finish(w *worker, q *request, now time.Time, ok bool) {
 	delete(w.ids, q.id)
 	lat := now.Sub(q.arrived)
 	w.st.done(now, lat, ok, now.After(q.deadline))
+	if ok && s.cfg.OnServed != nil {
+		s.cfg.OnServed(w.name, lat)
+	}
 }
 
 // endTurn accounts the held turn's time and frees the turn.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,8 +234,8 @@ func TestControllerEndToEnd(t *testing.T) {
 	ctlCfg := control.DefaultConfig()
 	ctlCfg.Period = 100 * time.Millisecond
 	ctlCfg.PowerSample = 50 * time.Millisecond
-	ctlCfg.RateTau = time.Second
-	ctlCfg.RateWarmup = time.Second
+	ctlCfg.RateTau = 1500 * time.Millisecond
+	ctlCfg.RateWarmup = 1500 * time.Millisecond
 	ctlCfg.DriftHold = 2 * time.Second
 	ctlCfg.Hold = 3 * time.Second
 	ctlCfg.Cooldown = 500 * time.Millisecond
@@ -247,7 +248,8 @@ func TestControllerEndToEnd(t *testing.T) {
 				Window: window, RecentWindow: 3 * time.Second}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
 		Control: ctlCfg, Budgets: control.Budgets{LatencyMS: 1000, PowerW: 60},
-		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+		API:           api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+		MetricsListen: "127.0.0.1:0",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -363,8 +365,8 @@ func TestControllerEndToEnd(t *testing.T) {
 	}
 
 	// 3. The arrival rate doubles: a re-plan within 10 s, budgets still held.
-	since := lastSeq(ctx, t, cl)
 	time.Sleep(time.Until(t0.Add(doubleAt)))
+	since := lastSeq(ctx, t, cl)
 	rp, ok := waitEvent(ctx, t, cl, since, string(control.KindReplan), t0.Add(doubleAt+10*time.Second), func(e api.Event) bool {
 		return strings.Contains(e.Message, "arrival rate drifted")
 	})
@@ -404,6 +406,15 @@ func TestControllerEndToEnd(t *testing.T) {
 	t.Logf("after the step down: max 1 s power %.2f W over %d windows (new budget %.1f W)", maxW, nWin, newW)
 	if maxW > newW {
 		t.Errorf("power %.2f W still over the new %.1f W budget 3 s after the step down", maxW, newW)
+	}
+	// The Prometheus metrics saw the served requests and the decisions.
+	rec := httptest.NewRecorder()
+	d.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{`fulcrum_inference_latency_seconds_count{workload="resnet50-infer"}`, "step_down"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 	if r, err := cl.Events(ctx, 0); err == nil {
 		for _, e := range r.Events {
