@@ -451,8 +451,13 @@ func (w *walk) smooth(sigma float64) ([]ModeProfile, []float64, []float64) {
 	predP := math.Max(rP/float64(nP)-s2, s2/4)
 	wm, wt, wp := 1/s2, 1/predT, 1/predP
 	ct, cp := 1/math.Sqrt(wm+wt), 1/math.Sqrt(wm+wp)
-	blendT := func(meas, pred float64) float64 { return math.Exp((wm*math.Log(meas) + wt*math.Log(pred)) / (wm + wt)) }
-	blendP := func(meas, pred float64) float64 { return (wm*meas + wp*pred) / (wm + wp) }
+	// The blend may raise a value, never lower it below its measurement: a prediction
+	// below the measurement may be the model's bias (its misfit is not zero-mean), and
+	// a measurement above the truth is already on the safe side.
+	blendT := func(meas, pred float64) float64 {
+		return math.Max(meas, math.Exp((wm*math.Log(meas)+wt*math.Log(pred))/(wm+wt)))
+	}
+	blendP := func(meas, pred float64) float64 { return math.Max(meas, (wm*meas+wp*pred)/(wm+wp)) }
 	for i, pr := range preds {
 		if pr == nil {
 			continue
