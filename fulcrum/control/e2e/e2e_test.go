@@ -244,7 +244,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	d, err := daemon.Open(ctx, daemon.Options{
 		Server: daemon.Config{RuntimeDir: filepath.Join(dir, "run"),
 			Sched: sched.Config{LatencyBudget: time.Duration(latencyMS) * time.Millisecond, DefaultTrain: 150 * time.Millisecond,
-				DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 40 * time.Millisecond,
+				DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 60 * time.Millisecond,
 				Window: window, RecentWindow: 3 * time.Second}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
 		Control: ctlCfg, Budgets: control.Budgets{LatencyMS: 1000, PowerW: 60},
