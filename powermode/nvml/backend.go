@@ -29,6 +29,10 @@ type Backend struct {
 	space  *powermode.Space
 	cores  int
 	cpuKHz int64
+	// lockMem: the GPU lists more than one memory clock, so Apply locks it. With one
+	// (HBM datacenter GPUs) there is nothing to choose, and many of them refuse memory
+	// locks (ERROR_NOT_SUPPORTED), so it is left alone.
+	lockMem bool
 
 	mu      sync.Mutex
 	applied *powermode.Mode // the mode Apply last set; nil while the driver governs clocks
@@ -112,6 +116,7 @@ func open(lib gonvml.Interface, clocks ClockLister, o Options) (*Backend, error)
 		return nil, fmt.Errorf("nvml: GPU %d (%s): %w", o.Device, name, err)
 	}
 	b.space = space
+	b.lockMem = len(space.Levels().EMCHz) > 1
 	o.Logger.Info("nvml: GPU opened", "index", o.Device, "name", name, "uuid", uuid, "modes", space.Size(),
 		"clock_control", o.ClockControl)
 	return b, nil
@@ -203,7 +208,7 @@ func (b *Backend) usable() error {
 }
 
 // Apply locks the graphics clock to m.GPUHz and the memory clock to m.EMCHz (both
-// min = max). It refuses unless clock control is enabled, and m's cores and cpu_khz
+// min = max; the memory clock only when the GPU lists more than one). It refuses unless clock control is enabled, and m's cores and cpu_khz
 // must be the host's (the only levels). On error the clocks are put back as they were.
 func (b *Backend) Apply(ctx context.Context, m powermode.Mode) error {
 	if !b.o.ClockControl {
@@ -228,8 +233,10 @@ func (b *Backend) Apply(ctx context.Context, m powermode.Mode) error {
 		b.orig = st
 	}
 	memMHz, grMHz := uint32(m.EMCHz/1e6), uint32(m.GPUHz/1e6)
-	if ret := b.dev.SetMemoryLockedClocks(memMHz, memMHz); ret != gonvml.SUCCESS {
-		return b.rollback(fmt.Errorf("nvml: apply %s: lock memory clock at %d MHz: %w%s", m, memMHz, ret, permHint(ret)))
+	if b.lockMem {
+		if ret := b.dev.SetMemoryLockedClocks(memMHz, memMHz); ret != gonvml.SUCCESS {
+			return b.rollback(fmt.Errorf("nvml: apply %s: lock memory clock at %d MHz: %w%s", m, memMHz, ret, permHint(ret)))
+		}
 	}
 	if ret := b.dev.SetGpuLockedClocks(grMHz, grMHz); ret != gonvml.SUCCESS {
 		return b.rollback(fmt.Errorf("nvml: apply %s: lock graphics clock at %d MHz: %w%s", m, grMHz, ret, permHint(ret)))
@@ -255,8 +262,10 @@ func (b *Backend) rollback(applyErr error) error {
 	if b.applied != nil {
 		p := *b.applied
 		memMHz, grMHz := uint32(p.EMCHz/1e6), uint32(p.GPUHz/1e6)
-		err = errors.Join(retErr("lock memory clock", b.dev.SetMemoryLockedClocks(memMHz, memMHz)),
-			retErr("lock graphics clock", b.dev.SetGpuLockedClocks(grMHz, grMHz)))
+		err = retErr("lock graphics clock", b.dev.SetGpuLockedClocks(grMHz, grMHz))
+		if b.lockMem {
+			err = errors.Join(retErr("lock memory clock", b.dev.SetMemoryLockedClocks(memMHz, memMHz)), err)
+		}
 		if err == nil {
 			return fmt.Errorf("%w; GPU left in mode %s (its previous mode)", applyErr, p)
 		}
@@ -278,8 +287,11 @@ func retErr(what string, ret gonvml.Return) error {
 }
 
 func (b *Backend) resetClocks() error {
-	return errors.Join(retErr("reset graphics clocks", b.dev.ResetGpuLockedClocks()),
-		retErr("reset memory clocks", b.dev.ResetMemoryLockedClocks()))
+	err := retErr("reset graphics clocks", b.dev.ResetGpuLockedClocks())
+	if b.lockMem {
+		err = errors.Join(err, retErr("reset memory clocks", b.dev.ResetMemoryLockedClocks()))
+	}
+	return err
 }
 
 // SetPowerLimit sets the GPU's power limit (mW), within the limits NVML reports. Like

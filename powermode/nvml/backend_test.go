@@ -389,3 +389,25 @@ func TestSlug(t *testing.T) {
 		}
 	}
 }
+
+func TestSingleMemoryClockNotLocked(t *testing.T) {
+	g := newGPU()
+	// HBM GPUs list one memory clock and often refuse memory locks: never ask.
+	g.dev.SetMemoryLockedClocksFunc = nil
+	g.dev.ResetMemoryLockedClocksFunc = nil
+	one := fakeClocks{uuid: testUUID, table: map[uint32][]uint32{2619: {1980, 1410, 345}}}
+	b, err := OpenWith(g.lib, one, Options{ClockControl: true, Root: t.TempDir(), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := powermode.Mode{Cores: runtime.NumCPU(), CPUKHz: UncontrolledCPUKHz, GPUHz: 1410e6, EMCHz: 2619e6}
+	if err := b.Apply(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(g.gpuLocked, [][2]uint32{{1410, 1410}}) || !slices.Equal(g.resets, []string{"gpu"}) {
+		t.Fatalf("locked %v, resets %v", g.gpuLocked, g.resets)
+	}
+}

@@ -21,7 +21,7 @@ static int call_mem_clocks(void *f, void *device, unsigned int *count, unsigned 
 static int call_gr_clocks(void *f, void *device, unsigned int mem_mhz, unsigned int *count, unsigned int *clocks_mhz) {
 	return ((gr_clocks_fn)f)(device, mem_mhz, count, clocks_mhz);
 }
-static void *open_lib(const char *path) { return dlopen(path, RTLD_NOW | RTLD_GLOBAL); }
+static void *open_lib(const char *path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
 */
 import "C"
 
