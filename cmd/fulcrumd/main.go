@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
@@ -24,6 +25,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fulcrumd:", err)
 		os.Exit(1)
 	}
+}
+
+// buildVersion is the main module's version from the build info ("(devel)" for a
+// source build).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }
 
 func newRootCmd() *cobra.Command {
@@ -52,12 +62,17 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 			}
 			log := newLogger(os.Stderr, s.LogFormat, s.LogLevel)
 			s.Daemon.Log = log
+			s.Daemon.Version = buildVersion()
 			ctx := cmd.Context()
 			d, err := daemon.Open(ctx, s.Daemon)
 			if err != nil {
 				return err
 			}
-			log.Info("fulcrumd started", "pid", os.Getpid(), "socket", d.Server.SocketPath(),
+			ctlSock := ""
+			if d.API != nil {
+				ctlSock = d.API.SocketPath()
+			}
+			log.Info("fulcrumd started", "pid", os.Getpid(), "socket", d.Server.SocketPath(), "control_socket", ctlSock,
 				"latency_budget_ms", s.Budgets.LatencyMS, "power_budget_w", s.Budgets.PowerW, "board", s.Daemon.Board)
 			// Tell systemd (Type=notify) we are ready; a no-op outside systemd.
 			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)

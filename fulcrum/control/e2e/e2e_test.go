@@ -337,6 +337,15 @@ func TestControllerEndToEnd(t *testing.T) {
 	if cur != st.Current.Mode {
 		t.Fatalf("board is at %s, the plan says %s", cur, st.Current.Mode)
 	}
+	// The control API reports the same.
+	as, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if as.Board != spec.Name || as.Mode != cur || as.Plan == nil || as.Plan.Mode != cur || !as.Plan.Feasible ||
+		len(as.Workers) != 2 || as.Degraded || as.Budgets.PowerMW != powerW*1000 || !as.Budgets.RateAuto {
+		t.Fatalf("control API status %+v", as)
+	}
 
 	// 2. Converged: over the window, p99 within the latency budget and every 1 s power
 	// average within the power budget.
