@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -584,5 +585,114 @@ func TestSearchWhenTooFewProfiles(t *testing.T) {
 	}
 	if e.board.current() != st.Current.Mode || st.Current.Predicted.PowerMW > 30000 {
 		t.Fatalf("board at %s, plan %+v", e.board.current(), st.Current)
+	}
+}
+
+// Latency over budget steps down to a smaller batch or a shorter training minibatch,
+// and the configuration that broke the budget is not planned again.
+func TestLatencyStepDown(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{MinLatency: 10}, Budgets{LatencyMS: 400, RateRPS: 100})
+	var mu sync.Mutex
+	var grants []sched.Grant
+	_, inferID := e.register(func(g sched.Grant) {
+		mu.Lock()
+		grants = append(grants, g)
+		mu.Unlock()
+	})
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	planned := c.Status().Current
+	if planned == nil || planned.Batch < 2 {
+		t.Fatalf("plan %+v: want a batch above 1 at 100 requests/s", planned)
+	}
+	seq := c.Status().LastEvent
+	// Serve 15 full batches, each taking 600 ms: every request misses the budget.
+	n := 0
+	for range 15 {
+		var reqs []proto.Request
+		for range planned.Batch {
+			n++
+			reqs = append(reqs, proto.Request{ID: time.Duration(n).String()})
+		}
+		if err := e.sched.Arrivals(inferID, reqs); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.sched.Acquire(inferID, uint64(n)); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		g := grants[len(grants)-1]
+		mu.Unlock()
+		if g.Kind != proto.KindInfer {
+			t.Fatalf("grant %+v", g)
+		}
+		e.clock.Advance(600 * time.Millisecond)
+		if err := e.sched.Release(inferID, sched.Release{Grant: g.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Step(context.Background())
+	evs := c.Events().List(seq)
+	if countKind(evs, KindStepDown) != 1 || !strings.Contains(evs[0].Reason, "p99 latency") {
+		t.Fatalf("events %v", evs)
+	}
+	down := c.Status().Current
+	if down.Mode == planned.Mode && down.Batch >= planned.Batch {
+		t.Fatalf("stepped from %+v to %+v: want a smaller batch or another mode", planned, down)
+	}
+	// A budget change forgets the broken configurations and re-plans.
+	if err := c.SetBudgets(Budgets{LatencyMS: 400, RateRPS: 100}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(50 * time.Millisecond)
+	c.Step(context.Background())
+	if got := c.Status().Current; got.Mode != planned.Mode || got.Batch != planned.Batch {
+		t.Fatalf("re-plan after a budget change chose %+v, want the original %+v", got, planned)
+	}
+}
+
+// An operator's mode is applied with the best stored batch there and held: a rate
+// drift does not re-plan it away; the API adapter maps errors to API codes.
+func TestApplyModeHeldAndAPIErrors(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{}, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	e.register(nil)
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	a := &API{C: c, Started: e.clock.Now()}
+	ctx := context.Background()
+	if _, err := a.ApplyMode(ctx, powermode.Mode{Cores: 3, CPUKHz: 1, GPUHz: 1, EMCHz: 1}, api.Caller{}); err == nil || api.AsError(err).Code != api.CodeBadMode {
+		t.Fatalf("bad mode: %v", err)
+	}
+	m := e.modes[1]
+	mi, err := a.ApplyMode(ctx, m, api.Caller{UID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mi.Current != m || !mi.Held || e.board.current() != m {
+		t.Fatalf("mode info %+v, board %s", mi, e.board.current())
+	}
+	e.tick(c, 10*time.Second)
+	if e.board.current() != m || !c.Held() {
+		t.Fatalf("held mode replaced by %s", e.board.current())
+	}
+	if _, err := a.Optimize(ctx, api.OptimizeRequest{Method: "annealing"}, api.Caller{}); api.AsError(err).Code != api.CodeBadMethod {
+		t.Fatalf("bad method: %v", err)
+	}
+	lat := 300.0
+	b, err := a.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: &lat}, api.Caller{UID: 1000})
+	if err != nil || b.LatencyMS != 300 || b.PowerMW != 35000 || b.RateAuto {
+		t.Fatalf("budgets %+v, %v", b, err)
+	}
+	if c.Held() {
+		t.Fatal("a budget change must release the held mode")
+	}
+	evs, _ := a.Events(ctx, 0)
+	last := evs[len(evs)-1]
+	if last.Kind != string(KindBudget) || last.Caller == nil || last.Caller.UID != 1000 {
+		t.Fatalf("last event %+v", last)
 	}
 }
