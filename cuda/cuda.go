@@ -173,3 +173,25 @@ func checkRegisters(ptx string) error {
 	}
 	return nil
 }
+
+// Error is a failed driver call.
+type Error struct {
+	Call string
+	Code int
+	Name string // e.g. CUDA_ERROR_NO_DEVICE
+	Desc string
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("cuda: %s: %s", e.Call, e.Name)
+	if e.Desc != "" {
+		msg += " (" + e.Desc + ")"
+	}
+	switch e.Code {
+	case 100: // CUDA_ERROR_NO_DEVICE
+		msg += ": no CUDA-capable GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+	case 35: // CUDA_ERROR_INSUFFICIENT_DRIVER
+		msg += ": the driver is older than this GPU needs; update it"
+	}
+	return msg
+}

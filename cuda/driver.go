@@ -180,28 +180,6 @@ func (d *Driver) check(call string, r C.CUresult) error {
 	return e
 }
 
-// Error is a failed driver call.
-type Error struct {
-	Call string
-	Code int
-	Name string // e.g. CUDA_ERROR_NO_DEVICE
-	Desc string
-}
-
-func (e *Error) Error() string {
-	msg := fmt.Sprintf("cuda: %s: %s", e.Call, e.Name)
-	if e.Desc != "" {
-		msg += " (" + e.Desc + ")"
-	}
-	switch e.Code {
-	case 100: // CUDA_ERROR_NO_DEVICE
-		msg += ": no CUDA-capable GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
-	case 35: // CUDA_ERROR_INSUFFICIENT_DRIVER
-		msg += ": the driver is older than this GPU needs; update it"
-	}
-	return msg
-}
-
 // Init initialises the driver (cuInit). Every other call fails until it succeeds.
 func (d *Driver) Init() error {
 	d.mu.Lock()
