@@ -1,0 +1,43 @@
+//go:build gpu && cgo
+
+package nvml
+
+// GPU-only test: go test -tags gpu ./powermode/nvml/ on a machine with a discrete NVIDIA
+// GPU. Read-only (clock control off): it changes nothing. Not run in the session that
+// wrote it (no GPU there).
+
+import (
+	"context"
+	"testing"
+)
+
+func TestRealGPUReadOnly(t *testing.T) {
+	b, err := Open(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	lv := b.Space().Levels()
+	t.Logf("%+v: %d modes, memory clocks %v Hz, %d graphics clocks %d..%d Hz", b.Info(), b.Space().Size(),
+		lv.EMCHz, len(lv.GPUHz), lv.GPUHz[0], lv.GPUHz[len(lv.GPUHz)-1])
+	if len(lv.GPUHz) < 2 {
+		t.Errorf("only %d graphics clocks listed: the sized query is not returning the table", len(lv.GPUHz))
+	}
+	cur, err := b.Current(ctx)
+	if err != nil || !b.Space().Contains(cur) {
+		t.Fatalf("current %s: %v", cur, err)
+	}
+	p, err := b.Power(ctx)
+	if err != nil || p.TotalMW <= 0 {
+		t.Fatalf("power %+v: %v", p, err)
+	}
+	e1, err := b.EnergyMJ(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Apply(ctx, cur); err == nil {
+		t.Fatal("read-only backend applied a mode")
+	}
+	t.Logf("current %s, power %.0f mW, energy %d mJ", cur.Human(), p.TotalMW, e1)
+}
