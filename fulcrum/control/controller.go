@@ -589,6 +589,15 @@ func (c *Controller) Step(ctx context.Context) {
 	if c.cur == nil {
 		return
 	}
+	// A worker that (re)registered since the last decision serves the planned batch.
+	for _, w := range snap.Workers {
+		if w.Role == proto.RoleInfer && w.Workload == c.pair.Infer && w.Batch != c.cur.Batch &&
+			(len(w.BatchSizes) == 0 || slices.Contains(w.BatchSizes, c.cur.Batch)) {
+			if err := c.sched.SetInferBatch(w.ID, c.cur.Batch); err != nil {
+				c.log.Warn("set the planned inference batch on a new worker", "worker", w.ID, "err", err)
+			}
+		}
+	}
 	// Latency broken: step down now.
 	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > b.LatencyMS &&
 		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown {
