@@ -696,3 +696,27 @@ func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 		t.Fatalf("last event %+v", last)
 	}
 }
+
+// An inference worker that registers after the plan (a restart) gets the planned batch.
+func TestNewWorkerGetsPlannedBatch(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{}, Budgets{LatencyMS: 400, RateRPS: 100})
+	e.register(nil)
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	planned := c.Status().Current
+	if planned == nil || planned.Batch < 2 {
+		t.Fatalf("plan %+v: want a batch above 1 at 100 requests/s", planned)
+	}
+	id, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, func(sched.Grant) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tick(c, 100*time.Millisecond)
+	for _, w := range e.sched.Snapshot().Workers {
+		if w.ID == id && w.Batch != planned.Batch {
+			t.Fatalf("new worker serves batch %d, plan %d", w.Batch, planned.Batch)
+		}
+	}
+}
