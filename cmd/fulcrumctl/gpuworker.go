@@ -198,9 +198,11 @@ func (o *gpuWorkerOptions) fill() error {
 	return nil
 }
 
-// minibatchTime is how long a minibatch of batch samples runs at the calibration clocks.
+// minibatchTime is how long a minibatch of batch samples runs at the calibration clocks:
+// training scales --train-ms linearly from the registered batch (a profile grant may ask
+// for another size), inference is --infer-ms + batch × --infer-ms-per-sample.
 func (o *gpuWorkerOptions) minibatchTime(batch int) time.Duration {
-	ms := o.TrainMS
+	ms := o.TrainMS * float64(batch) / float64(o.Batch)
 	if o.Role == proto.RoleInfer {
 		ms = o.InferMS + o.InferPerSampleMS*float64(batch)
 	}

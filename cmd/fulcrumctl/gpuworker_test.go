@@ -133,6 +133,23 @@ func TestGPUWorkerUnmanaged(t *testing.T) {
 	}
 }
 
+func TestGPUMinibatchTime(t *testing.T) {
+	tr := gpuWorkerOptions{Role: proto.RoleTrain, Batch: 32, TrainMS: 100}
+	in := gpuWorkerOptions{Role: proto.RoleInfer, Batch: 8, InferMS: 5, InferPerSampleMS: 1.5, RateHz: 1}
+	for _, c := range []struct {
+		o     gpuWorkerOptions
+		batch int
+		want  time.Duration
+	}{
+		{tr, 32, 100 * time.Millisecond}, {tr, 8, 25 * time.Millisecond},
+		{in, 1, 6500 * time.Microsecond}, {in, 8, 17 * time.Millisecond},
+	} {
+		if got := c.o.minibatchTime(c.batch); got != c.want {
+			t.Errorf("%s batch %d: %v, want %v", c.o.Role, c.batch, got, c.want)
+		}
+	}
+}
+
 func TestGPUQuantile(t *testing.T) {
 	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	for q, want := range map[float64]float64{0.5: 5, 0.99: 10, 0.1: 1, 0: 1} {
