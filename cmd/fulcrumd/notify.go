@@ -31,7 +31,14 @@ func startWatchdog(ctx context.Context, log *slog.Logger, d *daemon.Daemon) {
 	t := time.NewTicker(period)
 	go func() {
 		defer t.Stop()
-		watchdogLoop(ctx, log, t.C, func() { d.Server.Snapshot() }, sdNotify)
+		watchdogLoop(ctx, log, t.C, func() <-chan struct{} {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				d.Server.Snapshot()
+			}()
+			return done
+		}, sdNotify)
 	}()
 }
 
@@ -42,11 +49,12 @@ func sdNotify(state string) error {
 }
 
 // watchdogLoop sends WATCHDOG=1 on each tick if the probe started at the previous tick
-// has returned, then starts a new probe. A probe still running means the daemon is stuck:
-// the ping is withheld (logged once per stuck spell) and no second probe is piled on.
-// It returns when ctx ends or ticks is closed.
-func watchdogLoop(ctx context.Context, log *slog.Logger, ticks <-chan time.Time, probe func(), notify func(string) error) {
-	var done chan struct{} // the outstanding probe; nil before the first tick
+// has finished, then starts a new probe. probe starts one check and returns a channel
+// closed when it completes. A probe still running means the daemon is stuck: the ping is
+// withheld (logged once per stuck spell) and no second probe is piled on. It returns when
+// ctx ends or ticks is closed.
+func watchdogLoop(ctx context.Context, log *slog.Logger, ticks <-chan time.Time, probe func() <-chan struct{}, notify func(string) error) {
+	var done <-chan struct{} // the outstanding probe; nil before the first tick
 	stuck := false
 	for {
 		select {
@@ -75,10 +83,6 @@ func watchdogLoop(ctx context.Context, log *slog.Logger, ticks <-chan time.Time,
 		if err := notify(sddaemon.SdNotifyWatchdog); err != nil {
 			log.Warn("systemd watchdog ping failed", "err", err)
 		}
-		done = make(chan struct{})
-		go func(done chan struct{}) {
-			defer close(done)
-			probe()
-		}(done)
+		done = probe()
 	}
 }
