@@ -41,7 +41,7 @@ Only one process may have the store open for writing: stop fulcrumd (or use its 
 before running a campaign against the daemon's store. docs/profiler.md has the details.`,
 	}
 	cmd.PersistentFlags().String("db", defaultProfileDB, "profile store file (bbolt)")
-	cmd.AddCommand(newProfileRunCmd(), newProfileLsCmd(), newProfileExportCmd(), newProfileImportCmd(), newProfileCheckCmd())
+	cmd.AddCommand(newProfileRunCmd(), newProfileLsCmd(), newProfileExportCmd(), newProfileImportCmd(), newProfileCheckCmd(), newProfilePlotCmd())
 	return cmd
 }
 

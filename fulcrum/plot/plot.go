@@ -1,0 +1,296 @@
+// Package plot draws Fulcrum's profile and benchmark figures with gonum/plot: the
+// minibatch time / board power trade-off of the profiled modes with its Pareto front,
+// and a per-searcher summary of a benchmark. Images are SVG or PNG, chosen by the file
+// name's extension.
+package plot
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	gplot "gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// Image size. 16 cm × 11 cm keeps a PNG of a few hundred points well under 200 KB while
+// the labels stay readable.
+const (
+	width  = 16 * vg.Centimeter
+	height = 11 * vg.Centimeter
+)
+
+// Colours (Okabe–Ito, readable by colour-blind people).
+var (
+	colProfiled = color.RGBA{R: 0x99, G: 0x99, B: 0x99, A: 0xff}
+	colFront    = color.RGBA{R: 0x00, G: 0x72, B: 0xb2, A: 0xff}
+	colPreset   = color.RGBA{R: 0xe6, G: 0x9f, B: 0x00, A: 0xff}
+	colMark     = color.RGBA{R: 0xd5, G: 0x5e, B: 0x00, A: 0xff}
+	colBudget   = color.RGBA{R: 0xcc, G: 0x79, B: 0xa7, A: 0xff}
+	colGreen    = color.RGBA{R: 0x00, G: 0x9e, B: 0x73, A: 0xff}
+)
+
+// Point is one profiled mode: its mean minibatch time and mean board power.
+type Point struct {
+	Mode    powermode.Mode
+	TimeMS  float64
+	PowerMW float64
+}
+
+// Preset is a named mode to mark, e.g. an nvpmodel preset.
+type Preset struct {
+	Name string
+	Mode powermode.Mode
+}
+
+// ProfileOptions say what to draw besides the profiled modes.
+type ProfileOptions struct {
+	Title string
+	// Presets are marked and labelled where they were profiled; the others are skipped
+	// (see ProfileFigure's result).
+	Presets []Preset
+	// Mark, if set, is a chosen mode to highlight; it must be among the points.
+	Mark *powermode.Mode
+	// BudgetPowerMW, if above zero, draws the power budget as a vertical line.
+	BudgetPowerMW float64
+}
+
+// ParetoFront returns the points no other point beats in both time and power (less or
+// equal in both, less in one), sorted by power ascending — the lower-left frontier.
+func ParetoFront(pts []Point) []Point {
+	x := make([]float64, len(pts))
+	y := make([]float64, len(pts))
+	for i, p := range pts {
+		x[i], y[i] = p.PowerMW, p.TimeMS
+	}
+	var out []Point
+	for _, i := range fulcrum.ParetoFront(x, y) {
+		out = append(out, pts[i])
+	}
+	slices.SortFunc(out, func(a, b Point) int {
+		return cmp.Or(cmp.Compare(a.PowerMW, b.PowerMW), cmp.Compare(a.TimeMS, b.TimeMS))
+	})
+	return out
+}
+
+// ProfileResult reports what a profile figure shows, so a caller can tell the user.
+type ProfileResult struct {
+	Front          []Point
+	PresetsShown   []string // presets that were profiled, hence marked
+	PresetsMissing []string // presets not among the points
+}
+
+// ProfileFigure draws minibatch time (ms, y) against mean board power (W, x) for the
+// points, the Pareto front as a line, the profiled presets, the marked mode and the
+// power budget.
+func ProfileFigure(pts []Point, opt ProfileOptions) (*gplot.Plot, ProfileResult, error) {
+	var res ProfileResult
+	if len(pts) == 0 {
+		return nil, res, errors.New("no profiles to plot: profile some modes first (fulcrumctl profile run) or check --workload/--role/--batch/--board")
+	}
+	byMode := map[powermode.Mode]Point{}
+	for _, p := range pts {
+		if !(p.TimeMS > 0) || !(p.PowerMW > 0) || math.IsInf(p.TimeMS, 0) || math.IsInf(p.PowerMW, 0) {
+			return nil, res, fmt.Errorf("mode %s: time %v ms, power %v mW: want finite values above zero (run fulcrumctl profile check)", p.Mode, p.TimeMS, p.PowerMW)
+		}
+		byMode[p.Mode] = p
+	}
+	p := gplot.New()
+	p.Title.Text = opt.Title
+	p.X.Label.Text = "mean board power (W)"
+	p.Y.Label.Text = "minibatch time (ms)"
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.ThumbnailWidth = 0.6 * vg.Centimeter
+
+	all, err := plotter.NewScatter(toXYs(pts))
+	if err != nil {
+		return nil, res, fmt.Errorf("plot: %w", err)
+	}
+	all.GlyphStyle = draw.GlyphStyle{Color: colProfiled, Radius: vg.Points(2), Shape: draw.CircleGlyph{}}
+	p.Add(all)
+	p.Legend.Add(fmt.Sprintf("profiled modes (%d)", len(pts)), all)
+
+	res.Front = ParetoFront(pts)
+	line, points, err := plotter.NewLinePoints(toXYs(res.Front))
+	if err != nil {
+		return nil, res, fmt.Errorf("plot: %w", err)
+	}
+	line.Color = colFront
+	line.Width = vg.Points(1.5)
+	line.StepStyle = plotter.NoStep
+	points.GlyphStyle = draw.GlyphStyle{Color: colFront, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
+	p.Add(line, points)
+	p.Legend.Add(fmt.Sprintf("Pareto front (%d)", len(res.Front)), line, points)
+
+	var presetPts []Point
+	var presetNames []string
+	for _, pr := range opt.Presets {
+		if q, ok := byMode[pr.Mode]; ok {
+			presetPts = append(presetPts, q)
+			presetNames = append(presetNames, pr.Name)
+			res.PresetsShown = append(res.PresetsShown, pr.Name)
+		} else {
+			res.PresetsMissing = append(res.PresetsMissing, pr.Name)
+		}
+	}
+	if len(presetPts) > 0 {
+		sc, err := plotter.NewScatter(toXYs(presetPts))
+		if err != nil {
+			return nil, res, fmt.Errorf("plot: %w", err)
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: colPreset, Radius: vg.Points(4.5), Shape: draw.BoxGlyph{}}
+		p.Add(sc)
+		p.Legend.Add("nvpmodel presets", sc)
+		lbl, err := plotter.NewLabels(plotter.XYLabels{XYs: toXYs(presetPts), Labels: presetNames})
+		if err != nil {
+			return nil, res, fmt.Errorf("plot: %w", err)
+		}
+		lbl.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(2)}
+		for i := range lbl.TextStyle {
+			lbl.TextStyle[i].Font.Size = vg.Points(9)
+		}
+		p.Add(lbl)
+	}
+
+	if opt.Mark != nil {
+		q, ok := byMode[*opt.Mark]
+		if !ok {
+			return nil, res, fmt.Errorf("--mark %s: this mode was not profiled for the selected workload, role and batch (list them with fulcrumctl profile ls)", *opt.Mark)
+		}
+		sc, err := plotter.NewScatter(toXYs([]Point{q}))
+		if err != nil {
+			return nil, res, fmt.Errorf("plot: %w", err)
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: colMark, Radius: vg.Points(6), Shape: draw.CrossGlyph{}}
+		p.Add(sc)
+		p.Legend.Add("chosen "+q.Mode.String(), sc)
+	}
+
+	if opt.BudgetPowerMW > 0 {
+		w := opt.BudgetPowerMW / 1000
+		lo, hi := minMax(pts, func(p Point) float64 { return p.TimeMS })
+		l, err := plotter.NewLine(plotter.XYs{{X: w, Y: lo}, {X: w, Y: hi}})
+		if err != nil {
+			return nil, res, fmt.Errorf("plot: %w", err)
+		}
+		l.Color = colBudget
+		l.Width = vg.Points(1.5)
+		l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("power budget %.4g W", w), l)
+	}
+	return p, res, nil
+}
+
+func toXYs(pts []Point) plotter.XYs {
+	xy := make(plotter.XYs, len(pts))
+	for i, p := range pts {
+		xy[i].X, xy[i].Y = p.PowerMW/1000, p.TimeMS
+	}
+	return xy
+}
+
+func minMax(pts []Point, f func(Point) float64) (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, p := range pts {
+		lo, hi = min(lo, f(p)), max(hi, f(p))
+	}
+	return lo, hi
+}
+
+// BenchFigure draws, per searcher, grouped bars of the share of configurations within
+// both budgets (%) and the mean ratio to the oracle's throughput (%), with the mean
+// number of profiled modes in the searcher's axis label.
+func BenchFigure(r *fulcrum.BenchReport) (*gplot.Plot, error) {
+	if r == nil || len(r.Searchers) == 0 {
+		return nil, errors.New("bench summary plot: the report has no searchers")
+	}
+	n := len(r.Searchers)
+	within := make(plotter.Values, n)
+	ratio := make(plotter.Values, n)
+	names := make([]string, n)
+	for i, s := range r.Searchers {
+		within[i] = s.WithinBudgetPct
+		ratio[i] = 100 * s.MeanOptRatio
+		names[i] = fmt.Sprintf("%s\n%.1f profiles", s.Name, s.MeanProfiles)
+	}
+	p := gplot.New()
+	p.Title.Text = fmt.Sprintf("benchmark: %d configurations, %d pairs, noise %.3g", r.ConfigsTotal, r.Pairs, r.Noise)
+	p.Y.Label.Text = "percent (%)"
+	p.Y.Min, p.Y.Max = 0, 105
+	p.Add(plotter.NewGrid())
+	barW := vg.Points(min(18, 300/float64(n)))
+	b1, err := plotter.NewBarChart(within, barW)
+	if err != nil {
+		return nil, fmt.Errorf("plot: %w", err)
+	}
+	b1.Color, b1.LineStyle.Width, b1.Offset = colFront, 0, -barW/2
+	b2, err := plotter.NewBarChart(ratio, barW)
+	if err != nil {
+		return nil, fmt.Errorf("plot: %w", err)
+	}
+	b2.Color, b2.LineStyle.Width, b2.Offset = colGreen, 0, barW/2
+	p.Add(b1, b2)
+	p.Legend.Add("within both budgets (%)", b1)
+	p.Legend.Add("mean throughput / oracle (%)", b2)
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.YOffs = vg.Points(22)
+	p.NominalX(names...)
+	p.X.Tick.Label.Font.Size = vg.Points(8)
+	return p, nil
+}
+
+// Save writes the figure to path as SVG or PNG (by extension), through a temporary
+// file and a rename so a reader never sees half an image.
+func Save(p *gplot.Plot, path string) error {
+	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
+	if format != "svg" && format != "png" {
+		return fmt.Errorf("%s: unknown image type %q: name the file .svg or .png", path, filepath.Ext(path))
+	}
+	wt, err := p.WriterTo(width, height, format)
+	if err != nil {
+		return fmt.Errorf("render %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w (is the folder there and writable?)", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a successful rename this fails harmlessly
+	if _, err := wt.WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// PlotBenchSummary draws BenchFigure for the report into path (.svg or .png).
+func PlotBenchSummary(r *fulcrum.BenchReport, path string) error {
+	p, err := BenchFigure(r)
+	if err != nil {
+		return err
+	}
+	return Save(p, path)
+}
