@@ -144,7 +144,10 @@ const (
 	numGroups
 )
 
-var groupNames = [numGroups]string{"train_time", "train_power", "infer_time", "infer_power"}
+// groupName names a surrogate group (in errors and in the stored model).
+func groupName(g int) string {
+	return [numGroups]string{"train_time", "train_power", "infer_time", "infer_power"}[g]
+}
 
 // ALSModel is what an ALS campaign learned about one workload pair: the profiles it
 // took, the fitted GP hyper-parameters, and predictions over every mode of the space
@@ -348,7 +351,7 @@ func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSMod
 			y := groupOutputs(ys, g, len(batches))
 			gp, err := FitGP(ctx, x, y, GPFitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng, MinNoiseSD: gpNoiseFloor})
 			if err != nil {
-				return fmt.Errorf("als: fitting the %s surrogate: %w", groupNames[g], err)
+				return fmt.Errorf("als: fitting the %s surrogate: %w", groupName(g), err)
 			}
 			gps[g] = gp
 			h := gp.Hyper()
@@ -474,7 +477,7 @@ func (m *ALSModel) recondition(gps []*GP, ys [][]float64) error {
 	for g := range numGroups {
 		gp, err := NewGP(x, groupOutputs(ys, g, len(m.batches)), gps[g].Hyper())
 		if err != nil {
-			return fmt.Errorf("als: %s surrogate: %w", groupNames[g], err)
+			return fmt.Errorf("als: %s surrogate: %w", groupName(g), err)
 		}
 		gps[g] = gp
 	}
@@ -839,7 +842,7 @@ func (m *ALSModel) posteriors(extra []ModeProfile) (map[int]posterior, error) {
 	for g := range numGroups {
 		gp, err := NewGP(x, groupOutputs(ys, g, nb), m.hyper[g])
 		if err != nil {
-			return nil, fmt.Errorf("als: %s surrogate with the confirming profiles: %w", groupNames[g], err)
+			return nil, fmt.Errorf("als: %s surrogate with the confirming profiles: %w", groupName(g), err)
 		}
 		off, cnt := groupSlot(g, nb)
 		for i, p := range out {
@@ -1035,7 +1038,7 @@ func (m *ALSModel) MarshalJSON() ([]byte, error) {
 		}
 	}
 	for g := range numGroups {
-		s.Hyper[groupNames[g]] = m.hyper[g]
+		s.Hyper[groupName(g)] = m.hyper[g]
 	}
 	return json.Marshal(s)
 }
@@ -1095,14 +1098,14 @@ func UnmarshalALSModel(data []byte, logger *slog.Logger) (*ALSModel, error) {
 	}
 	gps := make([]*GP, numGroups)
 	for g := range numGroups {
-		h, ok := s.Hyper[groupNames[g]]
+		h, ok := s.Hyper[groupName(g)]
 		if !ok {
-			return nil, fmt.Errorf("als model: no hyper-parameters for %s: the stored model is corrupt", groupNames[g])
+			return nil, fmt.Errorf("als model: no hyper-parameters for %s: the stored model is corrupt", groupName(g))
 		}
 		m.hyper[g] = h
 		gp, err := NewGP(m.dataInputs(), groupOutputs(ys, g, len(batches)), h)
 		if err != nil {
-			return nil, fmt.Errorf("als model: %s surrogate: %w", groupNames[g], err)
+			return nil, fmt.Errorf("als model: %s surrogate: %w", groupName(g), err)
 		}
 		gps[g] = gp
 	}
