@@ -104,3 +104,20 @@ package: $(TOOLS)/nfpm ## .deb packages for PACKAGE_ARCHS (amd64 arm64) into DIS
 		ARCH=$$arch VERSION='$(VERSION)' PKGBUILD='$(PKGBUILD)' $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target $(DISTDIR)/; \
 	done
 	@ls -l $(DISTDIR)/*.deb
+
+# ---- reliability (docs/reliability.md) ----------------------------------------------------
+FUZZTIME ?= 10s
+FUZZ_TARGETS := FuzzDecode:./fulcrum/proto FuzzPutBudgets:./fulcrum/api FuzzPutMode:./fulcrum/api \
+	FuzzOptimize:./fulcrum/api FuzzParse:./powermode/nvpmodel FuzzRead:./profiler/truth FuzzConfig:./cmd/fulcrumd
+SOAK_MINUTES ?= 10
+
+.PHONY: fuzz-short soak
+
+fuzz-short: ## run each fuzz target for FUZZTIME (10s) beyond its committed seeds
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t%%:*} ($${t#*:})"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) $${t#*:}; \
+	done
+
+soak: build ## 10 inference (2,000 req/s) + 2 training workers on a simulated board for SOAK_MINUTES
+	$(GO) run ./scripts/soak -minutes $(SOAK_MINUTES) -bin $(BIN)
