@@ -9,16 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -173,15 +176,24 @@ func ProfileFigure(pts []Point, opt ProfileOptions) (*gplot.Plot, ProfileResult,
 		if err != nil {
 			return nil, res, fmt.Errorf("plot: %w", err)
 		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: colMark, Radius: vg.Points(6), Shape: draw.CrossGlyph{}}
+		// A ring, drawn last and larger than a preset's box, so a chosen preset stays
+		// visible under it.
+		sc.GlyphStyle = draw.GlyphStyle{Color: colMark, Radius: vg.Points(7), Shape: thickRing{}}
 		p.Add(sc)
 		p.Legend.Add("chosen "+q.Mode.String(), sc)
 	}
 
+	// Room for the preset labels right of their markers and for the legend on top.
+	xlo, xhi := minMax(pts, func(p Point) float64 { return p.PowerMW / 1000 })
+	if opt.BudgetPowerMW > 0 {
+		xlo, xhi = min(xlo, opt.BudgetPowerMW/1000), max(xhi, opt.BudgetPowerMW/1000)
+	}
+	ylo, yhi := minMax(pts, func(p Point) float64 { return p.TimeMS })
+	p.X.Min, p.X.Max = max(0, xlo-0.03*(xhi-xlo)), xhi+0.15*(xhi-xlo)
+	p.Y.Min, p.Y.Max = max(0, ylo-0.05*(yhi-ylo)), yhi+0.30*(yhi-ylo)
 	if opt.BudgetPowerMW > 0 {
 		w := opt.BudgetPowerMW / 1000
-		lo, hi := minMax(pts, func(p Point) float64 { return p.TimeMS })
-		l, err := plotter.NewLine(plotter.XYs{{X: w, Y: lo}, {X: w, Y: hi}})
+		l, err := plotter.NewLine(plotter.XYs{{X: w, Y: p.Y.Min}, {X: w, Y: p.Y.Max}})
 		if err != nil {
 			return nil, res, fmt.Errorf("plot: %w", err)
 		}
@@ -191,7 +203,49 @@ func ProfileFigure(pts []Point, opt ProfileOptions) (*gplot.Plot, ProfileResult,
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("power budget %.4g W", w), l)
 	}
+	p.X.Tick.Marker = niceTicks{}
+	p.Y.Tick.Marker = niceTicks{}
 	return p, res, nil
+}
+
+// thickRing is a ring glyph with a 2-point line, visible over other markers.
+type thickRing struct{}
+
+func (thickRing) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
+	c.SetLineStyle(draw.LineStyle{Color: sty.Color, Width: vg.Points(2)})
+	var path vg.Path
+	path.Move(vg.Point{X: pt.X + sty.Radius, Y: pt.Y})
+	path.Arc(pt, sty.Radius, 0, 2*math.Pi)
+	path.Close()
+	c.Stroke(path)
+}
+
+// niceTicks labels every 1, 2 or 5 × 10^k so that there are 5 to 10 labelled ticks
+// (gonum's default often labels only three, too few to read a power off the plot).
+type niceTicks struct{}
+
+func (niceTicks) Ticks(lo, hi float64) []gplot.Tick {
+	if !(hi > lo) {
+		return gplot.DefaultTicks{}.Ticks(lo, hi)
+	}
+	step := math.Pow(10, math.Floor(math.Log10(hi-lo)))
+	for _, m := range []float64{0.1, 0.2, 0.5, 1} {
+		if (hi-lo)/(step*m) <= 10 {
+			step *= m
+			break
+		}
+	}
+	var ts []gplot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
+		v = math.Round(v/step) * step
+		ts = append(ts, gplot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+		for k := 1; k < 5; k++ { // unlabelled minor ticks
+			if m := v + float64(k)*step/5; m <= hi {
+				ts = append(ts, gplot.Tick{Value: m})
+			}
+		}
+	}
+	return ts
 }
 
 func toXYs(pts []Point) plotter.XYs {
@@ -260,9 +314,17 @@ func Save(p *gplot.Plot, path string) error {
 	if format != "svg" && format != "png" {
 		return fmt.Errorf("%s: unknown image type %q: name the file .svg or .png", path, filepath.Ext(path))
 	}
-	wt, err := p.WriterTo(width, height, format)
-	if err != nil {
-		return fmt.Errorf("render %s: %w", path, err)
+	var wt io.WriterTo
+	if format == "png" {
+		// 144 dpi: sharp text on a laptop screen, still a small file.
+		c := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(144))
+		p.Draw(draw.New(c))
+		wt = vgimg.PngCanvas{Canvas: c}
+	} else {
+		var err error
+		if wt, err = p.WriterTo(width, height, format); err != nil {
+			return fmt.Errorf("render %s: %w", path, err)
+		}
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
