@@ -278,12 +278,22 @@ func BenchFigure(r *fulcrum.BenchReport) (*gplot.Plot, error) {
 	for i, s := range r.Searchers {
 		within[i] = s.WithinBudgetPct
 		ratio[i] = 100 * s.MeanOptRatio
-		names[i] = fmt.Sprintf("%s\n%.1f profiles", s.Name, s.MeanProfiles)
+		prof := strconv.FormatFloat(s.MeanProfiles, 'f', 1, 64)
+		if s.MeanProfiles >= 100 {
+			prof = strconv.FormatFloat(s.MeanProfiles, 'f', 0, 64)
+		}
+		names[i] = s.Name + "\n" + prof + " profiles"
 	}
 	p := gplot.New()
-	p.Title.Text = fmt.Sprintf("benchmark: %d configurations, %d pairs, noise %.3g", r.ConfigsTotal, r.Pairs, r.Noise)
-	p.Y.Label.Text = "percent (%)"
-	p.Y.Min, p.Y.Max = 0, 105
+	p.Title.Text = fmt.Sprintf("benchmark: %d configurations (%d the oracle cannot satisfy), %d pair(s), noise %.3g",
+		r.ConfigsTotal, r.ConfigsOracleInfeasible, r.Pairs, r.Noise)
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.Y.Label.Text = "percent of satisfiable configurations (%)"
+	// Headroom above 100 % for the legend, so it never covers a bar.
+	p.Y.Min, p.Y.Max = 0, 128
+	p.Y.Tick.Marker = gplot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 20, Label: "20"}, {Value: 40, Label: "40"},
+		{Value: 60, Label: "60"}, {Value: 80, Label: "80"}, {Value: 100, Label: "100"}}
+	p.X.Min, p.X.Max = -0.6, float64(n)-0.4
 	p.Add(plotter.NewGrid())
 	barW := vg.Points(min(18, 300/float64(n)))
 	b1, err := plotter.NewBarChart(within, barW)
@@ -297,11 +307,30 @@ func BenchFigure(r *fulcrum.BenchReport) (*gplot.Plot, error) {
 	}
 	b2.Color, b2.LineStyle.Width, b2.Offset = colGreen, 0, barW/2
 	p.Add(b1, b2)
+	// The values over the bars: a reader compares 97 with 99, not bar heights.
+	for k, vs := range []plotter.Values{within, ratio} {
+		xys := make(plotter.XYs, n)
+		lbls := make([]string, n)
+		for i, v := range vs {
+			xys[i] = plotter.XY{X: float64(i), Y: v}
+			lbls[i] = strconv.FormatFloat(v, 'f', 1, 64)
+		}
+		l, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: lbls})
+		if err != nil {
+			return nil, fmt.Errorf("plot: %w", err)
+		}
+		for i := range l.TextStyle {
+			l.TextStyle[i].Font.Size = vg.Points(7)
+			l.TextStyle[i].XAlign = draw.XCenter
+		}
+		l.Offset = vg.Point{X: barW * vg.Length(2*k-1) / 2, Y: vg.Points(2)}
+		p.Add(l)
+	}
 	p.Legend.Add("within both budgets (%)", b1)
 	p.Legend.Add("mean throughput / oracle (%)", b2)
 	p.Legend.Top = true
 	p.Legend.Left = true
-	p.Legend.YOffs = vg.Points(22)
+	p.Legend.XOffs = vg.Points(6)
 	p.NominalX(names...)
 	p.X.Tick.Label.Font.Size = vg.Points(8)
 	return p, nil
