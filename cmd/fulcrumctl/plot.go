@@ -26,7 +26,10 @@ presets that were profiled (labelled with their names), and optionally a chosen 
 (--mark cores/cpu_khz/gpu_hz/emc_hz) and a power budget (--budget-power).
 
 The image type follows --out's extension: .svg or .png. The store is opened read-only,
-so this works while fulcrumd runs.`,
+but fulcrumd holds its lock while it runs; plot a copy of the daemon's profiles then:
+  fulcrumctl daemon profiles export --format json -o /tmp/p.json
+  fulcrumctl profile import --db /tmp/p.db /tmp/p.json
+  fulcrumctl profile plot --db /tmp/p.db --workload NAME --out plot.svg`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
