@@ -51,6 +51,12 @@ type Config struct {
 	// stale expected time (an outlier measurement) cannot block training forever. 0
 	// disables it.
 	Starve time.Duration
+	// ProfileWait: a profile batch the admission test keeps out this long is granted as
+	// soon as no inference request is queued (waiting ones are served first). Without it
+	// a mode whose minibatch is longer than the latency budget could never be profiled
+	// while requests keep arriving; requests that arrive during such a batch may miss
+	// their deadlines and are counted. 0 disables it.
+	ProfileWait time.Duration
 	// Margin is kept free before every deadline for what the expected times do not
 	// cover: waking up, the grant's trip to the worker, the worker starting the batch.
 	Margin time.Duration
@@ -80,6 +86,7 @@ func DefaultConfig() Config {
 		DevK:              2,
 		Margin:            5 * time.Millisecond,
 		Starve:            5 * time.Second,
+		ProfileWait:       time.Second,
 		Window:            30 * time.Second,
 		WindowSamples:     10000,
 		RecentWindow:      5 * time.Second,
@@ -253,6 +260,7 @@ type action struct {
 type profileReq struct {
 	worker string
 	batch  int
+	queued time.Time
 	done   chan profileResult
 }
 
@@ -689,6 +697,7 @@ func (s *Scheduler) Profile(ctx context.Context, id string, batch int) (time.Dur
 	}
 	p := &profileReq{worker: id, batch: batch, done: make(chan profileResult, 1)}
 	s.mu.Lock()
+	p.queued = s.clock.Now()
 	if _, ok := s.workers[id]; !ok {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("profile: worker %q is not registered (see the daemon's worker list)", id)
@@ -844,8 +853,15 @@ func (s *Scheduler) schedule() {
 		}
 		exp := s.expProfile(w, p.batch)
 		if blocker := s.admit(now, exp); blocker != nil {
-			s.serveBlocker(blocker, now)
-			return
+			if s.serveBlocker(blocker, now) {
+				return
+			}
+			overdue := s.cfg.ProfileWait > 0 && now.Sub(p.queued) >= s.cfg.ProfileWait
+			if !overdue || !s.inferenceIdle() {
+				break // the wake below covers the moment it falls overdue
+			}
+			s.log.Info("granting an overdue profile batch with no request queued", "worker", w.id,
+				"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)), "expected_ms", ms(exp))
 		}
 		s.profiles = slices.Delete(s.profiles, i, i+1)
 		s.grant(w, proto.KindProfile, p.batch, nil, exp, now, p)
@@ -882,6 +898,14 @@ func (s *Scheduler) schedule() {
 		at := w.queue[0].deadline.Add(-s.cfg.Margin - s.expInfer(w, n))
 		if next.IsZero() || at.Before(next) {
 			next = at
+		}
+	}
+	if s.cfg.ProfileWait > 0 {
+		for _, p := range s.profiles {
+			at := p.queued.Add(s.cfg.ProfileWait)
+			if at.After(now) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
 		}
 	}
 	if s.cfg.Starve > 0 {
