@@ -55,7 +55,11 @@ random-<K>, oracle.`,
 	format := f.String("format", "table", "output format: table, json or csv")
 	maxProfiles := f.Int("max-profiles", 0, "profile budget per searcher run (0: each searcher's default)")
 	quantile := f.Float64("quantile", fulcrum.DefaultQuantile, "latency quantile the budgets apply to")
+	plot := newBenchPlotFlag(f) // plot.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := plot.check(); err != nil {
+			return err
+		}
 		if *truthPath == "" {
 			return errors.New("--truth is required: a ground-truth CSV, e.g. from `fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv`")
 		}
@@ -112,6 +116,9 @@ random-<K>, oracle.`,
 		spec.Truth = tab
 		rep, err := fulcrum.RunBench(cmd.Context(), spec)
 		if err != nil {
+			return err
+		}
+		if err := plot.draw(cmd.ErrOrStderr(), rep); err != nil {
 			return err
 		}
 		return writeBench(cmd.OutOrStdout(), *format, rep)

@@ -3,12 +3,16 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/fulcrum"
 	fplot "github.com/fulcrum-edge/fulcrum/fulcrum/plot"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -146,4 +150,34 @@ func selectPlotPoints(ps []store.Profile, batch int) ([]fplot.Point, string, int
 		}
 	}
 	return pts, boards[0], batch, nil
+}
+
+// benchPlot is bench's --plot flag: a summary figure of the report.
+type benchPlot struct{ path *string }
+
+func newBenchPlotFlag(f *pflag.FlagSet) benchPlot {
+	return benchPlot{f.String("plot", "", "also draw a summary figure (per searcher: % within budgets, mean throughput / oracle %, profiles) to FILE.svg or FILE.png")}
+}
+
+// check refuses a bad file name before the benchmark runs, not after.
+func (b benchPlot) check() error {
+	if *b.path == "" {
+		return nil
+	}
+	switch strings.ToLower(filepath.Ext(*b.path)) {
+	case ".svg", ".png":
+		return nil
+	}
+	return fmt.Errorf("--plot %s: name the file .svg or .png", *b.path)
+}
+
+func (b benchPlot) draw(w io.Writer, rep *fulcrum.BenchReport) error {
+	if *b.path == "" {
+		return nil
+	}
+	if err := fplot.PlotBenchSummary(rep, *b.path); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	fmt.Fprintf(w, "wrote the summary figure to %s\n", *b.path)
+	return nil
 }

@@ -157,3 +157,52 @@ func svgTextsOf(t *testing.T, path string) map[string]bool {
 		}
 	}
 }
+
+func TestBenchPlot(t *testing.T) {
+	spec := orinSpec(t)
+	ws, err := sim.LoadWorkloads(configs.FS, "workloads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := sim.TruthRows(spec, ws, sim.TruthOptions{
+		Workloads: []string{"resnet18-train", "mobilenetv3-infer"}, Cores: []int{4, 8, 12}, Batches: []int{1, 4},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus := []int64{1113600, 1497600, 1728000, 2201600}
+	rows = slices.DeleteFunc(rows, func(r truth.Row) bool { return !slices.Contains(cpus, r.Mode.CPUKHz) })
+	dir := t.TempDir()
+	tab := filepath.Join(dir, "truth.csv")
+	var buf bytes.Buffer
+	if err := truth.Write(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tab, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := newRootCmd()
+		var out, errOut bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SetArgs(append([]string{"bench", "--truth", tab, "--rates", "5", "--latency", "200ms", "--power", "20W,40W",
+			"--searchers", "oracle,preset,maxn", "--parallel", "1", "--format", "csv"}, args...))
+		err := cmd.ExecuteContext(t.Context())
+		return errOut.String(), err
+	}
+	bad := filepath.Join(dir, "b.jpg")
+	if _, err := run("--plot", bad); err == nil || !strings.Contains(err.Error(), ".svg or .png") {
+		t.Errorf("--plot b.jpg: %v", err)
+	}
+	svg := filepath.Join(dir, "b.svg")
+	if stderr, err := run("--plot", svg); err != nil {
+		t.Fatalf("bench --plot: %v (%s)", err, stderr)
+	}
+	texts := svgTextsOf(t, svg)
+	for _, want := range []string{"oracle", "preset", "maxn", "within both budgets (%)", "mean throughput / oracle (%)"} {
+		if !texts[want] {
+			t.Errorf("%s has no text %q", svg, want)
+		}
+	}
+}
