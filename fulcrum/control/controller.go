@@ -202,6 +202,7 @@ type Controller struct {
 	planRate float64
 	stepped  bool
 	degraded string // reason, "" when not degraded
+	applyErr error  // the last failed board Apply (nil after a success), for ApplyMode's answer
 
 	rate      float64
 	rateInit  bool
@@ -398,6 +399,9 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	c.forceApply = true
 	c.apply(ctx, ch)
 	if c.cur == nil || c.cur.Mode != m {
+		if c.applyErr != nil {
+			return Choice{}, fmt.Errorf("apply mode %s failed; the board keeps its previous mode: %w", m.Human(), c.applyErr)
+		}
 		return Choice{}, fmt.Errorf("apply mode %s failed (see the events)", m.Human())
 	}
 	c.held = true
@@ -756,8 +760,10 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 		if err != nil {
 			c.events.Add(Event{Kind: KindApply, Reason: "applying the mode failed; the board keeps its previous mode", Mode: &m, Batch: ch.Batch, Err: err.Error()})
 			c.log.Error("apply power mode", "mode", ch.Mode.Human(), "err", err)
+			c.applyErr = err
 			return
 		}
+		c.applyErr = nil
 	}
 	var errs []error
 	for _, w := range c.sched.Snapshot().Workers {
