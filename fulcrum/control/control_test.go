@@ -472,7 +472,7 @@ func TestLiveProfiler(t *testing.T) {
 	pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
 	newLP := func(budgetMW float64) *LiveProfiler {
 		return &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm, Pair: pair, BudgetMW: budgetMW,
-			Options: LiveOptions{Samples: 3, MinTime: time.Millisecond}}
+			Options: LiveOptions{Samples: 3, MinTime: time.Millisecond, PowerSettle: time.Millisecond}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

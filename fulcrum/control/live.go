@@ -26,6 +26,10 @@ type LiveOptions struct {
 	MinTime time.Duration // and measure each point at least this long, for power readings [300 ms]
 	// PowerWindow is the moving average the power guard checks [1 s].
 	PowerWindow time.Duration
+	// PowerSettle: readings this soon after the mode is applied still show the previous
+	// mode (the INA3221 averages over ~430 ms; the simulator's loop lags a period), so
+	// neither the guard nor the stored power uses them [500 ms].
+	PowerSettle time.Duration
 }
 
 func (o LiveOptions) withDefaults() LiveOptions {
@@ -40,6 +44,9 @@ func (o LiveOptions) withDefaults() LiveOptions {
 	}
 	if o.PowerWindow <= 0 {
 		o.PowerWindow = time.Second
+	}
+	if o.PowerSettle <= 0 {
+		o.PowerSettle = 500 * time.Millisecond
 	}
 	return o
 }
@@ -343,8 +350,8 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		}
 		now := p.clock().Now()
 		from := now.Add(-o.PowerWindow)
-		if from.Before(applied) {
-			from = applied
+		if settled := applied.Add(o.PowerSettle); from.Before(settled) {
+			from = settled
 		}
 		avg, n := p.Power.Mean(from, now)
 		return avg, n > 0 && avg > budgetMW
@@ -376,7 +383,11 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		}
 	}
 	end := p.clock().Now()
-	pw, n := p.Power.Mean(start, end)
+	from := start
+	if settled := applied.Add(o.PowerSettle); from.Before(settled) && settled.Before(end) {
+		from = settled
+	}
+	pw, n := p.Power.Mean(from, end)
 	if n == 0 {
 		// Too short for the sampler: read once now (the board still runs this mode).
 		r, err := p.Board.Power(ctx)
