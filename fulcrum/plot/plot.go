@@ -156,15 +156,9 @@ func ProfileFigure(pts []Point, opt ProfileOptions) (*gplot.Plot, ProfileResult,
 		sc.GlyphStyle = draw.GlyphStyle{Color: colPreset, Radius: vg.Points(4.5), Shape: draw.BoxGlyph{}}
 		p.Add(sc)
 		p.Legend.Add("nvpmodel presets", sc)
-		lbl, err := plotter.NewLabels(plotter.XYLabels{XYs: toXYs(presetPts), Labels: presetNames})
-		if err != nil {
-			return nil, res, fmt.Errorf("plot: %w", err)
+		if err := addPresetLabels(p, pts, presetPts, presetNames); err != nil {
+			return nil, res, err
 		}
-		lbl.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(2)}
-		for i := range lbl.TextStyle {
-			lbl.TextStyle[i].Font.Size = vg.Points(9)
-		}
-		p.Add(lbl)
 	}
 
 	if opt.Mark != nil {
@@ -190,7 +184,18 @@ func ProfileFigure(pts []Point, opt ProfileOptions) (*gplot.Plot, ProfileResult,
 	}
 	ylo, yhi := minMax(pts, func(p Point) float64 { return p.TimeMS })
 	p.X.Min, p.X.Max = max(0, xlo-0.03*(xhi-xlo)), xhi+0.15*(xhi-xlo)
-	p.Y.Min, p.Y.Max = max(0, ylo-0.05*(yhi-ylo)), yhi+0.30*(yhi-ylo)
+	if logTime(pts) {
+		// Times spanning more than 8× (inference at low clocks) squash the fast modes,
+		// where the front lies, into a line at the bottom on a linear axis.
+		p.Y.Scale = gplot.LogScale{}
+		p.Y.Tick.Marker = logTicks{}
+		p.Y.Label.Text = "minibatch time (ms, log scale)"
+		p.Y.Min, p.Y.Max = ylo/1.1, yhi*math.Pow(yhi/ylo, 0.3)
+	} else {
+		p.Y.Min, p.Y.Max = max(0, ylo-0.05*(yhi-ylo)), yhi+0.30*(yhi-ylo)
+		p.Y.Tick.Marker = niceTicks{}
+	}
+	p.X.Tick.Marker = niceTicks{}
 	if opt.BudgetPowerMW > 0 {
 		w := opt.BudgetPowerMW / 1000
 		l, err := plotter.NewLine(plotter.XYs{{X: w, Y: p.Y.Min}, {X: w, Y: p.Y.Max}})
@@ -203,9 +208,76 @@ func ProfileFigure(pts []Point, opt ProfileOptions) (*gplot.Plot, ProfileResult,
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("power budget %.4g W", w), l)
 	}
-	p.X.Tick.Marker = niceTicks{}
-	p.Y.Tick.Marker = niceTicks{}
 	return p, res, nil
+}
+
+func logTime(pts []Point) bool {
+	lo, hi := minMax(pts, func(p Point) float64 { return p.TimeMS })
+	return hi/lo > 8
+}
+
+// addPresetLabels writes each preset's name right of its marker, moving a label below
+// its marker when it would otherwise overlap the one placed before it (presets often
+// sit close together, e.g. MODE_30W and MODE_50W at low inference power).
+func addPresetLabels(p *gplot.Plot, all, presets []Point, names []string) error {
+	xlo, xhi := minMax(all, func(p Point) float64 { return p.PowerMW })
+	ylo, yhi := minMax(all, func(p Point) float64 { return p.TimeMS })
+	norm := func(q Point) (float64, float64) {
+		x := (q.PowerMW - xlo) / max(xhi-xlo, 1e-9)
+		if logTime(all) {
+			return x, math.Log(q.TimeMS/ylo) / max(math.Log(yhi/ylo), 1e-9)
+		}
+		return x, (q.TimeMS - ylo) / max(yhi-ylo, 1e-9)
+	}
+	order := make([]int, len(presets))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(presets[a].PowerMW, presets[b].PowerMW) })
+	type placed struct{ x, y, dy float64 }
+	var done []placed
+	for _, i := range order {
+		x, y := norm(presets[i])
+		dy := 2.0 // points above the marker's centre
+		for _, d := range done {
+			// A label is ~0.15 of the width long and ~0.05 of the height tall.
+			if math.Abs(x-d.x) < 0.15 && math.Abs(y-d.y) < 0.08 && d.dy == dy {
+				dy = -12
+			}
+		}
+		done = append(done, placed{x, y, dy})
+		l, err := plotter.NewLabels(plotter.XYLabels{XYs: toXYs(presets[i : i+1]), Labels: names[i : i+1]})
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		l.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(dy)}
+		l.TextStyle[0].Font.Size = vg.Points(9)
+		p.Add(l)
+	}
+	return nil
+}
+
+// logTicks labels 1, 2 and 5 × 10^k on a log axis (gonum's LogTicks labels only powers
+// of ten: one or two labels over a typical 10–200 ms range).
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []gplot.Tick {
+	var ts []gplot.Tick
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
+		base := math.Pow(10, e)
+		for m := 1; m < 10; m++ {
+			v := float64(m) * base
+			if v < lo || v > hi {
+				continue
+			}
+			t := gplot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
 }
 
 // thickRing is a ring glyph with a 2-point line, visible over other markers.

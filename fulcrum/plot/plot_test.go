@@ -247,3 +247,26 @@ func checkPNG(t *testing.T, path string) {
 		t.Errorf("%s is %v: too small to read", path, b)
 	}
 }
+
+func TestProfileFigureLogTimeAxis(t *testing.T) {
+	for name, tc := range map[string]struct {
+		slowMS float64
+		want   string
+	}{
+		"4x span: linear": {400, "minibatch time (ms)"},
+		"20x span: log":   {2000, "minibatch time (ms, log scale)"},
+	} {
+		pts := []Point{{mode(0), tc.slowMS, 8000}, {mode(1), 100, 20000}, {mode(2), 150, 15000}}
+		p, _, err := ProfileFigure(pts, ProfileOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "f.svg")
+		if err := Save(p, path); err != nil {
+			t.Fatal(err)
+		}
+		if texts := svgTexts(t, path); !slices.Contains(texts, tc.want) {
+			t.Errorf("%s: no axis label %q in %q", name, tc.want, texts)
+		}
+	}
+}
