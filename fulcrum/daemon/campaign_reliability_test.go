@@ -1,0 +1,214 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+)
+
+const envCampaignDir = "FULCRUM_RELIABILITY_CAMPAIGN_DIR"
+
+func campaignDaemonOptions(dir string) Options {
+	cfg := control.DefaultConfig()
+	cfg.MaxProfiles = 4
+	cfg.Live = control.LiveOptions{Samples: 2, MinTime: time.Millisecond}
+	return Options{
+		Server: Config{RuntimeDir: filepath.Join(dir, "run"),
+			Sched: sched.Config{LatencyBudget: 400 * time.Millisecond, DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, Margin: 20 * time.Millisecond}},
+		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"),
+		Control: cfg, Budgets: control.Budgets{LatencyMS: 400, PowerW: 60, RateRPS: 20},
+		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+	}
+}
+
+// TestReliabilityCampaignDaemonProcess is not a test on its own: it is the fulcrumd
+// process of TestDaemonSIGKILLDuringLiveProfiling.
+func TestReliabilityCampaignDaemonProcess(t *testing.T) {
+	dir := os.Getenv(envCampaignDir)
+	if dir == "" {
+		return
+	}
+	d, err := Open(context.Background(), campaignDaemonOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = d.Run(context.Background())
+}
+
+// TestDaemonSIGKILLDuringLiveProfiling: with an empty profile store fulcrumd profiles
+// modes live (the controller's searcher, through real sim workers on a simulated AGX
+// Orin); it is SIGKILLed once some profiles are stored. The next start restores the
+// board, the store passes its check and keeps every profile measured, and the restarted
+// fulcrumd goes on to a plan from them (profiling only what is still missing).
+func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live profiling on the simulator takes ~10 s; run without -short")
+	}
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cat.Board("agx-orin-64gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, err := sim.LoadWorkloads(configs.FS, "workloads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	o := campaignDaemonOptions(dir)
+	b, err := sim.New(o.BoardRoot, spec, sim.Options{Workloads: models, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simCtx, stopSim := context.WithCancel(context.Background())
+	simDone := make(chan struct{})
+	go func() { defer close(simDone); _ = b.Run(simCtx) }()
+	defer func() { stopSim(); <-simDone }()
+	ctx := context.Background()
+	ob, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	original, err := ob.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// start runs a fulcrumd process and a training and an inference sim worker; stop
+	// SIGKILLs (or, kill false, SIGTERMs) the daemon and waits for the workers.
+	start := func() (cl *api.Client, stop func(kill bool)) {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestReliabilityCampaignDaemonProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envCampaignDir+"="+dir)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cl = api.NewClient(filepath.Join(o.Server.RuntimeDir, api.SocketName))
+		ready := false
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end) && !ready; time.Sleep(20 * time.Millisecond) {
+			_, err := cl.Status(ctx)
+			ready = err == nil
+		}
+		if !ready {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatal("fulcrumd process never answered")
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		sock := filepath.Join(o.Server.RuntimeDir, SocketName)
+		for _, wo := range []simworker.Options{
+			{Role: proto.RoleTrain, Workload: models["resnet18-train"], Seed: 1},
+			{Role: proto.RoleInfer, Workload: models["resnet50-infer"], RateHz: 20, LatencyBudget: 400 * time.Millisecond, Seed: 2},
+		} {
+			wo.Spec, wo.Root, wo.Socket = spec, o.BoardRoot, sock
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = simworker.Run(wctx, wo) }()
+		}
+		return cl, func(kill bool) {
+			sig := syscall.SIGTERM
+			if kill {
+				sig = syscall.SIGKILL
+			}
+			_ = cmd.Process.Signal(sig)
+			_ = cmd.Wait()
+			cancel()
+			wg.Wait()
+			cl.Close()
+		}
+	}
+	waitStatus := func(cl *api.Client, what string, ok func(api.Status) bool) api.Status {
+		t.Helper()
+		var st api.Status
+		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if st, err = cl.Status(ctx); err == nil && ok(st) {
+				return st
+			}
+		}
+		t.Fatalf("never %s; status %+v (%v)", what, st, err)
+		return st
+	}
+
+	cl, stop := start()
+	st := waitStatus(cl, "profiling with some profiles stored", func(s api.Status) bool { return s.Optimizing != "" && s.Profiles >= 2 })
+	stop(true) // SIGKILL mid-campaign
+	t.Logf("killed while optimizing (%s) with %d profiles stored", st.Optimizing, st.Profiles)
+
+	// The next start: board restored, store intact with what was measured.
+	ob, err = OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, log)
+	if err != nil {
+		t.Fatalf("the next start cannot open the board: %v", err)
+	}
+	if cur, err := ob.Current(ctx); err != nil || cur != original {
+		t.Fatalf("board at %v (%v) after the restart; want the original %v", cur, err, original)
+	}
+	s, err := store.Open(filepath.Join(o.StateDir, "profiles.db"), store.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("store integrity after SIGKILL: %v", err)
+	}
+	kept, err := s.List(store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if len(kept) < st.Profiles {
+		t.Fatalf("%d profiles in the store after SIGKILL; fulcrumd had reported %d stored", len(kept), st.Profiles)
+	}
+
+	// Restarted, fulcrumd plans from what was kept, profiling at most the rest.
+	cl, stop = start()
+	st = waitStatus(cl, "planned after the restart", func(s api.Status) bool { return s.Plan != nil && s.Optimizing == "" })
+	stop(false)
+	s, err = store.Open(filepath.Join(o.StateDir, "profiles.db"), store.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Check(); err != nil {
+		t.Fatalf("store integrity after the restarted run: %v", err)
+	}
+	final, err := s.List(store.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	modesBefore, modesAfter := map[powermode.Mode]bool{}, map[powermode.Mode]bool{}
+	for _, p := range final {
+		keys[p.Mode.String()+"/"+p.Workload+"/"+strconv.Itoa(p.Batch)] = true
+		modesAfter[p.Mode] = true
+	}
+	for _, p := range kept {
+		modesBefore[p.Mode] = true
+		if !keys[p.Mode.String()+"/"+p.Workload+"/"+strconv.Itoa(p.Batch)] {
+			t.Errorf("profile %s %s batch %d measured before the SIGKILL is gone after the restart", p.Workload, p.Mode, p.Batch)
+		}
+	}
+	// Profiled modes the restarted run added: at most its search budget.
+	if added := len(modesAfter) - len(modesBefore); added > o.Control.MaxProfiles {
+		t.Errorf("the restarted run profiled %d new modes; the search budget is %d", added, o.Control.MaxProfiles)
+	}
+	t.Logf("restarted: plan %v; %d modes profiled before the SIGKILL, %d after", st.Plan.Mode, len(modesBefore), len(modesAfter))
+}
