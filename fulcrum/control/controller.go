@@ -398,6 +398,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
 	c.forceApply = true
 	c.apply(ctx, ch)
+	c.setTrainingPaused(false, "mode set by the operator")
 	if c.cur == nil || c.cur.Mode != m {
 		if c.applyErr != nil {
 			return Choice{}, fmt.Errorf("apply mode %s failed; the board keeps its previous mode: %w", m.Human(), c.applyErr)
@@ -748,6 +749,23 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e ful
 	meas := c.measured
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
 	c.apply(ctx, Choice{Mode: e.Mode, Batch: e.Batch, Predicted: pred})
+	// DESIGN §2: when no known configuration meets the budgets with training running,
+	// inference and power come first: training waits until a plan is feasible again.
+	c.setTrainingPaused(!pred.Feasible, reason)
+}
+
+// setTrainingPaused pauses or resumes training turns and records the change.
+func (c *Controller) setTrainingPaused(paused bool, why string) {
+	if paused == c.sched.Snapshot().TrainingPaused {
+		return
+	}
+	c.sched.SetTrainingPaused(paused)
+	msg := "training resumed: the configuration in force meets the budgets"
+	if paused {
+		msg = "training paused: no known configuration meets the budgets with training running, so inference and power come first (" + why + ")"
+	}
+	c.events.Add(Event{Kind: KindApply, Reason: msg})
+	c.log.Info(msg)
 }
 
 // apply sets the mode between turns and the inference workers' batch size. Called with

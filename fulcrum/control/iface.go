@@ -32,6 +32,7 @@ type Scheduler interface {
 	Snapshot() sched.Snapshot
 	SetInferBatch(workerID string, batch int) error
 	SetLatencyBudget(l time.Duration)
+	SetTrainingPaused(paused bool)
 }
 
 var _ Scheduler = (*sched.Scheduler)(nil)

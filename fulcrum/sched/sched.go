@@ -192,6 +192,9 @@ type Scheduler struct {
 	wakeGen   uint64
 	out       []pendingDelivery // grants to deliver once the lock is released
 	closed    bool
+	// trainPaused: training minibatches get no turns (the controller found no
+	// configuration that meets the budgets with training running).
+	trainPaused bool
 
 	turns    uint64
 	overruns uint64
@@ -342,6 +345,20 @@ func (s *Scheduler) SetInferBatch(id string, batch int) error {
 		s.schedule()
 	}
 	return nil
+}
+
+// SetTrainingPaused stops (or resumes) granting training minibatches. Inference and
+// profile batches are unaffected. The controller pauses training when no known
+// configuration meets the budgets with it running (DESIGN §2: inference and power first).
+func (s *Scheduler) SetTrainingPaused(paused bool) {
+	s.mu.Lock()
+	defer s.unlockAndDeliver()
+	if s.trainPaused == paused {
+		return
+	}
+	s.trainPaused = paused
+	s.log.Info("training", "paused", paused)
+	s.schedule()
 }
 
 // Register adds a worker and returns its id and token.
@@ -867,7 +884,7 @@ func (s *Scheduler) schedule() {
 		s.grant(w, proto.KindProfile, p.batch, nil, exp, now, p)
 		return
 	}
-	if w := s.nextTrainer(); w != nil {
+	if w := s.nextTrainer(); w != nil && !s.trainPaused {
 		exp := s.expTrain(w)
 		blocker := s.admit(now, exp)
 		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= s.cfg.Starve && s.inferenceIdle()

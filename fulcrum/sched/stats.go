@@ -135,6 +135,7 @@ type Snapshot struct {
 	TurnKind        string          `json:"turn_kind,omitempty"`
 	Turns           uint64          `json:"turns"`
 	Overruns        uint64          `json:"overruns"`
+	TrainingPaused  bool            `json:"training_paused"`
 	Workers         []WorkerInfo    `json:"workers"`   // live, in registration order
 	Workloads       []WorkloadStats `json:"workloads"` // in order of first registration
 }
@@ -154,7 +155,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	snap := Snapshot{LatencyBudgetMS: ms(s.cfg.LatencyBudget), Turns: s.turns, Overruns: s.overruns}
+	snap := Snapshot{LatencyBudgetMS: ms(s.cfg.LatencyBudget), Turns: s.turns, Overruns: s.overruns, TrainingPaused: s.trainPaused}
 	if t := s.turn; t != nil {
 		snap.TurnKind = t.grant.Kind
 		snap.Turn = "action"
