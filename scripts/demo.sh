@@ -43,3 +43,65 @@ run "$CTL" bench --truth "$D/truth.csv" --rates 10,30 --latency 100ms,200ms --po
 	--searchers oracle,gmd,als,preset,maxn,random-15
 echo "within %: answers that meet both budgets on the true (noise-free) board; mean opt: training"
 echo "throughput as a fraction of the best possible; profiles: power modes each searcher had to measure."
+
+say "5. fulcrumd: one training and one inference worker share the GPU, one minibatch at a time"
+cat >"$D/fulcrum.yaml" <<YAML
+# The demo runs as $(id -un): let this user change budgets (normally root or the fulcrum group).
+control:
+  group: "-"
+  allow_uids: [$(id -u)]
+YAML
+export FULCRUM_SOCKET="$D/run/control.sock"
+echo '$ fulcrumd --board sim:'"$BOARD"' --board-root $DEMO/board --runtime-dir $DEMO/run --state-dir $DEMO/daemon-state &'
+"$BIN/fulcrumd" --config "$D/fulcrum.yaml" --board "sim:$BOARD" --board-root "$D/board" \
+	--runtime-dir "$D/run" --state-dir "$D/daemon-state" --log-level warn >"$D/fulcrumd.log" 2>&1 &
+FPID=$!
+pids+=($FPID)
+for _ in $(seq 100); do [ -S "$D/run/control.sock" ] && break; sleep 0.1; done
+echo "The operator's two numbers: inference p99 under 150 ms, board under 30 W."
+run "$CTL" budget set --latency 150ms --power 30W --rate auto
+echo "A ResNet-18 training loop and a MobileNetV3 inference server at 20 requests/s (synthetic"
+echo "workers: real processes speaking fulcrumd's worker protocol, running on the simulated GPU):"
+worker() { "$CTL" sim worker --root "$D/board" --socket "$D/run/worker.sock" "$@"; }
+worker --role train --workload resnet18-train --duration 600s >"$D/train.json" 2>"$D/train.log" &
+pids+=($!)
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 150ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &
+pids+=($!)
+echo "No profiles are stored yet, so fulcrumd runs GMD live: it applies a mode between minibatches,"
+echo "asks the workers for profiling batches, and keeps serving inference first. This takes 1-3 minutes."
+planned=""
+for i in $(seq 120); do
+	sleep 3
+	planned=$("$CTL" status --json | python3 -c 'import json,sys; p=json.load(sys.stdin).get("plan"); print("yes" if p else "")')
+	n=$("$CTL" events | grep -c "profiled mode" || true)
+	printf '  %3ds: %s modes profiled live%s\n' $((i * 3)) "$n" "${planned:+, plan chosen}"
+	[ -n "$planned" ] && break
+done
+"$CTL" events | grep -E "search done|plan  |apply " | tail -3 || true
+run "$CTL" status
+
+say "6. The arrival rate doubles: a second inference server starts (40 requests/s in all)"
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 150ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
+pids+=($!)
+echo "fulcrumd measures the rate; after 3 s of drift it re-plans from stored profiles (no new profiling)."
+for _ in $(seq 20); do
+	sleep 1
+	"$CTL" events | grep -q "replan" && break
+done
+"$CTL" events | grep -E "replan|apply " | tail -2 || true
+
+say "7. The operator lowers the power budget below what the board draws now: 13 W"
+run "$CTL" budget set --power 13W
+sleep 3
+"$CTL" events | tail -4
+echo "(When no stored configuration meets the budgets, fulcrumd applies the least-violating one and"
+echo " pauses training: inference and power come first. Relax a budget and training resumes.)"
+run "$CTL" status
+
+say "8. Stop fulcrumd: the board goes back to the state it was found in"
+kill -TERM "$FPID"
+wait "$FPID" 2>/dev/null || true
+echo "$ fulcrumctl board info --root \$DEMO/board"
+"$CTL" board info --root "$D/board" | grep -E "^current"
+echo
+echo "Done. Next: docs/architecture.md for how it fits together, docs/operations.md to run it on a Jetson."
