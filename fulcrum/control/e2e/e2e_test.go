@@ -1,15 +1,17 @@
 // Package e2e_test is the controller's end-to-end test (issue 6): a simulated AGX Orin,
 // an in-process fulcrumd (worker socket, scheduler, controller, control API), one
-// training and one inference synthetic worker, budgets set through the control API.
+// training and one inference synthetic worker, budgets set through fulcrumctl (the control API).
 package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,8 +37,8 @@ const (
 	latencyMS   = 400.0 // generous against ~100-320 ms training minibatches: CI hosts are slow
 	powerW      = 35.0
 	rateRPS     = 15.0
-	doubleAt    = 15 * time.Second // the arrival rate doubles this long after the workers start
-	window      = 10 * time.Second // measurement window after convergence (the issue says 30 s; CI budget)
+	doubleAt    = 36 * time.Second // the arrival rate doubles this long after the workers start
+	window      = 30 * time.Second // measurement window after convergence
 	settle      = 2 * time.Second
 	sampleEvery = 50 * time.Millisecond
 )
@@ -208,6 +210,11 @@ func TestControllerEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	// The operator's tool: budgets are set with the real fulcrumctl binary.
+	ctl := filepath.Join(dir, "fulcrumctl")
+	if out, err := exec.Command("go", "build", "-o", ctl, "github.com/fulcrum-edge/fulcrum/cmd/fulcrumctl").CombinedOutput(); err != nil {
+		t.Fatalf("build fulcrumctl: %v\n%s", err, out)
+	}
 	root := filepath.Join(dir, "board")
 	board, err := sim.New(root, spec, sim.Options{Workloads: models, Interval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -282,9 +289,15 @@ func TestControllerEndToEnd(t *testing.T) {
 
 	cl := api.NewClient(filepath.Join(dir, "run", api.SocketName))
 	defer cl.Close()
-	lat, pw, auto := latencyMS, powerW*1000, true
-	if _, err := cl.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: &lat, PowerMW: &pw, RateAuto: &auto}); err != nil {
-		t.Fatalf("set budgets through the control API: %v", err)
+	setCmd := exec.Command(ctl, "budget", "set", "--socket", filepath.Join(dir, "run", api.SocketName),
+		"--latency", fmt.Sprintf("%gms", latencyMS), "--power", fmt.Sprintf("%gW", powerW), "--rate", "auto")
+	if out, err := setCmd.CombinedOutput(); err != nil {
+		t.Fatalf("fulcrumctl budget set: %v\n%s", err, out)
+	} else {
+		t.Logf("fulcrumctl budget set: %s", strings.TrimSpace(string(out)))
+	}
+	if b, err := cl.Budgets(ctx); err != nil || b.LatencyMS != latencyMS || b.PowerMW != powerW*1000 || !b.RateAuto {
+		t.Fatalf("budgets after fulcrumctl budget set: %+v, %v", b, err)
 	}
 
 	pl := &powerLog{}
