@@ -16,6 +16,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
 )
 
 // DefaultConfigPath is read when --config is not given and the file exists.
@@ -30,6 +31,9 @@ var defaults = map[string]any{
 	"db_timeout_ms":                  1000,
 	"board":                          "auto",
 	"board_root":                     "/",
+	"nvml.device":                    0,
+	"nvml.clock_control":             false,
+	"nvml.library":                   "",
 	"log.format":                     "text",
 	"log.level":                      "info",
 	"budgets.latency_ms":             100.0,
@@ -198,8 +202,12 @@ func settings(v *viper.Viper) (Settings, error) {
 		bad("scheduler.idle_admit_arrivals must not be negative, got %v", idle)
 	}
 	board := v.GetString("board")
-	if board != "auto" && board != "none" && !(strings.HasPrefix(board, "sim:") && len(board) > 4) {
-		bad(`board must be "auto", "sim:NAME" or "none", got %q`, board)
+	if board != "auto" && board != "none" && board != "nvml" && !(strings.HasPrefix(board, "sim:") && len(board) > 4) {
+		bad(`board must be "auto", "sim:NAME", "nvml" or "none", got %q`, board)
+	}
+	nvmlDevice := v.GetInt("nvml.device")
+	if nvmlDevice < 0 {
+		bad("nvml.device must be a GPU index (0, 1, …; see nvidia-smi), got %d", nvmlDevice)
 	}
 	intKey := func(key string) int {
 		f := positive(key)
@@ -233,6 +241,8 @@ func settings(v *viper.Viper) (Settings, error) {
 		StoreTimeout: msDur(positive("db_timeout_ms")),
 		Board:        board,
 		BoardRoot:    v.GetString("board_root"),
+		NVML: nvml.Options{Device: nvmlDevice, ClockControl: v.GetBool("nvml.clock_control"),
+			LibraryPath: v.GetString("nvml.library")},
 	}
 	s.Daemon.Server.Sched.RecentWindow = time.Duration(positive("scheduler.recent_window_s") * float64(time.Second))
 	frac := func(key string) float64 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 )
 
@@ -60,12 +61,38 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 			return nil, fmt.Errorf("board %s needs board_root set to the simulator's tree (fulcrumctl sim board --dir DIR), not %q", spec, root)
 		}
 	default:
-		return nil, fmt.Errorf(`board %q: want "auto", "sim:NAME" or "none"`, spec)
+		return nil, fmt.Errorf(`board %q: want "auto", "sim:NAME", "nvml" or "none"`, spec)
 	}
 	be, err := tegra.Open(ctx, root, bs, info)
 	if err != nil {
 		return nil, fmt.Errorf("open board %s under %s: %w", bs.Name, root, err)
 	}
+	return adopt(ctx, be, bs, stateDir, log)
+}
+
+// OpenNVMLBoard opens a discrete NVIDIA GPU through NVML (board: nvml). The backend
+// only reads unless o.ClockControl is set; it has no catalog entry, so no nvpmodel
+// presets (GMD then starts in the middle of every knob).
+func OpenNVMLBoard(ctx context.Context, o nvml.Options, stateDir string, log *slog.Logger) (*Board, error) {
+	if o.Logger == nil {
+		o.Logger = log
+	}
+	be, err := nvml.Open(o)
+	if err != nil {
+		return nil, fmt.Errorf("board nvml: %w (or set board: none to schedule without a board)", err)
+	}
+	b, err := adopt(ctx, be, nil, stateDir, log)
+	if err != nil {
+		be.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// adopt wraps an open backend: it restores a snapshot left in stateDir by a run that
+// crashed after a mode change, then logs the board's present mode.
+func adopt(ctx context.Context, be powermode.Backend, bs *powermode.BoardSpec, stateDir string, log *slog.Logger) (*Board, error) {
+	info := be.Info()
 	b := &Board{Backend: be, Spec: bs, log: log, stateDir: stateDir}
 	if stateDir != "" {
 		if snap, err := powermode.LoadSnapshot(stateDir); err == nil {
@@ -82,9 +109,9 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 	}
 	cur, err := be.Current(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read the current power mode of %s: %w", bs.Name, err)
+		return nil, fmt.Errorf("read the current power mode of %s: %w", info.Name, err)
 	}
-	log.Info("board open", "board", bs.Name, "model", info.Model, "l4t", info.L4T, "mode", cur.String(), "modes", be.Space().Size())
+	log.Info("board open", "board", info.Name, "model", info.Model, "l4t", info.L4T, "mode", cur.String(), "modes", be.Space().Size())
 	return b, nil
 }
 
@@ -148,12 +175,17 @@ func (b *Board) Presets() ([]powermode.Mode, []string) {
 }
 
 // Close restores the state saved before the first mode change (if fulcrumd changed
-// any) and removes the saved snapshot. A failed restore leaves the snapshot for the next
-// start to retry.
+// any), removes the saved snapshot and releases the backend. A failed restore leaves the
+// snapshot for the next start to retry.
 func (b *Board) Close(ctx context.Context) {
 	if b.Backend == nil {
 		return
 	}
+	b.restoreSaved(ctx)
+	b.release()
+}
+
+func (b *Board) restoreSaved(ctx context.Context) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.snap == nil {
@@ -171,4 +203,13 @@ func (b *Board) Close(ctx context.Context) {
 		}
 	}
 	b.log.Info("board state restored")
+}
+
+// release lets go of a backend that holds a library or handle (NVML).
+func (b *Board) release() {
+	if c, ok := b.Backend.(interface{ Close() error }); ok {
+		if err := c.Close(); err != nil {
+			b.log.Error("close the board backend", "err", err)
+		}
+	}
 }

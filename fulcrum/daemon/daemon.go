@@ -16,6 +16,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
@@ -29,10 +30,13 @@ type Options struct {
 	// StoreTimeout bounds the wait for another process's lock on the store.
 	StoreTimeout time.Duration
 	// Board is "auto" (detect the Jetson), "sim:NAME" (a simulated board whose tree is at
-	// BoardRoot) or "none" (no board: schedule only).
+	// BoardRoot), "nvml" (a discrete NVIDIA GPU) or "none" (no board: schedule only).
 	Board     string
 	BoardRoot string
-	Log       *slog.Logger
+	// NVML configures board "nvml" (a discrete GPU): device index, and whether clocks
+	// may be locked (read-only otherwise).
+	NVML nvml.Options
+	Log  *slog.Logger
 
 	// Control configures the controller; Budgets are the budgets it starts with.
 	Control control.Config
@@ -109,7 +113,12 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Store = st
 	d.log.Info("profile store open", "path", db)
-	b, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, o.Log)
+	var b *Board
+	if o.Board == "nvml" {
+		b, err = OpenNVMLBoard(ctx, o.NVML, o.StateDir, o.Log)
+	} else {
+		b, err = OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, o.Log)
+	}
 	if err != nil {
 		return fail(err)
 	}
