@@ -149,12 +149,3 @@ func TestGPUMinibatchTime(t *testing.T) {
 		}
 	}
 }
-
-func TestGPUQuantile(t *testing.T) {
-	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	for q, want := range map[float64]float64{0.5: 5, 0.99: 10, 0.1: 1, 0: 1} {
-		if got := gpuQuantile(v, q); got != want {
-			t.Errorf("q%v = %v, want %v", q, got, want)
-		}
-	}
-}

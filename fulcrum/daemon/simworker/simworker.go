@@ -14,6 +14,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +49,12 @@ type Options struct {
 	// LatencyBudget is used to count deadline misses in the report (default 100 ms).
 	LatencyBudget time.Duration
 	Seed          uint64
+	// Run, when set, executes one minibatch of the given size instead of the simulator
+	// (e.g. CUDA kernels on a real GPU); Workload, Spec and Root are then not used, and
+	// Name and BatchSizes describe the workload to fulcrumd.
+	Run        func(ctx context.Context, batch int) (time.Duration, error)
+	Name       string
+	BatchSizes []int
 }
 
 // Report is what a worker measured, from its own side.
@@ -99,12 +106,20 @@ func ReadTrace(r io.Reader) ([]time.Duration, error) {
 }
 
 func (o *Options) fill() error {
-	if o.Workload == nil || o.Spec == nil || o.Root == "" {
-		return errors.New("simworker: workload, board spec and root are required")
-	}
 	if o.Role != proto.RoleTrain && o.Role != proto.RoleInfer {
 		return fmt.Errorf("role must be train or infer, got %q", o.Role)
 	}
+	if o.Run != nil {
+		if o.Name == "" || o.Batch <= 0 {
+			return errors.New("simworker: a custom minibatch runner needs a workload name and a batch size")
+		}
+		return o.fillCommon()
+	}
+	if o.Workload == nil || o.Spec == nil || o.Root == "" {
+		return errors.New("simworker: workload, board spec and root are required")
+	}
+	o.Name = o.Workload.Name
+	o.BatchSizes = o.Workload.BatchSizes()
 	if string(o.Workload.Role) != o.Role {
 		return fmt.Errorf("workload %s is a %s workload, not %s", o.Workload.Name, o.Workload.Role, o.Role)
 	}
@@ -120,6 +135,10 @@ func (o *Options) fill() error {
 			}
 		}
 	}
+	return o.fillCommon()
+}
+
+func (o *Options) fillCommon() error {
 	if o.Role == proto.RoleInfer && o.RateHz <= 0 && len(o.Trace) == 0 {
 		return errors.New("an inference worker needs --rate or --trace")
 	}
@@ -139,17 +158,23 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		ctx, cancel = context.WithTimeout(ctx, o.Duration)
 		defer cancel()
 	}
-	runner, err := sim.NewRunner(o.Root, o.Spec)
-	if err != nil {
-		return Report{}, fmt.Errorf("open the simulated board under %s: %w (start it with fulcrumctl sim board)", o.Root, err)
+	w := &worker{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)),
+		rep: Report{Role: o.Role, Workload: o.Name, Managed: o.Socket != "", Batch: o.Batch}}
+	if o.Run == nil {
+		runner, err := sim.NewRunner(o.Root, o.Spec)
+		if err != nil {
+			return Report{}, fmt.Errorf("open the simulated board under %s: %w (start it with fulcrumctl sim board)", o.Root, err)
+		}
+		w.o.Run = func(ctx context.Context, batch int) (time.Duration, error) {
+			return runner.Run(ctx, o.Workload, batch, w.rng)
+		}
 	}
-	w := &worker{o: o, runner: runner, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)),
-		rep: Report{Role: o.Role, Workload: o.Workload.Name, Managed: o.Socket != "", Batch: o.Batch}}
+	var err error
 	if o.Socket != "" {
-		reg := client.Registration{Role: o.Role, Workload: o.Workload.Name, Batch: o.Batch}
+		reg := client.Registration{Role: o.Role, Workload: o.Name, Batch: o.Batch}
 		if o.Role == proto.RoleInfer {
-			reg.BatchSizes = o.Workload.BatchSizes()
-			if !containsInt(reg.BatchSizes, o.Batch) {
+			reg.BatchSizes = slices.Clone(o.BatchSizes)
+			if !slices.Contains(reg.BatchSizes, o.Batch) {
 				reg.BatchSizes = append(reg.BatchSizes, o.Batch)
 			}
 		}
@@ -176,25 +201,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	return w.rep, err
 }
 
-func containsInt(v []int, x int) bool {
-	for _, y := range v {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 type worker struct {
-	o      Options
-	runner *sim.Runner
-	rng    *rand.Rand
-	c      *client.Client
-	rep    Report
+	o   Options
+	rng *rand.Rand
+	c   *client.Client
+	rep Report
 }
 
 func (w *worker) run(ctx context.Context, batch int) (time.Duration, error) {
-	return w.runner.Run(ctx, w.o.Workload, batch, w.rng)
+	return w.o.Run(ctx, batch)
 }
 
 func (w *worker) train(ctx context.Context) error {
