@@ -1,12 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -43,22 +41,7 @@ func newDaemonCmd() *cobra.Command {
 		if err != nil {
 			return explain("profiles", err)
 		}
-		out := cmd.OutOrStdout()
-		if *lsJSON {
-			if ps == nil {
-				ps = []store.Profile{}
-			}
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
-			return enc.Encode(ps)
-		}
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "BOARD\tWORKLOAD\tROLE\tMODE\tBATCH\tTIME_MS\tP95_MS\tPOWER_MW\tSAMPLES\tRSE\tSOURCE")
-		for _, p := range ps {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
-				p.Board, p.Workload, p.Role, p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, p.Source)
-		}
-		if err := tw.Flush(); err != nil {
+		if err := printProfiles(cmd.OutOrStdout(), ps, *lsJSON); err != nil || *lsJSON {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "%d profile(s) in fulcrumd at %s\n", len(ps), c.Socket())

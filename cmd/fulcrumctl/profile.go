@@ -94,22 +94,7 @@ func newProfileLsCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		out := cmd.OutOrStdout()
-		if *asJSON {
-			if ps == nil {
-				ps = []store.Profile{}
-			}
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
-			return enc.Encode(ps)
-		}
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "BOARD\tWORKLOAD\tROLE\tMODE\tBATCH\tTIME_MS\tP95_MS\tPOWER_MW\tSAMPLES\tRSE\tSOURCE")
-		for _, p := range ps {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
-				p.Board, p.Workload, p.Role, p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, p.Source)
-		}
-		if err := tw.Flush(); err != nil {
+		if err := printProfiles(cmd.OutOrStdout(), ps, *asJSON); err != nil || *asJSON {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "%d profile(s) in %s\n", len(ps), s.Path())
@@ -503,4 +488,24 @@ func drawBar(w io.Writer, p profiler.Progress) {
 	}
 	fmt.Fprintf(w, "\r\x1b[K[%s%s] %d/%d %3d%% %s  %s b=%d", strings.Repeat("#", filled), strings.Repeat(".", width-filled),
 		p.Done, p.Total, 100*p.Done/max(p.Total, 1), eta, p.Key.Mode.Human(), p.Key.Batch)
+}
+
+// printProfiles writes profiles as indented JSON or as a table (fulcrumctl profile ls
+// and daemon profiles ls).
+func printProfiles(out io.Writer, ps []store.Profile, asJSON bool) error {
+	if asJSON {
+		if ps == nil {
+			ps = []store.Profile{}
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ps)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BOARD\tWORKLOAD\tROLE\tMODE\tBATCH\tTIME_MS\tP95_MS\tPOWER_MW\tSAMPLES\tRSE\tSOURCE")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
+			p.Board, p.Workload, p.Role, p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, p.Source)
+	}
+	return tw.Flush()
 }
