@@ -3,11 +3,10 @@ package powermode
 import (
 	"fmt"
 	"io/fs"
-	"path"
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"github.com/fulcrum-edge/fulcrum/configs"
 )
 
 // BoardSpec is one entry of the board catalog (configs/boards/*.yaml): what a board
@@ -174,34 +173,20 @@ type Catalog struct {
 
 // LoadCatalog reads every *.yaml in dir of fsys (configs.FS's "boards", usually).
 func LoadCatalog(fsys fs.FS, dir string) (*Catalog, error) {
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		return nil, fmt.Errorf("board catalog: %w", err)
-	}
 	c := &Catalog{boards: map[string]*BoardSpec{}}
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
-			continue
-		}
-		p := path.Join(dir, e.Name())
-		raw, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return nil, fmt.Errorf("board catalog: %w", err)
-		}
-		var b BoardSpec
-		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&b); err != nil {
-			return nil, fmt.Errorf("board catalog %s: %w", p, err)
-		}
+	err := configs.DecodeDir(fsys, dir, func(p string, b *BoardSpec) error {
 		if err := b.Validate(); err != nil {
-			return nil, fmt.Errorf("board catalog %s: %w", p, err)
+			return fmt.Errorf("%s: %w", p, err)
 		}
 		if _, dup := c.boards[b.Name]; dup {
-			return nil, fmt.Errorf("board catalog %s: board %q defined twice", p, b.Name)
+			return fmt.Errorf("%s: board %q defined twice", p, b.Name)
 		}
-		c.boards[b.Name] = &b
+		c.boards[b.Name] = b
 		c.names = append(c.names, b.Name)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("board catalog: %w", err)
 	}
 	slices.Sort(c.names)
 	return c, nil

@@ -12,12 +12,10 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"path"
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )
 
@@ -140,33 +138,19 @@ func (w *Workload) Validate() error {
 // keyed by workload name. Unknown fields are errors, so a typo cannot silently zero a
 // parameter.
 func LoadWorkloads(fsys fs.FS, dir string) (map[string]*Workload, error) {
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		return nil, fmt.Errorf("workload models: %w", err)
-	}
 	out := map[string]*Workload{}
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
-			continue
-		}
-		p := path.Join(dir, e.Name())
-		raw, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return nil, fmt.Errorf("workload models: %w", err)
-		}
-		var w Workload
-		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&w); err != nil {
-			return nil, fmt.Errorf("workload model %s: %w (fix the file or remove it)", p, err)
-		}
+	err := configs.DecodeDir(fsys, dir, func(p string, w *Workload) error {
 		if err := w.Validate(); err != nil {
-			return nil, fmt.Errorf("workload model %s: %w", p, err)
+			return fmt.Errorf("%s: %w", p, err)
 		}
 		if _, dup := out[w.Name]; dup {
-			return nil, fmt.Errorf("workload model %s: workload %q defined twice", p, w.Name)
+			return fmt.Errorf("%s: workload %q defined twice", p, w.Name)
 		}
-		out[w.Name] = &w
+		out[w.Name] = w
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("workload models: %w", err)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("workload models: no *.yaml in " + dir)
