@@ -15,6 +15,15 @@ type Profiler interface {
 	Known() []ModeProfile
 }
 
+// Remeasurer is a Profiler that can measure a mode again: a new measurement,
+// independent of the earlier ones and counted as a profile like the first. A searcher
+// averages repeats to shrink the noise of a candidate that sits just inside a budget,
+// where one measurement cannot tell a fit from a near miss. Profile never remeasures;
+// only an explicit Remeasure does.
+type Remeasurer interface {
+	Remeasure(ctx context.Context, m powermode.Mode) (ModeProfile, error)
+}
+
 // Problem is what a searcher is asked to solve.
 type Problem struct {
 	Space        *powermode.Space `json:"-"`
@@ -52,6 +61,10 @@ type Result struct {
 	Feasible bool `json:"feasible"`
 	// Profiled lists the modes newly profiled for this answer, in order.
 	Profiled []powermode.Mode `json:"profiled"`
+	// Remeasured lists repeat measurements of modes already profiled (a mode once per
+	// repeat), taken to shrink the noise of a candidate near a budget; each is counted
+	// like a profile.
+	Remeasured []powermode.Mode `json:"remeasured,omitempty"`
 	// Stop says why the search stopped.
 	Stop string `json:"stop"`
 }

@@ -161,12 +161,18 @@ func (pt *PairTruth) Problem() Problem {
 // TruthProfiler is a Profiler that answers from a ground-truth table with
 // multiplicative Gaussian noise: every time and power is multiplied by
 // (1 + noise·N(0,1)), clamped to stay positive. Each distinct mode is measured (and
-// counted) once; asking again returns the same noisy profile at no cost. It is not safe
+// counted) once by Profile; asking again returns the same noisy profile at no cost.
+// Remeasure takes (and counts) a new measurement. It is not safe
 // for concurrent use: one searcher at a time drives it.
 type TruthProfiler struct {
 	pt    *PairTruth
 	noise float64
-	rng   *rand.Rand
+	// base seeds the noise. The noise of the r-th measurement of a mode depends only
+	// on (base, mode, r), not on the order modes are asked for: two searchers given
+	// profilers with the same base see the same measurement of the same mode (common
+	// random numbers), so the benchmark compares them on equal luck.
+	base  uint64
+	reps  map[int]uint64 // dense mode -> measurements taken
 	known map[powermode.Mode]ModeProfile
 	order []powermode.Mode
 	count int
@@ -191,7 +197,11 @@ func NewPairProfiler(pt *PairTruth, noise float64, rng *rand.Rand) (*TruthProfil
 	if rng == nil && noise > 0 {
 		return nil, fmt.Errorf("profiling noise %v needs a random source", noise)
 	}
-	return &TruthProfiler{pt: pt, noise: noise, rng: rng, known: map[powermode.Mode]ModeProfile{}}, nil
+	p := &TruthProfiler{pt: pt, noise: noise, reps: map[int]uint64{}, known: map[powermode.Mode]ModeProfile{}}
+	if rng != nil {
+		p.base = rng.Uint64()
+	}
+	return p, nil
 }
 
 // Truth returns the noise-free pair behind the profiler.
@@ -209,25 +219,50 @@ func (p *TruthProfiler) Profile(ctx context.Context, m powermode.Mode) (ModeProf
 	if !ok {
 		return ModeProfile{}, fmt.Errorf("profile mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
 	}
-	mp := p.pt.ProfileAt(i)
-	mp.Train.TimeMS = p.jitter(mp.Train.TimeMS)
-	mp.Train.PowerMW = p.jitter(mp.Train.PowerMW)
-	for j := range mp.Infer {
-		mp.Infer[j].TimeMS = p.jitter(mp.Infer[j].TimeMS)
-		mp.Infer[j].PowerMW = p.jitter(mp.Infer[j].PowerMW)
-	}
+	mp := p.measure(i)
 	p.known[m] = mp
 	p.order = append(p.order, m)
 	p.count++
 	return cloneProfile(mp), nil
 }
 
-func (p *TruthProfiler) jitter(v float64) float64 {
-	if p.noise == 0 {
-		return v
+// Remeasure implements Remeasurer: a new measurement of m with fresh noise, counted like
+// a profile. It does not change what Profile and Known return (the first measurement):
+// the searcher that asked keeps and averages its repeats.
+func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (ModeProfile, error) {
+	if err := ctx.Err(); err != nil {
+		return ModeProfile{}, err
 	}
-	// Clamp at 1% of the true value: a 0.5 noise could otherwise make a time negative.
-	return v * max(1+p.noise*p.rng.NormFloat64(), 0.01)
+	i, ok := p.pt.DenseOf(m)
+	if !ok {
+		return ModeProfile{}, fmt.Errorf("remeasure mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
+	}
+	mp := p.measure(i)
+	p.count++
+	return mp, nil
+}
+
+// measure returns a new measurement of dense mode i: its profile with every time and
+// power jittered by the noise of (base, i, repeat number).
+func (p *TruthProfiler) measure(i int) ModeProfile {
+	mp := p.pt.ProfileAt(i)
+	if p.noise == 0 {
+		return mp
+	}
+	r := p.reps[i]
+	p.reps[i] = r + 1
+	rng := rand.New(rand.NewPCG(p.base^(uint64(i)*0x9e3779b97f4a7c15), r))
+	jitter := func(v float64) float64 {
+		// Clamp at 1% of the true value: a 0.5 noise could otherwise make a time negative.
+		return v * max(1+p.noise*rng.NormFloat64(), 0.01)
+	}
+	mp.Train.TimeMS = jitter(mp.Train.TimeMS)
+	mp.Train.PowerMW = jitter(mp.Train.PowerMW)
+	for j := range mp.Infer {
+		mp.Infer[j].TimeMS = jitter(mp.Infer[j].TimeMS)
+		mp.Infer[j].PowerMW = jitter(mp.Infer[j].PowerMW)
+	}
+	return mp
 }
 
 // Known implements Profiler: every profile measured so far (or inherited by Fork), in
@@ -249,7 +284,10 @@ func (p *TruthProfiler) Count() int { return p.count }
 // budget configuration a fork of a pair-learner's campaign profiler, so confirming
 // profiles are counted per configuration and results do not depend on scheduling.
 func (p *TruthProfiler) Fork(rng *rand.Rand) *TruthProfiler {
-	f := &TruthProfiler{pt: p.pt, noise: p.noise, rng: rng, known: make(map[powermode.Mode]ModeProfile, len(p.known)), order: slices.Clone(p.order)}
+	f := &TruthProfiler{pt: p.pt, noise: p.noise, reps: map[int]uint64{}, known: make(map[powermode.Mode]ModeProfile, len(p.known)), order: slices.Clone(p.order)}
+	if rng != nil {
+		f.base = rng.Uint64()
+	}
 	for m, mp := range p.known {
 		f.known[m] = mp
 	}

@@ -130,3 +130,67 @@ func meanSD(v []float64) (float64, float64) {
 	}
 	return m, math.Sqrt(ss / float64(len(v)-1))
 }
+
+// TestTruthProfilerCommonRandomNumbers: the noise of a measurement depends on the
+// profiler's seed, the mode and the repeat number, not on the order modes are asked
+// for, so two searchers given equal seeds see equal measurements. Remeasure gives a
+// fresh, counted measurement and leaves Known alone; its average converges on the truth.
+func TestTruthProfilerCommonRandomNumbers(t *testing.T) {
+	pt, _, _ := smallPair(t)
+	ctx := context.Background()
+	a, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(9, 9)))
+	b, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(9, 9)))
+	modes := []powermode.Mode{pt.ModeAt(0), pt.ModeAt(5), pt.ModeAt(17), pt.ModeAt(pt.Len() - 1)}
+	got := map[powermode.Mode]ModeProfile{}
+	for _, m := range modes {
+		mp, err := a.Profile(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[m] = mp
+	}
+	for i := len(modes) - 1; i >= 0; i-- {
+		mp, _ := b.Profile(ctx, modes[i])
+		if mp.Train != got[modes[i]].Train || mp.Infer[0] != got[modes[i]].Infer[0] {
+			t.Errorf("mode %s: order changed the measurement: %+v vs %+v", modes[i], mp.Train, got[modes[i]].Train)
+		}
+	}
+	m := modes[1]
+	first := got[m]
+	n := a.Count()
+	var sumT float64
+	const reps = 400
+	for r := range reps {
+		mp, err := a.Remeasure(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == 0 && mp.Train == first.Train {
+			t.Error("a repeat returned the first measurement again")
+		}
+		sumT += mp.Train.TimeMS
+	}
+	if a.Count() != n+reps {
+		t.Errorf("count %d after %d repeats, want %d", a.Count(), reps, n+reps)
+	}
+	if k := a.Known(); len(k) != len(modes) || k[1].Train != first.Train {
+		t.Errorf("Remeasure changed Known: %d profiles, mode %s train %+v (first %+v)", len(k), m, k[1].Train, first.Train)
+	}
+	// 400 draws of 3%: the mean is within 0.6% (4 standard errors) of the truth.
+	truthT := pt.ProfileAt(5).Train.TimeMS
+	if rel := sumT/reps/truthT - 1; math.Abs(rel) > 0.006 {
+		t.Errorf("mean of %d repeats is %.2f%% off the truth", reps, 100*rel)
+	}
+	// Repeats are numbered per mode: a fresh profiler with the same seed that profiles
+	// m and then remeasures it draws what b draws for its first repeat of m.
+	a2, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(9, 9)))
+	a2.Profile(ctx, m)
+	r1, _ := a2.Remeasure(ctx, m)
+	b1, _ := b.Remeasure(ctx, m)
+	if r1.Train != b1.Train || r1.Train == first.Train {
+		t.Errorf("first repeat of %s: %+v and %+v, want equal and unlike the first measurement %+v", m, r1.Train, b1.Train, first.Train)
+	}
+	if _, err := a.Remeasure(ctx, powermode.Mode{Cores: 3, CPUKHz: 1, GPUHz: 1, EMCHz: 1}); err == nil {
+		t.Error("remeasure of a mode outside the table: no error")
+	}
+}
