@@ -108,7 +108,7 @@ func TestBaselines(t *testing.T) {
 		t.Errorf("random-15 drew %d distinct modes", len(u))
 	}
 	// K above the space size takes the whole space.
-	small := pairFromRows(t, edgeRows())
+	small := pairFromRows(t, edgeRows(nil))
 	prof, _ = NewPairProfiler(small, 0.01, rand.New(rand.NewPCG(1, 1)))
 	q := small.Problem()
 	q.Budgets = Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}

@@ -30,7 +30,17 @@ const (
 	// throughput in the walk's objective: 1% over a budget costs as much as
 	// DefaultGMDPenalty% of throughput.
 	DefaultGMDPenalty = 4.0
+	// DefaultGMDConfirm is how many of GMD's profiles are kept back from the walk to
+	// measure again the candidates that sit just inside a budget (see confirm), when
+	// the profiler can remeasure.
+	DefaultGMDConfirm = 2
+	// gmdMaxRepeats caps the measurements averaged at one mode: past it, another repeat
+	// shrinks the noise too little to be worth a profile.
+	gmdMaxRepeats = 6
 )
+
+// DefaultGMDFallbackSigmas are GMD's reduced margins for tight budgets.
+func DefaultGMDFallbackSigmas() []float64 { return []float64{1} }
 
 // GMDOptions tune GMD; the zero value takes the defaults.
 type GMDOptions struct {
@@ -45,6 +55,15 @@ type GMDOptions struct {
 	// NoSmooth turns off combining each measurement with its neighbours' prediction
 	// for the final choice (see smooth).
 	NoSmooth bool
+	// Confirm is how many profiles are kept back from the walk to remeasure candidates
+	// near a budget's edge, when the profiler is a Remeasurer (0: DefaultGMDConfirm;
+	// negative: none). Profiles the walk leaves unused go to the same purpose.
+	Confirm int
+	// FallbackSigmas are the smaller margins, in standard deviations, tried in order
+	// when nothing profiled fits with the full margin (nil: DefaultGMDFallbackSigmas;
+	// empty: none). A choice found that way is claimed feasible, and Result.Stop says
+	// at which margin.
+	FallbackSigmas []float64
 }
 
 // GMD is discrete multi-dimensional gradient descent over the level indices of the four
@@ -120,7 +139,21 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	if budget <= 0 {
 		budget = g.opts.MaxProfiles
 	}
-	w := &walk{ctx: ctx, sp: p.Space, model: model, margin: margin, prof: prof, budget: budget, penalty: g.opts.Penalty, score: map[powermode.Index]float64{}}
+	if budget <= 0 {
+		budget = DefaultGMDProfiles
+	}
+	rm, canRepeat := prof.(Remeasurer)
+	canRepeat = canRepeat && margin > 0 && g.opts.Confirm >= 0
+	reserve := 0
+	if canRepeat {
+		reserve = g.opts.Confirm
+		if reserve == 0 {
+			reserve = DefaultGMDConfirm
+		}
+		// The walk needs its start and a probe along each knob before it can move.
+		reserve = min(reserve, max(0, budget-(1+powermode.NumKnobs)))
+	}
+	w := &walk{ctx: ctx, sp: p.Space, model: model, margin: margin, prof: prof, budget: budget - reserve, penalty: g.opts.Penalty, score: map[powermode.Index]float64{}, reps: map[powermode.Mode]int{}}
 	l := p.Space.Levels()
 	w.top.Cores, w.top.CPUKHz = float64(slices.Max(l.Cores)), float64(slices.Max(l.CPUKHz))
 	w.top.GPUHz, w.top.EMCHz = float64(slices.Max(l.GPUHz)), float64(slices.Max(l.EMCHz))
@@ -134,30 +167,286 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	if err != nil && !errors.Is(err, errBudgetSpent) {
 		return Result{}, fmt.Errorf("gmd: %w", err)
 	}
-	res := Result{Profiled: w.profiled, Stop: stop}
+	smooth := !g.opts.NoSmooth && margin > 0
+	if retreated, err := w.retreat(budget, smooth); err != nil {
+		return Result{}, fmt.Errorf("gmd: %w", err)
+	} else if retreated > 0 {
+		stop += fmt.Sprintf("; %d profile(s) spent retreating to where the budgets hold with the margin", retreated)
+	}
+	if canRepeat {
+		if err := w.confirm(rm, budget, smooth); err != nil {
+			return Result{}, fmt.Errorf("gmd: %w", err)
+		}
+		if len(w.remeasured) > 0 {
+			stop += fmt.Sprintf("; %d repeat measurement(s) near the budget edge", len(w.remeasured))
+		}
+	}
+	res := Result{Profiled: w.profiled, Remeasured: w.remeasured, Stop: stop}
 	// Feasible says the choice fits the budgets with every time and power raised by
 	// the margin: a choice that fits only as measured is reported (Choice) but not
 	// claimed, since the measurement may be a few percent optimistic.
-	profiles, mT, mP := w.known, make([]float64, len(w.known)), make([]float64, len(w.known))
-	for i := range mT {
-		mT[i], mP[i] = margin, margin
-	}
-	if !g.opts.NoSmooth && margin > 0 {
-		profiles, mT, mP = w.smooth(margin / DefaultGMDMarginSigmas)
-	}
-	var best Eval
-	for i, mp := range profiles {
-		for _, ip := range mp.Infer {
-			if e := w.robustEvalM(mp, ip, mT[i], mP[i]); !res.Found || e.Better(best) {
-				best, res.Found = e, true
+	best, found := w.best(smooth)
+	if found && !best.Feasible && margin > 0 {
+		// Tight budgets: rather than give up, claim the best that fits with a smaller
+		// margin — more likely than not within budget, and the controller watches the
+		// live numbers and steps down if it is not.
+		fall := g.opts.FallbackSigmas
+		if fall == nil {
+			fall = DefaultGMDFallbackSigmas()
+		}
+		for _, z := range fall {
+			if z < 0 || z >= DefaultGMDMarginSigmas {
+				continue
+			}
+			if e, ok := w.bestScaled(smooth, z/DefaultGMDMarginSigmas); ok && e.Feasible {
+				best = e
+				res.Stop += fmt.Sprintf("; feasible only with a reduced safety margin (%g σ)", z)
+				break
 			}
 		}
 	}
-	if res.Found {
-		res.Feasible = best.Feasible
+	if found {
+		res.Found, res.Feasible = true, best.Feasible
 		res.Choice, _ = evalAt(model, best.Mode, w.known, best.Batch)
 	}
 	return res, nil
+}
+
+// margins returns the profiles the final choice is made from and, per profile, the
+// relative margins for its times and powers: the margin shrinks as 1/√n with the n
+// measurements averaged at a mode, and further where smoothing shows the neighbours
+// predict the mode well.
+func (w *walk) margins(smooth bool) ([]ModeProfile, []float64, []float64) {
+	if smooth {
+		return w.smooth(w.margin / DefaultGMDMarginSigmas)
+	}
+	mT, mP := make([]float64, len(w.known)), make([]float64, len(w.known))
+	for i, mp := range w.known {
+		mT[i] = w.margin / math.Sqrt(float64(w.repeats(mp.Mode)))
+		mP[i] = mT[i]
+	}
+	return w.known, mT, mP
+}
+
+// best is the best configuration over the known profiles judged with the margins.
+func (w *walk) best(smooth bool) (Eval, bool) { return w.bestScaled(smooth, 1) }
+
+// bestScaled is best with every margin multiplied by scale.
+func (w *walk) bestScaled(smooth bool, scale float64) (Eval, bool) {
+	profiles, mT, mP := w.margins(smooth)
+	for i := range mT {
+		mT[i], mP[i] = mT[i]*scale, mP[i]*scale
+	}
+	var best Eval
+	found := false
+	for i, mp := range profiles {
+		for _, ip := range mp.Infer {
+			if e := w.robustEvalM(mp, ip, mT[i], mP[i]); !found || e.Better(best) {
+				best, found = e, true
+			}
+		}
+	}
+	return best, found
+}
+
+// repeats is the number of measurements averaged in the known profile of m.
+func (w *walk) repeats(m powermode.Mode) int {
+	if n := w.reps[m]; n > 1 {
+		return n
+	}
+	return 1
+}
+
+// confirm spends what is left of the profile budget on measuring again the candidate
+// that would beat the current choice if its measurement were trusted: the
+// highest-throughput configuration that fits the budgets as measured but not with the
+// margin, and whose apparent slack the margin would shrink below with the repeats
+// still affordable (margin ∝ 1/√n). The candidate is then judged once, on the average
+// of the fresh measurements alone: its first measurement was picked for looking good,
+// so averaging it in (or judging after every repeat and stopping at the first pass)
+// would let optimistic noise through. A candidate that truly fits is confirmed; one
+// that only looked feasible drops out. This fights one measurement's noise with more
+// measurements rather than with a wider margin, which would give up throughput on
+// every configuration near a budget.
+func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
+	tried := map[powermode.Mode]bool{}
+	for {
+		left := total - len(w.profiled) - len(w.remeasured)
+		if left < 2 {
+			return nil
+		}
+		profiles, mT, mP := w.margins(smooth)
+		var best, cand Eval
+		need := 0
+		haveBest, haveCand := false, false
+		for i, mp := range profiles {
+			for _, ip := range mp.Infer {
+				if e := w.robustEvalM(mp, ip, mT[i], mP[i]); e.Feasible && (!haveBest || e.Better(best)) {
+					best, haveBest = e, true
+				}
+			}
+		}
+		for i, mp := range profiles {
+			if tried[mp.Mode] || w.repeats(mp.Mode) > 1 {
+				continue
+			}
+			for _, ip := range mp.Infer {
+				e := w.model.Evaluate(mp.Mode, mp.Train, ip)
+				if !e.Feasible || (haveCand && !e.Better(cand)) || (haveBest && !e.Better(best)) {
+					continue
+				}
+				// The largest fraction of the margin at which it still fits (bisection).
+				lo, hi := 0.0, 1.0
+				for range 20 {
+					mid := (lo + hi) / 2
+					if w.robustEvalM(mp, ip, mid*mT[i], mid*mP[i]).Feasible {
+						lo = mid
+					} else {
+						hi = mid
+					}
+				}
+				if lo <= 0 || lo >= 1 {
+					continue // hopeless at any count, or already fits with the margin
+				}
+				n := int(math.Ceil(1 / (lo * lo)))
+				if n > min(gmdMaxRepeats, left) {
+					continue
+				}
+				cand, haveCand, need = e, true, max(n, 2)
+			}
+		}
+		if !haveCand || need > left {
+			return nil
+		}
+		tried[cand.Mode] = true
+		var fresh []ModeProfile
+		for range need {
+			mp, err := rm.Remeasure(w.ctx, cand.Mode)
+			if err != nil {
+				return fmt.Errorf("remeasure %s: %w", cand.Mode, err)
+			}
+			w.remeasured = append(w.remeasured, cand.Mode)
+			fresh = append(fresh, mp)
+		}
+		w.replace(fresh)
+	}
+}
+
+// retreat runs when the walk has found nothing that fits with the margin (its
+// penalised objective may settle on a mode just over, or just inside, a budget): while
+// profiles are left, it profiles the unprofiled mode near the best-scored one that the
+// local model predicts to fit with one and a half margins (a prediction is less sure
+// than a measurement) at the highest throughput. It returns the profiles it took.
+func (w *walk) retreat(total int, smooth bool) (int, error) {
+	taken := 0
+	dims := w.sp.Dims()
+	for range 3 {
+		if e, ok := w.best(smooth); ok && e.Feasible {
+			return taken, nil
+		}
+		if len(w.profiled)+len(w.remeasured) >= total {
+			return taken, nil
+		}
+		var cur powermode.Index
+		curS, found := math.Inf(-1), false
+		for idx, sc := range w.score {
+			if !math.IsNaN(sc) && (sc > curS || sc == curS && cmpIndex(idx, cur) < 0) {
+				cur, curS, found = idx, sc, true
+			}
+		}
+		if !found {
+			return taken, nil
+		}
+		var step powermode.Index
+		for k := range powermode.NumKnobs {
+			step[k] = max(1, (dims[k]+4)/8)
+		}
+		strict := func(mp ModeProfile) float64 {
+			s := math.Inf(-1)
+			for _, ip := range mp.Infer {
+				if e := w.robustEvalM(mp, ip, 1.5*w.margin, 1.5*w.margin); e.Feasible {
+					s = math.Max(s, e.ThroughputSPS/w.thetaRef)
+				}
+			}
+			return s
+		}
+		next, ok := w.predictBestBy(cur, step, math.Inf(-1), strict)
+		if !ok {
+			// No mode near the best-scored one is predicted to fit: go from the
+			// profiled mode that comes closest to fitting towards the mode predicted to
+			// come closer still (least violation with the margin; throughput breaks
+			// ties), rather than stop with profiles unspent and nothing to claim.
+			closest := func(mp ModeProfile) float64 {
+				s := math.Inf(-1)
+				for _, ip := range mp.Infer {
+					e := w.robustEvalM(mp, ip, w.margin, w.margin)
+					s = math.Max(s, -e.Violation+1e-3*e.ThroughputSPS/w.thetaRef)
+				}
+				return s
+			}
+			nearS, haveNear := math.Inf(-1), false
+			for _, mp := range w.known {
+				idx, ok := w.sp.Index(mp.Mode)
+				if s := closest(mp); ok && (s > nearS || s == nearS && cmpIndex(idx, cur) < 0) {
+					cur, nearS, haveNear = idx, s, true
+				}
+			}
+			if !haveNear {
+				return taken, nil
+			}
+			if next, ok = w.predictBestBy(cur, step, math.Inf(-1), strict); !ok {
+				if next, ok = w.predictBestBy(cur, step, math.Inf(-1), closest); !ok {
+					return taken, nil
+				}
+			}
+		}
+		w.budget = total
+		if _, err := w.eval(next); err != nil {
+			if errors.Is(err, errBudgetSpent) {
+				return taken, nil
+			}
+			return taken, err
+		}
+		taken++
+	}
+	return taken, nil
+}
+
+func cmpIndex(a, b powermode.Index) int {
+	for k := range powermode.NumKnobs {
+		if a[k] != b[k] {
+			return a[k] - b[k]
+		}
+	}
+	return 0
+}
+
+// replace sets the known profile of a mode to the average of fresh measurements of it
+// (which then count as len(fresh) measurements).
+func (w *walk) replace(fresh []ModeProfile) {
+	avg := cloneProfile(fresh[0])
+	n := float64(len(fresh))
+	for _, mp := range fresh[1:] {
+		avg.Train.TimeMS += mp.Train.TimeMS
+		avg.Train.PowerMW += mp.Train.PowerMW
+		for j := range avg.Infer {
+			avg.Infer[j].TimeMS += mp.Infer[j].TimeMS
+			avg.Infer[j].PowerMW += mp.Infer[j].PowerMW
+		}
+	}
+	avg.Train.TimeMS /= n
+	avg.Train.PowerMW /= n
+	for j := range avg.Infer {
+		avg.Infer[j].TimeMS /= n
+		avg.Infer[j].PowerMW /= n
+	}
+	for i := range w.known {
+		if w.known[i].Mode == avg.Mode {
+			w.known[i] = avg
+			w.reps[avg.Mode] = len(fresh)
+			return
+		}
+	}
 }
 
 type walk struct {
@@ -169,10 +458,13 @@ type walk struct {
 	budget   int
 	penalty  float64
 	thetaRef float64
-	known    []ModeProfile
+	known    []ModeProfile // one per mode; repeats are averaged in
+	reps     map[powermode.Mode]int
 	profiled []powermode.Mode
-	score    map[powermode.Index]float64 // NaN: profiled before θ_ref was set
-	top      struct{ Cores, CPUKHz, GPUHz, EMCHz float64 }
+	// remeasured lists the repeat measurements, in order (a mode once per repeat).
+	remeasured []powermode.Mode
+	score      map[powermode.Index]float64 // NaN: profiled before θ_ref was set
+	top        struct{ Cores, CPUKHz, GPUHz, EMCHz float64 }
 }
 
 // profileAt returns the profile of the mode at idx, measuring it when it is not known.
@@ -417,9 +709,11 @@ func (w *walk) smooth(sigma float64) ([]ModeProfile, []float64, []float64) {
 	for k, d := range w.sp.Dims() {
 		step[k] = max(1, (d+2)/4)
 	}
+	s2 := sigma * sigma
 	for i, mp := range w.known {
 		out[i] = cloneProfile(mp)
-		mT[i], mP[i] = DefaultGMDMarginSigmas*sigma, DefaultGMDMarginSigmas*sigma
+		n := float64(w.repeats(mp.Mode))
+		mT[i], mP[i] = DefaultGMDMarginSigmas*sigma/math.Sqrt(n), DefaultGMDMarginSigmas*sigma/math.Sqrt(n)
 		idx, ok := w.sp.Index(mp.Mode)
 		if !ok {
 			continue
@@ -430,38 +724,41 @@ func (w *walk) smooth(sigma float64) ([]ModeProfile, []float64, []float64) {
 		}
 		pr := f.predict(mp.Mode, mp.Infer)
 		preds[i] = &pr
+		// Residuals beyond what the (averaged) measurement's own noise explains.
+		ex := s2 / n
 		d := math.Log(mp.Train.TimeMS / pr.Train.TimeMS)
-		rT, nT = rT+d*d, nT+1
+		rT, nT = rT+d*d-ex, nT+1
 		d = mp.Train.PowerMW/pr.Train.PowerMW - 1
-		rP, nP = rP+d*d, nP+1
+		rP, nP = rP+d*d-ex, nP+1
 		for j, ip := range mp.Infer {
 			d = math.Log(ip.TimeMS / pr.Infer[j].TimeMS)
-			rT, nT = rT+d*d, nT+1
+			rT, nT = rT+d*d-ex, nT+1
 			d = ip.PowerMW/pr.Infer[j].PowerMW - 1
-			rP, nP = rP+d*d, nP+1
+			rP, nP = rP+d*d-ex, nP+1
 		}
 	}
 	if nT < 2*nFeat {
 		return out, mT, mP
 	}
-	s2 := sigma * sigma
 	// What the residuals show beyond the measurement noise, at least a quarter of it:
 	// the residual estimate itself is noisy.
-	predT := math.Max(rT/float64(nT)-s2, s2/4)
-	predP := math.Max(rP/float64(nP)-s2, s2/4)
-	wm, wt, wp := 1/s2, 1/predT, 1/predP
-	ct, cp := 1/math.Sqrt(wm+wt), 1/math.Sqrt(wm+wp)
-	// The blend may raise a value, never lower it below its measurement: a prediction
-	// below the measurement may be the model's bias (its misfit is not zero-mean), and
-	// a measurement above the truth is already on the safe side.
-	blendT := func(meas, pred float64) float64 {
-		return math.Max(meas, math.Exp((wm*math.Log(meas)+wt*math.Log(pred))/(wm+wt)))
-	}
-	blendP := func(meas, pred float64) float64 { return math.Max(meas, (wm*meas+wp*pred)/(wm+wp)) }
+	predT := math.Max(rT/float64(nT), s2/4)
+	predP := math.Max(rP/float64(nP), s2/4)
+	wt, wp := 1/predT, 1/predP
 	for i, pr := range preds {
 		if pr == nil {
 			continue
 		}
+		// An average of n measurements weighs n times one.
+		wm := float64(w.repeats(out[i].Mode)) / s2
+		ct, cp := 1/math.Sqrt(wm+wt), 1/math.Sqrt(wm+wp)
+		// The blend may raise a value, never lower it below its measurement: a
+		// prediction below the measurement may be the model's bias (its misfit is not
+		// zero-mean), and a measurement above the truth is already on the safe side.
+		blendT := func(meas, pred float64) float64 {
+			return math.Max(meas, math.Exp((wm*math.Log(meas)+wt*math.Log(pred))/(wm+wt)))
+		}
+		blendP := func(meas, pred float64) float64 { return math.Max(meas, (wm*meas+wp*pred)/(wm+wp)) }
 		o := &out[i]
 		o.Train.TimeMS, o.Train.PowerMW = blendT(o.Train.TimeMS, pr.Train.TimeMS), blendP(o.Train.PowerMW, pr.Train.PowerMW)
 		for j := range o.Infer {
@@ -626,6 +923,11 @@ var predictSteps = [...]int{-2, -1, 0, 1, 2}
 // predictBest returns the unprofiled mode of the trust region around cur whose predicted
 // objective is highest, if it beats floor.
 func (w *walk) predictBest(cur, step powermode.Index, floor float64) (powermode.Index, bool) {
+	return w.predictBestBy(cur, step, floor, w.objective)
+}
+
+// predictBestBy is predictBest with another objective.
+func (w *walk) predictBestBy(cur, step powermode.Index, floor float64, objective func(ModeProfile) float64) (powermode.Index, bool) {
 	curP, err := w.profileAt(cur)
 	if err != nil {
 		return cur, false
@@ -675,7 +977,7 @@ func (w *walk) predictBest(cur, step powermode.Index, floor float64) (powermode.
 		}
 		pred := f.predict(w.sp.Mode(idx), curP.Infer)
 		pred.Train.Batch = curP.Train.Batch
-		if s := w.objective(pred); s > bestS {
+		if s := objective(pred); s > bestS {
 			best, bestS, found = idx, s, true
 		}
 	}
