@@ -76,10 +76,12 @@ func NewSearcher(name string) (any, error) {
 }
 
 // parseGMDName reads GMD variants: gmd-m<margin percent>, gmd-p<penalty>, gmd-b<profiles>,
-// combinable (gmd-m6-p8).
+// gmd-c<profiles kept back for repeat measurements> (gmd-c0: none), gmd-f<fallback
+// margin in tenths of σ> (gmd-f10: 1σ; gmd-f0: no fallback), gmd-s0 (no smoothing),
+// combinable (gmd-m6-p8, gmd-c0-f0).
 func parseGMDName(name string) (GMDOptions, error) {
 	var o GMDOptions
-	bad := fmt.Errorf("searcher %q: want gmd followed by -m<margin percent>, -p<penalty> or -b<profile budget>, e.g. gmd-m4 or gmd-m6-b20", name)
+	bad := fmt.Errorf("searcher %q: want gmd followed by -m<margin percent>, -p<penalty>, -b<profile budget>, -c<profiles kept for repeats>, -f<fallback margin in tenths of σ> or -s0 (no smoothing), e.g. gmd-m4, gmd-m6-b20 or gmd-c0-f0", name)
 	for _, part := range strings.Split(strings.TrimPrefix(name, "gmd-"), "-") {
 		if len(part) < 2 {
 			return o, bad
@@ -103,6 +105,16 @@ func parseGMDName(name string) (GMDOptions, error) {
 			o.MaxProfiles = int(v)
 		case 's':
 			o.NoSmooth = v == 0
+		case 'f':
+			o.FallbackSigmas = []float64{v / 10} // f10: 1σ; f0: none
+			if v == 0 {
+				o.FallbackSigmas = []float64{}
+			}
+		case 'c':
+			o.Confirm = int(v)
+			if v == 0 {
+				o.Confirm = -1 // no repeat measurements
+			}
 		default:
 			return o, bad
 		}
@@ -356,7 +368,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		if jb.cfg >= 0 {
 			c := &cfgs[jb.cfg]
 			seed := deriveSeed(spec.Seed, name, "config", uint64(jb.cfg))
-			prof := profiler(jb.pair, seed)
+			prof := profiler(jb.pair, deriveSeed(spec.Seed, "", "config", uint64(jb.cfg)))
 			res, err := searchers[jb.s].(Searcher).Search(ctx, problem(jb.pair, c.budgets, seed), prof)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -366,7 +378,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		}
 		pl := searchers[jb.s].(PairLearner)
 		seed := deriveSeed(spec.Seed, name, "pair", uint64(jb.pair))
-		camp := profiler(jb.pair, seed)
+		camp := profiler(jb.pair, deriveSeed(spec.Seed, "", "pair", uint64(jb.pair)))
 		ans, lerr := pl.Learn(ctx, problem(jb.pair, Budgets{}, seed), camp)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -382,7 +394,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 				outcomes[jb.s][ci] = o
 				continue
 			}
-			cseed := deriveSeed(spec.Seed, name, "config", uint64(ci))
+			cseed := deriveSeed(spec.Seed, "", "config", uint64(ci))
 			prof := camp.Fork(rand.New(rand.NewPCG(cseed, cseed^0xda942042e4dd58b5)))
 			res, err := ans.Answer(ctx, c.budgets, prof)
 			if ctx.Err() != nil {
@@ -503,7 +515,10 @@ func oracleStats(cfgs []benchConfig, pts []*PairTruth) SearcherStats {
 	return st
 }
 
-// deriveSeed gives every (searcher, kind, number) its own reproducible seed.
+// deriveSeed gives every (searcher, kind, number) its own reproducible seed. The
+// profilers' noise is seeded without the searcher's name (""), so that every searcher
+// sees the same measurement of a mode in a configuration (common random numbers) and
+// the report compares searchers, not their luck.
 func deriveSeed(seed uint64, name, kind string, n uint64) uint64 {
 	h := fnv.New64a()
 	var b [8]byte

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -237,6 +238,19 @@ func TestNewSearcherNames(t *testing.T) {
 		if sr, ok := s.(Searcher); !ok || (sr.Name() != n && n != "gmd") {
 			t.Errorf("%s: got %T named %v", n, s, s)
 		}
+	}
+	for name, want := range map[string]GMDOptions{
+		"gmd-c0-f0":  {Confirm: -1, FallbackSigmas: []float64{}},
+		"gmd-c4-f5":  {Confirm: 4, FallbackSigmas: []float64{0.5}},
+		"gmd-s0-f10": {NoSmooth: true, FallbackSigmas: []float64{1}},
+	} {
+		got, err := parseGMDName(name)
+		if err != nil || got.Confirm != want.Confirm || got.NoSmooth != want.NoSmooth || !slices.Equal(got.FallbackSigmas, want.FallbackSigmas) || (got.FallbackSigmas == nil) != (want.FallbackSigmas == nil) {
+			t.Errorf("%s: %+v (%v), want %+v", name, got, err, want)
+		}
+	}
+	if _, err := NewSearcher("gmd-x3"); err == nil || !strings.Contains(err.Error(), "-f<fallback margin") {
+		t.Errorf("gmd-x3: %v", err)
 	}
 	if _, err := NewSearcher("oracle"); err == nil || !strings.Contains(err.Error(), "noise-free truth") {
 		t.Errorf("oracle: %v", err)

@@ -34,8 +34,11 @@ model v1 and compared with the oracle (the exhaustive optimum). Percentages and 
 are over the configurations the oracle can satisfy. docs/benchmarks.md explains every
 column and has the reference results.
 
-Searchers: gmd, gmd-m<percent> (GMD with another budget margin), als, preset, maxn,
-random-<K>, oracle.`,
+Searchers: gmd, als, preset, maxn, random-<K>, oracle, and GMD variants: gmd-m<percent>
+(another budget margin), gmd-p<penalty>, gmd-b<profiles>, gmd-c<n> (profiles kept back
+for repeat measurements near a budget edge; gmd-c0: none), gmd-f<tenths of σ> (the
+reduced margin tried when nothing fits with the full one; gmd-f0: none), gmd-s0 (no
+smoothing); combinable, e.g. gmd-c0-f0.`,
 		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
   fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \
       --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table`,
