@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
@@ -196,4 +197,57 @@ func (o *oracleRate) answer(model *Model) Result {
 		}
 	}
 	return Result{Choice: best, Found: true, Feasible: false, Stop: "exhaustive: nothing meets the budgets"}
+}
+
+// MarginOracle is the oracle with a safety margin: it knows the noise-free truth (it
+// needs a profiler that holds one, such as TruthProfiler) but claims only configurations
+// that still fit with every time and power raised by MarginRel. It profiles nothing.
+// It measures what a margin alone costs, whatever the search: the ceiling of any
+// searcher that keeps that margin (benchmark name oracle-m<percent>).
+type MarginOracle struct {
+	MarginRel float64
+}
+
+// Name implements Searcher.
+func (o MarginOracle) Name() string {
+	return "oracle-m" + strconv.FormatFloat(100*o.MarginRel, 'f', -1, 64)
+}
+
+// Search implements Searcher.
+func (o MarginOracle) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
+	tp, ok := prof.(interface{ Truth() *PairTruth })
+	if !ok {
+		return Result{}, fmt.Errorf("%s: needs the noise-free truth; run it in fulcrumctl bench", o.Name())
+	}
+	pt := tp.Truth()
+	model, err := NewModel(p.Budgets, pt.Batches)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s: budgets: %w", o.Name(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	up := 1 + o.MarginRel
+	var best Eval
+	found := false
+	for i := range pt.Len() {
+		mp := pt.ProfileAt(i)
+		t := mp.Train
+		t.TimeMS, t.PowerMW = t.TimeMS*up, t.PowerMW*up
+		for _, ip := range mp.Infer {
+			raised := ip
+			raised.TimeMS, raised.PowerMW = ip.TimeMS*up, ip.PowerMW*up
+			if !model.Evaluate(mp.Mode, t, raised).Feasible {
+				continue
+			}
+			// Ranked by the true throughput, as the plain oracle ranks.
+			if e := model.Evaluate(mp.Mode, mp.Train, ip); !found || e.Better(best) {
+				best, found = e, true
+			}
+		}
+	}
+	if !found {
+		return Result{Stop: "exhaustive: nothing fits with the margin"}, nil
+	}
+	return Result{Choice: best, Found: true, Feasible: true, Stop: "exhaustive with a margin"}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -125,4 +126,51 @@ func cmpMode(a, b powermode.Mode) int {
 		return 1
 	}
 	return 0
+}
+
+// TestMarginOracle: with no margin it is the oracle; on the edge table (the fastest
+// fitting mode at 99.5% of the power budget) a 1% margin passes it over for the next
+// mode down, and a margin nothing fits with is no answer. It profiles nothing and
+// refuses a profiler without the truth.
+func TestMarginOracle(t *testing.T) {
+	ctx := context.Background()
+	pt := edgePair(t)
+	p := pt.Problem()
+	p.Budgets = Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
+	want, err := Oracle(pt, p.Budgets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(1, 1)))
+	for _, tc := range []struct {
+		margin  float64
+		gpuHz   int64
+		found   bool
+		isExact bool
+	}{{0, 0, true, true}, {0.01, 600000000, true, false}, {0.6, 0, false, false}} {
+		res, err := MarginOracle{MarginRel: tc.margin}.Search(ctx, p, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case res.Found != tc.found || res.Feasible != tc.found:
+			t.Errorf("margin %g: found %v feasible %v, want %v", tc.margin, res.Found, res.Feasible, tc.found)
+		case tc.isExact && res.Choice != want.Choice:
+			t.Errorf("margin 0: %+v, oracle %+v", res.Choice, want.Choice)
+		case tc.gpuHz != 0 && res.Choice.Mode.GPUHz != tc.gpuHz:
+			t.Errorf("margin %g: chose %s, want the %d Hz GPU level", tc.margin, res.Choice.Mode, tc.gpuHz)
+		}
+	}
+	if prof.Count() != 0 {
+		t.Errorf("the margin oracle profiled %d modes", prof.Count())
+	}
+	if _, err := (MarginOracle{MarginRel: 0.02}).Search(ctx, p, &countingProfiler{t: t, inner: prof, asked: map[powermode.Mode]int{}}); err == nil || !strings.Contains(err.Error(), "noise-free truth") {
+		t.Errorf("without the truth: %v", err)
+	}
+	if s, err := NewSearcher("oracle-m4.5"); err != nil || s.(Searcher).Name() != "oracle-m4.5" {
+		t.Errorf("oracle-m4.5: %v %v", s, err)
+	}
+	if _, err := NewSearcher("oracle-mx"); err == nil {
+		t.Error("oracle-mx: no error")
+	}
 }

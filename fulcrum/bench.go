@@ -44,7 +44,7 @@ type Answerer interface {
 
 // NewSearcher builds a searcher by its benchmark name: gmd, gmd-m<percent> (GMD with
 // that budget margin, gmd-m0 for none; also -p<penalty>, -b<profile budget>), maxn,
-// preset, random-<K>, als. The result is a
+// preset, random-<K>, als, oracle-m<percent> (the truth with a margin). The result is a
 // Searcher or a PairLearner. "oracle" is not a searcher: the benchmark computes it from
 // the noise-free truth.
 func NewSearcher(name string) (any, error) {
@@ -69,10 +69,16 @@ func NewSearcher(name string) (any, error) {
 		return RandomSearcher{K: k}, nil
 	case name == "als":
 		return NewALS(ALSOptions{}), nil
+	case strings.HasPrefix(name, "oracle-m"):
+		pct, err := strconv.ParseFloat(strings.TrimPrefix(name, "oracle-m"), 64)
+		if err != nil || pct < 0 || pct >= 100 {
+			return nil, fmt.Errorf("searcher %q: want oracle-m<margin percent>, e.g. oracle-m6", name)
+		}
+		return namedSearcher{MarginOracle{MarginRel: pct / 100}, name}, nil
 	case name == "oracle":
 		return nil, errors.New("oracle is not a profiling searcher: the benchmark computes it from the noise-free truth (list it in the searchers to get its row)")
 	}
-	return nil, fmt.Errorf("unknown searcher %q: want gmd, gmd-m<percent>, als, preset, maxn, random-<K> or oracle", name)
+	return nil, fmt.Errorf("unknown searcher %q: want gmd, gmd-m<percent>, als, preset, maxn, random-<K>, oracle or oracle-m<percent>", name)
 }
 
 // parseGMDName reads GMD variants: gmd-m<margin percent>, gmd-p<penalty>, gmd-b<profiles>,

@@ -34,7 +34,9 @@ model v1 and compared with the oracle (the exhaustive optimum). Percentages and 
 are over the configurations the oracle can satisfy. docs/benchmarks.md explains every
 column and has the reference results.
 
-Searchers: gmd, als, preset, maxn, random-<K>, oracle, and GMD variants: gmd-m<percent>
+Searchers: gmd, als, preset, maxn, random-<K>, oracle, oracle-m<percent> (the oracle
+claiming only what fits with that margin: the ceiling of any searcher keeping it), and
+GMD variants: gmd-m<percent>
 (another budget margin), gmd-p<penalty>, gmd-b<profiles>, gmd-c<n> (profiles kept back
 for repeat measurements near a budget edge; gmd-c0: none), gmd-f<tenths of σ> (the
 reduced margin tried when nothing fits with the full one; gmd-f0: none), gmd-s0 (no
