@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -50,6 +53,67 @@ func BenchmarkRoundTrip(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	reportQuantiles(b, lat)
+}
+
+// BenchmarkSocketPingPong is the floor under BenchmarkRoundTrip on the same host: one
+// small message each way over a unix socket between two goroutines of one process, with
+// no protocol, scheduler or client library. What BenchmarkRoundTrip adds above it is
+// Fulcrum's own cost.
+//
+//	go test -run '^$' -bench 'RoundTrip|PingPong' -benchtime 20000x ./fulcrum/daemon/
+func BenchmarkSocketPingPong(b *testing.B) {
+	dir, err := os.MkdirTemp("", "fcp")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	l, err := net.Listen("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 256)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte(`{"type":"acquire","seq":1}` + "\n")
+	buf := make([]byte, 256)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := c.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf[:len(msg)]); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportQuantiles(b, lat)
+}
+
+func reportQuantiles(b *testing.B, lat []time.Duration) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	q := func(p float64) float64 {
 		return float64(lat[min(int(p*float64(len(lat))), len(lat)-1)].Microseconds())
