@@ -52,9 +52,14 @@ func newRig(t *testing.T) *rig {
 
 // TestManagedTrainAndInfer is the end-to-end check: fulcrumd's scheduler on a real
 // socket, a training and an inference synthetic worker running their minibatches on the
-// simulated board. Every request is answered within the latency budget (p99) and
-// training makes progress.
+// simulated board for about 30 s (750 requests at 25 req/s; 4 s and 100 requests with
+// -short). Every request is answered within the latency budget (p99) and training makes
+// progress.
 func TestManagedTrainAndInfer(t *testing.T) {
+	requests := 750
+	if testing.Short() {
+		requests = 100
+	}
 	r := newRig(t)
 	budget := 250 * time.Millisecond
 	srv := daemon.NewServer(daemon.Config{
@@ -71,7 +76,7 @@ func TestManagedTrainAndInfer(t *testing.T) {
 	go func() { served <- srv.Serve(sctx) }()
 	defer func() { stop(); <-served }()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	tctx, stopTrain := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -87,7 +92,7 @@ func TestManagedTrainAndInfer(t *testing.T) {
 		defer wg.Done()
 		defer stopTrain()
 		infer, inferErr = simworker.Run(ctx, simworker.Options{Role: proto.RoleInfer, Workload: r.models["resnet50-infer"],
-			Spec: r.spec, Root: r.root, Socket: srv.SocketPath(), Batch: 4, RateHz: 25, Requests: 100,
+			Spec: r.spec, Root: r.root, Socket: srv.SocketPath(), Batch: 4, RateHz: 25, Requests: requests,
 			LatencyBudget: budget, Seed: 2})
 	}()
 	wg.Wait()
@@ -106,14 +111,14 @@ func TestManagedTrainAndInfer(t *testing.T) {
 		}
 	}
 	t.Logf("daemon %+v", snap)
-	if infer.Requests != 100 || infer.Served != 100 || infer.Unserved != 0 {
+	if infer.Requests != requests || infer.Served != requests || infer.Unserved != 0 {
 		t.Fatalf("inference: %d requests, %d served, %d unserved; every request must be answered", infer.Requests, infer.Served, infer.Unserved)
 	}
 	if infer.LatencyP99MS > float64(budget/time.Millisecond) {
 		t.Errorf("inference p99 %.1f ms exceeds the %v budget", infer.LatencyP99MS, budget)
 	}
-	if wl, ok := snap.Workload(proto.RoleInfer, "resnet50-infer"); !ok || wl.Served != 100 || wl.Failed != 0 {
-		t.Errorf("fulcrumd's own count of the inference workload: %+v; want 100 served, none failed", wl)
+	if wl, ok := snap.Workload(proto.RoleInfer, "resnet50-infer"); !ok || int(wl.Served) != requests || wl.Failed != 0 {
+		t.Errorf("fulcrumd's own count of the inference workload: %+v; want %d served, none failed", wl, requests)
 	}
 	if wl, ok := snap.Workload(proto.RoleTrain, "resnet18-train"); !ok || int(wl.Minibatches) != train.Batches {
 		t.Errorf("fulcrumd counted %d training minibatches, the worker %d", wl.Minibatches, train.Batches)
