@@ -13,7 +13,7 @@ help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build fulcrumd and fulcrumctl into bin/
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 test: test-go test-python ## run the whole test suite (what CI runs)
 
@@ -91,6 +91,8 @@ PACKAGE_CGO ?= 0
 DISTDIR ?= $(BIN)/dist
 PKGBUILD := $(BIN)/pkg
 # Debian versions must start with a digit: a v1.2.3 tag gives 1.2.3, no tag 0.0.0~git<sha>.
+# Stamped into both binaries (fulcrumctl --version, fulcrumd --version, fulcrumctl status).
+VERSION_LDFLAGS = -X github.com/fulcrum-edge/fulcrum/internal/buildinfo.version=$(VERSION)
 VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [ -n "$$v" ]; then echo "$$v" | sed 's/^v//'; else echo "0.0.0~git$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"; fi)
 
 $(TOOLS)/nfpm:
@@ -100,7 +102,7 @@ package: $(TOOLS)/nfpm ## .deb packages for PACKAGE_ARCHS (amd64 arm64) into DIS
 	@mkdir -p $(DISTDIR)
 	@set -e; for arch in $(PACKAGE_ARCHS); do \
 		echo "building linux/$$arch"; \
-		CGO_ENABLED=$(PACKAGE_CGO) GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w' -o $(PKGBUILD)/$$arch/ ./cmd/fulcrumd ./cmd/fulcrumctl; \
+		CGO_ENABLED=$(PACKAGE_CGO) GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(VERSION_LDFLAGS)' -o $(PKGBUILD)/$$arch/ ./cmd/fulcrumd ./cmd/fulcrumctl; \
 		ARCH=$$arch VERSION='$(VERSION)' PKGBUILD='$(PKGBUILD)' $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target $(DISTDIR)/; \
 	done
 	@ls -l $(DISTDIR)/*.deb

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
 )
 
 func main() {
@@ -31,6 +33,7 @@ campaigns and searcher benchmarks, runs the simulated board, and controls fulcru
 Every command that touches the board takes --root (default /): the filesystem root under
 which /sys, /proc/device-tree and /etc are read, so the same commands work on a
 simulated board's tree.`,
+		Version:       buildinfo.Version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

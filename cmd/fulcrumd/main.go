@@ -9,13 +9,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
 )
 
 func main() {
@@ -25,15 +25,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fulcrumd:", err)
 		os.Exit(1)
 	}
-}
-
-// buildVersion is the main module's version from the build info ("(devel)" for a
-// source build).
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }
 
 func newRootCmd() *cobra.Command {
@@ -49,6 +40,7 @@ power modes.
 Configuration: /etc/fulcrum/fulcrum.yaml (or --config), then FULCRUM_* environment
 variables (FULCRUM_RUNTIME_DIR, FULCRUM_BUDGETS_LATENCY_MS, ...: the key upper-cased with
 dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
+		Version:       buildinfo.Version(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -62,7 +54,7 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 			}
 			log := newLogger(os.Stderr, s.LogFormat, s.LogLevel)
 			s.Daemon.Log = log
-			s.Daemon.Version = buildVersion()
+			s.Daemon.Version = buildinfo.Version()
 			ctx := cmd.Context()
 			d, err := daemon.Open(ctx, s.Daemon)
 			if err != nil {
