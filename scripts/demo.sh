@@ -58,14 +58,14 @@ echo '$ fulcrumd --board sim:'"$BOARD"' --board-root $DEMO/board --runtime-dir $
 FPID=$!
 pids+=($FPID)
 for _ in $(seq 100); do [ -S "$D/run/control.sock" ] && break; sleep 0.1; done
-echo "The operator's two numbers: inference p99 under 150 ms, board under 30 W."
-run "$CTL" budget set --latency 150ms --power 30W --rate auto
+echo "The operator's two numbers: inference p99 under 200 ms, board under 30 W."
+run "$CTL" budget set --latency 200ms --power 30W --rate auto
 echo "A ResNet-18 training loop and a MobileNetV3 inference server at 20 requests/s (synthetic"
 echo "workers: real processes speaking fulcrumd's worker protocol, running on the simulated GPU):"
 worker() { "$CTL" sim worker --root "$D/board" --socket "$D/run/worker.sock" "$@"; }
 worker --role train --workload resnet18-train --duration 600s >"$D/train.json" 2>"$D/train.log" &
 pids+=($!)
-worker --role infer --workload mobilenetv3-infer --rate 20 --latency 150ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 200ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &
 pids+=($!)
 echo "No profiles are stored yet, so fulcrumd runs GMD live: it applies a mode between minibatches,"
 echo "asks the workers for profiling batches, and keeps serving inference first. This takes 1-3 minutes."
@@ -81,7 +81,7 @@ done
 run "$CTL" status
 
 say "6. The arrival rate doubles: a second inference server starts (40 requests/s in all)"
-worker --role infer --workload mobilenetv3-infer --rate 20 --latency 150ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 200ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
 pids+=($!)
 echo "fulcrumd measures the rate; after 3 s of drift it re-plans from stored profiles (no new profiling)."
 for _ in $(seq 20); do

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -119,6 +120,17 @@ func (a *API) binding(ch *Choice) (string, bool) {
 	case b.PowerW > 0 && ch.Predicted.PowerMW > b.PowerW*1000:
 		return "power", true
 	case ch.Predicted.Rho > b.RhoMax:
+		return "gpu_share", true
+	}
+	// Within the budgets themselves, but not with the planning margin and the room the
+	// scheduler's admission test needs (see admissionBudgets).
+	k := 1 - a.C.cfg.PlanMargin
+	switch {
+	case ch.Predicted.LatencyMS > a.C.admissionBudgets(fulcrum.Budgets{LatencyMS: b.LatencyMS}).LatencyMS*k:
+		return "latency", true
+	case b.PowerW > 0 && ch.Predicted.PowerMW > b.PowerW*1000*k:
+		return "power", true
+	case ch.Predicted.Rho > b.RhoMax*k:
 		return "gpu_share", true
 	}
 	return "", false

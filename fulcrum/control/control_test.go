@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -718,5 +719,51 @@ func TestNewWorkerGetsPlannedBatch(t *testing.T) {
 		if w.ID == id && w.Batch != planned.Batch {
 			t.Fatalf("new worker serves batch %d, plan %d", w.Batch, planned.Batch)
 		}
+	}
+}
+
+// Plans leave the room the scheduler's admission test needs (expected times raised by
+// DevK deviations, plus its margin): with a latency budget that model v1 alone would
+// just accept for the fastest stored mode, the plan is not claimed feasible there; with
+// a little more, it is, and the scheduler then expects the stored times of the applied
+// mode rather than what it measured before.
+func TestPlanLeavesRoomForAdmission(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		extraMS  float64
+		feasible bool
+	}{{"model v1 alone", 1, false}, {"with the scheduler's room", 25, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, sched.NewFakeClock())
+			e.sched = sched.New(sched.Config{LatencyBudget: 400 * time.Millisecond, DevK: 2, Margin: 5 * time.Millisecond}, e.clock, nil)
+			e.seed()
+			fast := e.modes[len(e.modes)-1]
+			tT := e.models[tTrain].TimeMS(e.spec, fast, 32)
+			tI := e.models[tInfer].TimeMS(e.spec, fast, 1)
+			// Model v1 at batch 1 and a low rate: latency = tT + tI (no fill), planned
+			// against L·(1 − 5%).
+			l := (tT+tI)/0.95 + tc.extraMS
+			c := e.controller(Config{InferBatches: []int{1}}, Budgets{LatencyMS: l, PowerW: 60, RateRPS: 1})
+			e.board.set(20000, nil)
+			trainID, _ := e.register(nil)
+			e.tick(c, 100*time.Millisecond)
+			st := c.Status()
+			if st.Current == nil {
+				t.Fatalf("no configuration applied; events %v", kinds(c.Events().List(0)))
+			}
+			if got := st.Current.Predicted.Feasible; got != tc.feasible || e.sched.Snapshot().TrainingPaused == tc.feasible {
+				t.Fatalf("L = %.1f ms (training %.1f + inference %.1f ms): plan %+v (training paused %v), want feasible %v", l, tT, tI, st.Current, e.sched.Snapshot().TrainingPaused, tc.feasible)
+			}
+			if !tc.feasible {
+				return
+			}
+			if st.Current.Mode != fast {
+				t.Errorf("applied %s, want the fastest mode %s", st.Current.Mode, fast)
+			}
+			wl, _ := e.sched.Snapshot().Workload(proto.RoleTrain, tTrain)
+			if want := tT * (1 + 2*sched.ExpectedDevRel); math.Abs(wl.ExpectedTrainMS-want) > 0.01 {
+				t.Errorf("scheduler expects %.2f ms per training minibatch (worker %s), want the stored %.2f ms guarded: %.2f", wl.ExpectedTrainMS, trainID, tT, want)
+			}
+		})
 	}
 }

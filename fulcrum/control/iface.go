@@ -33,6 +33,10 @@ type Scheduler interface {
 	SetInferBatch(workerID string, batch int) error
 	SetLatencyBudget(l time.Duration)
 	SetTrainingPaused(paused bool)
+	// Config is the scheduler's configuration (its admission margins).
+	Config() sched.Config
+	// ExpectTimes resets a worker's expected turn times after a mode change.
+	ExpectTimes(workerID string, times map[int]time.Duration) error
 }
 
 var _ Scheduler = (*sched.Scheduler)(nil)

@@ -295,6 +295,21 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 	if err := p.Sched.BetweenTurns(ctx, func(ctx context.Context) error { return p.Board.Apply(ctx, m) }); err != nil {
 		return fulcrum.ModeProfile{}, fmt.Errorf("apply mode %s to profile it: %w", m.Human(), err)
 	}
+	// The scheduler's expected turn times describe the previous mode: replace them with
+	// what is stored at this one and forget the rest (the warm-up batch measures them).
+	trainTimes, inferTimes := map[int]time.Duration{}, map[int]time.Duration{}
+	for k, prof := range have {
+		if k.Role == truth.Train {
+			trainTimes[k.Batch] = msDur(prof.TimeMS.Mean)
+		} else {
+			inferTimes[k.Batch] = msDur(prof.TimeMS.Mean)
+		}
+	}
+	for id, times := range map[string]map[int]time.Duration{trainID: trainTimes, inferID: inferTimes} {
+		if err := p.Sched.ExpectTimes(id, times); err != nil {
+			return fulcrum.ModeProfile{}, fmt.Errorf("profile mode %s: %w", m.Human(), err)
+		}
+	}
 	applied := p.clock().Now()
 	p.logger().Info("profiling a mode live", "mode", m.Human(), "points", len(missing))
 	for _, k := range missing {

@@ -100,7 +100,7 @@ func (c *Controller) search(ctx context.Context, method string, pair Pair, b Bud
 			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("profiled mode %s live: training %.1f ms at batch %d, %d inference batch sizes", m.Human(), mp.Train.TimeMS, mp.Train.Batch, len(mp.Infer))})
 		}}
 	p := fulcrum.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
-		InferBatches: pair.Batches, Budgets: b.model(rate), Presets: c.presets, PresetNames: c.pnames,
+		InferBatches: pair.Batches, Budgets: c.admissionBudgets(b.model(rate)), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
 	var s fulcrum.Searcher
 	switch method {

@@ -296,7 +296,11 @@ func New(cfg Config, clock Clock, log *slog.Logger) *Scheduler {
 }
 
 // Config returns the effective configuration.
-func (s *Scheduler) Config() Config { return s.cfg }
+func (s *Scheduler) Config() Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
 
 // SetLatencyBudget changes L for requests arriving from now on.
 func (s *Scheduler) SetLatencyBudget(l time.Duration) {
@@ -344,6 +348,48 @@ func (s *Scheduler) SetInferBatch(id string, batch int) error {
 		w.spec.Batch = batch
 		s.schedule()
 	}
+	return nil
+}
+
+// ExpectedDevRel is the deviation of turn times, relative to their mean, assumed before
+// any is measured at a mode (the mean absolute deviation of a minibatch's time: about 2%
+// for the simulator's 2.5% log-normal noise, 1–3% on GPUs). The controller plans with it
+// so that its plans leave the room the admission test (DevK deviations) needs.
+const ExpectedDevRel = 0.03
+
+// ExpectTimes replaces what the scheduler expects a worker's turns to take. After a
+// power-mode change the running averages describe the old mode; a stale, longer
+// expectation keeps training and profile batches from being admitted (they starve until
+// re-measured), a stale, shorter one lets them overrun inference deadlines. times maps a
+// batch size to its duration at the new mode (from a stored profile); its deviation is
+// taken as ExpectedDevRel of it until turns are measured. A size not in times (all of them for a nil
+// map) is forgotten and measured afresh, its first turn expected to take the configured
+// default. A training worker's minibatches use the entry for its registered batch.
+func (s *Scheduler) ExpectTimes(id string, times map[int]time.Duration) error {
+	s.mu.Lock()
+	defer s.unlockAndDeliver()
+	w, ok := s.workers[id]
+	if !ok {
+		return fmt.Errorf("expect times: worker %q is not registered (see the daemon's worker list)", id)
+	}
+	seed := func(d time.Duration) *ewma {
+		ms := float64(d) / float64(time.Millisecond)
+		return &ewma{val: ms, dev: ExpectedDevRel * ms, n: 1}
+	}
+	w.prof, w.infer = map[int]*ewma{}, map[int]*ewma{}
+	w.train = ewma{}
+	for b, d := range times {
+		if d <= 0 {
+			continue
+		}
+		w.prof[b] = seed(d)
+		if w.spec.Role == proto.RoleInfer {
+			w.infer[b] = seed(d)
+		} else if b == w.spec.Batch {
+			w.train = *seed(d)
+		}
+	}
+	s.schedule()
 	return nil
 }
 

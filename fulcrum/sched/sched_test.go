@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -619,5 +620,59 @@ func TestStarvedTrainingIsAdmittedWhenInferenceIsIdle(t *testing.T) {
 	}
 	if wl, _ := h.s.Snapshot().Workload(proto.RoleTrain, "resnet18"); wl.StarvedAdmits != 1 {
 		t.Fatalf("starved admits %d, want 1", wl.StarvedAdmits)
+	}
+}
+
+// After a mode change the controller hands the scheduler the new mode's times: a
+// training worker measured at a slow mode (expected 400 ms > L) is admitted at once at a
+// fast one instead of starving; ExpectTimes with no times forgets the old measurement
+// (the configured default applies again).
+func TestExpectTimesReplacesStaleEstimates(t *testing.T) {
+	h := newHarness(t, cfg(150*msec, 60*msec, 5*msec))
+	inf := h.register(proto.RoleInfer, "yolo", 1)
+	tr := h.register(proto.RoleTrain, "resnet18", 32)
+	h.must(h.s.Acquire(tr, 0))
+	h.release(tr, h.one(), 60*msec) // warm-up
+	for range 3 {
+		h.must(h.s.Acquire(tr, 0))
+		h.release(tr, h.one(), 400*msec) // the slow mode
+	}
+	// Requests every 10 ms: a 400 ms minibatch cannot be admitted.
+	serve := func(i int) Grant {
+		h.must(h.s.Acquire(inf, 0))
+		h.arrive(inf, fmt.Sprint(i))
+		g := h.one()
+		h.release(inf, g, 2*msec)
+		h.clock.Advance(8 * msec)
+		return g
+	}
+	for i := range 20 {
+		serve(i)
+	}
+	h.must(h.s.Acquire(tr, 0))
+	h.none()
+	h.arrive(inf, "queued")
+	h.none() // a partial batch with slack left waits; training still does not fit
+	if err := h.s.ExpectTimes("nobody", nil); err == nil {
+		t.Error("ExpectTimes for an unknown worker: no error")
+	}
+	// The new mode: 100 ms training, 4 ms inference batches.
+	h.must(h.s.ExpectTimes(inf, map[int]time.Duration{1: 4 * msec}))
+	h.none()
+	h.must(h.s.ExpectTimes(tr, map[int]time.Duration{32: 100 * msec}))
+	g := h.one()
+	if g.Worker != tr || g.Kind != proto.KindTrain {
+		t.Fatalf("grant %+v: want the training minibatch, admitted with the new mode's time", g)
+	}
+	// cfg() has DevK 0: the expected time is the new mode's 100 ms itself.
+	if wl, _ := h.s.Snapshot().Workload(proto.RoleTrain, "resnet18"); math.Abs(wl.ExpectedTrainMS-100) > 0.01 {
+		t.Errorf("expected training time %.2f ms, want the new mode's 100 ms", wl.ExpectedTrainMS)
+	}
+	h.release(tr, g, 100*msec)
+	// Forgetting: unknown again (the snapshot shows none; the configured default applies
+	// until a minibatch is measured).
+	h.must(h.s.ExpectTimes(tr, nil))
+	if wl, _ := h.s.Snapshot().Workload(proto.RoleTrain, "resnet18"); wl.ExpectedTrainMS != 0 {
+		t.Errorf("after forgetting, expected training time %.1f ms, want none", wl.ExpectedTrainMS)
 	}
 }
