@@ -30,6 +30,11 @@ type LiveOptions struct {
 	// mode (the INA3221 averages over ~430 ms; the simulator's loop lags a period), so
 	// neither the guard nor the stored power uses them [500 ms].
 	PowerSettle time.Duration
+	// SensorLag: a power reading shows the board up to this long before it was taken
+	// (the simulator's loop period; an assumption for a real INA3221, whose averaging
+	// window is set by its driver), so only readings at least this far into a batch are
+	// attributed to it [100 ms].
+	SensorLag time.Duration
 }
 
 func (o LiveOptions) withDefaults() LiveOptions {
@@ -47,6 +52,9 @@ func (o LiveOptions) withDefaults() LiveOptions {
 	}
 	if o.PowerSettle <= 0 {
 		o.PowerSettle = 500 * time.Millisecond
+	}
+	if o.SensorLag <= 0 {
+		o.SensorLag = 100 * time.Millisecond
 	}
 	return o
 }
@@ -310,6 +318,14 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 			return fulcrum.ModeProfile{}, fmt.Errorf("profile mode %s: %w", m.Human(), err)
 		}
 	}
+	// No training minibatches while the mode is measured: they would run between the
+	// profile batches, and the board power read for a point is the mean over its
+	// measurement (a 5 ms inference batch measured between 100 ms training minibatches
+	// read 1.4–2.2× its power). Profile batches and real inference requests still run.
+	if !p.Sched.Snapshot().TrainingPaused {
+		p.Sched.SetTrainingPaused(true)
+		defer p.Sched.SetTrainingPaused(false)
+	}
 	applied := p.clock().Now()
 	p.logger().Info("profiling a mode live", "mode", m.Human(), "points", len(missing))
 	for _, k := range missing {
@@ -354,6 +370,10 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 
 var errOverBudget = errors.New("power over budget")
 
+// minBatchReadings is how many in-batch power readings a point needs for its power to be
+// their mean rather than the mean over the whole measurement.
+const minBatchReadings = 3
+
 // measure profiles one point: warm-up batches, then measured ones until there are
 // enough samples and enough time for power readings; it stores the profile. After each
 // batch it checks the power guard (the average of the readings since the mode was
@@ -381,6 +401,7 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	}
 	start := p.clock().Now()
 	var times []float64
+	var batches []Interval // when readings show a measured batch alone
 	for len(times) < o.Samples || p.clock().Now().Sub(start) < o.MinTime {
 		d, err := p.Sched.Profile(ctx, workerID, k.Batch)
 		if err != nil {
@@ -390,6 +411,8 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 			return store.Profile{}, 0, fmt.Errorf("profile %s: the worker reported %s for a batch; want a positive time", k, d)
 		}
 		times = append(times, float64(d)/float64(time.Millisecond))
+		done := p.clock().Now()
+		batches = append(batches, Interval{From: done.Add(-d + o.SensorLag), To: done})
 		if avg, bad := guard(); bad {
 			return store.Profile{}, avg, errOverBudget
 		}
@@ -398,11 +421,29 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		}
 	}
 	end := p.clock().Now()
+	// Readings in the first SensorLag of a point still show the point before it (the
+	// training point's power read into the first inference point's: 1.4× its power).
 	from := start
+	if lagged := start.Add(o.SensorLag); lagged.Before(end) {
+		from = lagged
+	}
 	if settled := applied.Add(o.PowerSettle); from.Before(settled) && settled.Before(end) {
 		from = settled
 	}
-	pw, n := p.Power.Mean(from, end)
+	// Readings taken while a measured batch ran (and had run for the sensor's lag) are
+	// its power. Between batches the GPU serves inference requests, or idles while a
+	// batch longer than the requests' slack waits for its turn: averaging over the whole
+	// measurement read a 214 ms training minibatch at 0.55–0.6 of its power. Batches too
+	// short to be caught by enough readings fall back to the whole measurement.
+	for i := range batches {
+		if settled := applied.Add(o.PowerSettle); batches[i].From.Before(settled) {
+			batches[i].From = settled
+		}
+	}
+	pw, n := p.Power.MeanIn(batches)
+	if n < minBatchReadings {
+		pw, n = p.Power.Mean(from, end)
+	}
 	if n == 0 {
 		// Too short for the sampler: read once now (the board still runs this mode).
 		r, err := p.Board.Power(ctx)

@@ -68,6 +68,30 @@ func (p *PowerMonitor) Mean(from, to time.Time) (float64, int) {
 	return s / float64(n), n
 }
 
+// Interval is a span of time [From, To].
+type Interval struct{ From, To time.Time }
+
+// MeanIn is the mean of the readings taken within any of the intervals, and how many
+// there were.
+func (p *PowerMonitor) MeanIn(spans []Interval) (float64, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, n := 0.0, 0
+	for i, at := range p.at {
+		for _, iv := range spans {
+			if !at.Before(iv.From) && !at.After(iv.To) {
+				s += p.mw[i]
+				n++
+				break
+			}
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return s / float64(n), n
+}
+
 // Average is the moving average over the window ending at now.
 func (p *PowerMonitor) Average(now time.Time, window time.Duration) (float64, int) {
 	return p.Mean(now.Add(-window), now)
