@@ -85,5 +85,9 @@ func TestMakePackage(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "Usage:") {
 			t.Errorf("packaged %s --help: %v\n%s", bin, err, out)
 		}
+		out, err = exec.Command(filepath.Join(root, "usr/bin", bin), "--version").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "1.2.3~test") {
+			t.Errorf("packaged %s --version: %v %q, want the package version 1.2.3~test", bin, err, out)
+		}
 	}
 }
