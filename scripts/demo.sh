@@ -78,6 +78,10 @@ for i in $(seq 120); do
 	[ -n "$planned" ] && break
 done
 "$CTL" events | grep -E "search done|plan  |apply " | tail -3 || true
+echo "Training was paused while each mode was measured (so that only the measured workload's"
+echo "power is read); it runs now. Status after 20 s (rates are over the last 30 s, so they"
+echo "still include a little of the search):"
+sleep 20
 run "$CTL" status
 
 say "6. The arrival rate doubles: a second inference server starts (40 requests/s in all)"
