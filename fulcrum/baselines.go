@@ -228,20 +228,21 @@ func (o MarginOracle) Search(ctx context.Context, p Problem, prof Profiler) (Res
 		return Result{}, err
 	}
 	up := 1 + o.MarginRel
+	nb := len(pt.Batches)
 	var best Eval
 	found := false
-	for i := range pt.Len() {
-		mp := pt.ProfileAt(i)
-		t := mp.Train
+	// Over the flat slices, as the oracle scans: no profile is copied per mode.
+	for i, m := range pt.modes {
+		t := pt.train[i]
 		t.TimeMS, t.PowerMW = t.TimeMS*up, t.PowerMW*up
-		for _, ip := range mp.Infer {
+		for _, ip := range pt.infer[i*nb : (i+1)*nb] {
 			raised := ip
 			raised.TimeMS, raised.PowerMW = ip.TimeMS*up, ip.PowerMW*up
-			if !model.Evaluate(mp.Mode, t, raised).Feasible {
+			if !model.Evaluate(m, t, raised).Feasible {
 				continue
 			}
 			// Ranked by the true throughput, as the plain oracle ranks.
-			if e := model.Evaluate(mp.Mode, mp.Train, ip); !found || e.Better(best) {
+			if e := model.Evaluate(m, pt.train[i], ip); !found || e.Better(best) {
 				best, found = e, true
 			}
 		}
