@@ -53,19 +53,7 @@ func (p *PowerMonitor) Sample(ctx context.Context, b Board, now time.Time) error
 
 // Mean is the mean of the readings taken in [from, to] and how many there were.
 func (p *PowerMonitor) Mean(from, to time.Time) (float64, int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s, n := 0.0, 0
-	for i, at := range p.at {
-		if !at.Before(from) && !at.After(to) {
-			s += p.mw[i]
-			n++
-		}
-	}
-	if n == 0 {
-		return 0, 0
-	}
-	return s / float64(n), n
+	return p.MeanIn([]Interval{{From: from, To: to}})
 }
 
 // Interval is a span of time [From, To].
