@@ -295,9 +295,7 @@ func (c *conn) send(m proto.Msg) {
 		n, err := c.writeNow(b)
 		if err != nil {
 			c.log.Warn("write to worker failed; closing the connection", "err", err)
-			c.outDone = true
-			close(c.out)
-			c.c.Close()
+			c.dropLocked()
 			return
 		}
 		if n == len(b) {
@@ -311,10 +309,16 @@ func (c *conn) send(m proto.Msg) {
 	default:
 		// The worker is not reading its socket: drop it rather than stall everyone.
 		c.log.Warn("worker is not reading its socket; dropping the connection")
-		c.outDone = true
-		close(c.out)
-		c.c.Close()
+		c.dropLocked()
 	}
+}
+
+// dropLocked ends the connection from the sending side (c.mu held): no more output, the
+// writer stops, the reader sees the socket closed.
+func (c *conn) dropLocked() {
+	c.outDone = true
+	close(c.out)
+	c.c.Close()
 }
 
 // logger is the connection's logger (it gains the worker id at register).
