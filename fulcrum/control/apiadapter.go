@@ -114,24 +114,22 @@ func (a *API) plan() *api.Plan {
 
 func (a *API) binding(ch *Choice) (string, bool) {
 	b := a.C.Budgets().withDefaults()
-	switch {
-	case ch.Predicted.LatencyMS > b.LatencyMS:
-		return "latency", true
-	case b.PowerW > 0 && ch.Predicted.PowerMW > b.PowerW*1000:
-		return "power", true
-	case ch.Predicted.Rho > b.RhoMax:
-		return "gpu_share", true
-	}
-	// Within the budgets themselves, but not with the planning margin and the room the
-	// scheduler's admission test needs (see admissionBudgets).
+	// First the budgets themselves; then the budgets the plan was made against: shrunk
+	// by the planning margin, latency also by the room the scheduler's admission test
+	// needs (see admissionBudgets).
 	k := 1 - a.C.cfg.PlanMargin
-	switch {
-	case ch.Predicted.LatencyMS > a.C.admissionBudgets(fulcrum.Budgets{LatencyMS: b.LatencyMS}).LatencyMS*k:
-		return "latency", true
-	case b.PowerW > 0 && ch.Predicted.PowerMW > b.PowerW*1000*k:
-		return "power", true
-	case ch.Predicted.Rho > b.RhoMax*k:
-		return "gpu_share", true
+	for _, lim := range []struct{ latencyMS, powerMW, rho float64 }{
+		{b.LatencyMS, b.PowerW * 1000, b.RhoMax},
+		{a.C.admissionBudgets(fulcrum.Budgets{LatencyMS: b.LatencyMS}).LatencyMS * k, b.PowerW * 1000 * k, b.RhoMax * k},
+	} {
+		switch {
+		case ch.Predicted.LatencyMS > lim.latencyMS:
+			return "latency", true
+		case b.PowerW > 0 && ch.Predicted.PowerMW > lim.powerMW:
+			return "power", true
+		case ch.Predicted.Rho > lim.rho:
+			return "gpu_share", true
+		}
 	}
 	return "", false
 }
