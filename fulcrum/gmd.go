@@ -315,7 +315,7 @@ func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
 				cand, haveCand, need = e, true, max(n, 2)
 			}
 		}
-		if !haveCand || need > left {
+		if !haveCand { // need ≤ left: n ≤ left and left ≥ 2
 			return nil
 		}
 		tried[cand.Mode] = true
