@@ -7,7 +7,7 @@ import itertools
 import json
 import logging
 import os
-import queue
+import select
 import socket
 import threading
 import time
@@ -55,9 +55,15 @@ class Client:
         self.on_profile = None  # callable(batch_size): run a dummy batch of that size
         self._seq = itertools.count(1)
         self._wlock = threading.Lock()
-        self._grants = queue.Queue()
-        self._errors = collections.deque()
+        # There is no reader thread: a call waiting for a reply reads the socket itself,
+        # one call at a time (_reading), and leaves what it reads for others in _grants,
+        # _replies and _errors. Handing every grant over from a reader thread cost a
+        # thread switch on each turn (docs/runtime.md, protocol round trip).
         self._cond = threading.Condition()
+        self._reading = False
+        self._buf = b""
+        self._grants = collections.deque()  # grants (or the acquire's own error) not yet taken
+        self._errors = collections.deque()
         self._replies = {}
         self._closed = False
         self._close_reason = None
@@ -71,8 +77,6 @@ class Client:
             raise FulcrumError("connect", "cannot connect to fulcrumd at {}: {} (is fulcrumd running? "
                                "check runtime_dir)".format(socket_path, e)) from e
         self._sock.settimeout(None)
-        self._reader = threading.Thread(target=self._read_loop, name="fulcrum-reader", daemon=True)
-        self._reader.start()
         if role is not None:
             try:
                 self.register(role, workload, batch=batch, batch_sizes=batch_sizes)
@@ -91,45 +95,81 @@ class Client:
             except OSError as e:
                 raise FulcrumError("closed", "send {} to fulcrumd: {}".format(msg.get("type"), e)) from e
 
-    def _read_loop(self):
-        buf = b""
-        reason = "fulcrumd closed the connection"
+    def _read_some(self, timeout):
+        """Read what the socket has (waiting up to timeout seconds; None: until something
+        comes) and dispatch every whole line. Only the thread that set _reading calls it."""
         try:
-            while True:
-                chunk = self._sock.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        m = json.loads(line)
-                        if isinstance(m, dict):
-                            self._dispatch(m)
-                if len(buf) > MAX_LINE_BYTES:
-                    reason = "fulcrumd sent an oversized line"
-                    break
-        except (OSError, ValueError) as e:
-            reason = str(e)
+            if timeout is not None:
+                ready, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
+                if not ready:
+                    return
+            chunk = self._sock.recv(65536)
+        except (OSError, ValueError) as e:  # ValueError: select on a socket closed meanwhile
+            self._mark_closed(str(e))
+            return
+        if not chunk:
+            self._mark_closed("fulcrumd closed the connection")
+            return
+        self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            if not line.strip():
+                continue
+            try:
+                m = json.loads(line)
+            except ValueError as e:
+                self._mark_closed("fulcrumd sent a line that is not JSON: {}".format(e))
+                return
+            if isinstance(m, dict):
+                self._dispatch(m)
+        if len(self._buf) > MAX_LINE_BYTES:
+            self._mark_closed("fulcrumd sent an oversized line")
+
+    def _mark_closed(self, reason):
         with self._cond:
             self._closed = True
             self._close_reason = self._close_reason or reason
             self._cond.notify_all()
-        self._grants.put(None)
+
+    def _wait(self, ready, deadline, what):
+        """Return ready()'s first non-None value (checked under _cond), reading the socket
+        meanwhile whenever no other thread is. deadline: time.monotonic() value or None."""
+        while True:
+            with self._cond:
+                while True:
+                    v = ready()
+                    if v is not None:
+                        return v
+                    if self._closed:
+                        raise FulcrumError("closed", "fulcrumd closed the connection: {}".format(self._close_reason))
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise FulcrumError("timeout", "no reply to {}".format(what))
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    self._cond.wait(left)
+            try:
+                self._read_some(left)
+            finally:
+                with self._cond:
+                    self._reading = False
+                    self._cond.notify_all()  # another waiter may take over the reading
 
     def _dispatch(self, m):
         t = m.get("type")
-        if t == "grant":
-            self._grants.put(m)
-            return
         with self._cond:
             seq = m.get("seq")
+            if t == "grant":
+                self._grants.append(m)
+                self._cond.notify_all()
+                return
             if t == "error":
                 err = FulcrumError(m.get("code", ""), m.get("message", ""), m.get("ref", ""))
                 if seq and seq in self._replies:
                     self._replies[seq] = err
                 elif seq and seq == self._acquire_seq:
-                    self._grants.put(err)  # the waiting acquire's own error
+                    self._grants.append(err)  # the waiting acquire's own error
                 else:
                     self._errors.append(err)  # e.g. to a release: raised by the next call
             elif t in ("registered", "heartbeat") and seq in self._replies:
@@ -144,16 +184,8 @@ class Client:
             self._replies[seq] = None
         try:
             self._send(msg)
-            deadline = time.monotonic() + timeout
-            with self._cond:
-                while self._replies[seq] is None:
-                    left = deadline - time.monotonic()
-                    if self._closed:
-                        raise FulcrumError("closed", "fulcrumd closed the connection: {}".format(self._close_reason))
-                    if left <= 0:
-                        raise FulcrumError("timeout", "no reply to {} within {}s".format(msg["type"], timeout))
-                    self._cond.wait(left)
-                reply = self._replies[seq]
+            reply = self._wait(lambda: self._replies.get(seq), time.monotonic() + timeout,
+                               "{} within {}s".format(msg["type"], timeout))
         finally:
             with self._cond:
                 self._replies.pop(seq, None)
@@ -205,10 +237,7 @@ class Client:
         with self._cond:
             self._acquire_seq = seq
         self._send({"type": "acquire", "seq": seq})
-        g = self._grants.get()
-        if g is None:
-            self._grants.put(None)  # keep later callers from blocking
-            raise FulcrumError("closed", "fulcrumd closed the connection: {}".format(self._close_reason))
+        g = self._wait(lambda: self._grants.popleft() if self._grants else None, None, "acquire")
         if isinstance(g, FulcrumError):
             raise g
         return Grant(g["grant"], g.get("kind", ""), g.get("batch", 0), g.get("request_ids") or [],
@@ -271,7 +300,6 @@ class Client:
         except OSError:
             pass
         self._sock.close()
-        self._reader.join(timeout=5)
 
     def __enter__(self):
         return self

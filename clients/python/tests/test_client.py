@@ -199,6 +199,41 @@ class ClientTest(unittest.TestCase):
         with c.train_step():
             pass
 
+    def test_heartbeat_while_another_thread_waits_for_a_grant(self):
+        # The waiting acquire reads the socket; the heartbeat's echo it reads must reach
+        # the heartbeat's thread, and the grant must still reach the acquire.
+        c = self.client(role="infer", workload="resnet50", batch_sizes=[1, 2, 4])
+        got = []
+        t = threading.Thread(target=lambda: got.append(c.acquire()))
+        t.start()
+        time.sleep(0.1)  # the acquire is blocked: no requests yet
+        for _ in range(3):
+            c.heartbeat(timeout=5)
+        self.assertTrue(t.is_alive())
+        c.arrivals([("q1", 0.0)])
+        t.join(timeout=10)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(got[0].kind, "infer")
+        self.assertEqual(got[0].request_ids, ["q1"])
+        c.release(got[0], 1.0, results=[("q1", True)])
+
+    def test_close_ends_a_waiting_acquire(self):
+        c = self.client(role="infer", workload="resnet50", batch_sizes=[1, 2, 4])
+        errs = []
+
+        def wait():
+            try:
+                c.acquire()
+            except FulcrumError as e:
+                errs.append(e)
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.1)
+        c.close()
+        t.join(timeout=10)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(errs[0].code, "closed")
+
     def test_daemon_shutdown_is_reported(self):
         c = self.client(role="train", workload="resnet18", batch=8)
         with c.train_step():
