@@ -516,6 +516,41 @@ func TestLiveProfiler(t *testing.T) {
 	if c := lp.Counts(); c.FromStore != 1 || sw.count(proto.KindProfile) != grants {
 		t.Fatalf("a stored mode was profiled again: counts %+v, grants %d → %d", c, grants, sw.count(proto.KindProfile))
 	}
+	// Repeats: measured again through grants, returned alone, and the store holds the
+	// pooled repeats in place of the first measurement.
+	first := stored
+	for r := 1; r <= 2; r++ {
+		before := sw.count(proto.KindProfile)
+		again, err := lp.Remeasure(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sw.count(proto.KindProfile) < before+5*(1+3) {
+			t.Fatalf("repeat %d took %d profile grants for 5 points", r, sw.count(proto.KindProfile)-before)
+		}
+		if d := again.Train.TimeMS/want - 1; d > 0.01 || d < -0.01 || len(again.Infer) != 4 {
+			t.Fatalf("repeat %d: %+v", r, again)
+		}
+		now, err := e.store.List(store.Filter{Board: e.spec.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(now) != 5 {
+			t.Fatalf("%d profiles stored after a repeat, want the same 5", len(now))
+		}
+		for i, p := range now {
+			// The first measurement is gone (the pool starts after it ended); the
+			// repeats' batches are all counted.
+			if p.Key() != first[i].Key() || !p.StartedAt.After(first[i].FinishedAt) || p.Samples < 3*r ||
+				p.Source != store.SourceLive || p.PowerMW.Mean <= 0 {
+				t.Fatalf("repeat %d: stored %+v, want the %d repeat(s) pooled without the first measurement %+v", r, p, r, first[i])
+			}
+		}
+	}
+	if c := lp.Counts(); c.Remeasured != 2 || c.Profiled != 1 {
+		t.Fatalf("counts after two repeats %+v", c)
+	}
+
 	// Over the power budget: abandoned.
 	lp = newLP(15000)
 	hot := e.modes[5]

@@ -83,6 +83,9 @@ type LiveCounts struct {
 	FromStore int `json:"from_store"` // requests answered from the store
 	Abandoned int `json:"abandoned"`  // modes abandoned as over the power budget
 	Points    int `json:"points"`     // (role, batch) points measured and stored
+	// Remeasured counts repeat measurements of stored modes (a searcher confirming a
+	// candidate near a budget's edge).
+	Remeasured int `json:"remeasured"`
 }
 
 // LiveProfiler is a fulcrum.Profiler that measures a mode through the workers' profile
@@ -114,9 +117,15 @@ type LiveProfiler struct {
 	counts LiveCounts
 	over   map[powermode.Mode]OverBudget
 	loaded bool
+	// repeats holds, per point, the repeat measurements this profiler took (Remeasure);
+	// the store holds their combination.
+	repeats map[store.Key][]store.Profile
 }
 
-var _ fulcrum.Profiler = (*LiveProfiler)(nil)
+var (
+	_ fulcrum.Profiler   = (*LiveProfiler)(nil)
+	_ fulcrum.Remeasurer = (*LiveProfiler)(nil)
+)
 
 // Counts returns what the profiler has done so far.
 func (p *LiveProfiler) Counts() LiveCounts {
@@ -255,13 +264,9 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 		return fulcrum.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
 	}
 	o := p.Options.withDefaults()
-	board := p.board()
 	// What is stored already is never measured again.
 	have := map[store.Key]store.Profile{}
-	keys := []store.Key{{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}}
-	for _, b := range p.Pair.Batches {
-		keys = append(keys, store.Key{Board: board, Workload: p.Pair.Infer, Role: truth.Infer, Mode: m, Batch: b})
-	}
+	keys := p.keys(m)
 	var missing []store.Key
 	for _, k := range keys {
 		prof, err := p.Store.Get(k)
@@ -292,16 +297,88 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 		return p.estimate(m, rec.PowerMW, have, nil), nil
 	}
 
-	trainID, err := p.worker(proto.RoleTrain, p.Pair.Train)
+	mp, measured, err := p.measureMode(ctx, m, keys, missing, have, o, budget, true)
 	if err != nil {
 		return fulcrum.ModeProfile{}, err
+	}
+	if measured {
+		p.mu.Lock()
+		p.counts.Profiled++
+		p.mu.Unlock()
+	}
+	return mp, nil
+}
+
+// Remeasure implements fulcrum.Remeasurer: it measures every point of a mode again, as
+// Profile does, and returns this measurement alone. The store then holds, for each
+// point, the combination of the repeats this profiler has taken (times pooled over
+// their batches, powers averaged over their readings), replacing the first
+// measurement: a searcher remeasures a mode because its first measurement looked good
+// enough to claim, so keeping that one in would keep its optimism. A mode recorded as
+// over the power budget is not measured; it answers with its estimate. If the guard
+// trips while remeasuring, the mode is recorded as over budget and answers the same way.
+func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (fulcrum.ModeProfile, error) {
+	if sp := p.Board.Space(); sp != nil && !sp.Contains(m) {
+		return fulcrum.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
+	}
+	o := p.Options.withDefaults()
+	keys := p.keys(m)
+	p.mu.Lock()
+	p.loadOver()
+	rec, over := p.over[m]
+	budget := p.BudgetMW
+	p.mu.Unlock()
+	if over && budget > 0 && rec.PowerMW > budget {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.estimate(m, rec.PowerMW, nil, nil), nil
+	}
+	fresh := map[store.Key]store.Profile{}
+	mp, measured, err := p.measureMode(ctx, m, keys, keys, fresh, o, budget, false)
+	if err != nil || !measured {
+		return mp, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.repeats == nil {
+		p.repeats = map[store.Key][]store.Profile{}
+	}
+	for _, k := range keys {
+		p.repeats[k] = append(p.repeats[k], fresh[k])
+		if err := p.Store.Put(combineRepeats(p.repeats[k]), store.Overwrite); err != nil {
+			return fulcrum.ModeProfile{}, fmt.Errorf("store the repeats of %s: %w", k, err)
+		}
+	}
+	p.counts.Remeasured++
+	return mp, nil
+}
+
+// keys are the store keys of a mode's points for the pair.
+func (p *LiveProfiler) keys(m powermode.Mode) []store.Key {
+	board := p.board()
+	keys := []store.Key{{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}}
+	for _, b := range p.Pair.Batches {
+		keys = append(keys, store.Key{Board: board, Workload: p.Pair.Infer, Role: truth.Infer, Mode: m, Batch: b})
+	}
+	return keys
+}
+
+// measureMode applies m between turns and measures the points todo through the
+// workers' profile grants, adding each to have (and, with put, to the store). It
+// returns the mode's profile from have; measured is false when the power guard
+// abandoned the mode, which is then recorded as over budget and answered by its
+// estimate.
+func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, todo []store.Key, have map[store.Key]store.Profile, o LiveOptions, budget float64, put bool) (mp fulcrum.ModeProfile, measured bool, err error) {
+	trainID, err := p.worker(proto.RoleTrain, p.Pair.Train)
+	if err != nil {
+		return fulcrum.ModeProfile{}, false, err
 	}
 	inferID, err := p.worker(proto.RoleInfer, p.Pair.Infer)
 	if err != nil {
-		return fulcrum.ModeProfile{}, err
+		return fulcrum.ModeProfile{}, false, err
 	}
 	if err := p.Sched.BetweenTurns(ctx, func(ctx context.Context) error { return p.Board.Apply(ctx, m) }); err != nil {
-		return fulcrum.ModeProfile{}, fmt.Errorf("apply mode %s to profile it: %w", m.Human(), err)
+		return fulcrum.ModeProfile{}, false, fmt.Errorf("apply mode %s to profile it: %w", m.Human(), err)
 	}
 	// The scheduler's expected turn times describe the previous mode: replace them with
 	// what is stored at this one and forget the rest (the warm-up batch measures them).
@@ -315,7 +392,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 	}
 	for id, times := range map[string]map[int]time.Duration{trainID: trainTimes, inferID: inferTimes} {
 		if err := p.Sched.ExpectTimes(id, times); err != nil {
-			return fulcrum.ModeProfile{}, fmt.Errorf("profile mode %s: %w", m.Human(), err)
+			return fulcrum.ModeProfile{}, false, fmt.Errorf("profile mode %s: %w", m.Human(), err)
 		}
 	}
 	// No training minibatches while the mode is measured: they would run between the
@@ -327,13 +404,13 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 		defer p.Sched.SetTrainingPaused(false)
 	}
 	applied := p.clock().Now()
-	p.logger().Info("profiling a mode live", "mode", m.Human(), "points", len(missing))
-	for _, k := range missing {
+	p.logger().Info("profiling a mode live", "mode", m.Human(), "points", len(todo), "repeat", !put)
+	for _, k := range todo {
 		id := inferID
 		if k.Role == truth.Train {
 			id = trainID
 		}
-		prof, avg, err := p.measure(ctx, k, id, o, applied, budget)
+		prof, avg, err := p.measure(ctx, k, id, o, applied, budget, put)
 		if errors.Is(err, errOverBudget) {
 			p.mu.Lock()
 			rec := OverBudget{Mode: m, PowerMW: avg, BudgetMW: budget, At: p.clock().Now().UTC()}
@@ -348,24 +425,21 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 			if p.OnProfile != nil {
 				p.OnProfile(m, est, &rec)
 			}
-			return est, nil
+			return est, false, nil
 		}
 		if err != nil {
-			return fulcrum.ModeProfile{}, err
+			return fulcrum.ModeProfile{}, false, err
 		}
 		have[k] = prof
 		p.mu.Lock()
 		p.counts.Points++
 		p.mu.Unlock()
 	}
-	p.mu.Lock()
-	p.counts.Profiled++
-	p.mu.Unlock()
-	mp := toModeProfile(m, keys, have)
+	mp = toModeProfile(m, keys, have)
 	if p.OnProfile != nil {
 		p.OnProfile(m, mp, nil)
 	}
-	return mp, nil
+	return mp, true, nil
 }
 
 var errOverBudget = errors.New("power over budget")
@@ -375,10 +449,10 @@ var errOverBudget = errors.New("power over budget")
 const minBatchReadings = 3
 
 // measure profiles one point: warm-up batches, then measured ones until there are
-// enough samples and enough time for power readings; it stores the profile. After each
+// enough samples and enough time for power readings; with put, it stores the profile. After each
 // batch it checks the power guard (the average of the readings since the mode was
 // applied, over the last PowerWindow).
-func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, o LiveOptions, applied time.Time, budgetMW float64) (store.Profile, float64, error) {
+func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, o LiveOptions, applied time.Time, budgetMW float64, put bool) (store.Profile, float64, error) {
 	guard := func() (float64, bool) {
 		if budgetMW <= 0 {
 			return 0, false
@@ -466,10 +540,65 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		Samples: len(times), PowerSamples: n, Warmup: o.Warmup,
 		StartedAt: start.UTC(), FinishedAt: end.UTC(), RSE: rse, Source: store.SourceLive,
 	}
+	if !put {
+		return prof, 0, nil
+	}
 	if err := p.Store.Put(prof); err != nil && !errors.Is(err, store.ErrExists) {
 		return store.Profile{}, 0, fmt.Errorf("store live profile %s: %w", k, err)
 	}
 	return prof, 0, nil
+}
+
+// combineRepeats pools repeat measurements of one point: the time mean and standard
+// deviation over all their batches, p50/p95 as the batch-weighted mean of theirs (the
+// batches themselves are not kept), the power mean over all their readings.
+func combineRepeats(reps []store.Profile) store.Profile {
+	out := reps[0]
+	var n, np int
+	var sumT, sumP, p50, p95 float64
+	for _, r := range reps {
+		n += r.Samples
+		np += r.PowerSamples
+		sumT += r.TimeMS.Mean * float64(r.Samples)
+		sumP += r.PowerMW.Mean * float64(r.PowerSamples)
+		p50 += r.TimeMS.P50 * float64(r.Samples)
+		p95 += r.TimeMS.P95 * float64(r.Samples)
+		out.StartedAt = minTime(out.StartedAt, r.StartedAt)
+		out.FinishedAt = maxTime(out.FinishedAt, r.FinishedAt)
+	}
+	mean := sumT / float64(n)
+	var ss float64 // total sum of squares about the pooled mean
+	for _, r := range reps {
+		ss += float64(r.Samples-1)*r.TimeMS.Stddev*r.TimeMS.Stddev + float64(r.Samples)*(r.TimeMS.Mean-mean)*(r.TimeMS.Mean-mean)
+	}
+	sd := 0.0
+	if n > 1 {
+		sd = math.Sqrt(ss / float64(n-1))
+	}
+	out.TimeMS = store.TimeStats{Mean: mean, P50: p50 / float64(n), P95: p95 / float64(n), Stddev: sd}
+	if np > 0 {
+		out.PowerMW.Mean = sumP / float64(np)
+	}
+	out.Samples, out.PowerSamples = n, np
+	out.RSE = 0
+	if n > 1 && mean > 0 {
+		out.RSE = sd / math.Sqrt(float64(n)) / mean
+	}
+	return out
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func meanSD(v []float64) (mean, sd float64) {

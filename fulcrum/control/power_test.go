@@ -2,10 +2,12 @@ package control
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 type stepBoard struct {
@@ -47,5 +49,21 @@ func TestPowerMonitorMeanIn(t *testing.T) {
 	}
 	if _, n := pm.MeanIn(nil); n != 0 {
 		t.Errorf("no spans: %d readings", n)
+	}
+}
+
+func TestCombineRepeats(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Batches 9, 11 ms and 13, 15 ms; power readings 1000 mW once, 2000 mW three times.
+	reps := []store.Profile{
+		{Samples: 2, TimeMS: store.TimeStats{Mean: 10, P50: 9, P95: 11, Stddev: math.Sqrt2}, PowerMW: store.PowerStats{Mean: 1000}, PowerSamples: 1, StartedAt: t0, FinishedAt: t0.Add(time.Second)},
+		{Samples: 2, TimeMS: store.TimeStats{Mean: 14, P50: 13, P95: 15, Stddev: math.Sqrt2}, PowerMW: store.PowerStats{Mean: 2000}, PowerSamples: 3, StartedAt: t0.Add(2 * time.Second), FinishedAt: t0.Add(3 * time.Second)},
+	}
+	got := combineRepeats(reps)
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if got.Samples != 4 || got.PowerSamples != 4 || !near(got.TimeMS.Mean, 12) || !near(got.TimeMS.Stddev, math.Sqrt(20.0/3)) ||
+		!near(got.PowerMW.Mean, 1750) || !near(got.TimeMS.P50, 11) || !near(got.TimeMS.P95, 13) ||
+		!got.StartedAt.Equal(t0) || !got.FinishedAt.Equal(t0.Add(3*time.Second)) || !near(got.RSE, math.Sqrt(20.0/3)/2/12) {
+		t.Fatalf("combined %+v", got)
 	}
 }
