@@ -46,12 +46,13 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		c.live.FromStore += counts.FromStore
 		c.live.Abandoned += counts.Abandoned
 		c.live.Points += counts.Points
+		c.live.Remeasured += counts.Remeasured
 		if err != nil {
 			c.events.Add(Event{Kind: KindProfile, Reason: method + " search failed; planning from what is stored", Err: err.Error()})
 		} else {
 			c.lastSearch = &res
-			c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("%s search done: %d modes profiled live, %d answered from the store, %d abandoned over the power budget; stopped: %s",
-				method, counts.Profiled, counts.FromStore, counts.Abandoned, res.Stop)})
+			c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("%s search done: %d modes profiled live, %d answered from the store, %d abandoned over the power budget, %d remeasured; stopped: %s",
+				method, counts.Profiled, counts.FromStore, counts.Abandoned, counts.Remeasured, res.Stop)})
 		}
 		if !samePair(c.pair, &pair) {
 			return // the workers changed meanwhile: the next step plans for the new ones
