@@ -115,3 +115,16 @@ func TestPrecedenceAndValidation(t *testing.T) {
 		}
 	}
 }
+
+// --root is fulcrumctl's name for the board root; fulcrumd takes it too.
+func TestRootFlagAlias(t *testing.T) {
+	for _, args := range [][]string{{"--root", "/tmp/b"}, {"--board-root", "/tmp/b"}, {"--root=/tmp/b"}} {
+		cmd := newRootCmd()
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if got := cmd.Flags().Lookup("board-root").Value.String(); got != "/tmp/b" {
+			t.Fatalf("%v: board-root %q", args, got)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
@@ -82,7 +83,7 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 		{"state-dir", "state_dir", "directory for the profile database"},
 		{"db", "db", "profile database path (default <state-dir>/profiles.db)"},
 		{"board", "board", `board: "auto", "sim:NAME", "nvml" (discrete GPU) or "none"`},
-		{"board-root", "board_root", "filesystem root of the board's /sys, /proc, /etc"},
+		{"board-root", "board_root", "filesystem root of the board's /sys, /proc, /etc (also --root, as in fulcrumctl)"},
 		{"log-format", "log.format", "log format: text or json"},
 		{"log-level", "log.level", "log level: debug, info, warn, error"},
 		{"latency-ms", "budgets.latency_ms", "inference latency budget (ms) on the budgets.quantile"},
@@ -93,5 +94,12 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 		f.String(fl.name, fmt.Sprint(defaults[fl.key]), fl.usage)
 		_ = v.BindPFlag(fl.key, f.Lookup(fl.name))
 	}
+	// fulcrumctl's board commands call the same thing --root.
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "root" {
+			name = "board-root"
+		}
+		return pflag.NormalizedName(name)
+	})
 	return cmd
 }
