@@ -55,7 +55,11 @@ run_pair() { # name, extra worker args...
 }
 
 echo "managed: fulcrumd + $TRAIN + $INFER (batch $BATCH, $RATE req/s, budget ${LATENCY_MS} ms)" >&2
-"$BIN/fulcrumd" --runtime-dir "$W/run" --state-dir "$W/state" --board "sim:$BOARD" --board-root "$W/board" \
+# --board none: fulcrumd schedules the GPU but leaves the clocks alone. With the board
+# (sim:$BOARD) its controller would first search power modes live (pausing training
+# while it measures each one, ~10 s) and then change the clocks, so the comparison would
+# measure the search, not the sharing.
+"$BIN/fulcrumd" --runtime-dir "$W/run" --state-dir "$W/state" --board none \
 	--latency-ms "$LATENCY_MS" --log-level warn >"$W/fulcrumd.log" 2>&1 &
 fpid=$!
 pids+=($fpid)

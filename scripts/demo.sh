@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a simulated AGX Orin 64GB: the board layer, a profiling campaign, the
 # searchers against the optimum, and fulcrumd interleaving a training and an inference
-# worker (compared with the two sharing the GPU natively). Everything runs in a temp
+# worker (examples/compare_sharing.sh compares that with native GPU sharing). Everything runs in a temp
 # directory that is removed at the end; nothing outside it is touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,4 +108,5 @@ wait "$FPID" 2>/dev/null || true
 echo "$ fulcrumctl board info --root \$DEMO/board"
 "$CTL" board info --root "$D/board" | grep -E "^current"
 echo
-echo "Done. Next: docs/architecture.md for how it fits together, docs/operations.md to run it on a Jetson."
+echo "Done. Next: docs/architecture.md for how it fits together, docs/operations.md to run it on a Jetson,"
+echo "examples/compare_sharing.sh for fulcrumd against the GPU shared natively (docs/runtime.md)."
