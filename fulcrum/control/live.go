@@ -350,6 +350,7 @@ func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (fulcrum
 		}
 	}
 	p.counts.Remeasured++
+	p.logger().Info("measured a mode again", "mode", m.Human(), "repeats", len(p.repeats[keys[0]]), "train_ms", mp.Train.TimeMS)
 	return mp, nil
 }
 
@@ -436,7 +437,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 		p.mu.Unlock()
 	}
 	mp = toModeProfile(m, keys, have)
-	if p.OnProfile != nil {
+	if p.OnProfile != nil && put { // a repeat is counted (Counts.Remeasured), not announced
 		p.OnProfile(m, mp, nil)
 	}
 	return mp, true, nil
