@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -801,4 +802,77 @@ func TestPlanLeavesRoomForAdmission(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A live GMD search confirms an edge candidate through the live profiler's repeats: the
+// repeats go through profile grants, are counted, and leave the store consistent. The
+// scripted workers report noise-free times, so a candidate inside the budgets only by a
+// fraction of GMD's 6% margin is confirmed by repeats.
+func TestLiveSearchRemeasures(t *testing.T) {
+	var seen []string
+	for _, powerW := range []float64{20, 25, 30, 35, 40, 45} {
+		e := newEnv(t, sched.RealClock{})
+		c, err := New(Options{Config: Config{MaxProfiles: 15, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond, PowerSettle: time.Millisecond}},
+			Sched: e.sched, Board: e.board, Store: e.store, Budgets: Budgets{LatencyMS: 400, PowerW: powerW, RateRPS: 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw := &scriptedWorkers{e: e, power: c.power, grants: map[string]int{}}
+		trainID, inferID := e.register(sw.deliver)
+		for _, id := range []string{trainID, inferID} {
+			if err := e.sched.Acquire(id, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.board.mu.Lock()
+		e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
+		e.board.mu.Unlock()
+		pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		res, counts, err := c.search(ctx, "gmd", pair, c.budgets, 20, 0)
+		cancel()
+		e.sched.Close()
+		if err != nil {
+			t.Fatalf("%g W: %v", powerW, err)
+		}
+		seen = append(seen, fmt.Sprintf("%g W: %d profiled, %d repeats (%s)", powerW, counts.Profiled, counts.Remeasured, res.Stop))
+		if len(res.Remeasured) != counts.Remeasured {
+			t.Fatalf("%g W: GMD took %d repeats, the live profiler counted %d", powerW, len(res.Remeasured), counts.Remeasured)
+		}
+		if counts.Remeasured == 0 {
+			continue
+		}
+		if len(res.Profiled)+len(res.Remeasured) > 15 || !res.Feasible {
+			t.Fatalf("%g W: %d profiles + %d repeats, feasible %v", powerW, len(res.Profiled), len(res.Remeasured), res.Feasible)
+		}
+		all, err := e.store.List(store.Filter{Board: e.spec.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ps []store.Profile
+		for _, p := range all {
+			if p.Mode == res.Remeasured[0] {
+				ps = append(ps, p)
+			}
+		}
+		if len(ps) != 5 {
+			t.Fatalf("%g W: %d points stored for the remeasured mode, want 5", powerW, len(ps))
+		}
+		for _, p := range ps {
+			if p.Source != store.SourceLive || p.Samples < 2*counts.Remeasured/len(uniqueModes(res.Remeasured)) {
+				t.Fatalf("%g W: stored %+v after %d repeats", powerW, p, counts.Remeasured)
+			}
+		}
+		t.Logf("%q", seen)
+		return
+	}
+	t.Fatalf("no live search remeasured a candidate (GMD's confirm step never ran through the live profiler): %q", seen)
+}
+
+func uniqueModes(ms []powermode.Mode) map[powermode.Mode]bool {
+	out := map[powermode.Mode]bool{}
+	for _, m := range ms {
+		out[m] = true
+	}
+	return out
 }
