@@ -237,3 +237,49 @@ func TestAcquireWhenFulcrumdGoes(t *testing.T) {
 		t.Fatal("second acquire on a closed connection succeeded")
 	}
 }
+
+func TestHeartbeatWhileAcquireWaits(t *testing.T) {
+	c, s := dialScripted(t)
+	type got struct {
+		g   proto.Msg
+		err error
+	}
+	acq := make(chan got, 1)
+	sent := serve(func() {
+		if m := s.recv(); m.Type != proto.TypeAcquire {
+			t.Errorf("got %+v, want acquire", m)
+		}
+	})
+	go func() {
+		g, err := c.Acquire(context.Background())
+		acq <- got{g, err}
+	}()
+	<-sent
+	done := serve(func() {
+		if m := s.recv(); m.Type != proto.TypeHeartbeat {
+			t.Errorf("got %+v, want heartbeat", m)
+		}
+		s.send(`{"type":"heartbeat"}` + "\n")
+	})
+	// Whichever call reads the echo, the heartbeat gets it while the acquire still waits.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Heartbeat(ctx); err != nil {
+		t.Fatalf("heartbeat while an acquire waits: %v", err)
+	}
+	<-done
+	select {
+	case a := <-acq:
+		t.Fatalf("acquire returned before its grant: %+v", a)
+	default:
+	}
+	s.send(`{"type":"grant","grant":3,"kind":"train"}` + "\n")
+	select {
+	case a := <-acq:
+		if a.err != nil || a.g.Grant != 3 {
+			t.Fatalf("acquire: %+v", a)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("acquire did not get its grant")
+	}
+}
