@@ -580,13 +580,13 @@ func TestLiveProfiler(t *testing.T) {
 	}
 }
 
-// With too few stored profiles, the first plan runs GMD live through the profile
-// grants (within its profile budget), then plans from what it stored.
-func TestSearchWhenTooFewProfiles(t *testing.T) {
+// newLiveEnv is an env on the real clock with a controller and scripted training and
+// inference workers waiting for turns, the board drawing the training model's power:
+// what a live search needs. The caller closes e.sched.
+func newLiveEnv(t *testing.T, cfg Config, b Budgets) (*env, *Controller) {
+	t.Helper()
 	e := newEnv(t, sched.RealClock{})
-	defer e.sched.Close()
-	c, err := New(Options{Config: Config{MaxProfiles: 4, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}}, Sched: e.sched, Board: e.board,
-		Store: e.store, Budgets: Budgets{LatencyMS: 400, PowerW: 30, RateRPS: 20}})
+	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Budgets: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,6 +600,15 @@ func TestSearchWhenTooFewProfiles(t *testing.T) {
 	e.board.mu.Lock()
 	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
 	e.board.mu.Unlock()
+	return e, c
+}
+
+// With too few stored profiles, the first plan runs GMD live through the profile
+// grants (within its profile budget), then plans from what it stored.
+func TestSearchWhenTooFewProfiles(t *testing.T) {
+	e, c := newLiveEnv(t, Config{MaxProfiles: 4, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}},
+		Budgets{LatencyMS: 400, PowerW: 30, RateRPS: 20})
+	defer e.sched.Close()
 	c.Step(context.Background())
 	if !c.Status().Searching {
 		t.Fatalf("no search started with an empty store: %v", kinds(c.Events().List(0)))
@@ -811,22 +820,8 @@ func TestPlanLeavesRoomForAdmission(t *testing.T) {
 func TestLiveSearchRemeasures(t *testing.T) {
 	var seen []string
 	for _, powerW := range []float64{20, 25, 30, 35, 40, 45} {
-		e := newEnv(t, sched.RealClock{})
-		c, err := New(Options{Config: Config{MaxProfiles: 15, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond, PowerSettle: time.Millisecond}},
-			Sched: e.sched, Board: e.board, Store: e.store, Budgets: Budgets{LatencyMS: 400, PowerW: powerW, RateRPS: 20}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sw := &scriptedWorkers{e: e, power: c.power, grants: map[string]int{}}
-		trainID, inferID := e.register(sw.deliver)
-		for _, id := range []string{trainID, inferID} {
-			if err := e.sched.Acquire(id, 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		e.board.mu.Lock()
-		e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
-		e.board.mu.Unlock()
+		e, c := newLiveEnv(t, Config{MaxProfiles: 15, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond, PowerSettle: time.Millisecond}},
+			Budgets{LatencyMS: 400, PowerW: powerW, RateRPS: 20})
 		pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		res, counts, err := c.search(ctx, "gmd", pair, c.budgets, 20, 0)
