@@ -333,7 +333,17 @@ func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (fulcrum
 		defer p.mu.Unlock()
 		return p.estimate(m, rec.PowerMW, nil, nil), nil
 	}
+	// Start from what is stored so that the scheduler expects this mode's turn times
+	// while it is measured; every point is then replaced by its fresh measurement.
 	fresh := map[store.Key]store.Profile{}
+	for _, k := range keys {
+		switch prof, err := p.Store.Get(k); {
+		case err == nil:
+			fresh[k] = prof
+		case !errors.Is(err, store.ErrNotFound):
+			return fulcrum.ModeProfile{}, err
+		}
+	}
 	mp, measured, err := p.measureMode(ctx, m, keys, keys, fresh, o, budget, false)
 	if err != nil || !measured {
 		return mp, err
