@@ -206,6 +206,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 		if p.InferBatch > 0 {
 			batch = strconv.Itoa(p.InferBatch)
 		}
+		if p.ApplyError != "" {
+			feas += ", NOT IN FORCE (the board refused the mode change: " + p.ApplyError + ")"
+		}
 		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, p.Source)
 		if predicted {
 			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",

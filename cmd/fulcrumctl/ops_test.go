@@ -190,6 +190,13 @@ func TestStatusAndWorkers(t *testing.T) {
 	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "power 33.0W") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused") {
 		t.Errorf("infeasible status:\n%s", out)
 	}
+	// A plan the board refused is shown as not in force, with the board's error.
+	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 1, Feasible: true, Source: "stored-profiles", PredPowerMW: 16000, PredLatencyMS: 60,
+		ApplyError: "write min_freq: is a directory"})
+	out = mustRun(t, "status", "--socket", sock)
+	if !strings.Contains(out, "feasible, NOT IN FORCE (the board refused the mode change: write min_freq: is a directory)") {
+		t.Errorf("status with a refused plan:\n%s", out)
+	}
 	out = mustRun(t, "workers", "--socket", sock)
 	if !strings.Contains(strings.Join(strings.Fields(out), " "), "w1 train resnet18 32 4242 1000 false 0") {
 		t.Errorf("workers:\n%s", out)

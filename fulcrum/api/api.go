@@ -143,6 +143,10 @@ type Plan struct {
 	Source                    string    `json:"source"` // e.g. "stored-profiles", "gmd", "als", "operator"
 	Reason                    string    `json:"reason,omitempty"`
 	At                        time.Time `json:"at"`
+	// ApplyError is set when this plan is NOT in force: the board refused the mode
+	// change (the error); Status.Mode is what the board runs, Degraded is true and
+	// fulcrumd retries with a back-off.
+	ApplyError string `json:"apply_error,omitempty"`
 }
 
 // Worker is one live worker.

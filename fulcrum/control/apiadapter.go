@@ -79,17 +79,21 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 // that chose it.
 func (a *API) plan() *api.Plan {
 	st := a.C.Status()
-	if st.Current == nil {
+	ch := st.Current
+	if st.Wanted != nil {
+		ch = st.Wanted // the decision, shown as not in force (ApplyError)
+	}
+	if ch == nil {
 		return nil
 	}
-	ch := st.Current
 	p := &api.Plan{Mode: ch.Mode, InferBatch: ch.Batch, Feasible: ch.Predicted.Feasible,
 		PredLatencyMS: ch.Predicted.LatencyMS, PredPowerMW: ch.Predicted.PowerMW,
-		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles"}
+		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles",
+		ApplyError: st.ApplyError}
 	evs := a.C.events.List(0)
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
-		if e.Kind == KindApply && e.Caller == nil && e.Err == "" {
+		if e.Kind == KindApply && e.Caller == nil && (e.Err == "" || st.Wanted != nil) {
 			continue
 		}
 		if e.Mode != nil && *e.Mode == ch.Mode {
