@@ -81,8 +81,9 @@ func budgetLatencyMS(s string) (float64, error) {
 	return float64(d) / float64(time.Millisecond), nil
 }
 
-// budgetPowerMW reads 30W, 30.5w, 30000mW, a bare number of watts (30), or none / 0 (no
-// power budget). A bare number that only makes sense as milliwatts is refused.
+// budgetPowerMW reads 30W, 30.5w, 30000mW, a bare number of watts (30), or none / off
+// (no power budget). Zero or less is refused (it is not "none"), and so is a bare
+// number that only makes sense as milliwatts.
 func budgetPowerMW(s string) (float64, error) {
 	s = strings.TrimSpace(s)
 	lower := strings.ToLower(s)
@@ -103,8 +104,9 @@ func budgetPowerMW(s string) (float64, error) {
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, fmt.Errorf("--power %q: want watts like 30W, 30 or 30000mW (%s)", s, rangeHint)
 	}
-	if v == 0 {
-		return 0, nil
+	if v <= 0 {
+		// 0 used to remove the budget silently; "none" says that on purpose.
+		return 0, fmt.Errorf("--power %s: a power budget must be at least %g W; to remove the power budget give --power none (%s)", s, api.MinPowerMW/1000, rangeHint)
 	}
 	if unit == "W" && num == lower && v >= 1000 {
 		return 0, fmt.Errorf("--power %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", s, s, s, v/1000, rangeHint)
@@ -304,7 +306,7 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	}
 	f := cmd.Flags()
 	latency := f.String("latency", "", "latency budget on the quantile: a duration, e.g. 80ms or 0.08s")
-	power := f.String("power", "", "board power budget on the 1 s average: 30W, 30 (watts), 30000mW, or none")
+	power := f.String("power", "", "board power budget on the 1 s average: 30W, 30 (watts), 30000mW (1 W to 1000 W), or none to remove it")
 	rate := f.String("rate", "", `inference arrival rate to plan for: requests/s, or "auto" to measure it`)
 	quantile := f.String("quantile", "", "latency quantile: 0.99 or p99")
 	rho := f.Float64("rho-max", 0, "cap on inference's share of GPU time (0.05 to 1)")
@@ -677,10 +679,13 @@ func newWatchCmd() *cobra.Command {
 }
 
 // watch redraws the status every interval: on a terminal it clears the screen first;
-// otherwise it prints plain frames separated by a time line, so logs stay readable.
+// otherwise it prints plain frames separated by a time line, so logs stay readable. It
+// fails when the first status cannot be read; later failures (a daemon restart) are
+// shown in the frame.
 func watch(ctx context.Context, out io.Writer, tty bool, c *api.Client, interval time.Duration, count int) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	seen := false // a status was read: from then on, errors are shown and watching goes on
 	for n := 0; count == 0 || n < count; n++ {
 		if n > 0 {
 			select {
@@ -698,10 +703,15 @@ func watch(ctx context.Context, out io.Writer, tty bool, c *api.Client, interval
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case err != nil && !seen:
+			// No daemon to watch at all: fail (exit non-zero) rather than print the
+			// error every second.
+			return explain("watch", err)
 		case err != nil:
 			// Keep watching through a daemon restart; say what is wrong meanwhile.
 			fmt.Fprintf(&b, "%v\n", explain("status", err))
 		default:
+			seen = true
 			if err := writeStatus(&b, st); err != nil {
 				return err
 			}

@@ -100,7 +100,8 @@ func TestUnitParsing(t *testing.T) {
 		fail bool
 	}{
 		{"30W", 30000, false}, {"30", 30000, false}, {"30000mW", 30000, false}, {"30.5w", 30500, false},
-		{"none", 0, false}, {"0", 0, false}, {"30000", 0, true}, {"W", 0, true}, {"thirty", 0, true},
+		{"none", 0, false}, {"off", 0, false}, {"0", 0, true}, {"0W", 0, true}, {"0mW", 0, true}, {"-5W", 0, true},
+		{"30000", 0, true}, {"W", 0, true}, {"thirty", 0, true},
 	} {
 		v, err := budgetPowerMW(tc.in)
 		if (err != nil) != tc.fail || (!tc.fail && v != tc.mw) {
@@ -119,6 +120,9 @@ func TestUnitParsing(t *testing.T) {
 			t.Errorf("latency %q = %v, %v", tc.in, v, err)
 		}
 	}
+	if _, err := budgetPowerMW("0W"); err == nil || !strings.Contains(err.Error(), "--power none") {
+		t.Errorf("power 0W: %v, want a message pointing to --power none", err)
+	}
 	if q, err := budgetQuantile("p99.9"); err != nil || q < 0.99899 || q > 0.99901 {
 		t.Errorf("quantile p99.9 = %v, %v", q, err)
 	}
@@ -126,7 +130,7 @@ func TestUnitParsing(t *testing.T) {
 
 func TestNoDaemonMessage(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "control.sock")
-	for _, args := range [][]string{{"status"}, {"budget", "get"}, {"workers"}, {"events"}} {
+	for _, args := range [][]string{{"status"}, {"budget", "get"}, {"workers"}, {"events"}, {"watch", "--count", "3", "--interval", "100ms"}} {
 		_, _, err := fulcrumctl(context.Background(), append(args, "--socket", sock)...)
 		if err == nil || !strings.Contains(err.Error(), "is fulcrumd running? (systemctl status fulcrumd) — or pass --socket") {
 			t.Errorf("%v: %v", args, err)
@@ -451,5 +455,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Unknown subcommands of a command group fail with the usage; a bare group prints help.
+func TestUnknownSubcommand(t *testing.T) {
+	for _, args := range [][]string{{"board", "bogus"}, {"budget", "sett"}, {"profile", "nope"}, {"sim", "x"}} {
+		_, _, err := fulcrumctl(context.Background(), args...)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown command %q", args[1])) || !strings.Contains(err.Error(), "Usage:") {
+			t.Errorf("fulcrumctl %s: %v, want an unknown-command error with the usage", strings.Join(args, " "), err)
+		}
+	}
+	if _, _, err := fulcrumctl(context.Background(), "budget", "sett"); err == nil || !strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "set?") {
+		t.Errorf("no suggestion: %v", err)
+	}
+	out, _, err := fulcrumctl(context.Background(), "board")
+	if err != nil || !strings.Contains(out, "Available Commands") {
+		t.Errorf("bare group: %v\n%s", err, out)
 	}
 }
