@@ -225,7 +225,11 @@ func writeStatus(w io.Writer, st api.Status) error {
 		for _, r := range p.Rails {
 			rails = append(rails, r.Name+" "+watts(r.PowerMW))
 		}
-		fmt.Fprintf(tw, "power\t%s (1 s avg %s)  %s\n", watts(p.TotalMW), watts(p.Avg1sMW), strings.Join(rails, "  "))
+		avg := "1 s avg " + watts(p.Avg1sMW)
+		if p.Avg1sSamples == 0 && p.Avg1sMW == 0 {
+			avg = "1 s avg: no reading in the last second"
+		}
+		fmt.Fprintf(tw, "power\t%s (%s)  %s\n", watts(p.TotalMW), avg, strings.Join(rails, "  "))
 	} else {
 		fmt.Fprintf(tw, "power\tno power sensors\n")
 	}

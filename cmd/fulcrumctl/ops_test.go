@@ -216,6 +216,12 @@ func TestStatusOperatorPlan(t *testing.T) {
 	if !strings.Contains(out, "infer batch -, not evaluated (no stored profile at this mode), from operator") || strings.Contains(out, "predicted") {
 		t.Fatalf("status:\n%s", out)
 	}
+	// No power reading in the last second: said so, not a fake 0.0 W.
+	fake.SetMeasurements(nil, nil, &api.Power{TotalMW: 5000})
+	out = mustRun(t, "status", "--socket", sock)
+	if !strings.Contains(out, "5.0W (1 s avg: no reading in the last second)") {
+		t.Fatalf("status without a 1 s average:\n%s", out)
+	}
 }
 
 func TestModeCommands(t *testing.T) {

@@ -64,7 +64,10 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 			s.Mode = m
 		}
 		if r, err := c.board.Power(ctx); err == nil {
-			p := &api.Power{TotalMW: r.TotalMW, Avg1sMW: st.Measured.PowerMW, At: r.At}
+			// The average now, with or without workers (the controller's own figure is
+			// updated only while it plans for a pair).
+			avg, n := c.power.Average(c.clock.Now(), c.cfg.PowerWindow)
+			p := &api.Power{TotalMW: r.TotalMW, Avg1sMW: avg, Avg1sSamples: n, At: r.At}
 			for _, x := range r.Rails {
 				p.Rails = append(p.Rails, api.Rail{Name: x.Name, PowerMW: x.PowerMW})
 			}

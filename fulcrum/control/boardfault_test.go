@@ -141,3 +141,24 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 		t.Fatalf("fulcrum_degraded %v after recovery", g)
 	}
 }
+
+// The 1 s average power in the status is measured on an idle daemon too (no workers:
+// the controller does not plan), and a status before any reading says there is none.
+func TestIdlePowerAverage(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	c := e.controller(Config{}, Budgets{LatencyMS: 400})
+	ctx := context.Background()
+	as, err := (&API{C: c}).Status(ctx)
+	if err != nil || as.Power == nil {
+		t.Fatalf("status: %+v, %v", as.Power, err)
+	}
+	if as.Power.Avg1sSamples != 0 || as.Power.Avg1sMW != 0 {
+		t.Fatalf("before any reading: %+v, want no samples", as.Power)
+	}
+	e.board.set(21000, nil)
+	e.tick(c, 2*time.Second)
+	as, err = (&API{C: c}).Status(ctx)
+	if err != nil || as.Power == nil || as.Power.Avg1sSamples == 0 || as.Power.Avg1sMW != 21000 {
+		t.Fatalf("idle daemon drawing 21 W: power %+v (%v), want a 1 s average of 21000 mW", as.Power, err)
+	}
+}

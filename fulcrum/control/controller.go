@@ -541,6 +541,10 @@ func (c *Controller) Step(ctx context.Context) {
 		}
 		c.pair = pair
 	}
+	var pn int
+	if c.board != nil {
+		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
+	}
 	if c.pair == nil {
 		return
 	}
@@ -565,10 +569,6 @@ func (c *Controller) Step(ctx context.Context) {
 		c.latCount = wl.LatencyRecent.Count
 	}
 	c.measured.RateRPS = c.rate
-	var pn int
-	if c.board != nil {
-		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
-	}
 	if c.job {
 		return
 	}

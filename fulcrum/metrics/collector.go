@@ -116,7 +116,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.railPower, r.PowerMW/1000, r.Name)
 		}
 		gauge(c.power, p.TotalMW/1000)
-		gauge(c.powerAvg, p.Avg1sMW/1000)
+		if p.Avg1sSamples > 0 || p.Avg1sMW != 0 { // no reading in the window: absent, not 0 W
+			gauge(c.powerAvg, p.Avg1sMW/1000)
+		}
 	}
 	if st.Mode.Cores > 0 {
 		gauge(c.cores, float64(st.Mode.Cores))
