@@ -238,7 +238,14 @@ func writeStatus(w io.Writer, st api.Status) error {
 		state = "DEGRADED: " + st.DegradedReason
 	}
 	if st.TrainingPaused {
-		state += "; training paused"
+		state += "; training paused: no training turns are granted"
+		for _, wl := range st.Workloads {
+			if wl.Role == "train" && wl.ThroughputPerS > 0 {
+				// The rate is over the scheduler's window: turns before the pause, and
+				// profiling turns (an optimize measures training), still count in it.
+				state += fmt.Sprintf(" (%s's %.1f samples/s is the recent window: turns before the pause or profiling turns)", wl.Workload, wl.ThroughputPerS)
+			}
+		}
 	}
 	if st.Optimizing != "" {
 		state += "; optimizing (" + st.Optimizing + ")"

@@ -191,7 +191,7 @@ func TestStatusAndWorkers(t *testing.T) {
 	// An infeasible plan is shown as degraded, with what to do.
 	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 1, Binding: "power", Source: "stored-profiles", PredPowerMW: 33000, PredLatencyMS: 60})
 	out = mustRun(t, "status", "--socket", sock)
-	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "power 33.0W") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused") {
+	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "power 33.0W") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused: no training turns are granted (resnet18's 301.5 samples/s is the recent window: turns before the pause or profiling turns)") {
 		t.Errorf("infeasible status:\n%s", out)
 	}
 	// A plan the board refused is shown as not in force, with the board's error.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum"
@@ -75,6 +76,13 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 		}
 	}
 	s.Plan = a.plan()
+	// An evaluated plan that meets no budget set is degraded running (docs/operations.md):
+	// inference and power come first, training waits.
+	if p := s.Plan; p != nil && !p.Feasible && (p.PredLatencyMS > 0 || p.PredPowerMW > 0) {
+		why := fmt.Sprintf("no known configuration meets the %s budget (relax it, or run fulcrumctl optimize to profile more modes)", p.Binding)
+		s.Degraded = true
+		s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+why, "; ")
+	}
 	return s, nil
 }
 
@@ -111,9 +119,12 @@ func (a *API) plan() *api.Plan {
 		}
 	}
 	if !p.Feasible {
-		p.Binding = "unknown"
-		if e, ok := a.binding(ch); ok {
-			p.Binding = e
+		p.Binding = ch.Predicted.Binding // the decision's, as its event says
+		if p.Binding == "" {
+			p.Binding = "unknown"
+			if e, ok := a.binding(ch); ok {
+				p.Binding = e
+			}
 		}
 	}
 	return p

@@ -162,3 +162,46 @@ func TestIdlePowerAverage(t *testing.T) {
 		t.Fatalf("idle daemon drawing 21 W: power %+v (%v), want a 1 s average of 21000 mW", as.Power, err)
 	}
 }
+
+// An infeasible plan: the status names the same binding constraint as the decision's
+// event, and says DEGRADED (docs/operations.md).
+func TestInfeasibleStatusMatchesEvent(t *testing.T) {
+	for _, b := range []Budgets{
+		{LatencyMS: 400, PowerW: 5, RateRPS: 20}, // power alone
+		{LatencyMS: 5, PowerW: 40, RateRPS: 20},  // latency alone
+		// Both broken, power most: the status used to check latency first and said so.
+		{LatencyMS: 80, PowerW: 2, RateRPS: 20},
+		{LatencyMS: 150, PowerW: 3, RateRPS: 20},
+	} {
+		e := newEnv(t, sched.NewFakeClock())
+		e.seed()
+		c := e.controller(Config{}, b)
+		e.register(nil)
+		e.board.set(10000, nil)
+		e.tick(c, 200*time.Millisecond)
+		var plan *Event
+		for _, ev := range c.Events().List(0) {
+			if ev.Kind == KindPlan {
+				plan = &ev
+			}
+		}
+		if plan == nil || plan.Predicted == nil || plan.Predicted.Feasible {
+			t.Fatalf("budgets %+v: plan event %+v, want an infeasible plan", b, plan)
+		}
+		_, after, ok := strings.Cut(plan.Reason, "binding constraint is ")
+		if !ok {
+			t.Fatalf("budgets %+v: plan reason %q names no binding constraint", b, plan.Reason)
+		}
+		word, _, _ := strings.Cut(after, ":")
+		if word == "arrival rate" {
+			word = "gpu_share"
+		}
+		as, err := (&API{C: c}).Status(context.Background())
+		if err != nil || as.Plan == nil {
+			t.Fatalf("status: %+v, %v", as.Plan, err)
+		}
+		if as.Plan.Binding != word || !as.Degraded || !strings.Contains(as.DegradedReason, "meets the "+word+" budget") {
+			t.Errorf("budgets %+v: event says %q binds; status binding %q, degraded %v %q", b, word, as.Plan.Binding, as.Degraded, as.DegradedReason)
+		}
+	}
+}

@@ -700,7 +700,7 @@ func (c *Controller) profiles() ([]fulcrum.ModeProfile, error) {
 }
 
 func predictionOf(e fulcrum.Eval, rate float64) Prediction {
-	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible}
+	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
 }
 
 // plan chooses from stored profiles (model v1, budgets shrunk by PlanMargin), or starts
@@ -792,6 +792,9 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e ful
 	// A plan judged with the scheduler's admission room (choose) that does not fit in it
 	// is not feasible, whatever the exact model says: training would starve.
 	pred.Feasible = pred.Feasible && e.Feasible
+	if !e.Feasible {
+		pred.Binding = string(e.Binding) // what the decision's reason names
+	}
 	m := e.Mode
 	meas := c.measured
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
