@@ -93,7 +93,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 	if err := os.Mkdir(minFreq, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetBudgets(Budgets{LatencyMS: 400, PowerW: 17, RateRPS: 20}); err != nil {
+	if err := c.SetBudgets(Budgets{LatencyMS: 400, PowerW: 25, RateRPS: 20}); err != nil {
 		t.Fatal(err)
 	}
 	tries := board.count()
