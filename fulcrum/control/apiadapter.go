@@ -205,8 +205,10 @@ func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (a
 	if c.board == nil {
 		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
 	}
-	if sp := c.board.Space(); sp != nil && !sp.Contains(m) {
-		return api.ModeInfo{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "mode", "mode %s is not one of the board's modes (see fulcrumctl board info for its levels)", m)
+	if sp := c.board.Space(); sp != nil {
+		if err := sp.Check(m); err != nil { // names the knob and its nearest levels, as board apply does
+			return api.ModeInfo{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "mode", "%v (fulcrumctl mode lists the board's levels)", err)
+		}
 	}
 	if _, err := c.ApplyMode(ctx, m); err != nil {
 		return api.ModeInfo{}, err

@@ -378,8 +378,10 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	if c.board == nil {
 		return Choice{}, ErrNoBoard
 	}
-	if sp := c.board.Space(); sp != nil && !sp.Contains(m) {
-		return Choice{}, fmt.Errorf("mode %s is not one of the board's modes (see fulcrumctl board info)", m.Human())
+	if sp := c.board.Space(); sp != nil {
+		if err := sp.Check(m); err != nil {
+			return Choice{}, fmt.Errorf("%w (fulcrumctl mode lists the board's levels)", err)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
