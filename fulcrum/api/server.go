@@ -505,6 +505,12 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 				err = rerr
 			}
 		}
+		// A body that is not a profile file (garbage, a bad row, a conflict) is the
+		// caller's to fix: a 400 saying what is wrong, not a 500.
+		var bad *store.InputError
+		if errors.As(err, &bad) && AsError(err).Status >= 500 {
+			err = Errorf(http.StatusBadRequest, CodeBadRequest, "", "%v", err)
+		}
 		s.fail(w, r, err)
 		return
 	}

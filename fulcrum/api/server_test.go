@@ -322,6 +322,27 @@ func TestProfilesExportImport(t *testing.T) {
 	if n, _ := dst.Store.Count(); n != 0 {
 		t.Fatalf("oversized import stored %d profiles", n)
 	}
+	// A body that is not a profile file is a 400 saying what is wrong, not a 500.
+	gc := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, dst))
+	defer gc.Close()
+	for _, tc := range []struct {
+		body   string
+		format store.Format
+		want   string
+	}{
+		{"\x00\x01garbage,not,a,table\nmore garbage\n", store.CSV, "csv header lacks column(s)"},
+		{"hello\n", "", "csv header lacks column(s)"},
+		{`{"schema_version": 1, "profiles": [{"board": 5}]}`, store.JSON, "json: profile 1"},
+		{`{"profiles": []}`, store.JSON, "schema_version 0"},
+	} {
+		_, err := gc.ImportProfiles(ctx, strings.NewReader(tc.body), store.ImportOptions{Format: tc.format})
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, tc.want) {
+			t.Errorf("import %q: %v, want a 400 containing %q", tc.body, err, tc.want)
+		}
+	}
+	if n, _ := dst.Store.Count(); n != 0 {
+		t.Fatalf("bad imports stored %d profiles", n)
+	}
 }
 
 func TestModeAndOptimize(t *testing.T) {
