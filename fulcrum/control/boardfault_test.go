@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 // countingBoard counts the mode writes tried on a real (tegra) backend.
@@ -203,5 +206,22 @@ func TestInfeasibleStatusMatchesEvent(t *testing.T) {
 		if as.Plan.Binding != word || !as.Degraded || !strings.Contains(as.DegradedReason, "meets the "+word+" budget") {
 			t.Errorf("budgets %+v: event says %q binds; status binding %q, degraded %v %q", b, word, as.Plan.Binding, as.Degraded, as.DegradedReason)
 		}
+	}
+}
+
+// A garbage import through fulcrumd's real controller is a 400 saying what is wrong (it
+// was a 500 "internal"), and stores nothing.
+func TestGarbageImportIsBadRequest(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	c := e.controller(Config{}, Budgets{LatencyMS: 400})
+	cl := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, &API{C: c}))
+	defer cl.Close()
+	_, err := cl.ImportProfiles(context.Background(), strings.NewReader("\x00garbage;;\nnot a table\n"), store.ImportOptions{})
+	ae := api.AsError(err)
+	if err == nil || ae.Status != 400 || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "csv header lacks column(s)") {
+		t.Fatalf("garbage import: %v (status %d), want a 400 naming the missing columns", err, ae.Status)
+	}
+	if n, _ := e.store.Count(); n != 0 {
+		t.Fatalf("garbage import stored %d profiles", n)
 	}
 }
