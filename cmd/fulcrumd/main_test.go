@@ -39,6 +39,16 @@ func TestRunAndStop(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The worker socket listens first; the store opens after the board, before the
+	// control socket listens.
+	for ctl := filepath.Join(dir, "run", api.SocketName); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("unix", ctl); err == nil {
+			c.Close()
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("fulcrumd never listened on its control socket: %v", err)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(dir, "state", "profiles.db")); err != nil {
 		t.Fatalf("profile store not created: %v", err)
 	}
