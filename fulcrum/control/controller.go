@@ -847,9 +847,12 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 			c.events.Add(Event{Kind: KindDegraded, Reason: msg})
 			c.log.Info(msg)
 		}
-		c.applyErr, c.applyFails, c.want = nil, 0, nil
+		c.applyErr = nil
 		c.expectAt(ch.Mode)
 	}
+	// ch is in force now (written, or the board already ran its mode): nothing waits
+	// for a retry.
+	c.applyFails, c.want = 0, nil
 	var errs []error
 	for _, w := range c.sched.Snapshot().Workers {
 		if w.Role == proto.RoleInfer && c.pair != nil && w.Workload == c.pair.Infer && w.Batch != ch.Batch {
