@@ -7,6 +7,14 @@ STATICCHECK_VERSION := v0.8.2
 PREFIX ?= /usr/local
 DESTDIR ?=
 
+# go-nvml's cgo bindings call NVML functions that nvml.h marks deprecated: ~150 lines of
+# gcc warnings whenever that package is compiled (a cold build cache: CI, a new clone).
+# Go has no per-package CGO_CFLAGS, so the go commands here get a CC wrapper that adds
+# -Wno-deprecated-declarations for that one package (scripts/cc-quiet-nvml says how);
+# FULCRUM_CC is the real compiler. `make CC=...` on the command line bypasses the wrapper.
+export FULCRUM_CC := $(CC)
+export CC := $(CURDIR)/scripts/cc-quiet-nvml
+
 .PHONY: help build test test-go test-python lint fmt demo clean
 
 help: ## list the targets

@@ -57,7 +57,8 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 	seed := f.Uint64("seed", 1, "random seed (results depend only on it, not on --parallel)")
 	parallel := f.Int("parallel", runtime.NumCPU(), "worker goroutines")
 	board := f.String("board", "agx-orin-64gb", "catalog board whose nvpmodel presets are snapped into the table's space (GMD start, preset baseline)")
-	format := f.String("format", "table", "output format: table, json or csv")
+	format := f.String("format", "table", "output format: table, json or csv (--json is --format json)")
+	asJSON := f.Bool("json", false, "print JSON, as every fulcrumctl command's --json does (same as --format json)")
 	maxProfiles := f.Int("max-profiles", 0, "profile budget per searcher run (0: each searcher's default)")
 	quantile := f.Float64("quantile", fulcrum.DefaultQuantile, "latency quantile the budgets apply to")
 	plot := newBenchPlotFlag(f) // plot.go
@@ -67,6 +68,12 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 		}
 		if *truthPath == "" {
 			return errors.New("--truth is required: a ground-truth CSV, e.g. from `fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv`")
+		}
+		if *asJSON {
+			if f.Changed("format") && *format != "json" {
+				return fmt.Errorf("--json and --format %s contradict: give one", *format)
+			}
+			*format = "json"
 		}
 		if *format != "table" && *format != "json" && *format != "csv" {
 			return fmt.Errorf("--format %q: want table, json or csv", *format)

@@ -59,7 +59,7 @@ func TestBenchCommandOnSimulatorTruth(t *testing.T) {
 	}
 	args := []string{"bench", "--truth", csvPath, "--rates", "10,30", "--latency", "100ms,0.2s", "--power", "20W,40",
 		"--searchers", "oracle,gmd,preset,maxn,random-5", "--parallel", "2", "--seed", "7"}
-	out, _, err := simExec(ctx, append(args, "--format", "json")...)
+	out, _, err := simExec(ctx, append(args, "--json")...) // --json is --format json, as everywhere
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,10 @@ func newDaemonCmd() *cobra.Command {
 	export := &cobra.Command{Use: "export", Short: "Export stored profiles (CSV: the ground-truth table plus lossless columns; or JSON)", Args: cobra.NoArgs}
 	exFilter := remoteFilterFlags(export)
 	exFormat := export.Flags().String("format", "csv", "csv or json")
-	exOut := export.Flags().StringP("output", "o", "-", "file to write (- for stdout)")
+	exOut := export.Flags().StringP("out", "o", "-", "file to write (- for stdout)")
+	// --out is every fulcrumctl command's name for the file written; --output was this one's.
+	export.Flags().StringVar(exOut, "output", "-", "")
+	_ = export.Flags().MarkDeprecated("output", "use --out (-o)")
 	_ = export.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"csv", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	export.RunE = func(cmd *cobra.Command, _ []string) error {
 		f, err := exFilter()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -47,5 +48,32 @@ simulated board's tree.`,
 		newGPUCmd(),
 		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(),
 	)
+	requireKnownSubcommands(root)
 	return root
+}
+
+// requireKnownSubcommands makes every command group (subcommands, no action of its own)
+// fail on an unknown subcommand, with the usage, instead of printing help and exiting 0
+// as cobra does below the root. With no argument a group prints its help.
+func requireKnownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		requireKnownSubcommands(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Runnable() || !cmd.HasParent() {
+		return
+	}
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if c.SuggestionsMinimumDistance <= 0 {
+			c.SuggestionsMinimumDistance = 2 // cobra's default, set by the root's check only
+		}
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return fmt.Errorf("%s\n\n%s", msg, c.UsageString())
+	}
+	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/internal/units"
 )
 
 // socketEnv overrides the default control socket.
@@ -66,51 +67,6 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // --- units -------------------------------------------------------------------------
-
-// budgetLatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds. A bare number
-// is refused: ms and s differ by 1000x and both are common.
-func budgetLatencyMS(s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("--latency %s: give a unit, e.g. %sms or %ss (valid %g ms to %g ms)", s, s, s, api.MinLatencyMS, api.MaxLatencyMS)
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("--latency %q: want a duration like 80ms or 0.08s (valid %g ms to %g ms)", s, api.MinLatencyMS, api.MaxLatencyMS)
-	}
-	return float64(d) / float64(time.Millisecond), nil
-}
-
-// budgetPowerMW reads 30W, 30.5w, 30000mW, a bare number of watts (30), or none / 0 (no
-// power budget). A bare number that only makes sense as milliwatts is refused.
-func budgetPowerMW(s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	lower := strings.ToLower(s)
-	if lower == "none" || lower == "off" {
-		return 0, nil
-	}
-	rangeHint := fmt.Sprintf("valid %g W to %g W, or none", api.MinPowerMW/1000, api.MaxPowerMW/1000)
-	num, scale, unit := lower, 1000.0, "W"
-	switch {
-	case strings.HasSuffix(lower, "mw"):
-		num, scale, unit = strings.TrimSuffix(lower, "mw"), 1, "mW"
-	case strings.HasSuffix(lower, "kw"):
-		num, scale, unit = strings.TrimSuffix(lower, "kw"), 1e6, "kW"
-	case strings.HasSuffix(lower, "w"):
-		num = strings.TrimSuffix(lower, "w")
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("--power %q: want watts like 30W, 30 or 30000mW (%s)", s, rangeHint)
-	}
-	if v == 0 {
-		return 0, nil
-	}
-	if unit == "W" && num == lower && v >= 1000 {
-		return 0, fmt.Errorf("--power %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", s, s, s, v/1000, rangeHint)
-	}
-	return v * scale, nil
-}
 
 // budgetRate reads "auto" or requests per second.
 func budgetRate(s string) (auto bool, rps float64, err error) {
@@ -206,6 +162,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 		if p.InferBatch > 0 {
 			batch = strconv.Itoa(p.InferBatch)
 		}
+		if p.ApplyError != "" {
+			feas += ", NOT IN FORCE (the board refused the mode change: " + p.ApplyError + ")"
+		}
 		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, p.Source)
 		if predicted {
 			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",
@@ -220,7 +179,11 @@ func writeStatus(w io.Writer, st api.Status) error {
 		for _, r := range p.Rails {
 			rails = append(rails, r.Name+" "+watts(r.PowerMW))
 		}
-		fmt.Fprintf(tw, "power\t%s (1 s avg %s)  %s\n", watts(p.TotalMW), watts(p.Avg1sMW), strings.Join(rails, "  "))
+		avg := "1 s avg " + watts(p.Avg1sMW)
+		if p.Avg1sSamples == 0 && p.Avg1sMW == 0 {
+			avg = "1 s avg: no reading in the last second"
+		}
+		fmt.Fprintf(tw, "power\t%s (%s)  %s\n", watts(p.TotalMW), avg, strings.Join(rails, "  "))
 	} else {
 		fmt.Fprintf(tw, "power\tno power sensors\n")
 	}
@@ -229,7 +192,14 @@ func writeStatus(w io.Writer, st api.Status) error {
 		state = "DEGRADED: " + st.DegradedReason
 	}
 	if st.TrainingPaused {
-		state += "; training paused"
+		state += "; training paused: no training turns are granted"
+		for _, wl := range st.Workloads {
+			if wl.Role == "train" && wl.ThroughputPerS > 0 {
+				// The rate is over the scheduler's window: turns before the pause, and
+				// profiling turns (an optimize measures training), still count in it.
+				state += fmt.Sprintf(" (%s's %.1f samples/s is the recent window: turns before the pause or profiling turns)", wl.Workload, wl.ThroughputPerS)
+			}
+		}
 	}
 	if st.Optimizing != "" {
 		state += "; optimizing (" + st.Optimizing + ")"
@@ -301,7 +271,7 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	}
 	f := cmd.Flags()
 	latency := f.String("latency", "", "latency budget on the quantile: a duration, e.g. 80ms or 0.08s")
-	power := f.String("power", "", "board power budget on the 1 s average: 30W, 30 (watts), 30000mW, or none")
+	power := f.String("power", "", "board power budget on the 1 s average: 30W, 30 (watts), 30000mW (1 W to 1000 W), or none to remove it")
 	rate := f.String("rate", "", `inference arrival rate to plan for: requests/s, or "auto" to measure it`)
 	quantile := f.String("quantile", "", "latency quantile: 0.99 or p99")
 	rho := f.Float64("rho-max", 0, "cap on inference's share of GPU time (0.05 to 1)")
@@ -313,14 +283,14 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var u api.BudgetsUpdate
 		if f.Changed("latency") {
-			v, err := budgetLatencyMS(*latency)
+			v, err := units.LatencyMS(*latency)
 			if err != nil {
 				return err
 			}
 			u.LatencyMS = &v
 		}
 		if f.Changed("power") {
-			v, err := budgetPowerMW(*power)
+			v, err := units.PowerMW(*power)
 			if err != nil {
 				return err
 			}
@@ -674,10 +644,13 @@ func newWatchCmd() *cobra.Command {
 }
 
 // watch redraws the status every interval: on a terminal it clears the screen first;
-// otherwise it prints plain frames separated by a time line, so logs stay readable.
+// otherwise it prints plain frames separated by a time line, so logs stay readable. It
+// fails when the first status cannot be read; later failures (a daemon restart) are
+// shown in the frame.
 func watch(ctx context.Context, out io.Writer, tty bool, c *api.Client, interval time.Duration, count int) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	seen := false // a status was read: from then on, errors are shown and watching goes on
 	for n := 0; count == 0 || n < count; n++ {
 		if n > 0 {
 			select {
@@ -695,10 +668,15 @@ func watch(ctx context.Context, out io.Writer, tty bool, c *api.Client, interval
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case err != nil && !seen:
+			// No daemon to watch at all: fail (exit non-zero) rather than print the
+			// error every second.
+			return explain("watch", err)
 		case err != nil:
 			// Keep watching through a daemon restart; say what is wrong meanwhile.
 			fmt.Fprintf(&b, "%v\n", explain("status", err))
 		default:
+			seen = true
 			if err := writeStatus(&b, st); err != nil {
 				return err
 			}

@@ -93,32 +93,7 @@ func TestBudgetCommands(t *testing.T) {
 	}
 }
 
-func TestUnitParsing(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		mw   float64
-		fail bool
-	}{
-		{"30W", 30000, false}, {"30", 30000, false}, {"30000mW", 30000, false}, {"30.5w", 30500, false},
-		{"none", 0, false}, {"0", 0, false}, {"30000", 0, true}, {"W", 0, true}, {"thirty", 0, true},
-	} {
-		v, err := budgetPowerMW(tc.in)
-		if (err != nil) != tc.fail || (!tc.fail && v != tc.mw) {
-			t.Errorf("power %q = %v, %v", tc.in, v, err)
-		}
-	}
-	for _, tc := range []struct {
-		in   string
-		ms   float64
-		fail bool
-	}{
-		{"80ms", 80, false}, {"0.08s", 80, false}, {"1.5s", 1500, false}, {"80", 0, true}, {"80 ms", 0, true},
-	} {
-		v, err := budgetLatencyMS(tc.in)
-		if (err != nil) != tc.fail || (!tc.fail && v != tc.ms) {
-			t.Errorf("latency %q = %v, %v", tc.in, v, err)
-		}
-	}
+func TestQuantileParsing(t *testing.T) {
 	if q, err := budgetQuantile("p99.9"); err != nil || q < 0.99899 || q > 0.99901 {
 		t.Errorf("quantile p99.9 = %v, %v", q, err)
 	}
@@ -126,7 +101,7 @@ func TestUnitParsing(t *testing.T) {
 
 func TestNoDaemonMessage(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "control.sock")
-	for _, args := range [][]string{{"status"}, {"budget", "get"}, {"workers"}, {"events"}} {
+	for _, args := range [][]string{{"status"}, {"budget", "get"}, {"workers"}, {"events"}, {"watch", "--count", "3", "--interval", "100ms"}} {
 		_, _, err := fulcrumctl(context.Background(), append(args, "--socket", sock)...)
 		if err == nil || !strings.Contains(err.Error(), "is fulcrumd running? (systemctl status fulcrumd) — or pass --socket") {
 			t.Errorf("%v: %v", args, err)
@@ -187,8 +162,15 @@ func TestStatusAndWorkers(t *testing.T) {
 	// An infeasible plan is shown as degraded, with what to do.
 	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 1, Binding: "power", Source: "stored-profiles", PredPowerMW: 33000, PredLatencyMS: 60})
 	out = mustRun(t, "status", "--socket", sock)
-	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "power 33.0W") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused") {
+	if !strings.Contains(out, "INFEASIBLE (power budget)") || !strings.Contains(out, "power 33.0W") || !strings.Contains(out, "DEGRADED: no known configuration meets the power budget") || !strings.Contains(out, "training paused: no training turns are granted (resnet18's 301.5 samples/s is the recent window: turns before the pause or profiling turns)") {
 		t.Errorf("infeasible status:\n%s", out)
+	}
+	// A plan the board refused is shown as not in force, with the board's error.
+	fake.SetPlan(&api.Plan{Mode: apitest.Mode30W, InferBatch: 1, Feasible: true, Source: "stored-profiles", PredPowerMW: 16000, PredLatencyMS: 60,
+		ApplyError: "write min_freq: is a directory"})
+	out = mustRun(t, "status", "--socket", sock)
+	if !strings.Contains(out, "feasible, NOT IN FORCE (the board refused the mode change: write min_freq: is a directory)") {
+		t.Errorf("status with a refused plan:\n%s", out)
 	}
 	out = mustRun(t, "workers", "--socket", sock)
 	if !strings.Contains(strings.Join(strings.Fields(out), " "), "w1 train resnet18 32 4242 1000 false 0") {
@@ -204,6 +186,12 @@ func TestStatusOperatorPlan(t *testing.T) {
 	out := mustRun(t, "status", "--socket", sock)
 	if !strings.Contains(out, "infer batch -, not evaluated (no stored profile at this mode), from operator") || strings.Contains(out, "predicted") {
 		t.Fatalf("status:\n%s", out)
+	}
+	// No power reading in the last second: said so, not a fake 0.0 W.
+	fake.SetMeasurements(nil, nil, &api.Power{TotalMW: 5000})
+	out = mustRun(t, "status", "--socket", sock)
+	if !strings.Contains(out, "5.0W (1 s avg: no reading in the last second)") {
+		t.Fatalf("status without a 1 s average:\n%s", out)
 	}
 }
 
@@ -397,6 +385,18 @@ func TestDaemonProfiles(t *testing.T) {
 	if string(got) != want.String() {
 		t.Fatalf("exported file differs from the store:\n%s", got)
 	}
+	// --out is the name; the old --output still writes and says it is deprecated.
+	for _, flag := range []string{"--out", "--output"} {
+		f2 := filepath.Join(t.TempDir(), "p.csv")
+		stdout, stderr, err := fulcrumctl(context.Background(), "daemon", "profiles", "export", "--socket", sock, flag, f2)
+		stderr += stdout // cobra prints flag deprecations on OutOrStderr: stderr in a terminal
+		if b, _ := os.ReadFile(f2); err != nil || string(b) != want.String() {
+			t.Fatalf("export %s: %v", flag, err)
+		}
+		if dep := strings.Contains(stderr, "--output has been deprecated, use --out"); dep != (flag == "--output") {
+			t.Fatalf("export %s: stderr %q", flag, stderr)
+		}
+	}
 	dst := apitest.NewOrin(t, 0)
 	dsock := apitest.Serve(t, allowAll, dst)
 	if out := mustRun(t, "daemon", "profiles", "import", "--socket", dsock, file); strings.TrimSpace(out) != "imported: 5 added, 0 unchanged, 0 replaced" {
@@ -444,5 +444,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Unknown subcommands of a command group fail with the usage; a bare group prints help.
+func TestUnknownSubcommand(t *testing.T) {
+	for _, args := range [][]string{{"board", "bogus"}, {"budget", "sett"}, {"profile", "nope"}, {"sim", "x"}} {
+		_, _, err := fulcrumctl(context.Background(), args...)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown command %q", args[1])) || !strings.Contains(err.Error(), "Usage:") {
+			t.Errorf("fulcrumctl %s: %v, want an unknown-command error with the usage", strings.Join(args, " "), err)
+		}
+	}
+	if _, _, err := fulcrumctl(context.Background(), "budget", "sett"); err == nil || !strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "set?") {
+		t.Errorf("no suggestion: %v", err)
+	}
+	out, _, err := fulcrumctl(context.Background(), "board")
+	if err != nil || !strings.Contains(out, "Available Commands") {
+		t.Errorf("bare group: %v\n%s", err, out)
 	}
 }

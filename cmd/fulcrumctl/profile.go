@@ -243,11 +243,9 @@ func newProfileCheckCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path := dbFlag(cmd)
-			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("profile store %s does not exist (pass --db)", path)
-			}
-			// Opened for writing so an older schema is migrated (in one transaction) first.
-			s, err := store.Open(path, store.Options{})
+			// Opened for writing so an older schema is migrated (in one transaction)
+			// first, but never created: a missing, empty or foreign file is an error.
+			s, err := store.Open(path, store.Options{MustExist: true})
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -394,4 +395,42 @@ func waitForActivity(t *testing.T, root string, pid int) {
 		}
 	}
 	t.Fatalf("process %d never ran a minibatch on the simulated board", pid)
+}
+
+// An empty or foreign file given as --db is named as such, and left as it was: check
+// no longer turns an empty file into a store, ls no longer fails with "bad file
+// descriptor".
+func TestProfileCommandsOnNonStoreFiles(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	junk := []byte("workload,role\nnot a bolt file\n")
+	if err := os.WriteFile(garbage, junk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		file string
+		want string
+	}{
+		{[]string{"ls"}, empty, "is an empty file, not a profile store"},
+		{[]string{"check"}, empty, "is an empty file, not a profile store"},
+		{[]string{"export"}, empty, "is an empty file, not a profile store"},
+		{[]string{"ls"}, garbage, "not a profile store"},
+		{[]string{"check"}, garbage, "not a profile store"},
+		{[]string{"check"}, filepath.Join(dir, "missing.db"), "does not exist"},
+	} {
+		before, _ := os.ReadFile(tc.file)
+		_, _, err := runProfile(t, append(tc.args, "--db", tc.file)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("profile %s --db %s: %v, want %q", tc.args[0], filepath.Base(tc.file), err, tc.want)
+		}
+		after, statErr := os.ReadFile(tc.file)
+		if string(after) != string(before) && !errors.Is(statErr, os.ErrNotExist) {
+			t.Errorf("profile %s changed %s (%d bytes before, %d after)", tc.args[0], filepath.Base(tc.file), len(before), len(after))
+		}
+	}
 }

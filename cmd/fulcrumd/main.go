@@ -14,9 +14,11 @@ import (
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
+	"github.com/fulcrum-edge/fulcrum/internal/units"
 )
 
 func main() {
@@ -47,6 +49,9 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := readConfigFile(v, configPath); err != nil {
+				return err
+			}
+			if err := budgetFlags(cmd.Flags(), v); err != nil {
 				return err
 			}
 			s, err := settings(v)
@@ -86,14 +91,20 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 		{"board-root", "board_root", "filesystem root of the board's /sys, /proc, /etc (also --root, as in fulcrumctl)"},
 		{"log-format", "log.format", "log format: text or json"},
 		{"log-level", "log.level", "log level: debug, info, warn, error"},
-		{"latency-ms", "budgets.latency_ms", "inference latency budget (ms) on the budgets.quantile"},
-		{"power-w", "budgets.power_w", "board power budget (W); 0 for none"},
+		{"latency-ms", "budgets.latency_ms", "deprecated: --latency"},
+		{"power-w", "budgets.power_w", "deprecated: --power"},
 		{"rate", "budgets.rate", `inference arrival rate (requests/s) or "auto" to measure it`},
 	}
 	for _, fl := range flags {
 		f.String(fl.name, fmt.Sprint(defaults[fl.key]), fl.usage)
 		_ = v.BindPFlag(fl.key, f.Lookup(fl.name))
 	}
+	// The budgets as fulcrumctl budget set takes them, with units; the old unit-in-name
+	// flags still work and print a deprecation line.
+	f.String("latency", "", "inference latency budget on the budgets.quantile, a duration: 100ms, 0.2s (key budgets.latency_ms)")
+	f.String("power", "", "board power budget on the 1 s average: 30W, 30000mW, or none (key budgets.power_w)")
+	_ = f.MarkDeprecated("latency-ms", "use --latency with a unit, e.g. --latency 200ms")
+	_ = f.MarkDeprecated("power-w", "use --power with a unit, e.g. --power 30W (or none)")
 	// fulcrumctl's board commands call the same thing --root.
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if name == "root" {
@@ -102,4 +113,32 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 		return pflag.NormalizedName(name)
 	})
 	return cmd
+}
+
+// budgetFlags applies --latency and --power (with units, as fulcrumctl budget set reads
+// them) over the configuration; each excludes its deprecated unit-in-name form.
+func budgetFlags(f *pflag.FlagSet, v *viper.Viper) error {
+	for _, b := range []struct {
+		flag, old, key string
+		parse          func(string) (float64, error)
+	}{
+		{"latency", "latency-ms", "budgets.latency_ms", units.LatencyMS},
+		{"power", "power-w", "budgets.power_w", func(s string) (float64, error) {
+			mw, err := units.PowerMW(s)
+			return mw / 1000, err
+		}},
+	} {
+		if !f.Changed(b.flag) {
+			continue
+		}
+		if f.Changed(b.old) {
+			return fmt.Errorf("give --%s or the deprecated --%s, not both", b.flag, b.old)
+		}
+		x, err := b.parse(f.Lookup(b.flag).Value.String())
+		if err != nil {
+			return err
+		}
+		v.Set(b.key, x)
+	}
+	return nil
 }

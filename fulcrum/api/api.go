@@ -121,11 +121,14 @@ type Rail struct {
 // Power is the board's power now.
 type Power struct {
 	// TotalMW is the latest board total; Avg1sMW its 1 s moving average, the value the
-	// power budget is checked on.
-	TotalMW float64   `json:"total_mw"`
-	Avg1sMW float64   `json:"avg_1s_mw"`
-	Rails   []Rail    `json:"rails"`
-	At      time.Time `json:"at"`
+	// power budget is checked on, over Avg1sSamples readings. Avg1sSamples 0 means no
+	// reading in the last second (just started, or power unreadable): Avg1sMW is then 0
+	// and is not a measurement.
+	TotalMW      float64   `json:"total_mw"`
+	Avg1sMW      float64   `json:"avg_1s_mw"`
+	Avg1sSamples int       `json:"avg_1s_samples"`
+	Rails        []Rail    `json:"rails"`
+	At           time.Time `json:"at"`
 }
 
 // Plan is the controller's chosen configuration and what model v1 predicts for it.
@@ -143,6 +146,10 @@ type Plan struct {
 	Source                    string    `json:"source"` // e.g. "stored-profiles", "gmd", "als", "operator"
 	Reason                    string    `json:"reason,omitempty"`
 	At                        time.Time `json:"at"`
+	// ApplyError is set when this plan is NOT in force: the board refused the mode
+	// change (the error); Status.Mode is what the board runs, Degraded is true and
+	// fulcrumd retries with a back-off.
+	ApplyError string `json:"apply_error,omitempty"`
 }
 
 // Worker is one live worker.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -273,11 +274,18 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, e)
 }
 
-// decode reads a JSON body of at most MaxBodyBytes, rejecting unknown fields and
-// trailing data.
+// decode reads a JSON body of at most MaxBodyBytes strictly: unknown fields, keys that
+// match a field only case-insensitively, keys given twice and trailing data are 400s
+// naming the key.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	if err := checkKeys(raw, reflect.TypeOf(v)); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
@@ -496,6 +504,12 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 			if errors.As(rerr, &tooBig) {
 				err = rerr
 			}
+		}
+		// A body that is not a profile file (garbage, a bad row, a conflict) is the
+		// caller's to fix: a 400 saying what is wrong, not a 500.
+		var bad *store.InputError
+		if errors.As(err, &bad) && AsError(err).Status >= 500 {
+			err = Errorf(http.StatusBadRequest, CodeBadRequest, "", "%v", err)
 		}
 		s.fail(w, r, err)
 		return

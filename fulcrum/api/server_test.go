@@ -121,6 +121,14 @@ func TestBadRequests(t *testing.T) {
 		{"empty body", "PUT", "/v1/budgets", ``, 400, api.CodeBadRequest, "", "empty body"},
 		{"too large", "PUT", "/v1/budgets", `{"latency_ms": 80` + strings.Repeat(" ", 300) + `}`, 413, api.CodeTooLarge, "", "over 256 bytes"},
 		{"bad method", "POST", "/v1/optimize", `{"method": "sgd"}`, 400, api.CodeBadMethod, "method", `"sgd"`},
+		// Strict keys: encoding/json alone matches case-insensitively and lets the last
+		// of two equal keys win.
+		{"key case", "PUT", "/v1/budgets", `{"Latency_MS": 80}`, 400, api.CodeBadRequest, "Latency_MS", `case-sensitive; did you mean "latency_ms"`},
+		{"duplicate key", "PUT", "/v1/budgets", `{"latency_ms": 80, "latency_ms": 5000}`, 400, api.CodeBadRequest, "latency_ms", "appears twice"},
+		{"nested key case", "PUT", "/v1/mode", `{"mode": {"Cores": 8, "cpu_khz": 1728000, "gpu_hz": 612000000, "emc_hz": 3199000000}}`, 400, api.CodeBadRequest, "mode.Cores", `did you mean "cores"`},
+		{"nested duplicate", "PUT", "/v1/mode", `{"mode": {"cores": 8, "cores": 4, "cpu_khz": 1728000, "gpu_hz": 612000000, "emc_hz": 3199000000}}`, 400, api.CodeBadRequest, "mode.cores", "appears twice"},
+		{"nested unknown", "PUT", "/v1/mode", `{"mode": {"cores": 8, "cpu_mhz": 1728}}`, 400, api.CodeBadRequest, "mode.cpu_mhz", `unknown field "mode.cpu_mhz"`},
+		{"optimize key case", "POST", "/v1/optimize", `{"METHOD": "gmd"}`, 400, api.CodeBadRequest, "METHOD", "case-sensitive"},
 		{"mode not a level", "PUT", "/v1/mode", `{"mode": {"cores": 8, "cpu_khz": 1728000, "gpu_hz": 600000000, "emc_hz": 3199000000}}`, 400, api.CodeBadMode, "gpu_hz", "600000000 is not a level"},
 		{"mode incomplete", "PUT", "/v1/mode", `{"mode": {"cores": 8}}`, 400, api.CodeBadMode, "mode", "cpu_khz must be positive"},
 		{"wrong http method", "DELETE", "/v1/budgets", ``, 405, api.CodeMethod, "", "use GET, PUT"},
@@ -313,6 +321,27 @@ func TestProfilesExportImport(t *testing.T) {
 	}
 	if n, _ := dst.Store.Count(); n != 0 {
 		t.Fatalf("oversized import stored %d profiles", n)
+	}
+	// A body that is not a profile file is a 400 saying what is wrong, not a 500.
+	gc := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, dst))
+	defer gc.Close()
+	for _, tc := range []struct {
+		body   string
+		format store.Format
+		want   string
+	}{
+		{"\x00\x01garbage,not,a,table\nmore garbage\n", store.CSV, "csv header lacks column(s)"},
+		{"hello\n", "", "csv header lacks column(s)"},
+		{`{"schema_version": 1, "profiles": [{"board": 5}]}`, store.JSON, "json: profile 1"},
+		{`{"profiles": []}`, store.JSON, "schema_version 0"},
+	} {
+		_, err := gc.ImportProfiles(ctx, strings.NewReader(tc.body), store.ImportOptions{Format: tc.format})
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, tc.want) {
+			t.Errorf("import %q: %v, want a 400 containing %q", tc.body, err, tc.want)
+		}
+	}
+	if n, _ := dst.Store.Count(); n != 0 {
+		t.Fatalf("bad imports stored %d profiles", n)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum"
@@ -64,7 +65,10 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 			s.Mode = m
 		}
 		if r, err := c.board.Power(ctx); err == nil {
-			p := &api.Power{TotalMW: r.TotalMW, Avg1sMW: st.Measured.PowerMW, At: r.At}
+			// The average now, with or without workers (the controller's own figure is
+			// updated only while it plans for a pair).
+			avg, n := c.power.Average(c.clock.Now(), c.cfg.PowerWindow)
+			p := &api.Power{TotalMW: r.TotalMW, Avg1sMW: avg, Avg1sSamples: n, At: r.At}
 			for _, x := range r.Rails {
 				p.Rails = append(p.Rails, api.Rail{Name: x.Name, PowerMW: x.PowerMW})
 			}
@@ -72,6 +76,13 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 		}
 	}
 	s.Plan = a.plan()
+	// An evaluated plan that meets no budget set is degraded running (docs/operations.md):
+	// inference and power come first, training waits.
+	if p := s.Plan; p != nil && !p.Feasible && (p.PredLatencyMS > 0 || p.PredPowerMW > 0) {
+		why := fmt.Sprintf("no known configuration meets the %s budget (relax it, or run fulcrumctl optimize to profile more modes)", p.Binding)
+		s.Degraded = true
+		s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+why, "; ")
+	}
 	return s, nil
 }
 
@@ -79,17 +90,21 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 // that chose it.
 func (a *API) plan() *api.Plan {
 	st := a.C.Status()
-	if st.Current == nil {
+	ch := st.Current
+	if st.Wanted != nil {
+		ch = st.Wanted // the decision, shown as not in force (ApplyError)
+	}
+	if ch == nil {
 		return nil
 	}
-	ch := st.Current
 	p := &api.Plan{Mode: ch.Mode, InferBatch: ch.Batch, Feasible: ch.Predicted.Feasible,
 		PredLatencyMS: ch.Predicted.LatencyMS, PredPowerMW: ch.Predicted.PowerMW,
-		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles"}
+		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles",
+		ApplyError: st.ApplyError}
 	evs := a.C.events.List(0)
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
-		if e.Kind == KindApply && e.Caller == nil && e.Err == "" {
+		if e.Kind == KindApply && e.Caller == nil && (e.Err == "" || st.Wanted != nil) {
 			continue
 		}
 		if e.Mode != nil && *e.Mode == ch.Mode {
@@ -104,9 +119,12 @@ func (a *API) plan() *api.Plan {
 		}
 	}
 	if !p.Feasible {
-		p.Binding = "unknown"
-		if e, ok := a.binding(ch); ok {
-			p.Binding = e
+		p.Binding = ch.Predicted.Binding // the decision's, as its event says
+		if p.Binding == "" {
+			p.Binding = "unknown"
+			if e, ok := a.binding(ch); ok {
+				p.Binding = e
+			}
 		}
 	}
 	return p
@@ -187,8 +205,10 @@ func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (a
 	if c.board == nil {
 		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
 	}
-	if sp := c.board.Space(); sp != nil && !sp.Contains(m) {
-		return api.ModeInfo{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "mode", "mode %s is not one of the board's modes (see fulcrumctl board info for its levels)", m)
+	if sp := c.board.Space(); sp != nil {
+		if err := sp.Check(m); err != nil { // names the knob and its nearest levels, as board apply does
+			return api.ModeInfo{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "mode", "%v (fulcrumctl mode lists the board's levels)", err)
+		}
 	}
 	if _, err := c.ApplyMode(ctx, m); err != nil {
 		return api.ModeInfo{}, err

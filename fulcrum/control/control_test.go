@@ -713,6 +713,12 @@ func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 	if _, err := a.ApplyMode(ctx, powermode.Mode{Cores: 3, CPUKHz: 1, GPUHz: 1, EMCHz: 1}, api.Caller{}); err == nil || api.AsError(err).Code != api.CodeBadMode {
 		t.Fatalf("bad mode: %v", err)
 	}
+	// One bad clock: the answer names the knob and its nearest levels, as board apply does.
+	bad := e.modes[0]
+	bad.GPUHz = 600000000
+	if _, err := a.ApplyMode(ctx, bad, api.Caller{}); err == nil || !strings.Contains(err.Error(), "gpu_hz 600000000 is not a level of this board (nearest: 510000000 or 612000000)") {
+		t.Fatalf("bad gpu clock: %v", err)
+	}
 	m := e.modes[1]
 	mi, err := a.ApplyMode(ctx, m, api.Caller{UID: 1000})
 	if err != nil {

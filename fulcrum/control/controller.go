@@ -203,6 +203,13 @@ type Controller struct {
 	stepped  bool
 	degraded string // reason, "" when not degraded
 	applyErr error  // the last failed board Apply (nil after a success), for ApplyMode's answer
+	// While the board refuses mode changes: the configuration decided but not in force,
+	// how many writes in a row failed since when, and when the next retry is due
+	// (backed off: retrying a refused write every step only floods the log).
+	want           *Choice
+	applyFails     int
+	applyFailSince time.Time
+	retryAt        time.Time
 
 	rate      float64
 	rateInit  bool
@@ -371,8 +378,10 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	if c.board == nil {
 		return Choice{}, ErrNoBoard
 	}
-	if sp := c.board.Space(); sp != nil && !sp.Contains(m) {
-		return Choice{}, fmt.Errorf("mode %s is not one of the board's modes (see fulcrumctl board info)", m.Human())
+	if sp := c.board.Space(); sp != nil {
+		if err := sp.Check(m); err != nil {
+			return Choice{}, fmt.Errorf("%w (fulcrumctl mode lists the board's levels)", err)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -397,9 +406,13 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	mode := m
 	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
 	c.forceApply = true
+	// A refused operator change is answered to the operator, not retried: the
+	// controller's own retry state (a plan the board refused earlier) stays as it was.
+	want, fails, since, retryAt := c.want, c.applyFails, c.applyFailSince, c.retryAt
 	c.apply(ctx, ch)
 	c.setTrainingPaused(false, "mode set by the operator")
 	if c.cur == nil || c.cur.Mode != m {
+		c.want, c.applyFails, c.applyFailSince, c.retryAt = want, fails, since, retryAt
 		if c.applyErr != nil {
 			return Choice{}, fmt.Errorf("apply mode %s failed; the board keeps its previous mode: %w", m.Human(), c.applyErr)
 		}
@@ -530,6 +543,10 @@ func (c *Controller) Step(ctx context.Context) {
 		}
 		c.pair = pair
 	}
+	var pn int
+	if c.board != nil {
+		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
+	}
 	if c.pair == nil {
 		return
 	}
@@ -554,14 +571,23 @@ func (c *Controller) Step(ctx context.Context) {
 		c.latCount = wl.LatencyRecent.Count
 	}
 	c.measured.RateRPS = c.rate
-	var pn int
-	if c.board != nil {
-		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
-	}
 	if c.job {
 		return
 	}
 	if c.board != nil && c.checkDegraded(ctx, now) {
+		return
+	}
+	if c.want != nil && (c.needPlan == "" || now.Before(c.retryAt)) {
+		// The board refused the last mode change: nothing else is decided until it
+		// takes one (every decision would be another refused write), and the retry
+		// waits out the back-off. A budget change re-plans at the next retry instead.
+		if now.Before(c.retryAt) {
+			return
+		}
+		c.apply(ctx, *c.want)
+		if c.want == nil {
+			c.needPlan = "the board accepts mode changes again"
+		}
 		return
 	}
 	rate, ready := c.planningRate(now)
@@ -676,7 +702,7 @@ func (c *Controller) profiles() ([]fulcrum.ModeProfile, error) {
 }
 
 func predictionOf(e fulcrum.Eval, rate float64) Prediction {
-	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible}
+	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
 }
 
 // plan chooses from stored profiles (model v1, budgets shrunk by PlanMargin), or starts
@@ -768,6 +794,9 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e ful
 	// A plan judged with the scheduler's admission room (choose) that does not fit in it
 	// is not feasible, whatever the exact model says: training would starve.
 	pred.Feasible = pred.Feasible && e.Feasible
+	if !e.Feasible {
+		pred.Binding = string(e.Binding) // what the decision's reason names
+	}
 	m := e.Mode
 	meas := c.measured
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
@@ -799,14 +828,31 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	if c.cur == nil || c.cur.Mode != ch.Mode || c.forceApply {
 		err := c.sched.BetweenTurns(ctx, func(ctx context.Context) error { return c.board.Apply(ctx, ch.Mode) })
 		if err != nil {
-			c.events.Add(Event{Kind: KindApply, Reason: "applying the mode failed; the board keeps its previous mode", Mode: &m, Batch: ch.Batch, Err: err.Error()})
-			c.log.Error("apply power mode", "mode", ch.Mode.Human(), "err", err)
+			now := c.clock.Now()
+			if c.applyFails == 0 {
+				c.applyFailSince = now
+			}
+			c.applyFails++
 			c.applyErr = err
+			c.want = &ch
+			wait := applyRetry(c.applyFails)
+			c.retryAt = now.Add(wait)
+			reason := fmt.Sprintf("applying the mode failed (%d in a row); the board keeps its previous mode and fulcrumd runs DEGRADED; retrying in %s", c.applyFails, wait)
+			c.events.Add(Event{Kind: KindApply, Reason: reason, Mode: &m, Batch: ch.Batch, Err: err.Error()})
+			c.log.Error("apply power mode", "mode", ch.Mode.Human(), "failures", c.applyFails, "retry_in", wait, "err", err)
 			return
+		}
+		if c.applyFails > 0 {
+			msg := fmt.Sprintf("the board accepts mode changes again after %d refused writes since %s", c.applyFails, c.applyFailSince.Format(time.RFC3339))
+			c.events.Add(Event{Kind: KindDegraded, Reason: msg})
+			c.log.Info(msg)
 		}
 		c.applyErr = nil
 		c.expectAt(ch.Mode)
 	}
+	// ch is in force now (written, or the board already ran its mode): nothing waits
+	// for a retry.
+	c.applyFails, c.want = 0, nil
 	var errs []error
 	for _, w := range c.sched.Snapshot().Workers {
 		if w.Role == proto.RoleInfer && c.pair != nil && w.Workload == c.pair.Infer && w.Batch != ch.Batch {
@@ -824,6 +870,36 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	}
 	c.events.Add(ev)
 	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch)
+}
+
+// Retries of a refused mode change wait applyRetryFirst, doubling per failure up to
+// applyRetryMax: a board whose clock files are immutable refuses for minutes or hours.
+const (
+	applyRetryFirst = time.Second
+	applyRetryMax   = 30 * time.Second
+)
+
+// applyRetry is the wait after the n-th refused write in a row.
+func applyRetry(n int) time.Duration {
+	d := applyRetryFirst
+	for i := 1; i < n && d < applyRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, applyRetryMax)
+}
+
+// boardRefusal says why fulcrumd is degraded while the board refuses mode changes
+// ("" when it does not). Called with c.mu held.
+func (c *Controller) boardRefusal(now time.Time) string {
+	if c.want == nil {
+		return ""
+	}
+	next := c.retryAt.Sub(now).Round(time.Millisecond)
+	if next < 0 {
+		next = 0
+	}
+	return fmt.Sprintf("the board refuses mode changes (%d writes in a row failed since %s; last error: %v): the plan %s is not in force; retrying in %s (check that the board's clock files are writable, e.g. not immutable: lsattr)",
+		c.applyFails, c.applyFailSince.Format(time.RFC3339), c.applyErr, c.want.Mode.Human(), next)
 }
 
 // expectAt tells the scheduler how long the workers' turns take at mode m — the pair's

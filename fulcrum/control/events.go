@@ -49,6 +49,9 @@ type Prediction struct {
 	Rho           float64 `json:"rho"`
 	RateRPS       float64 `json:"rate_rps"`
 	Feasible      bool    `json:"feasible"`
+	// Binding names the budget the configuration violates most when it is not
+	// feasible (latency, power, gpu_share): the plan's, as its event explains it.
+	Binding string `json:"binding,omitempty"`
 }
 
 // Measured are the controller's observations at one instant.

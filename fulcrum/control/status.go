@@ -1,6 +1,8 @@
 package control
 
 import (
+	"strings"
+
 	"github.com/fulcrum-edge/fulcrum/fulcrum"
 )
 
@@ -13,6 +15,10 @@ type Status struct {
 	Pair *Pair `json:"pair,omitempty"`
 	// Current is the configuration applied (nil before the first plan).
 	Current *Choice `json:"current,omitempty"`
+	// Wanted is the configuration decided but not in force because the board refused
+	// the mode change (nil when it did not); ApplyError is the board's error.
+	Wanted     *Choice `json:"wanted,omitempty"`
+	ApplyError string  `json:"apply_error,omitempty"`
 	// Stepped says the controller stepped down from its plan and waits to step back up.
 	Stepped bool `json:"stepped"`
 	// Degraded is why the controller runs degraded ("" when it does not).
@@ -57,6 +63,12 @@ func (c *Controller) Status() Status {
 	if c.cur != nil {
 		ch := *c.cur
 		s.Current = &ch
+	}
+	if c.want != nil {
+		ch := *c.want
+		s.Wanted = &ch
+		s.ApplyError = c.applyErr.Error()
+		s.Degraded = strings.TrimPrefix(s.Degraded+"; "+c.boardRefusal(c.clock.Now()), "; ")
 	}
 	if ev := c.events.List(0); len(ev) > 0 {
 		s.LastEvent = ev[len(ev)-1].Seq

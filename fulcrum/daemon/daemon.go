@@ -66,8 +66,9 @@ type Daemon struct {
 	log        *slog.Logger
 }
 
-// Open takes the runtime directory's lock and worker socket, opens the profile store
-// and the board. Close (or Run) releases them.
+// Open takes the runtime directory's lock and worker socket, opens the board
+// (restoring a crashed run's snapshot) and then the profile store. Close (or Run)
+// releases them.
 func Open(ctx context.Context, o Options) (*Daemon, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -92,11 +93,28 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		if d.metricsLn != nil {
 			d.metricsLn.Close()
 		}
+		if d.Board != nil {
+			d.Board.Close(ctx)
+		}
 		if d.Store != nil {
 			d.Store.Close()
 		}
 		return nil, err
 	}
+	// The board first, right after the runtime lock (which keeps a second fulcrumd off
+	// it): a snapshot left by a crashed run is restored even when what opens later (the
+	// store, the control socket) fails.
+	var b *Board
+	var err error
+	if o.Board == "nvml" {
+		b, err = OpenNVMLBoard(ctx, o.NVML, o.StateDir, o.Log)
+	} else {
+		b, err = OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, o.Log)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	d.Board = b
 	db := o.DBPath
 	if db == "" {
 		if o.StateDir == "" {
@@ -113,16 +131,6 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Store = st
 	d.log.Info("profile store open", "path", db)
-	var b *Board
-	if o.Board == "nvml" {
-		b, err = OpenNVMLBoard(ctx, o.NVML, o.StateDir, o.Log)
-	} else {
-		b, err = OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, o.Log)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	d.Board = b
 	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
 		Log: o.Log.With("component", "control"), Budgets: o.Budgets}
 	if b.Backend != nil {
@@ -131,7 +139,6 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	ctl, err := control.New(copts)
 	if err != nil {
-		b.Close(ctx)
 		return fail(err)
 	}
 	d.Controller = ctl
@@ -148,13 +155,11 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		adapter := &control.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()}
 		d.API = api.NewServer(ac, adapter)
 		if err := d.API.Listen(); err != nil {
-			b.Close(ctx)
 			return fail(err)
 		}
 		if o.MetricsListen != "" {
 			ln, err := metrics.Listen(o.MetricsListen)
 			if err != nil {
-				b.Close(ctx)
 				return fail(err)
 			}
 			d.metricsLn = ln

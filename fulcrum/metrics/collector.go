@@ -23,7 +23,7 @@ type collector struct {
 	windowLatency, arrivalRate, requests, served, failed, misses     *prometheus.Desc
 	throughput, samples, minibatches, overruns, workers              *prometheus.Desc
 	profiles, violations, decisions, degraded, paused, uptime        *prometheus.Desc
-	planFeasible, planBatch                                          *prometheus.Desc
+	planFeasible, planBatch, planInForce                             *prometheus.Desc
 }
 
 func newCollector(src Source, timeout time.Duration) *collector {
@@ -63,6 +63,7 @@ func newCollector(src Source, timeout time.Duration) *collector {
 		uptime:         desc("fulcrum_uptime_seconds", "Seconds since fulcrumd started."),
 		planFeasible:   desc("fulcrum_plan_feasible", "1 when the current plan meets every budget; absent before the first plan."),
 		planBatch:      desc("fulcrum_plan_infer_batch", "Inference batch size of the current plan."),
+		planInForce:    desc("fulcrum_plan_in_force", "1 when the board runs the current plan's mode, 0 while the board refuses the change (fulcrum_degraded is then 1)."),
 	}
 }
 
@@ -71,7 +72,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.scrapeOK, c.railPower, c.power, c.powerAvg, c.cores, c.cpuHz, c.gpuHz, c.emcHz, c.held,
 		c.budgetLatency, c.budgetPower, c.budgetRate, c.budgetQuantile, c.rateAuto, c.windowLatency, c.arrivalRate, c.requests,
 		c.served, c.failed, c.misses, c.throughput, c.samples, c.minibatches, c.overruns, c.workers, c.profiles, c.violations,
-		c.decisions, c.degraded, c.paused, c.uptime, c.planFeasible, c.planBatch} {
+		c.decisions, c.degraded, c.paused, c.uptime, c.planFeasible, c.planBatch, c.planInForce} {
 		ch <- d
 	}
 }
@@ -115,7 +116,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.railPower, r.PowerMW/1000, r.Name)
 		}
 		gauge(c.power, p.TotalMW/1000)
-		gauge(c.powerAvg, p.Avg1sMW/1000)
+		if p.Avg1sSamples > 0 || p.Avg1sMW != 0 { // no reading in the window: absent, not 0 W
+			gauge(c.powerAvg, p.Avg1sMW/1000)
+		}
 	}
 	if st.Mode.Cores > 0 {
 		gauge(c.cores, float64(st.Mode.Cores))
@@ -177,5 +180,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if p := st.Plan; p != nil {
 		gauge(c.planFeasible, b01(p.Feasible))
 		gauge(c.planBatch, float64(p.InferBatch))
+		gauge(c.planInForce, b01(p.ApplyError == ""))
 	}
 }

@@ -28,41 +28,10 @@ func (b *Backend) GPUNode() string { return b.gpu.Node }
 // Check reports why m is not one of this board's modes, naming each knob whose value is
 // not a level and the nearest allowed levels; nil when m is in the space.
 func (b *Backend) Check(m powermode.Mode) error {
-	if b.space.Contains(m) {
-		return nil
+	if err := b.space.Check(m); err != nil {
+		return fmt.Errorf("%w (fulcrumctl board modes lists every mode)", err)
 	}
-	lv := b.space.Levels()
-	var bad []string
-	add := func(knob string, v int64, levels []int64) {
-		if !slices.Contains(levels, v) {
-			bad = append(bad, fmt.Sprintf("%s %d is not a level of this board (nearest: %s)", knob, v, nearestLevels(levels, v)))
-		}
-	}
-	cores := make([]int64, len(lv.Cores))
-	for i, c := range lv.Cores {
-		cores[i] = int64(c)
-	}
-	add("cores", int64(m.Cores), cores)
-	add("cpu_khz", m.CPUKHz, lv.CPUKHz)
-	add("gpu_hz", m.GPUHz, lv.GPUHz)
-	add("emc_hz", m.EMCHz, lv.EMCHz)
-	if len(bad) == 0 {
-		bad = append(bad, "not in the space")
-	}
-	return fmt.Errorf("mode %s: %s (fulcrumctl board modes lists every mode)", m, strings.Join(bad, "; "))
-}
-
-// nearestLevels names the allowed levels on either side of v.
-func nearestLevels(levels []int64, v int64) string {
-	i, _ := slices.BinarySearch(levels, v)
-	var near []string
-	if i > 0 {
-		near = append(near, strconv.FormatInt(levels[i-1], 10))
-	}
-	if i < len(levels) {
-		near = append(near, strconv.FormatInt(levels[i], 10))
-	}
-	return strings.Join(near, " or ")
+	return nil
 }
 
 // Current reads the mode the board is set to: the number of online CPUs, cpu0's

@@ -122,40 +122,56 @@ type ImportResult struct {
 	Replaced  int `json:"replaced"`  // only with Overwrite
 }
 
+// InputError is an import that failed on its input — the format, a row, a value, a
+// duplicate, a conflict with a stored profile — rather than on the store: the caller's
+// to fix (the control API answers it with a 400). Nothing was stored.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
 // Import reads profiles written by Export (or a plain ground-truth CSV) and stores them
-// in one transaction: all of them or, on any error, none.
+// in one transaction: all of them or, on any error, none. It streams: each profile is
+// decoded, checked and put into the open transaction in turn, so memory is the
+// transaction's pages and a key per profile (for duplicates), not the body and a slice
+// of every profile besides.
 func (s *Store) Import(r io.Reader, opts ImportOptions) (ImportResult, error) {
 	var res ImportResult
-	br := bufio.NewReader(r)
+	br := bufio.NewReaderSize(r, 64<<10)
 	format := opts.Format
 	if format == "" {
 		format = sniff(br)
 	}
-	var ps []Profile
+	var next func() (Profile, bool, error)
 	var err error
 	switch format {
 	case JSON:
-		ps, err = readJSON(br)
+		next, err = jsonProfiles(br)
 	case CSV:
-		ps, err = readCSV(br, opts.Board)
+		next, err = csvProfiles(br, opts.Board)
 	default:
 		err = fmt.Errorf("unknown format %q: want csv or json", format)
 	}
 	if err != nil {
-		return res, fmt.Errorf("import: %w (nothing was stored)", err)
+		return res, &InputError{fmt.Errorf("import: %w (nothing was stored)", err)}
 	}
-	seen := make(map[Key]int, len(ps))
-	for i, p := range ps {
-		if err := p.Validate(); err != nil {
-			return res, fmt.Errorf("import: entry %d: %w (nothing was stored)", i+1, err)
-		}
-		if j, dup := seen[p.Key()]; dup {
-			return res, fmt.Errorf("import: entries %d and %d are both %s (nothing was stored)", j+1, i+1, p.Key())
-		}
-		seen[p.Key()] = i
-	}
+	seen := map[Key]int{}
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, p := range ps {
+		for i := 0; ; i++ {
+			p, ok, err := next()
+			if err != nil {
+				return &InputError{err}
+			}
+			if !ok {
+				return nil
+			}
+			if err := p.Validate(); err != nil {
+				return &InputError{fmt.Errorf("entry %d: %w", i+1, err)}
+			}
+			if j, dup := seen[p.Key()]; dup {
+				return &InputError{fmt.Errorf("entries %d and %d are both %s", j+1, i+1, p.Key())}
+			}
+			seen[p.Key()] = i
 			p = p.normalize()
 			if b := modeBucket(tx, p.Key()); b != nil {
 				if old := b.Get(batchKey(p.Batch)); old != nil {
@@ -168,7 +184,7 @@ func (s *Store) Import(r io.Reader, opts ImportOptions) (ImportResult, error) {
 						continue
 					}
 					if !opts.Overwrite {
-						return fmt.Errorf("%s: a different profile is already stored (pass --overwrite to replace it)", p.Key())
+						return &InputError{fmt.Errorf("%s: a different profile is already stored (pass --overwrite to replace it)", p.Key())}
 					}
 				}
 			}
@@ -182,8 +198,11 @@ func (s *Store) Import(r io.Reader, opts ImportOptions) (ImportResult, error) {
 				res.Added++
 			}
 		}
-		return nil
 	})
+	var ie *InputError
+	if errors.As(err, &ie) {
+		return ImportResult{}, &InputError{fmt.Errorf("import: %w (nothing was stored)", ie.Err)}
+	}
 	if err != nil {
 		return ImportResult{}, fmt.Errorf("import into %s: %w (nothing was stored)", s.path, err)
 	}
@@ -206,22 +225,81 @@ func sniff(br *bufio.Reader) Format {
 	}
 }
 
-func readJSON(r io.Reader) ([]Profile, error) {
-	var f jsonFile
+// jsonProfiles reads the JSON export document up to its profiles array and returns a
+// function giving one profile at a time (false at the end of the array).
+// schema_version must come before profiles, as Export writes it.
+func jsonProfiles(r io.Reader) (func() (Profile, bool, error), error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("json: %w", err)
+	delim := func(want json.Delim, what string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("json: %w", err)
+		}
+		if d, ok := tok.(json.Delim); !ok || d != want {
+			return fmt.Errorf("json: want %s, found %v", what, tok)
+		}
+		return nil
 	}
-	if f.SchemaVersion < 1 || f.SchemaVersion > SchemaVersion {
-		return nil, fmt.Errorf("json: schema_version %d: this build reads 1 to %d", f.SchemaVersion, SchemaVersion)
+	if err := delim('{', `an object {"schema_version": N, "profiles": [...]}`); err != nil {
+		return nil, err
 	}
-	return f.Profiles, nil
+	version := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("json: %w", err)
+		}
+		switch tok {
+		case "schema_version":
+			if err := dec.Decode(&version); err != nil {
+				return nil, fmt.Errorf("json: schema_version: %w", err)
+			}
+			continue
+		case "profiles":
+		case json.Delim('}'):
+			return nil, errors.New(`json: no "profiles" array`)
+		default:
+			return nil, fmt.Errorf("json: unknown field %v: want schema_version and profiles", tok)
+		}
+		break
+	}
+	if version < 1 || version > SchemaVersion {
+		return nil, fmt.Errorf("json: schema_version %d: this build reads 1 to %d (and it must come before profiles)", version, SchemaVersion)
+	}
+	if err := delim('[', "profiles to be an array"); err != nil {
+		return nil, err
+	}
+	i, done := 0, false
+	return func() (Profile, bool, error) {
+		if done {
+			return Profile{}, false, nil
+		}
+		if !dec.More() {
+			done = true
+			if err := delim(']', "the end of profiles"); err != nil {
+				return Profile{}, false, err
+			}
+			if err := delim('}', "the end of the document (nothing after profiles)"); err != nil {
+				return Profile{}, false, err
+			}
+			return Profile{}, false, nil
+		}
+		i++
+		var p Profile
+		if err := dec.Decode(&p); err != nil {
+			return Profile{}, false, fmt.Errorf("json: profile %d: %w", i, err)
+		}
+		return p, true, nil
+	}, nil
 }
 
-func readCSV(r io.Reader, board string) ([]Profile, error) {
+// csvProfiles reads the header and returns a function giving one row's profile at a
+// time (false at the end).
+func csvProfiles(r io.Reader, board string) (func() (Profile, bool, error), error) {
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
+	cr.ReuseRecord = true
 	head, err := cr.Read()
 	if errors.Is(err, io.EOF) {
 		return nil, errors.New("csv: empty file: want a header line " + strings.Join(csvHeader(), ","))
@@ -240,27 +318,26 @@ func readCSV(r io.Reader, board string) ([]Profile, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("csv header lacks column(s) %s", strings.Join(missing, ", "))
+		return nil, fmt.Errorf("csv header lacks column(s) %s (want a header line %s)", strings.Join(missing, ", "), strings.Join(csvHeader(), ","))
 	}
 	if _, ok := col["board"]; !ok && board == "" {
 		return nil, errors.New("csv has no board column (a plain ground-truth table): pass --board NAME")
 	}
-	var out []Profile
-	for {
+	return func() (Profile, bool, error) {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return Profile{}, false, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("csv: %w", err)
+			return Profile{}, false, fmt.Errorf("csv: %w", err)
 		}
 		line, _ := cr.FieldPos(0)
 		p, err := parseCSVRow(rec, col, board)
 		if err != nil {
-			return nil, fmt.Errorf("csv line %d: %w", line, err)
+			return Profile{}, false, fmt.Errorf("csv line %d: %w", line, err)
 		}
-		out = append(out, p)
-	}
+		return p, true, nil
+	}, nil
 }
 
 func parseCSVRow(rec []string, col map[string]int, board string) (Profile, error) {

@@ -57,6 +57,9 @@ type Options struct {
 	// ReadOnly opens with a shared lock (several readers at once) and refuses writes.
 	// The file must exist and be at the current schema version.
 	ReadOnly bool
+	// MustExist refuses to create the file (a writable open that may migrate an older
+	// schema, e.g. fulcrumctl profile check). ReadOnly implies it.
+	MustExist bool
 }
 
 // Store is an open profile database. It is safe for concurrent use by goroutines; bbolt
@@ -106,16 +109,26 @@ func openSchema(path string, opts Options, sc schema) (*Store, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	if opts.ReadOnly {
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("profile store %s does not exist: profile something first (fulcrumctl profile run) or pass --db", path)
+	fi, statErr := os.Stat(path)
+	switch {
+	case (opts.ReadOnly || opts.MustExist) && errors.Is(statErr, fs.ErrNotExist):
+		return nil, fmt.Errorf("profile store %s does not exist: profile something first (fulcrumctl profile run) or pass --db", path)
+	case statErr == nil && fi.Mode().IsRegular() && fi.Size() == 0:
+		// bbolt would write a new database into it (or fail with "bad file descriptor"
+		// when read-only): an empty file is more likely a mistake than a store.
+		return nil, fmt.Errorf("profile store %s is an empty file, not a profile store: pass the store's path with --db, or remove the file to create a new store there", path)
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, fmt.Errorf("profile store %s: create its directory: %w (pass --db to put it elsewhere)", path, err)
 		}
-	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("profile store %s: create its directory: %w (pass --db to put it elsewhere)", path, err)
 	}
 	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: opts.Timeout, ReadOnly: opts.ReadOnly})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("profile store %s is locked by another process (is fulcrumd or another fulcrumctl running?): waited %s: %w", path, opts.Timeout, err)
+	}
+	if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrVersionMismatch) || errors.Is(err, bolterrors.ErrChecksum) {
+		return nil, fmt.Errorf("open profile store %s: %w: the file is not a profile store (pass the store's path with --db)", path, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open profile store %s: %w", path, err)

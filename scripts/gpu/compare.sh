@@ -81,7 +81,7 @@ run_pair() { # name, extra workload.py args...
 
 echo "GPU: $(nvidia-smi -i "$GPU" --query-gpu=name,driver_version,power.limit --format=csv,noheader)" >&2
 echo "(a) managed: fulcrumd --board none + resnet18 training + $MODEL inference ($RATE req/s, batch ≤ $BATCH, budget ${LATENCY_MS} ms, ${DURATION_S} s)" >&2
-"$BIN/fulcrumd" --runtime-dir "$W/run" --state-dir "$W/state" --board none --latency-ms "$LATENCY_MS" \
+"$BIN/fulcrumd" --runtime-dir "$W/run" --state-dir "$W/state" --board none --latency "${LATENCY_MS}ms" \
 	--log-level warn >"$W/fulcrumd.log" 2>&1 &
 fpid=$!
 pids+=("$fpid")

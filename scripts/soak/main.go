@@ -150,7 +150,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	d := exec.Command(fulcrumd, "--board", "sim:"+o.board, "--board-root", boardDir, "--runtime-dir", runDir,
-		"--state-dir", stateDir, "--latency-ms", strconv.FormatFloat(o.latencyMS, 'f', -1, 64), "--rate", "auto")
+		"--state-dir", stateDir, "--latency", strconv.FormatFloat(o.latencyMS, 'f', -1, 64)+"ms", "--rate", "auto")
 	d.Env = append(os.Environ(), "FULCRUM_METRICS_LISTEN="+metricsAddr)
 	d.Stderr, d.Stdout = logf("fulcrumd"), nil
 	if err := d.Start(); err != nil {

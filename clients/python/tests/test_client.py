@@ -75,7 +75,7 @@ class Daemon:
 
 class ClientTest(unittest.TestCase):
     def setUp(self):
-        self.d = Daemon("--latency-ms", "200")
+        self.d = Daemon("--latency", "200ms")
         self.addCleanup(self.d.stop)
 
     def client(self, **kw):
