@@ -47,6 +47,11 @@ type Config struct {
 	// OnHoldExpired, when set, is called (without the scheduler's lock) for every turn
 	// taken back by the hold limit.
 	OnHoldExpired func(worker string, grant uint64, held, limit time.Duration)
+	// TrustReportedDurations takes released durations as reported even when they exceed
+	// the time the turn was held. Only for in-process drivers whose durations are modeled
+	// rather than spent (the controller's tests); fulcrumd never sets it, since a worker
+	// could otherwise inflate its workload's expected time and starve the others.
+	TrustReportedDurations bool
 	// OnForget, when set, is called with the scheduler's lock held when an idle workload
 	// is forgotten (fulcrumd drops its metric series); it must be quick.
 	OnForget func(role, workload string)
@@ -615,7 +620,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 	if d <= 0 {
 		d = held
 	}
-	if d > held+ReportSlack(held) {
+	if d > held+ReportSlack(held) && !s.cfg.TrustReportedDurations {
 		// The worker's own time lies inside the held turn (grant sent → release
 		// received), so more than that is a bug or an attempt to inflate the shared
 		// expected time and starve the workload's other workers (issue 17).
