@@ -90,6 +90,7 @@ const (
 	awaitRegistered awaitKind = iota
 	awaitGrant
 	awaitHeartbeat
+	awaitNothing // read what is there (closeReason)
 )
 
 // await returns the reply of the kind asked for: one another call has read already, or
@@ -228,7 +229,37 @@ func (c *Client) write(m proto.Msg) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if _, err := c.conn.Write(b); err != nil {
+		if e := c.closeReason(); e != nil {
+			return fmt.Errorf("send %s to fulcrumd: it closed the connection: %w", m.Type, e)
+		}
 		return fmt.Errorf("send %s to fulcrumd: %w", m.Type, err)
+	}
+	return nil
+}
+
+// closeReason, after a write failed, reads what fulcrumd sent before it closed the
+// connection (turn_expired, idle_timeout, shutting_down: docs/protocol.md) and returns
+// that error, so the caller sees why rather than a broken pipe. nil when another call is
+// reading (it will return the error) or none came.
+func (c *Client) closeReason() *proto.Error {
+	c.mu.Lock()
+	if c.reading {
+		c.mu.Unlock()
+		return nil
+	}
+	c.reading = true
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, _ = c.read(ctx, awaitNothing)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.errs) - 1; i >= 0; i-- {
+		switch e := c.errs[i]; e.Code {
+		case proto.CodeTurnExpired, proto.CodeIdleTimeout, proto.CodeShutdown, proto.CodeBusy:
+			c.errs = append(c.errs[:i], c.errs[i+1:]...)
+			return e
+		}
 	}
 	return nil
 }
