@@ -106,6 +106,12 @@ func TestUnregisteredConnectionsTimeOut(t *testing.T) {
 	refused := dialRaw(t, s)
 	refused.expectError(proto.CodeBusy)
 	refused.expectClosed()
+	// The Go client's Dial (it sends register before reading) says why, too.
+	_, err := client.Dial(ctx10(t), s.SocketPath(), client.Registration{Role: proto.RoleTrain, Workload: "w", Batch: 8})
+	var pe *proto.Error
+	if !errors.As(err, &pe) || pe.Code != proto.CodeBusy {
+		t.Fatalf("a worker dialing while all slots are taken: %v; want %s", err, proto.CodeBusy)
+	}
 	for _, r := range idle {
 		r.expectError(proto.CodeIdleTimeout)
 		r.expectClosed()

@@ -67,6 +67,8 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 
+	lingering chan struct{} // refused connections being drained (lingerClose)
+
 	// Warnings a local process can trigger at will are rate-limited.
 	refusedLog, idleLog, badInputLog logLimit
 }
@@ -95,10 +97,11 @@ func NewServer(cfg Config) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:   cfg,
-		log:   cfg.Log,
-		conns: map[*conn]struct{}{},
-		byID:  map[string]*conn{},
+		cfg:       cfg,
+		log:       cfg.Log,
+		conns:     map[*conn]struct{}{},
+		byID:      map[string]*conn{},
+		lingering: make(chan struct{}, 16),
 	}
 	sc := cfg.Sched
 	next := sc.OnHoldExpired
@@ -270,9 +273,9 @@ func (s *Server) accept(ctx context.Context, uc *net.UnixConn) {
 			}
 		}
 		b, _ := proto.Encode(proto.ErrorMsg(msg, 0))
-		_ = uc.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = uc.SetDeadline(time.Now().Add(time.Second))
 		_, _ = uc.Write(b)
-		uc.Close()
+		s.lingerClose(uc)
 		return
 	}
 	s.conns[c] = struct{}{}
@@ -282,6 +285,27 @@ func (s *Server) accept(ctx context.Context, uc *net.UnixConn) {
 	_ = uc.SetReadDeadline(time.Now().Add(s.cfg.RegisterTimeout))
 	go c.writeLoop()
 	go c.readLoop(ctx)
+}
+
+// lingerClose closes a refused connection after reading what the worker sent (up to a
+// second): closing a unix socket with unread data resets it, and the worker would see
+// "connection reset" instead of the error just written. At most 16 linger at once;
+// beyond that the connection is closed at once.
+func (s *Server) lingerClose(uc *net.UnixConn) {
+	select {
+	case s.lingering <- struct{}{}:
+	default:
+		uc.Close()
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.lingering }()
+		_ = uc.CloseWrite()
+		_, _ = io.Copy(io.Discard, io.LimitReader(uc, 64<<10))
+		uc.Close()
+	}()
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {

@@ -112,9 +112,9 @@ func (c *Client) await(ctx context.Context, kind awaitKind) (proto.Msg, error) {
 			return proto.Msg{}, e
 		}
 		if c.readErr != nil {
-			err := c.readErr
+			err := c.closedErrLocked(c.readErr)
 			c.mu.Unlock()
-			return proto.Msg{}, fmt.Errorf("fulcrumd closed the connection: %w", err)
+			return proto.Msg{}, err
 		}
 		if !c.reading {
 			c.reading = true
@@ -180,8 +180,9 @@ func (c *Client) read(ctx context.Context, kind awaitKind) (proto.Msg, error) {
 			}
 			c.mu.Lock()
 			c.readErr = err
+			err = c.closedErrLocked(err)
 			c.mu.Unlock()
-			return proto.Msg{}, fmt.Errorf("fulcrumd closed the connection: %w", err)
+			return proto.Msg{}, err
 		}
 		m, perr := proto.Parse(line)
 		if perr != nil {
@@ -251,9 +252,19 @@ func (c *Client) closeReason() *proto.Error {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, _ = c.read(ctx, awaitNothing)
+	_, err := c.read(ctx, awaitNothing)
+	var pe *proto.Error
+	if errors.As(err, &pe) { // the read saw the connection end and took the reason
+		return pe
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.takeClosingLocked()
+}
+
+// takeClosingLocked takes the last queued error that fulcrumd sends before closing a
+// connection (c.mu held).
+func (c *Client) takeClosingLocked() *proto.Error {
 	for i := len(c.errs) - 1; i >= 0; i-- {
 		switch e := c.errs[i]; e.Code {
 		case proto.CodeTurnExpired, proto.CodeIdleTimeout, proto.CodeShutdown, proto.CodeBusy:
@@ -262,6 +273,15 @@ func (c *Client) closeReason() *proto.Error {
 		}
 	}
 	return nil
+}
+
+// closedErrLocked is the error for a connection that ended with readErr: fulcrumd's
+// reason when it sent one (c.mu held).
+func (c *Client) closedErrLocked(readErr error) error {
+	if e := c.takeClosingLocked(); e != nil {
+		return fmt.Errorf("fulcrumd closed the connection: %w", e)
+	}
+	return fmt.Errorf("fulcrumd closed the connection: %w", readErr)
 }
 
 // TakeError returns (and forgets) the oldest error reply not yet returned by a call.
