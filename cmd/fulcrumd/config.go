@@ -87,6 +87,9 @@ var defaults = map[string]any{
 	"worker.max_line_bytes":          65536,
 	"worker.max_workers":             64,
 	"worker.write_timeout_ms":        5000,
+	"worker.register_timeout_ms":     5000,
+	"worker.hold_factor":             10.0,
+	"worker.hold_min_ms":             5000.0,
 }
 
 // Budgets are the operator's targets (the planner and controller use them; the scheduler
@@ -245,6 +248,12 @@ func settings(v *viper.Viper) (Settings, error) {
 			LibraryPath: v.GetString("nvml.library")},
 	}
 	s.Daemon.Server.Sched.RecentWindow = time.Duration(positive("scheduler.recent_window_s") * float64(time.Second))
+	// Worker-socket limits: how long a connection may stay unregistered and hold a turn.
+	s.Daemon.Server.RegisterTimeout = msDur(positive("worker.register_timeout_ms"))
+	if s.Daemon.Server.Sched.HoldFactor = num("worker.hold_factor"); s.Daemon.Server.Sched.HoldFactor < 1 {
+		bad("worker.hold_factor must be at least 1 (a multiple of the expected turn time), got %v", s.Daemon.Server.Sched.HoldFactor)
+	}
+	s.Daemon.Server.Sched.HoldMin = msDur(positive("worker.hold_min_ms"))
 	frac := func(key string) float64 {
 		f := num(key)
 		if f <= 0 || f >= 1 {

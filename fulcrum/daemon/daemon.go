@@ -15,6 +15,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -81,6 +82,11 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		o.Server.Sched.OnServed = func(workload string, lat time.Duration) {
 			if m := met.Load(); m != nil {
 				m.ObserveLatency(workload, lat)
+			}
+		}
+		o.Server.Sched.OnForget = func(role, workload string) {
+			if m := met.Load(); m != nil && role == proto.RoleInfer {
+				m.ForgetWorkload(workload)
 			}
 		}
 	}

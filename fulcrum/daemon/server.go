@@ -37,9 +37,13 @@ type Config struct {
 	// WriteTimeout is how long a worker may leave its socket unread before fulcrumd
 	// drops the connection (5 s when 0), so one stuck worker never stalls the others.
 	WriteTimeout time.Duration
-	Sched        sched.Config
-	Clock        sched.Clock // sched.RealClock when nil
-	Log          *slog.Logger
+	// RegisterTimeout is how long a new connection may take to register before fulcrumd
+	// closes it (5 s when 0), so connections that never register cannot hold the
+	// MaxWorkers slots and lock real workers out.
+	RegisterTimeout time.Duration
+	Sched           sched.Config
+	Clock           sched.Clock // sched.RealClock when nil
+	Log             *slog.Logger
 }
 
 // SocketName and PIDFileName are the files fulcrumd keeps in the runtime directory.
@@ -59,8 +63,14 @@ type Server struct {
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
+	byID   map[string]*conn // registered connections by worker id
 	closed bool
 	wg     sync.WaitGroup
+
+	lingering chan struct{} // refused connections being drained (lingerClose)
+
+	// Warnings a local process can trigger at will are rate-limited.
+	refusedLog, idleLog, badInputLog logLimit
 }
 
 // NewServer prepares a server; Listen takes the socket.
@@ -77,18 +87,47 @@ func NewServer(cfg Config) *Server {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 5 * time.Second
 	}
+	if cfg.RegisterTimeout <= 0 {
+		cfg.RegisterTimeout = 5 * time.Second
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = sched.RealClock{}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
-		cfg:   cfg,
-		log:   cfg.Log,
-		sched: sched.New(cfg.Sched, cfg.Clock, cfg.Log.With("component", "sched")),
-		conns: map[*conn]struct{}{},
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Log,
+		conns:     map[*conn]struct{}{},
+		byID:      map[string]*conn{},
+		lingering: make(chan struct{}, 16),
 	}
+	sc := cfg.Sched
+	next := sc.OnHoldExpired
+	sc.OnHoldExpired = func(worker string, grant uint64, held, limit time.Duration) {
+		s.holdExpired(worker, grant, held, limit)
+		if next != nil {
+			next(worker, grant, held, limit)
+		}
+	}
+	s.sched = sched.New(sc, cfg.Clock, cfg.Log.With("component", "sched"))
+	return s
+}
+
+// holdExpired tells a worker whose turn the hold limit took back, and drops it: its
+// connection is closed once the error is written.
+func (s *Server) holdExpired(worker string, grant uint64, held, limit time.Duration) {
+	s.mu.Lock()
+	c := s.byID[worker]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.sendErr(proto.Errorf(proto.CodeTurnExpired, proto.TypeGrant,
+		"grant %d was held %v, past the hold limit %v (worker.hold_factor × the expected time, at least worker.hold_min_ms); the turn was given to others and this connection is closed: release every grant, and reconnect",
+		grant, held.Round(time.Millisecond), limit.Round(time.Millisecond)), 0)
+	c.closeSoon()
 }
 
 // Scheduler is the scheduler behind the socket (for the controller and profiler).
@@ -227,19 +266,46 @@ func (s *Server) accept(ctx context.Context, uc *net.UnixConn) {
 		s.mu.Unlock()
 		msg := proto.Errorf(proto.CodeShutdown, "", "fulcrumd is shutting down")
 		if full {
-			msg = proto.Errorf(proto.CodeInvalid, "", "too many worker connections (max %d); raise worker.max_workers or stop idle workers", s.cfg.MaxWorkers)
+			msg = proto.Errorf(proto.CodeBusy, "", "too many worker connections (max %d); raise worker.max_workers or stop idle workers", s.cfg.MaxWorkers)
+			if ok, dropped := s.refusedLog.allow(time.Now()); ok {
+				c.log.Warn("worker connection refused: too many connections; raise worker.max_workers or stop idle workers (fulcrumctl workers lists the registered ones)",
+					"max_workers", s.cfg.MaxWorkers, "not_logged_since_last", dropped)
+			}
 		}
 		b, _ := proto.Encode(proto.ErrorMsg(msg, 0))
-		_ = uc.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = uc.SetDeadline(time.Now().Add(time.Second))
 		_, _ = uc.Write(b)
-		uc.Close()
+		s.lingerClose(uc)
 		return
 	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(2)
 	s.mu.Unlock()
+	// Until it registers, a connection must not sit on a slot (cleared at register).
+	_ = uc.SetReadDeadline(time.Now().Add(s.cfg.RegisterTimeout))
 	go c.writeLoop()
 	go c.readLoop(ctx)
+}
+
+// lingerClose closes a refused connection after reading what the worker sent (up to a
+// second): closing a unix socket with unread data resets it, and the worker would see
+// "connection reset" instead of the error just written. At most 16 linger at once;
+// beyond that the connection is closed at once.
+func (s *Server) lingerClose(uc *net.UnixConn) {
+	select {
+	case s.lingering <- struct{}{}:
+	default:
+		uc.Close()
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.lingering }()
+		_ = uc.CloseWrite()
+		_, _ = io.Copy(io.Discard, io.LimitReader(uc, 64<<10))
+		uc.Close()
+	}()
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
@@ -391,6 +457,11 @@ func (c *conn) readLoop(ctx context.Context) {
 	defer func() {
 		if c.workerID != "" {
 			c.s.sched.Unregister(c.workerID)
+			c.s.mu.Lock()
+			if c.s.byID[c.workerID] == c {
+				delete(c.s.byID, c.workerID)
+			}
+			c.s.mu.Unlock()
 		}
 		c.mu.Lock()
 		if !c.outDone {
@@ -408,9 +479,17 @@ func (c *conn) readLoop(ctx context.Context) {
 		if err != nil {
 			var pe *proto.Error
 			if errors.As(err, &pe) {
-				c.logger().Debug("bad worker message", "code", pe.Code, "msg", pe.Message)
+				c.badInput(pe)
 				c.sendErr(pe, m.Seq)
 				continue
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) && c.workerID == "" {
+				if ok, dropped := c.s.idleLog.allow(time.Now()); ok {
+					c.logger().Warn("worker connection closed: it did not register in time", "register_timeout", c.s.cfg.RegisterTimeout,
+						"not_logged_since_last", dropped)
+				}
+				c.sendErr(proto.Errorf(proto.CodeIdleTimeout, "", "no register within %v of connecting; send register first (worker.register_timeout_ms)", c.s.cfg.RegisterTimeout), 0)
+				return
 			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) {
 				c.logger().Debug("worker connection ended", "err", err)
@@ -418,8 +497,19 @@ func (c *conn) readLoop(ctx context.Context) {
 			return
 		}
 		if perr := c.handle(ctx, m); perr != nil {
+			if perr.Code != proto.CodeTurnExpired {
+				c.badInput(perr)
+			}
 			c.sendErr(perr, m.Seq)
 		}
+	}
+}
+
+// badInput logs a message fulcrumd refused, at warn but at most once a second per
+// daemon, so a broken or hostile worker is visible without flooding the log.
+func (c *conn) badInput(pe *proto.Error) {
+	if ok, dropped := c.s.badInputLog.allow(time.Now()); ok {
+		c.logger().Warn("bad worker message refused", "code", pe.Code, "ref", pe.Ref, "msg", pe.Message, "not_logged_since_last", dropped)
 	}
 }
 
@@ -447,7 +537,7 @@ func (c *conn) handle(_ context.Context, m proto.Msg) *proto.Error {
 	}
 	// A connection acts only for the registration made on it.
 	if (m.WorkerID != "" && m.WorkerID != c.workerID) || (m.Token != "" && m.Token != c.token) {
-		c.logger().Warn("worker tried to act for another registration", "claimed", m.WorkerID)
+		// Logged (rate-limited) by the caller with the other refused messages.
 		return proto.Errorf(proto.CodeForbidden, m.Type, "this connection is registered as %s; a connection can only act for its own registration", c.workerID)
 	}
 	switch m.Type {
@@ -494,9 +584,32 @@ func (c *conn) register(m proto.Msg) *proto.Error {
 	c.workerID, c.token = id, token
 	c.log = c.log.With("worker", id)
 	c.mu.Unlock()
+	_ = c.c.SetReadDeadline(time.Time{})
+	c.s.mu.Lock()
+	c.s.byID[id] = c
+	c.s.mu.Unlock()
 	c.send(proto.Msg{
 		Type: proto.TypeRegistered, V: proto.Version, Seq: m.Seq, WorkerID: id, Token: token,
 		LatencyBudgetMS: float64(c.s.sched.Config().LatencyBudget) / float64(time.Millisecond),
 	})
 	return nil
+}
+
+// logLimit lets one log line through per second and counts the ones held back.
+type logLimit struct {
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (l *logLimit) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < time.Second {
+		l.dropped++
+		return false, 0
+	}
+	n := l.dropped
+	l.last, l.dropped = now, 0
+	return true, n
 }

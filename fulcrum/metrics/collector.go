@@ -24,6 +24,7 @@ type collector struct {
 	throughput, samples, minibatches, overruns, workers              *prometheus.Desc
 	profiles, violations, decisions, degraded, paused, uptime        *prometheus.Desc
 	planFeasible, planBatch, planInForce                             *prometheus.Desc
+	clamped, expired                                                 *prometheus.Desc
 }
 
 func newCollector(src Source, timeout time.Duration) *collector {
@@ -55,6 +56,8 @@ func newCollector(src Source, timeout time.Duration) *collector {
 		minibatches:    desc("fulcrum_training_minibatches_total", "Training minibatches run.", w),
 		overruns:       desc("fulcrum_overruns_total", "Turns that ran far past their expected time.", w, "role"),
 		workers:        desc("fulcrum_workers", "Live workers.", w, "role"),
+		clamped:        desc("fulcrum_durations_clamped_total", "Releases that reported more time than the turn was held (the held time was used).", w, "role"),
+		expired:        desc("fulcrum_turns_expired_total", "Turns taken back by the hold limit (the worker was dropped).", w, "role"),
 		profiles:       desc("fulcrum_profiles_stored", "Profiles in the profile store."),
 		violations:     desc("fulcrum_budget_violations_total", "Budget violations the controller detected.", "budget"),
 		decisions:      desc("fulcrum_controller_decisions_total", "Controller decisions, by kind.", "kind"),
@@ -72,7 +75,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.scrapeOK, c.railPower, c.power, c.powerAvg, c.cores, c.cpuHz, c.gpuHz, c.emcHz, c.held,
 		c.budgetLatency, c.budgetPower, c.budgetRate, c.budgetQuantile, c.rateAuto, c.windowLatency, c.arrivalRate, c.requests,
 		c.served, c.failed, c.misses, c.throughput, c.samples, c.minibatches, c.overruns, c.workers, c.profiles, c.violations,
-		c.decisions, c.degraded, c.paused, c.uptime, c.planFeasible, c.planBatch, c.planInForce} {
+		c.decisions, c.degraded, c.paused, c.uptime, c.planFeasible, c.planBatch, c.planInForce, c.clamped, c.expired} {
 		ch <- d
 	}
 }
@@ -136,6 +139,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, wl := range st.Workloads {
 		n := wl.Workload
 		counter(c.overruns, float64(wl.Overruns), n, wl.Role)
+		counter(c.clamped, float64(wl.DurationsClamped), n, wl.Role)
+		counter(c.expired, float64(wl.HoldExpired), n, wl.Role)
 		if wl.Role == "train" {
 			gauge(c.throughput, wl.ThroughputPerS, n)
 			counter(c.samples, float64(wl.Samples), n)

@@ -112,6 +112,13 @@ func (m *Metrics) ObserveLatency(workload string, latency time.Duration) {
 	m.latency.WithLabelValues(workload).Observe(latency.Seconds())
 }
 
+// ForgetWorkload drops workload's latency series. fulcrumd calls it when the scheduler
+// forgets an idle workload, so the series stay as bounded as the workloads remembered
+// (a process registering fresh names cannot grow the scrape without bound).
+func (m *Metrics) ForgetWorkload(workload string) {
+	m.latency.DeleteLabelValues(workload)
+}
+
 // Registry is the registry (to add collectors or gather in tests).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 

@@ -91,7 +91,7 @@ func TestScrape(t *testing.T) {
 	fake.SetMeasurements(
 		[]api.Worker{{ID: "w1", Role: "train", Workload: "resnet18"}, {ID: "w2", Role: "infer", Workload: "mobilenet"}, {ID: "w3", Role: "infer", Workload: "mobilenet"}},
 		[]api.WorkloadStats{
-			{Workload: "resnet18", Role: "train", Minibatches: 900, Samples: 28800, ThroughputPerS: 301.5, Overruns: 2},
+			{Workload: "resnet18", Role: "train", Minibatches: 900, Samples: 28800, ThroughputPerS: 301.5, Overruns: 2, DurationsClamped: 4, HoldExpired: 1},
 			{Workload: "mobilenet", Role: "infer", Requests: 1200, Served: 1190, Failed: 1, DeadlineMisses: 3, ArrivalRateHz: 40.25,
 				Latency: sched.Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}},
 		},
@@ -128,6 +128,8 @@ func TestScrape(t *testing.T) {
 		{"fulcrum_inference_requests_total", []string{"workload", "mobilenet"}, 1200},
 		{"fulcrum_inference_served_total", []string{"workload", "mobilenet"}, 1190},
 		{"fulcrum_inference_deadline_misses_total", []string{"workload", "mobilenet"}, 3},
+		{"fulcrum_durations_clamped_total", []string{"workload", "resnet18", "role", "train"}, 4},
+		{"fulcrum_turns_expired_total", []string{"workload", "resnet18", "role", "train"}, 1},
 		{"fulcrum_training_throughput_samples_per_second", []string{"workload", "resnet18"}, 301.5},
 		{"fulcrum_training_samples_total", []string{"workload", "resnet18"}, 28800},
 		{"fulcrum_overruns_total", []string{"workload", "resnet18", "role", "train"}, 2},
@@ -225,5 +227,25 @@ func TestListenBusy(t *testing.T) {
 	defer ln.Close()
 	if _, err := metrics.Listen(ln.Addr().String()); err == nil || !strings.Contains(err.Error(), "metrics.listen") {
 		t.Fatalf("second listener: %v", err)
+	}
+}
+
+// Issue 17 item 1: the latency histogram's series of a workload the scheduler forgot are
+// dropped, so fresh workload names cannot grow the scrape without bound.
+func TestForgetWorkloadDropsItsSeries(t *testing.T) {
+	fake := apitest.NewOrin(t, 4)
+	m := metrics.New(metrics.FromController(fake, nil), metrics.Options{NoRuntime: true})
+	m.ObserveLatency("gone", 20*time.Millisecond)
+	m.ObserveLatency("kept", 20*time.Millisecond)
+	m.ForgetWorkload("gone")
+	fams := scrape(t, m)
+	var names []string
+	for _, mt := range fams["fulcrum_inference_latency_seconds"].GetMetric() {
+		for _, l := range mt.GetLabel() {
+			names = append(names, l.GetValue())
+		}
+	}
+	if strings.Join(names, ",") != "kept" {
+		t.Fatalf("latency series for %v; want only kept", names)
 	}
 }

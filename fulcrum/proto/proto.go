@@ -55,6 +55,9 @@ const (
 	CodeForbidden     = "forbidden"      // acting for a registration made on another connection
 	CodeNotRegistered = "not_registered" // the message needs a registration first
 	CodeShutdown      = "shutting_down"  // fulcrumd is stopping; reconnect later
+	CodeTurnExpired   = "turn_expired"   // the turn was held past the hold limit; the connection is closed
+	CodeIdleTimeout   = "idle_timeout"   // no register within the time allowed; the connection is closed
+	CodeBusy          = "busy"           // too many worker connections; the connection is closed
 	CodeInternal      = "internal"       // a fulcrumd bug; the message says what failed
 )
 

@@ -38,6 +38,23 @@ type Config struct {
 	// A turn overruns when it is held longer than max(OverrunFactor × expected, OverrunMin).
 	OverrunFactor float64
 	OverrunMin    time.Duration
+	// A worker holding a turn longer than max(HoldFactor × expected, HoldMin) loses it:
+	// the turn is taken back and granted to others, and OnHoldExpired is called so the
+	// daemon can tell the worker and drop its connection. A worker that acquires and
+	// never releases would otherwise stall every other worker for as long as it lives.
+	HoldFactor float64
+	HoldMin    time.Duration
+	// OnHoldExpired, when set, is called (without the scheduler's lock) for every turn
+	// taken back by the hold limit.
+	OnHoldExpired func(worker string, grant uint64, held, limit time.Duration)
+	// TrustReportedDurations takes released durations as reported even when they exceed
+	// the time the turn was held. Only for in-process drivers whose durations are modeled
+	// rather than spent (the controller's tests); fulcrumd never sets it, since a worker
+	// could otherwise inflate its workload's expected time and starve the others.
+	TrustReportedDurations bool
+	// OnForget, when set, is called with the scheduler's lock held when an idle workload
+	// is forgotten (fulcrumd drops its metric series); it must be quick.
+	OnForget func(role, workload string)
 	// IdleAdmitArrivals: with an empty inference queue whose next request could not wait
 	// out a training minibatch, training still runs when the expected number of arrivals
 	// during it (rate × expected time) is below this. 0 means never.
@@ -82,6 +99,8 @@ func DefaultConfig() Config {
 		EWMAAlpha:         0.2,
 		OverrunFactor:     3,
 		OverrunMin:        50 * time.Millisecond,
+		HoldFactor:        10,
+		HoldMin:           5 * time.Second,
 		IdleAdmitArrivals: 0.1,
 		DevK:              2,
 		Margin:            5 * time.Millisecond,
@@ -112,6 +131,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OverrunMin <= 0 {
 		c.OverrunMin = d.OverrunMin
+	}
+	if c.HoldFactor <= 0 {
+		c.HoldFactor = d.HoldFactor
+	}
+	if c.HoldMin <= 0 {
+		c.HoldMin = d.HoldMin
 	}
 	if c.IdleAdmitArrivals < 0 {
 		c.IdleAdmitArrivals = 0
@@ -198,6 +223,11 @@ type Scheduler struct {
 
 	turns    uint64
 	overruns uint64
+	// clamped counts releases whose reported duration exceeded the held time (and was
+	// replaced by it); expired counts turns taken back by the hold limit.
+	clamped  uint64
+	expired  uint64
+	clampLog rateLimit
 	started  time.Time
 }
 
@@ -213,6 +243,9 @@ type worker struct {
 	acquiredAt time.Time
 	acquireSeq uint64
 	trained    int // training minibatches this worker released
+	// expired: the hold limit took a turn back from this worker; it gets no more turns
+	// (the daemon drops its connection).
+	expired bool
 
 	queue []*request          // inference: waiting, by deadline
 	ids   map[string]*request // queued and in flight
@@ -225,15 +258,18 @@ type workload struct {
 	role, name string
 	since      time.Time     // first registration
 	live       int           // registered workers
+	idleSince  time.Time     // when live last fell to 0
 	train      ewma          // expected training minibatch (ms)
 	infer      map[int]*ewma // expected inference batch time by size (ms)
 	prof       map[int]*ewma // expected profile batch time by size (ms)
 	st         *stats
 }
 
-// maxWorkloads bounds the workloads remembered; beyond it, ones without live workers
-// are forgotten.
-const maxWorkloads = 256
+// MaxIdleWorkloads bounds the workloads remembered without a live worker; beyond it the
+// one idle longest is forgotten. Workloads with live workers are bounded by the worker
+// connection limit, so memory and metric series stay bounded whatever names workers
+// register (issue 17).
+const MaxIdleWorkloads = 32
 
 type request struct {
 	id       string
@@ -247,9 +283,11 @@ type turn struct {
 	start    time.Time
 	expected time.Duration
 	limit    time.Duration
+	hold     time.Duration // the hold limit: the turn is taken back after it
 	reqs     []*request
 	overrun  bool
 	timer    Timer
+	holdT    Timer
 	profile  *profileReq
 	action   *action
 }
@@ -273,8 +311,9 @@ type profileResult struct {
 }
 
 type pendingDelivery struct {
-	f Deliver
-	g Grant
+	f  Deliver
+	g  Grant
+	fn func() // instead of f(g), when set
 }
 
 // New returns a scheduler; log may be nil.
@@ -320,6 +359,10 @@ func (s *Scheduler) unlockAndDeliver() {
 	s.out = nil
 	s.mu.Unlock()
 	for _, d := range out {
+		if d.fn != nil {
+			d.fn()
+			continue
+		}
 		d.f(d.g)
 	}
 }
@@ -451,15 +494,6 @@ func (s *Scheduler) workloadFor(role, name string, now time.Time) *workload {
 	if wl, ok := s.workloads[key]; ok {
 		return wl
 	}
-	if len(s.wlOrder) >= maxWorkloads {
-		s.wlOrder = slices.DeleteFunc(s.wlOrder, func(wl *workload) bool {
-			if wl.live == 0 {
-				delete(s.workloads, wl.role+"/"+wl.name)
-				return true
-			}
-			return false
-		})
-	}
 	wl := &workload{role: role, name: name, since: now, infer: map[int]*ewma{}, prof: map[int]*ewma{}, st: newStats(s.cfg)}
 	s.workloads[key] = wl
 	s.wlOrder = append(s.wlOrder, wl)
@@ -552,6 +586,9 @@ func (s *Scheduler) Acquire(id string, seq uint64) error {
 	if w.wantTurn {
 		return proto.Errorf(proto.CodeOutOfOrder, proto.TypeAcquire, "an acquire is already pending; wait for its grant")
 	}
+	if w.expired {
+		return expiredErr(proto.TypeAcquire)
+	}
 	w.wantTurn = true
 	w.acquiredAt = s.clock.Now()
 	w.acquireSeq = seq
@@ -568,6 +605,9 @@ func (s *Scheduler) Release(id string, r Release) error {
 		return perr
 	}
 	t := s.turn
+	if w.expired && (t == nil || t.w != w) {
+		return expiredErr(proto.TypeRelease)
+	}
 	if t == nil || t.w != w {
 		return proto.Errorf(proto.CodeOutOfOrder, proto.TypeRelease, "no grant is held by this worker; acquire and wait for a grant first")
 	}
@@ -578,6 +618,19 @@ func (s *Scheduler) Release(id string, r Release) error {
 	held := now.Sub(t.start)
 	d := r.Duration
 	if d <= 0 {
+		d = held
+	}
+	if d > held+ReportSlack(held) && !s.cfg.TrustReportedDurations {
+		// The worker's own time lies inside the held turn (grant sent → release
+		// received), so more than that is a bug or an attempt to inflate the shared
+		// expected time and starve the workload's other workers (issue 17).
+		s.clamped++
+		w.st.clamped++
+		if ok, dropped := s.clampLog.allow(now, time.Second); ok {
+			s.log.Warn("release reported a duration longer than the turn was held; using the held time",
+				"worker", w.id, "workload", w.name, "grant", t.grant.ID, "reported_ms", ms(d), "held_ms", ms(held),
+				"clamped_total", s.clamped, "not_logged_since_last", dropped)
+		}
 		d = held
 	}
 	ms := float64(d) / float64(time.Millisecond)
@@ -638,6 +691,13 @@ func (s *Scheduler) Release(id string, r Release) error {
 	return nil
 }
 
+// ReportSlack is how far a reported duration may exceed the time the turn was held
+// before it is replaced by the held time: 2 ms plus 2% (timer granularity, clock rate
+// differences between processes).
+func ReportSlack(held time.Duration) time.Duration {
+	return 2*time.Millisecond + held/50
+}
+
 // finish accounts one request as served (ok) or failed at now.
 func (s *Scheduler) finish(w *worker, q *request, now time.Time, ok bool) {
 	delete(w.ids, q.id)
@@ -653,6 +713,9 @@ func (s *Scheduler) endTurn(now time.Time) {
 	t := s.turn
 	if t.timer != nil {
 		t.timer.Stop()
+	}
+	if t.holdT != nil {
+		t.holdT.Stop()
 	}
 	held := now.Sub(t.start)
 	if !t.overrun && held > t.limit {
@@ -674,6 +737,29 @@ func (s *Scheduler) markOverrun(t *turn, held time.Duration) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// forgetIdle forgets the workloads idle longest until at most MaxIdleWorkloads are idle.
+func (s *Scheduler) forgetIdle() {
+	var idle []*workload
+	for _, wl := range s.wlOrder {
+		if wl.live == 0 {
+			idle = append(idle, wl)
+		}
+	}
+	if len(idle) <= MaxIdleWorkloads {
+		return
+	}
+	slices.SortStableFunc(idle, func(a, b *workload) int { return a.idleSince.Compare(b.idleSince) })
+	drop := map[*workload]bool{}
+	for _, wl := range idle[:len(idle)-MaxIdleWorkloads] {
+		drop[wl] = true
+		delete(s.workloads, wl.role+"/"+wl.name)
+		if s.cfg.OnForget != nil {
+			s.cfg.OnForget(wl.role, wl.name)
+		}
+	}
+	s.wlOrder = slices.DeleteFunc(s.wlOrder, func(wl *workload) bool { return drop[wl] })
+}
 
 // Unregister removes a worker (its connection closed). A turn it holds is released at
 // once; its queued and in-flight requests are accounted as failed; profile requests for
@@ -714,6 +800,11 @@ func (s *Scheduler) Unregister(id string) {
 	}
 	s.profiles = kept
 	w.live--
+	if w.live == 0 {
+		w.idleSince = now
+		w.st.compact(now)
+		s.forgetIdle()
+	}
 	delete(s.workers, id)
 	s.order = slices.DeleteFunc(s.order, func(x *worker) bool { return x == w })
 	s.log.Info("worker unregistered", "worker", id)
@@ -1090,13 +1181,15 @@ func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, ex
 		ids[i] = q.id
 	}
 	lim := s.limit(exp)
+	hold := max(time.Duration(float64(exp)*s.cfg.HoldFactor), s.cfg.HoldMin, lim)
 	g := Grant{Worker: w.id, ID: s.nextGrant, Kind: kind, Batch: batch, RequestIDs: ids, Deadline: lim, Seq: w.acquireSeq}
-	t := &turn{w: w, grant: g, start: now, expected: exp, limit: lim, reqs: reqs, profile: p}
+	t := &turn{w: w, grant: g, start: now, expected: exp, limit: lim, hold: hold, reqs: reqs, profile: p}
 	s.turn = t
 	s.turns++
 	w.st.waited(now, now.Sub(w.acquiredAt))
 	w.wantTurn = false
 	t.timer = s.clock.AfterFunc(lim, func() { s.checkOverrun(t) })
+	t.holdT = s.clock.AfterFunc(hold, func() { s.expireHold(t) })
 	s.setWake(time.Time{})
 	s.out = append(s.out, pendingDelivery{f: w.deliver, g: g})
 }
@@ -1108,6 +1201,42 @@ func (s *Scheduler) checkOverrun(t *turn) {
 		return
 	}
 	s.markOverrun(t, s.clock.Now().Sub(t.start))
+}
+
+func expiredErr(ref string) *proto.Error {
+	return proto.Errorf(proto.CodeTurnExpired, ref, "this worker held its turn past the hold limit and lost it; reconnect and register again (see docs/protocol.md)")
+}
+
+// expireHold takes turn t back when it is still held at its hold limit: its requests
+// fail, a profile waiting on it fails, the worker gets no more turns, the next turn is
+// granted, and OnHoldExpired tells the daemon to drop the worker.
+func (s *Scheduler) expireHold(t *turn) {
+	s.mu.Lock()
+	defer s.unlockAndDeliver()
+	if s.turn != t {
+		return
+	}
+	now := s.clock.Now()
+	w := t.w
+	held := now.Sub(t.start)
+	s.expired++
+	w.st.expired++
+	w.expired = true
+	for _, q := range t.reqs {
+		s.finish(w, q, now, false)
+	}
+	if t.profile != nil {
+		t.profile.done <- profileResult{err: fmt.Errorf("profile batch on %s: the worker held the turn %v, past the hold limit %v", w.id, held.Round(time.Millisecond), t.hold)}
+	}
+	s.log.Warn("worker held the turn past the hold limit; turn taken back and the worker dropped", "worker", w.id,
+		"workload", w.name, "kind", t.grant.Kind, "grant", t.grant.ID, "held_ms", ms(held), "hold_limit_ms", ms(t.hold),
+		"expected_ms", ms(t.expected))
+	s.endTurn(now)
+	if f := s.cfg.OnHoldExpired; f != nil {
+		id, gid, lim := w.id, t.grant.ID, t.hold
+		s.out = append(s.out, pendingDelivery{fn: func() { f(id, gid, held, lim) }})
+	}
+	s.schedule()
 }
 
 func (s *Scheduler) runAction(a *action, now time.Time) {

@@ -21,6 +21,8 @@ type stats struct {
 	minibatches, samplesTotal        uint64
 	overruns                         uint64
 	starved                          uint64 // training minibatches admitted by the starvation rule
+	clamped                          uint64 // releases whose duration was cut to the held time
+	expired                          uint64 // turns taken back by the hold limit
 	lastArrival                      time.Time
 	gapEWMA                          ewma // seconds between arrivals
 }
@@ -68,6 +70,14 @@ func (st *stats) trained(now time.Time, n int) {
 
 func (st *stats) waited(now time.Time, d time.Duration) {
 	st.wait.add(now, ms(d))
+}
+
+// compact gives back the memory of an idle workload's windows beyond what they still
+// cover.
+func (st *stats) compact(now time.Time) {
+	for _, w := range []*window{st.latency, st.recent, st.arrivals, st.samples, st.wait} {
+		w.compact(now)
+	}
 }
 
 // rate is the arrival rate (requests/s): the windowed count when the window holds
@@ -126,18 +136,27 @@ type WorkloadStats struct {
 	Overruns uint64    `json:"overruns"`
 	// StarvedAdmits counts training minibatches admitted by the starvation rule.
 	StarvedAdmits uint64 `json:"starved_admits,omitempty"`
+	// DurationsClamped counts releases that reported more time than the turn was held
+	// (the held time was used instead); HoldExpired counts turns taken back by the hold
+	// limit.
+	DurationsClamped uint64 `json:"durations_clamped,omitempty"`
+	HoldExpired      uint64 `json:"hold_expired,omitempty"`
 }
 
 // Snapshot is the scheduler's state and measurements at one instant.
 type Snapshot struct {
-	LatencyBudgetMS float64         `json:"latency_budget_ms"`
-	Turn            string          `json:"turn"` // worker id holding the turn, "action", or ""
-	TurnKind        string          `json:"turn_kind,omitempty"`
-	Turns           uint64          `json:"turns"`
-	Overruns        uint64          `json:"overruns"`
-	TrainingPaused  bool            `json:"training_paused"`
-	Workers         []WorkerInfo    `json:"workers"`   // live, in registration order
-	Workloads       []WorkloadStats `json:"workloads"` // in order of first registration
+	LatencyBudgetMS float64 `json:"latency_budget_ms"`
+	Turn            string  `json:"turn"` // worker id holding the turn, "action", or ""
+	TurnKind        string  `json:"turn_kind,omitempty"`
+	Turns           uint64  `json:"turns"`
+	Overruns        uint64  `json:"overruns"`
+	// DurationsClamped and HoldExpired are the workloads' counts summed, including
+	// workloads since forgotten.
+	DurationsClamped uint64          `json:"durations_clamped"`
+	HoldExpired      uint64          `json:"hold_expired"`
+	TrainingPaused   bool            `json:"training_paused"`
+	Workers          []WorkerInfo    `json:"workers"`   // live, in registration order
+	Workloads        []WorkloadStats `json:"workloads"` // in order of first registration
 }
 
 // Workload returns the stats of the named workload (role train or infer).
@@ -155,7 +174,8 @@ func (s *Scheduler) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	snap := Snapshot{LatencyBudgetMS: ms(s.cfg.LatencyBudget), Turns: s.turns, Overruns: s.overruns, TrainingPaused: s.trainPaused}
+	snap := Snapshot{LatencyBudgetMS: ms(s.cfg.LatencyBudget), Turns: s.turns, Overruns: s.overruns, TrainingPaused: s.trainPaused,
+		DurationsClamped: s.clamped, HoldExpired: s.expired}
 	if t := s.turn; t != nil {
 		snap.TurnKind = t.grant.Kind
 		snap.Turn = "action"
@@ -176,9 +196,11 @@ func (s *Scheduler) Snapshot() Snapshot {
 			LatencyRecent: quantiles(st.recent.values(now)),
 			ArrivalRateHz: st.rate(now, wl.since),
 			Minibatches:   st.minibatches, Samples: st.samplesTotal,
-			TurnWait:      quantiles(st.wait.values(now)),
-			Overruns:      st.overruns,
-			StarvedAdmits: st.starved,
+			TurnWait:         quantiles(st.wait.values(now)),
+			Overruns:         st.overruns,
+			StarvedAdmits:    st.starved,
+			DurationsClamped: st.clamped,
+			HoldExpired:      st.expired,
 		}
 		if wl.role == proto.RoleTrain {
 			n, span := st.samples.sum(now, wl.since)
@@ -199,4 +221,22 @@ func (s *Scheduler) Snapshot() Snapshot {
 		snap.Workloads = append(snap.Workloads, ws)
 	}
 	return snap
+}
+
+// rateLimit lets one log line through per interval and counts the ones held back, so a
+// misbehaving local process cannot flood fulcrumd's log (or its disk through journald).
+type rateLimit struct {
+	last    time.Time
+	dropped int
+}
+
+// allow reports whether to log now, and how many were held back since the last one.
+func (r *rateLimit) allow(now time.Time, every time.Duration) (bool, int) {
+	if !r.last.IsZero() && now.Sub(r.last) < every {
+		r.dropped++
+		return false, 0
+	}
+	n := r.dropped
+	r.last, r.dropped = now, 0
+	return true, n
 }

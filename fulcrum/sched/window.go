@@ -7,7 +7,10 @@ import (
 )
 
 // window is a bounded sliding window of timestamped values: at most max samples and none
-// older than span. It backs latency quantiles, arrival rates and throughput.
+// older than span. It backs latency quantiles, arrival rates and throughput. Its ring
+// grows with use up to max and shrinks again when compacted, so a workload that is
+// registered and never measured costs a few words, not max samples (issue 17: fresh
+// workload names used to cost five preallocated 10,000-sample rings each).
 type window struct {
 	span time.Duration
 	max  int
@@ -18,24 +21,55 @@ type window struct {
 }
 
 func newWindow(span time.Duration, max int) *window {
-	return &window{span: span, max: max, at: make([]time.Time, max), v: make([]float64, max)}
+	return &window{span: span, max: max}
 }
 
 func (w *window) add(at time.Time, v float64) {
+	if w.n == len(w.at) && w.n < w.max {
+		w.grow()
+	}
 	if w.n == w.max {
 		w.head = (w.head + 1) % w.max
 		w.n--
 	}
-	i := (w.head + w.n) % w.max
+	i := (w.head + w.n) % len(w.at)
 	w.at[i], w.v[i] = at, v
 	w.n++
+}
+
+// grow doubles the ring (up to max), unrolling it so the oldest sample is at 0.
+func (w *window) grow() {
+	c := min(max(2*len(w.at), 16), w.max)
+	w.resize(c)
+}
+
+// resize moves the samples into a ring of capacity c ≥ n, oldest first.
+func (w *window) resize(c int) {
+	at, v := make([]time.Time, c), make([]float64, c)
+	for k := 0; k < w.n; k++ {
+		j := (w.head + k) % len(w.at)
+		at[k], v[k] = w.at[j], w.v[j]
+	}
+	w.at, w.v, w.head = at, v, 0
+	if c == 0 {
+		w.at, w.v = nil, nil
+	}
+}
+
+// compact drops expired samples and gives back the ring's unused capacity (a workload
+// whose workers have all gone keeps only what its window still covers).
+func (w *window) compact(now time.Time) {
+	w.trim(now)
+	if len(w.at) > w.n {
+		w.resize(w.n)
+	}
 }
 
 // trim drops samples older than now−span.
 func (w *window) trim(now time.Time) {
 	cut := now.Add(-w.span)
 	for w.n > 0 && w.at[w.head].Before(cut) {
-		w.head = (w.head + 1) % w.max
+		w.head = (w.head + 1) % len(w.at)
 		w.n--
 	}
 }
@@ -44,7 +78,7 @@ func (w *window) values(now time.Time) []float64 {
 	w.trim(now)
 	out := make([]float64, w.n)
 	for k := 0; k < w.n; k++ {
-		out[k] = w.v[(w.head+k)%w.max]
+		out[k] = w.v[(w.head+k)%len(w.at)]
 	}
 	return out
 }
@@ -55,7 +89,7 @@ func (w *window) sum(now, since time.Time) (float64, time.Duration) {
 	w.trim(now)
 	s := 0.0
 	for k := 0; k < w.n; k++ {
-		s += w.v[(w.head+k)%w.max]
+		s += w.v[(w.head+k)%len(w.at)]
 	}
 	start := now.Add(-w.span)
 	if w.n == w.max && w.at[w.head].After(start) {

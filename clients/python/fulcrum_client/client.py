@@ -89,11 +89,45 @@ class Client:
         data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
         with self._wlock:
             if self._closed:
+                reason = self._take_closing_error()
+                if reason is not None:
+                    raise reason
                 raise FulcrumError("closed", "the connection to fulcrumd is closed: {}".format(self._close_reason))
             try:
                 self._sock.sendall(data)
             except OSError as e:
+                reason = self._close_reason_error()
+                if reason is not None:
+                    raise reason from e
                 raise FulcrumError("closed", "send {} to fulcrumd: {}".format(msg.get("type"), e)) from e
+
+    # Errors fulcrumd sends just before it closes a connection (docs/protocol.md).
+    _CLOSING_CODES = ("turn_expired", "idle_timeout", "shutting_down", "busy")
+
+    def _close_reason_error(self):
+        """After a send failed: read what fulcrumd sent before closing the connection and
+        return the error that ended it (e.g. turn_expired), or None."""
+        with self._cond:
+            if self._reading:
+                return None  # the reading call will raise it
+            self._reading = True
+        try:
+            deadline = time.monotonic() + 0.2
+            while not self._closed and time.monotonic() < deadline:
+                self._read_some(max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._cond:
+                self._reading = False
+                self._cond.notify_all()
+        return self._take_closing_error()
+
+    def _take_closing_error(self):
+        with self._cond:
+            for err in reversed(self._errors):
+                if err.code in self._CLOSING_CODES:
+                    self._errors.remove(err)
+                    return err
+        return None
 
     def _read_some(self, timeout):
         """Read what the socket has (waiting up to timeout seconds; None: until something
@@ -141,6 +175,9 @@ class Client:
                     if v is not None:
                         return v
                     if self._closed:
+                        reason = self._take_closing_error()  # _cond is reentrant
+                        if reason is not None:
+                            raise reason
                         raise FulcrumError("closed", "fulcrumd closed the connection: {}".format(self._close_reason))
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:

@@ -31,7 +31,7 @@ def fulcrumd_path():
 class Daemon:
     """A real fulcrumd in a temporary runtime directory."""
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, env=None):
         # Unix socket paths are limited to ~108 bytes: keep the directory short.
         self.dir = tempfile.mkdtemp(prefix="fc", dir="/tmp")
         self.sock = os.path.join(self.dir, "run", "worker.sock")
@@ -40,7 +40,7 @@ class Daemon:
             [fulcrumd_path(), "--runtime-dir", os.path.join(self.dir, "run"),
              "--state-dir", os.path.join(self.dir, "state"), "--board", "none",
              "--log-level", "debug"] + list(extra),
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
         deadline = time.monotonic() + 15
         while True:
             if self.proc.poll() is not None:
@@ -247,6 +247,33 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(FulcrumError) as cm:
             Client(os.path.join(self.d.dir, "nope.sock"))
         self.assertIn("is fulcrumd running", str(cm.exception))
+
+
+class HoldLimitTest(unittest.TestCase):
+    def test_turn_held_past_the_hold_limit(self):
+        # fulcrumd takes the turn back, grants it to the other worker, and the holder's
+        # next call raises turn_expired (docs/protocol.md), not a broken pipe.
+        d = Daemon(env={"FULCRUM_WORKER_HOLD_MIN_MS": "300", "FULCRUM_WORKER_HOLD_FACTOR": "1"})
+        self.addCleanup(d.stop)
+        hog = Client(d.sock, role="train", workload="resnet18", batch=8)
+        self.addCleanup(hog.close)
+        other = Client(d.sock, role="train", workload="resnet18", batch=8)
+        self.addCleanup(other.close)
+        g = hog.acquire()
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            og = ex.submit(other.acquire).result(timeout=10)
+        other.release(og, 1.0)
+        err = None
+        for _ in range(3):  # the first send after the close may still be taken by the kernel
+            try:
+                hog.release(g, 1.0)
+                hog.acquire()
+            except FulcrumError as e:
+                err = e
+                break
+        self.assertIsNotNone(err)
+        self.assertEqual(err.code, "turn_expired", str(err))
+        self.assertIn("hold limit", err.message)
 
 
 class SecondDaemonTest(unittest.TestCase):

@@ -90,6 +90,7 @@ const (
 	awaitRegistered awaitKind = iota
 	awaitGrant
 	awaitHeartbeat
+	awaitNothing // read what is there (closeReason)
 )
 
 // await returns the reply of the kind asked for: one another call has read already, or
@@ -111,9 +112,9 @@ func (c *Client) await(ctx context.Context, kind awaitKind) (proto.Msg, error) {
 			return proto.Msg{}, e
 		}
 		if c.readErr != nil {
-			err := c.readErr
+			err := c.closedErrLocked(c.readErr)
 			c.mu.Unlock()
-			return proto.Msg{}, fmt.Errorf("fulcrumd closed the connection: %w", err)
+			return proto.Msg{}, err
 		}
 		if !c.reading {
 			c.reading = true
@@ -179,8 +180,9 @@ func (c *Client) read(ctx context.Context, kind awaitKind) (proto.Msg, error) {
 			}
 			c.mu.Lock()
 			c.readErr = err
+			err = c.closedErrLocked(err)
 			c.mu.Unlock()
-			return proto.Msg{}, fmt.Errorf("fulcrumd closed the connection: %w", err)
+			return proto.Msg{}, err
 		}
 		m, perr := proto.Parse(line)
 		if perr != nil {
@@ -228,9 +230,58 @@ func (c *Client) write(m proto.Msg) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if _, err := c.conn.Write(b); err != nil {
+		if e := c.closeReason(); e != nil {
+			return fmt.Errorf("send %s to fulcrumd: it closed the connection: %w", m.Type, e)
+		}
 		return fmt.Errorf("send %s to fulcrumd: %w", m.Type, err)
 	}
 	return nil
+}
+
+// closeReason, after a write failed, reads what fulcrumd sent before it closed the
+// connection (turn_expired, idle_timeout, shutting_down: docs/protocol.md) and returns
+// that error, so the caller sees why rather than a broken pipe. nil when another call is
+// reading (it will return the error) or none came.
+func (c *Client) closeReason() *proto.Error {
+	c.mu.Lock()
+	if c.reading {
+		c.mu.Unlock()
+		return nil
+	}
+	c.reading = true
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.read(ctx, awaitNothing)
+	var pe *proto.Error
+	if errors.As(err, &pe) { // the read saw the connection end and took the reason
+		return pe
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.takeClosingLocked()
+}
+
+// takeClosingLocked takes the last queued error that fulcrumd sends before closing a
+// connection (c.mu held).
+func (c *Client) takeClosingLocked() *proto.Error {
+	for i := len(c.errs) - 1; i >= 0; i-- {
+		switch e := c.errs[i]; e.Code {
+		case proto.CodeTurnExpired, proto.CodeIdleTimeout, proto.CodeShutdown, proto.CodeBusy:
+			c.errs = append(c.errs[:i], c.errs[i+1:]...)
+			return e
+		}
+	}
+	return nil
+}
+
+// closedErrLocked is the error for a connection that ended with readErr: fulcrumd's
+// reason when it sent one (c.mu held).
+func (c *Client) closedErrLocked(readErr error) error {
+	if e := c.takeClosingLocked(); e != nil {
+		return fmt.Errorf("fulcrumd closed the connection: %w", e)
+	}
+	return fmt.Errorf("fulcrumd closed the connection: %w", readErr)
 }
 
 // TakeError returns (and forgets) the oldest error reply not yet returned by a call.

@@ -283,3 +283,22 @@ func TestHeartbeatWhileAcquireWaits(t *testing.T) {
 		t.Fatal("acquire did not get its grant")
 	}
 }
+
+// Issue 17: fulcrumd takes back a turn held past the hold limit, sends turn_expired and
+// closes the connection. The worker's late release says so instead of "broken pipe", and
+// an acquire returns the same error.
+func TestReleaseAfterTurnExpiredSaysWhy(t *testing.T) {
+	c, s := dialScripted(t)
+	s.send(`{"type":"error","code":"turn_expired","message":"grant 3 was held 6s, past the hold limit 5s","ref":"grant"}` + "\n")
+	s.conn.Close()
+	var err error
+	for range 3 { // the first write after the close may still be taken by the kernel
+		if err = c.Release(3, time.Millisecond, 0, nil); err != nil {
+			break
+		}
+	}
+	var pe *proto.Error
+	if !errors.As(err, &pe) || pe.Code != proto.CodeTurnExpired {
+		t.Fatalf("release after the turn expired: %v; want the turn_expired error", err)
+	}
+}
