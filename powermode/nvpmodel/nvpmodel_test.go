@@ -461,3 +461,99 @@ func TestReadStatus(t *testing.T) {
 		t.Errorf("missing status: err = %v", err)
 	}
 }
+
+// ForBoard: the live conf wins, relative to the mode in the status file; the catalog is
+// the fallback; the reboot rule decides which presets are live.
+func TestForBoard(t *testing.T) {
+	spec := board(t, "agx-orin-64gb")
+	write := func(t *testing.T, root, rel, content string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(ps []nvpmodel.Preset) string {
+		var s []string
+		for _, p := range ps {
+			s = append(s, p.Name)
+		}
+		return strings.Join(s, ",")
+	}
+	for _, tc := range []struct {
+		name, conf, status string
+		source, live       string
+		current            int
+		known              bool
+		note               string
+	}{
+		// Our own conf, the board in MAXN (mask 0): MODE_50W (mask 0) is live too.
+		{"live conf from MAXN", agxOrinConf, "pmode:0000\n", nvpmodel.SourceLiveConf, "MAXN,MODE_50W", 0, true, ""},
+		{"live conf default", agxOrinConf, "pmode:0002 fmode:quiet\n", nvpmodel.SourceLiveConf, "MODE_30W", 2, true, ""},
+		{"live conf, no status", agxOrinConf, "", nvpmodel.SourceLiveConf, "MODE_30W", 2, false, "assuming the conf's default mode 2"},
+		{"live conf, unknown status", agxOrinConf, "pmode:0009\n", nvpmodel.SourceLiveConf, "MODE_30W", 2, false, "mode 9"},
+		{"no conf: catalog", "", "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, ""},
+		{"no conf, MAXN: catalog", "", "pmode:0000\n", nvpmodel.SourceCatalog, "MAXN,MODE_50W", 0, true, ""},
+		{"conf of a 6-core board: catalog", strings.Replace(agxOrinConf, "CORE_11 /sys", "CORE_12 /sys", 1), "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, "live nvpmodel conf not used"},
+		{"broken conf: catalog", "< PARAM TYPE=FILE NAME=EMC\n", "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, "does not end with >"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tc.conf != "" {
+				write(t, root, "etc/nvpmodel/nvpmodel_p3701_0000.conf", tc.conf)
+				if err := os.Symlink("/etc/nvpmodel/nvpmodel_p3701_0000.conf", filepath.Join(root, "etc/nvpmodel.conf")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.status != "" {
+				write(t, root, "var/lib/nvpmodel/status", tc.status)
+			}
+			bp, err := nvpmodel.ForBoard(root, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bp.Source != tc.source || bp.Current != tc.current || bp.CurrentKnown != tc.known || names(bp.Live()) != tc.live {
+				t.Errorf("source %s current %d known %v live %s; want %s %d %v %s", bp.Source, bp.Current, bp.CurrentKnown, names(bp.Live()), tc.source, tc.current, tc.known, tc.live)
+			}
+			if note := strings.Join(bp.Notes, "; "); (tc.note == "") != (note == "") || !strings.Contains(note, tc.note) {
+				t.Errorf("notes %q, want %q", note, tc.note)
+			}
+			for _, p := range bp.Presets {
+				if p.Source != tc.source {
+					t.Errorf("preset %s source %q", p.Name, p.Source)
+				}
+			}
+			modes, mnames := bp.LiveModes()
+			if strings.Join(mnames, ",") != tc.live || len(modes) != len(mnames) {
+				t.Errorf("LiveModes names %v", mnames)
+			}
+		})
+	}
+}
+
+// The catalog's presets agree with a conf that says the same thing: caps snapped at or
+// below, masks and NeedsReboot as the conf gives them.
+func TestCatalogMatchesConf(t *testing.T) {
+	spec := board(t, "agx-orin-64gb")
+	c, err := nvpmodel.Parse(strings.NewReader(agxOrinConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromConf, err := c.PresetsFrom(spec, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := nvpmodel.Catalog(spec, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range cat.Presets {
+		p.Source = ""
+		if p != fromConf[i] {
+			t.Errorf("preset %d:\ncatalog %+v\n   conf %+v", i, p, fromConf[i])
+		}
+	}
+}
