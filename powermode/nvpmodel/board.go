@@ -124,13 +124,13 @@ func (b *BoardPresets) Running() (Preset, bool) {
 	return Preset{}, false
 }
 
-// RunningName is "NAME (id N)" of the running mode, "" when it is not known.
+// RunningName is the name of the running mode (e.g. MODE_30W), "" when not known.
 func (b *BoardPresets) RunningName() string {
 	p, ok := b.Running()
 	if !ok || !b.CurrentKnown {
 		return ""
 	}
-	return fmt.Sprintf("%s (id %d)", p.Name, p.ID)
+	return p.Name
 }
 
 // Live are the presets Fulcrum may use as modes: those with the running TPC mask.
