@@ -179,7 +179,7 @@ func printBoardInfo(w io.Writer, in *boardInfoJSON) error {
 	if in.Nvpmodel != nil {
 		fmt.Fprintf(w, "\nnvpmodel presets (%s)\n", in.Nvpmodel.Source)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tTPC_PG_MASK\tMODE\t")
+		fmt.Fprintln(tw, "ID\tNAME\tTPC_PG_MASK\tMODE")
 		for _, p := range in.Nvpmodel.Presets {
 			var flags []string
 			if p.Running {
@@ -191,7 +191,11 @@ func printBoardInfo(w io.Writer, in *boardInfoJSON) error {
 			if p.NeedsReboot {
 				flags = append(flags, "needs reboot: not used")
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", p.ID, p.Name, p.TPCPGMask, p.Mode, strings.Join(flags, ", "))
+			note := ""
+			if len(flags) > 0 {
+				note = "  (" + strings.Join(flags, ", ") + ")"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s%s\n", p.ID, p.Name, p.TPCPGMask, p.Mode, note)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
