@@ -545,6 +545,9 @@ func TestConfRealLayout(t *testing.T) {
 			if got, err := os.Readlink(filepath.Join(tr.Root(), "etc/nvpmodel.conf")); err != nil || got != tc.link {
 				t.Errorf("link = %q (%v), want %q", got, err, tc.link)
 			}
+			if got := read(t, tr, "/sys/devices/gpu.0/tpc_pg_mask"); tc.board == "agx-orin-64gb" && got != "240\n" {
+				t.Errorf("tpc_pg_mask = %q, want MODE_30W's 240", got)
+			}
 			conf := read(t, tr, "/etc/nvpmodel.conf")
 			for _, w := range tc.want {
 				if !strings.Contains(conf, w) {
