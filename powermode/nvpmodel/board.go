@@ -51,6 +51,9 @@ func ForBoard(root string, spec *powermode.BoardSpec) (*BoardPresets, error) {
 	if err != nil {
 		return nil, err
 	}
+	if statusErr != nil {
+		notes = append(notes, fmt.Sprintf("%v: assuming the catalog's default mode %d", statusErr, spec.NVP.Default))
+	}
 	bp.Notes = append(notes, bp.Notes...)
 	return bp, nil
 }

@@ -497,6 +497,8 @@ func TestForBoard(t *testing.T) {
 		{"live conf, unknown status", agxOrinConf, "pmode:0009\n", nvpmodel.SourceLiveConf, "MODE_30W", 2, false, "mode 9"},
 		{"no conf: catalog", "", "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, ""},
 		{"no conf, MAXN: catalog", "", "pmode:0000\n", nvpmodel.SourceCatalog, "MAXN,MODE_50W", 0, true, ""},
+		{"no conf, no status: catalog default", "", "", nvpmodel.SourceCatalog, "MODE_30W", 2, false, "assuming the catalog's default mode 2"},
+		{"no conf, unknown status: catalog default", "", "pmode:0007\n", nvpmodel.SourceCatalog, "MODE_30W", 2, false, "catalog entry does not have"},
 		{"conf of a 6-core board: catalog", strings.Replace(agxOrinConf, "CORE_11 /sys", "CORE_12 /sys", 1), "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, "live nvpmodel conf not used"},
 		{"broken conf: catalog", "< PARAM TYPE=FILE NAME=EMC\n", "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, "does not end with >"},
 	} {
