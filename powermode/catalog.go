@@ -74,14 +74,20 @@ type ChannelSpec struct {
 	Label   string `yaml:"label"`
 }
 
-// NVPModelSpec lists the board's nvpmodel presets.
+// NVPModelSpec lists the board's nvpmodel presets as NVIDIA's conf for the module has
+// them. They are the fallback: on a board the live /etc/nvpmodel.conf wins
+// (nvpmodel.BoardPresets).
 type NVPModelSpec struct {
-	Default int          `yaml:"default"`
-	Presets []PresetSpec `yaml:"presets"`
+	// Source names the NVIDIA conf the values were read from ("owner/repo path").
+	Source    string       `yaml:"source"`
+	Default   int          `yaml:"default"`     // PM_CONFIG DEFAULT
+	CPUMinKHz int64        `yaml:"cpu_min_khz"` // the CPU MIN_FREQ every model sets
+	Presets   []PresetSpec `yaml:"presets"`
 }
 
-// PresetSpec is one nvpmodel power mode expressed as caps. Zero caps mean "no cap"
-// (the board maximum), as -1 does in nvpmodel.conf.
+// PresetSpec is one nvpmodel power mode expressed as caps, written as NVIDIA's conf
+// writes them (not snapped to the board's levels). Zero caps mean "no cap" (the board
+// maximum), as -1 does in nvpmodel.conf.
 type PresetSpec struct {
 	ID        int    `yaml:"id"`
 	Name      string `yaml:"name"`
@@ -104,8 +110,9 @@ func (b *BoardSpec) Levels() Levels {
 // Space is the full grid of the board's levels.
 func (b *BoardSpec) Space() (*Space, error) { return NewSpace(b.Levels()) }
 
-// PresetMode is the mode a preset amounts to: its core count and each frequency at its
-// cap, or at the board maximum where the preset has none.
+// PresetMode is the preset's caps as a mode: its core count and each cap as written, or
+// the board maximum where the preset has none. Caps need not be levels of the board:
+// Space.Snap turns the result into the mode the kernel would run.
 func (b *BoardSpec) PresetMode(p PresetSpec) Mode {
 	m := Mode{Cores: p.Cores, CPUKHz: p.CPUMaxKHz, GPUHz: p.GPUMaxHz, EMCHz: p.EMCMaxHz}
 	if m.Cores <= 0 || m.Cores > b.CPU.Cores {
@@ -155,6 +162,16 @@ func (b *BoardSpec) Validate() error {
 		if !slices.IsSorted(l.v) {
 			add("%s must be ascending", l.name)
 		}
+	}
+	ids := map[int]bool{}
+	for _, p := range b.NVP.Presets {
+		if ids[p.ID] {
+			add("nvpmodel.presets: id %d appears twice", p.ID)
+		}
+		ids[p.ID] = true
+	}
+	if len(b.NVP.Presets) > 0 && !ids[b.NVP.Default] {
+		add("nvpmodel.default %d names no preset", b.NVP.Default)
 	}
 	if b.Power.Driver != "hwmon" && b.Power.Driver != "iio" {
 		add("power.driver %q must be hwmon or iio", b.Power.Driver)

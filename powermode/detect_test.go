@@ -61,6 +61,11 @@ func TestDetect(t *testing.T) {
 	cat := loadCatalog(t)
 	superConf := "< POWER_MODEL ID=0 NAME=15W >\n< POWER_MODEL ID=1 NAME=25W >\n< POWER_MODEL ID=2 NAME=MAXN_SUPER >\n< POWER_MODEL ID=3 NAME=7W >\n"
 	plainConf := "< POWER_MODEL ID=0 NAME=15W >\n< POWER_MODEL ID=1 NAME=7W >\n"
+	nxSuperConf := "< POWER_MODEL ID=0 NAME=MAXN_SUPER >\n< POWER_MODEL ID=1 NAME=10W >\n< POWER_MODEL ID=2 NAME=15W >\n< POWER_MODEL ID=3 NAME=25W >\n< POWER_MODEL ID=4 NAME=40W >\n"
+	nxConf := "< POWER_MODEL ID=0 NAME=MAXN >\n< POWER_MODEL ID=1 NAME=10W >\n< POWER_MODEL ID=2 NAME=15W >\n< POWER_MODEL ID=3 NAME=25W >\n"
+	nxDT := func() map[string]string {
+		return dt("NVIDIA Jetson Orin NX Engineering Reference Developer Kit", "nvidia,p3768-0000+p3767-0000", "nvidia,p3767-0000", "nvidia,tegra234")
+	}
 	for _, tc := range []struct {
 		name  string
 		files map[string]string
@@ -74,6 +79,12 @@ func TestDetect(t *testing.T) {
 			powermode.BoardInfo{Name: "agx-orin-32gb", Model: "NVIDIA Jetson AGX Orin", Module: "p3701-0004", SoC: "tegra234"}},
 		{"orin nx 16gb", with(dt("NVIDIA Jetson Orin NX Engineering Reference Developer Kit", "nvidia,p3768-0000+p3767-0000", "nvidia,p3767-0000", "nvidia,tegra234"), "/etc/nv_tegra_release", r35),
 			powermode.BoardInfo{Name: "orin-nx-16gb", Model: "NVIDIA Jetson Orin NX Engineering Reference Developer Kit", Module: "p3767-0000", SoC: "tegra234", L4T: "R35.4.1"}},
+		{"orin nx 16gb jp6.2, super names", with(nxDT(), "/etc/nv_tegra_release", r36, "/etc/nvpmodel.conf", nxSuperConf),
+			powermode.BoardInfo{Name: "orin-nx-16gb-super", Model: "NVIDIA Jetson Orin NX Engineering Reference Developer Kit", Module: "p3767-0000", SoC: "tegra234", L4T: "R36.4.3"}},
+		{"orin nx 16gb jp6, plain conf", with(nxDT(), "/etc/nv_tegra_release", r36, "/etc/nvpmodel.conf", nxConf),
+			powermode.BoardInfo{Name: "orin-nx-16gb", Model: "NVIDIA Jetson Orin NX Engineering Reference Developer Kit", Module: "p3767-0000", SoC: "tegra234", L4T: "R36.4.3"}},
+		{"orin nx 16gb jp6, no conf", with(nxDT(), "/etc/nv_tegra_release", r36),
+			powermode.BoardInfo{Name: "orin-nx-16gb", Model: "NVIDIA Jetson Orin NX Engineering Reference Developer Kit", Module: "p3767-0000", SoC: "tegra234", L4T: "R36.4.3"}},
 		{"orin nx 8gb on a third-party carrier", dt("Seeed reComputer J4011", "nvidia,p3509-0000+p3767-0001", "nvidia,tegra234"),
 			powermode.BoardInfo{Name: "orin-nx-8gb", Model: "Seeed reComputer J4011", Module: "p3767-0001", SoC: "tegra234"}},
 		{"orin nano devkit", with(dt("NVIDIA Jetson Orin Nano Developer Kit", "nvidia,p3768-0000+p3767-0005", "nvidia,p3767-0005", "nvidia,tegra234"), "/etc/nv_tegra_release", r36, "/etc/nvpmodel.conf", plainConf),

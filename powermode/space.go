@@ -251,44 +251,77 @@ func (s *Space) Neighbours(idx Index, step int) []Index {
 	return out
 }
 
-// Snap returns the grid mode whose levels are nearest to m knob by knob (ties go to the
-// lower level). For a subset space the result is the member nearest in level-index
-// distance to that grid point.
+// Snap returns the mode a set of caps amounts to: on each knob the highest level at or
+// below the value, as the kernel applies a cap (scaling_max_freq, devfreq max_freq),
+// or the lowest level where the value is below them all. For a subset space the result
+// is, among the members at or below that grid point on every knob, the one nearest to it
+// in level-index distance (ties go to the lower ordinal); with no such member, the
+// member nearest to it.
 func (s *Space) Snap(m Mode) Mode {
-	idx := Index{
+	return s.snap(Index{
+		atOrBelow(s.levels.Cores, m.Cores),
+		atOrBelow(s.levels.CPUKHz, m.CPUKHz),
+		atOrBelow(s.levels.GPUHz, m.GPUHz),
+		atOrBelow(s.levels.EMCHz, m.EMCHz),
+	}, true)
+}
+
+// SnapNearest returns the grid mode whose levels are nearest to m knob by knob (ties go
+// to the lower level): for a reading, such as a clock an NVML query reports, that is
+// not a cap. For a subset space the result is the member nearest in level-index
+// distance to that grid point.
+func (s *Space) SnapNearest(m Mode) Mode {
+	return s.snap(Index{
 		nearest(s.levels.Cores, m.Cores),
 		nearest(s.levels.CPUKHz, m.CPUKHz),
 		nearest(s.levels.GPUHz, m.GPUHz),
 		nearest(s.levels.EMCHz, m.EMCHz),
-	}
+	}, false)
+}
+
+// snap returns the mode at idx if it is a member, else the nearest member (with below,
+// preferring members at or below idx on every knob).
+func (s *Space) snap(idx Index, below bool) Mode {
 	if s.ContainsIndex(idx) {
 		return s.Mode(idx)
 	}
-	best, bestD := Index{}, -1
+	best, bestD, bestBelow := Index{}, -1, false
 	for j := range s.All() {
-		d := 0
+		d, under := 0, true
 		for k := range NumKnobs {
 			d += abs(j[k] - idx[k])
+			under = under && j[k] <= idx[k]
 		}
-		if bestD < 0 || d < bestD {
-			best, bestD = j, d
+		under = under && below
+		if bestD < 0 || (under && !bestBelow) || (under == bestBelow && d < bestD) {
+			best, bestD, bestBelow = j, d, under
 		}
 	}
 	return s.Mode(best)
 }
 
-// SnapLevel returns the index of the level of knob k nearest to v (ties go lower).
+// SnapLevel returns the index of the highest level of knob k at or below v (the lowest
+// level where v is below them all), as Snap does for a cap.
 func (s *Space) SnapLevel(k Knob, v int64) int {
 	switch k {
 	case KnobCores:
-		return nearest(s.levels.Cores, int(v))
+		return atOrBelow(s.levels.Cores, int(v))
 	case KnobCPU:
-		return nearest(s.levels.CPUKHz, v)
+		return atOrBelow(s.levels.CPUKHz, v)
 	case KnobGPU:
-		return nearest(s.levels.GPUHz, v)
+		return atOrBelow(s.levels.GPUHz, v)
 	default:
-		return nearest(s.levels.EMCHz, v)
+		return atOrBelow(s.levels.EMCHz, v)
 	}
+}
+
+// atOrBelow is the index of the highest level <= v, or 0 when v is below every level.
+func atOrBelow[T int | int64](levels []T, v T) int {
+	i, found := slices.BinarySearch(levels, v)
+	if found {
+		return i
+	}
+	return max(i-1, 0)
 }
 
 func nearest[T int | int64](levels []T, v T) int {

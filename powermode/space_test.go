@@ -167,17 +167,21 @@ func TestNeighbours(t *testing.T) {
 func TestSnap(t *testing.T) {
 	s := small(t) // cores 1 2 4; cpu 100..400; gpu 10 20; emc 5 7 9
 	for _, tc := range []struct {
-		in, want powermode.Mode
+		in, snap, nearest powermode.Mode
 	}{
-		{mode(2, 300, 20, 7), mode(2, 300, 20, 7)},       // on the grid
-		{mode(3, 150, 15, 6), mode(2, 100, 10, 5)},       // ties go to the lower level
-		{mode(3, 151, 16, 7), mode(2, 200, 20, 7)},       // just past the midpoint
-		{mode(0, -5, 0, 0), mode(1, 100, 10, 5)},         // below every level
-		{mode(64, 9999, 1e9, 1e12), mode(4, 400, 20, 9)}, // above every level
-		{mode(4, 249, 11, 8), mode(4, 200, 10, 7)},
+		{mode(2, 300, 20, 7), mode(2, 300, 20, 7), mode(2, 300, 20, 7)},       // on the grid
+		{mode(3, 150, 15, 6), mode(2, 100, 10, 5), mode(2, 100, 10, 5)},       // midpoints: lower level
+		{mode(3, 151, 16, 7), mode(2, 100, 10, 7), mode(2, 200, 20, 7)},       // past the midpoint: a cap stays below
+		{mode(3, 199, 19, 8), mode(2, 100, 10, 7), mode(2, 200, 20, 7)},       // just below a level
+		{mode(0, -5, 0, 0), mode(1, 100, 10, 5), mode(1, 100, 10, 5)},         // below every level
+		{mode(64, 9999, 1e9, 1e12), mode(4, 400, 20, 9), mode(4, 400, 20, 9)}, // above every level
+		{mode(4, 249, 11, 8), mode(4, 200, 10, 7), mode(4, 200, 10, 7)},
 	} {
-		if got := s.Snap(tc.in); got != tc.want {
-			t.Errorf("Snap(%v) = %v, want %v", tc.in, got, tc.want)
+		if got := s.Snap(tc.in); got != tc.snap {
+			t.Errorf("Snap(%v) = %v, want %v", tc.in, got, tc.snap)
+		}
+		if got := s.SnapNearest(tc.in); got != tc.nearest {
+			t.Errorf("SnapNearest(%v) = %v, want %v", tc.in, got, tc.nearest)
 		}
 	}
 	for _, tc := range []struct {
@@ -185,7 +189,7 @@ func TestSnap(t *testing.T) {
 		v    int64
 		want int
 	}{
-		{powermode.KnobCores, 3, 1}, {powermode.KnobCores, 4, 2}, {powermode.KnobCPU, 351, 3}, {powermode.KnobCPU, 350, 2},
+		{powermode.KnobCores, 3, 1}, {powermode.KnobCores, 4, 2}, {powermode.KnobCPU, 399, 2}, {powermode.KnobCPU, 400, 3},
 		{powermode.KnobGPU, -1, 0}, {powermode.KnobEMC, 8, 1}, {powermode.KnobEMC, 100, 2},
 	} {
 		if got := s.SnapLevel(tc.k, tc.v); got != tc.want {
@@ -203,9 +207,14 @@ func TestSnapRealBoard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 2000000 is 41600 kHz above 1958400 and 35200 below 2035200.
-	if got, want := s.Snap(mode(12, 2000000, 650000000, 3000000000)), mode(12, 2035200, 612000000, 3199000000); got != want {
+	// 2000000 is 41600 kHz above 1958400 and 35200 below 2035200: a cap keeps the
+	// level below, the nearest level is above.
+	m := mode(12, 2000000, 650000000, 3000000000)
+	if got, want := s.Snap(m), mode(12, 1958400, 612000000, 2133000000); got != want {
 		t.Errorf("Snap = %v, want %v", got, want)
+	}
+	if got, want := s.SnapNearest(m), mode(12, 2035200, 612000000, 3199000000); got != want {
+		t.Errorf("SnapNearest = %v, want %v", got, want)
 	}
 }
 
@@ -246,14 +255,24 @@ func TestSubspace(t *testing.T) {
 	if idx, ok := s.Index(off); ok || s.Contains(off) || s.ContainsIndex(idx) {
 		t.Errorf("%v: want not a member (idx %v)", off, idx)
 	}
-	// Snap: the grid point (4,300,10,9) is not a member; the nearest member in level
-	// index distance is (4,300,20,9) or (8,300,10,9), both 1 away: the first in
+	// SnapNearest: the grid point (4,300,10,9) is not a member; the nearest member in
+	// level index distance is (4,300,20,9) or (8,300,10,9), both 1 away: the first in
 	// ordinal order wins.
-	if got := s.Snap(mode(4, 300, 10, 9)); got != mode(4, 300, 20, 9) {
+	if got := s.SnapNearest(mode(4, 300, 10, 9)); got != mode(4, 300, 20, 9) {
+		t.Errorf("SnapNearest to member = %v", got)
+	}
+	if got := s.SnapNearest(mode(7, 290, 11, 8)); got != mode(8, 300, 10, 9) {
+		t.Errorf("SnapNearest = %v", got)
+	}
+	// Snap keeps to members at or below the caps on every knob: of those only
+	// (2,100,10,5) is, although (4,300,20,9) is nearer.
+	if got := s.Snap(mode(4, 300, 10, 9)); got != mode(2, 100, 10, 5) {
 		t.Errorf("Snap to member = %v", got)
 	}
-	if got := s.Snap(mode(7, 290, 11, 8)); got != mode(8, 300, 10, 9) {
-		t.Errorf("Snap = %v", got)
+	// (8,300,20,9) is not a member; (4,300,20,9) and (8,300,10,9) are both below it and
+	// 1 away: the first in ordinal order wins.
+	if got := s.Snap(mode(8, 300, 20, 9)); got != mode(4, 300, 20, 9) {
+		t.Errorf("Snap tie = %v", got)
 	}
 	// Neighbours skip non-members.
 	idx, _ := s.Index(mode(4, 100, 20, 5))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )
@@ -189,26 +190,42 @@ func TestSelectModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := SelectModes("all", spec, space, 1)
+	all, err := SelectModes("all", spec, nil, space, 1)
 	if err != nil || len(all) != space.Size() {
 		t.Errorf("all: %d modes, %v", len(all), err)
 	}
-	presets, err := SelectModes("presets", spec, space, 1)
+	// From the catalog default MODE_30W (TPC mask 240) every other AGX Orin preset
+	// needs a reboot; from MAXN (mask 0), MAXN and MODE_50W are reachable.
+	presets, err := SelectModes("presets", spec, nil, space, 1)
+	if want := []powermode.Mode{{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}}; err != nil || !slices.Equal(presets, want) {
+		t.Errorf("presets = %v, %v", presets, err)
+	}
+	fromMaxN, err := nvpmodel.Catalog(spec, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presets, err = SelectModes("presets", spec, fromMaxN, space, 1)
 	want := []powermode.Mode{
 		{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000},
-		{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000},
-		{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000},
 		{Cores: 12, CPUKHz: 1497600, GPUHz: 816000000, EMCHz: 3199000000},
 	}
 	if err != nil || !slices.Equal(presets, want) {
-		t.Errorf("presets = %v, %v", presets, err)
+		t.Errorf("presets from MAXN = %v, %v", presets, err)
 	}
-	r1, err := SelectModes("random:20", spec, space, 7)
+	// NVIDIA's Xavier caps are not levels (1200000 kHz, 900 MHz): snapped at or below;
+	// MODE_10W (TPC mask 5) needs a reboot from the default MODE_15W_DESKTOP (mask 0).
+	xavier, _ := cat.Board("agx-xavier")
+	xspace, _ := xavier.Space()
+	xp, err := SelectModes("presets", xavier, nil, xspace, 1)
+	if err != nil || len(xp) != 7 || xp[2] != (powermode.Mode{Cores: 8, CPUKHz: 1190400, GPUHz: 828750000, EMCHz: 1600000000}) {
+		t.Errorf("xavier presets = %v, %v", xp, err)
+	}
+	r1, err := SelectModes("random:20", spec, nil, space, 7)
 	if err != nil || len(r1) != 20 {
 		t.Fatalf("random:20 = %d modes, %v", len(r1), err)
 	}
-	r2, _ := SelectModes("random:20", spec, space, 7)
-	r3, _ := SelectModes("random:20", spec, space, 8)
+	r2, _ := SelectModes("random:20", spec, nil, space, 7)
+	r3, _ := SelectModes("random:20", spec, nil, space, 8)
 	if !slices.Equal(r1, r2) || slices.Equal(r1, r3) {
 		t.Error("random:N must depend on the seed and only on it")
 	}
@@ -237,7 +254,7 @@ func TestSelectModes(t *testing.T) {
 		if err := os.WriteFile(path, []byte(f.body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got, err := SelectModes(path, spec, space, 1)
+		got, err := SelectModes(path, spec, nil, space, 1)
 		if f.errHas != "" {
 			if err == nil || !strings.Contains(err.Error(), f.errHas) {
 				t.Errorf("%s: err = %v, want %q", f.name, err, f.errHas)
@@ -249,7 +266,7 @@ func TestSelectModes(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"random:0", "random:x", "random:99999", filepath.Join(dir, "missing")} {
-		if _, err := SelectModes(bad, spec, space, 1); err == nil {
+		if _, err := SelectModes(bad, spec, nil, space, 1); err == nil {
 			t.Errorf("SelectModes(%q) succeeded", bad)
 		}
 	}

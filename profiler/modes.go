@@ -10,12 +10,15 @@ import (
 	"strings"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 )
 
 // SelectModes turns a campaign's --modes value into modes of space:
 //
 //	all        every mode of the space, in ordinal order
-//	presets    the board's nvpmodel presets as modes (duplicates dropped)
+//	presets    the board's nvpmodel presets that need no reboot from the running mode
+//	           (nvp.LiveModes: the live conf's, else the catalog's), as modes of space,
+//	           duplicates dropped; nil nvp means the catalog relative to its default
 //	random:N   N distinct modes drawn with the given seed (same seed, same modes: this
 //	           is what makes a rerun resume the same campaign)
 //	FILE       one mode per line, "cores/cpu_khz/gpu_hz/emc_hz" (Mode.String) or CSV
@@ -23,26 +26,29 @@ import (
 //	           blank lines and lines starting with # are ignored
 //
 // Every mode must be in space; the error names the first that is not.
-func SelectModes(spec string, board *powermode.BoardSpec, space *powermode.Space, seed uint64) ([]powermode.Mode, error) {
+func SelectModes(spec string, board *powermode.BoardSpec, nvp *nvpmodel.BoardPresets, space *powermode.Space, seed uint64) ([]powermode.Mode, error) {
 	switch {
 	case spec == "all":
 		return space.Modes(), nil
 	case spec == "presets":
+		if nvp == nil {
+			var err error
+			if nvp, err = nvpmodel.Catalog(board, board.NVP.Default, false); err != nil {
+				return nil, fmt.Errorf("modes presets: %w", err)
+			}
+		}
 		var out []powermode.Mode
 		seen := map[powermode.Mode]bool{}
-		for _, ps := range board.NVP.Presets {
-			m := board.PresetMode(ps)
-			if seen[m] {
-				continue
+		ms, _ := nvp.LiveModes()
+		for _, m := range ms {
+			// Caps snap at or below into the space (a no-op for the board's own grid).
+			if m = space.Snap(m); !seen[m] {
+				seen[m] = true
+				out = append(out, m)
 			}
-			if !space.Contains(m) {
-				return nil, fmt.Errorf("modes presets: preset %d %s is %s, not in the board's mode space (check the board catalog)", ps.ID, ps.Name, m)
-			}
-			seen[m] = true
-			out = append(out, m)
 		}
 		if len(out) == 0 {
-			return nil, fmt.Errorf("modes presets: board %s lists no nvpmodel presets", board.Name)
+			return nil, fmt.Errorf("modes presets: board %s has no nvpmodel preset reachable without a reboot (%s presets, running mode %d)", board.Name, nvp.Source, nvp.Current)
 		}
 		return out, nil
 	case strings.HasPrefix(spec, "random:"):

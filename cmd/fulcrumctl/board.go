@@ -15,6 +15,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 )
 
@@ -70,8 +71,43 @@ type boardInfoJSON struct {
 	Current   powermode.Mode          `json:"current"`
 	Power     *powermode.PowerReading `json:"power"`
 	Thermal   []powermode.ThermalZone `json:"thermal"`
+	Nvpmodel  *nvpmodelJSON           `json:"nvpmodel"`
 	// Errors lists what could not be read (power, thermal) without failing the command.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// nvpmodelJSON is the board's nvpmodel presets in `board info --json`: where they came
+// from (the live /etc/nvpmodel.conf or the catalog) and which need a reboot.
+type nvpmodelJSON struct {
+	Source  string       `json:"source"` // live-conf or catalog
+	Running *int         `json:"running_id"`
+	Notes   []string     `json:"notes,omitempty"`
+	Presets []presetJSON `json:"presets"`
+}
+
+type presetJSON struct {
+	ID          int            `json:"id"`
+	Name        string         `json:"name"`
+	Source      string         `json:"source"`
+	Default     bool           `json:"default"`
+	Running     bool           `json:"running"`
+	TPCPGMask   int            `json:"tpc_pg_mask"`
+	NeedsReboot bool           `json:"needs_reboot"`
+	Caps        powermode.Mode `json:"caps"` // as the conf writes them; 0 = no cap
+	Mode        powermode.Mode `json:"mode"` // the caps snapped at or below on the board's levels
+}
+
+func boardNvpmodel(bp *nvpmodel.BoardPresets) *nvpmodelJSON {
+	out := &nvpmodelJSON{Source: bp.Source, Notes: bp.Notes, Presets: []presetJSON{}}
+	if bp.CurrentKnown {
+		id := bp.Current
+		out.Running = &id
+	}
+	for _, p := range bp.Presets {
+		out.Presets = append(out.Presets, presetJSON{ID: p.ID, Name: p.Name, Source: p.Source, Default: p.Default,
+			Running: bp.CurrentKnown && p.ID == bp.Current, TPCPGMask: p.TPCPGMask, NeedsReboot: p.NeedsReboot, Caps: p.Caps, Mode: p.Mode})
+	}
+	return out
 }
 
 func newBoardInfoCmd() *cobra.Command {
@@ -104,6 +140,11 @@ func newBoardInfoCmd() *cobra.Command {
 			if out.Thermal, err = be.Thermal(ctx); err != nil {
 				out.Errors = append(out.Errors, err.Error())
 			}
+			if bp, err := nvpmodel.ForBoard(root, spec); err != nil {
+				out.Errors = append(out.Errors, err.Error())
+			} else {
+				out.Nvpmodel = boardNvpmodel(bp)
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -134,6 +175,34 @@ func printBoardInfo(w io.Writer, in *boardInfoJSON) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if in.Nvpmodel != nil {
+		fmt.Fprintf(w, "\nnvpmodel presets (%s)\n", in.Nvpmodel.Source)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tTPC_PG_MASK\tMODE")
+		for _, p := range in.Nvpmodel.Presets {
+			var flags []string
+			if p.Running {
+				flags = append(flags, "running")
+			}
+			if p.Default {
+				flags = append(flags, "default")
+			}
+			if p.NeedsReboot {
+				flags = append(flags, "needs reboot: not used")
+			}
+			note := ""
+			if len(flags) > 0 {
+				note = "  (" + strings.Join(flags, ", ") + ")"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s%s\n", p.ID, p.Name, p.TPCPGMask, p.Mode, note)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, n := range in.Nvpmodel.Notes {
+			fmt.Fprintln(w, "note:", n)
+		}
 	}
 	if in.Power != nil {
 		fmt.Fprintln(w)
@@ -197,7 +266,7 @@ func newBoardModesCmd() *cobra.Command {
 		Short: "List every power mode of the board (or, with --count, how many there are)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			be, _, err := openBoard(cmd.Context(), root)
+			be, spec, err := openBoard(cmd.Context(), root)
 			if err != nil {
 				return err
 			}
@@ -210,11 +279,24 @@ func newBoardModesCmd() *cobra.Command {
 				_, err := fmt.Fprintln(w, sp.Size())
 				return err
 			case asJSON:
+				// Presets: only those reachable without a reboot (board info lists all).
+				type preset struct {
+					Name string         `json:"name"`
+					Mode powermode.Mode `json:"mode"`
+				}
+				presets := []preset{}
+				if bp, err := nvpmodel.ForBoard(root, spec); err == nil {
+					ms, ns := bp.LiveModes()
+					for i := range ms {
+						presets = append(presets, preset{ns[i], sp.Snap(ms[i])})
+					}
+				}
 				return json.NewEncoder(w).Encode(struct {
 					Levels    powermode.Levels `json:"levels"`
 					SpaceSize int              `json:"space_size"`
 					Modes     []powermode.Mode `json:"modes"`
-				}{sp.Levels(), sp.Size(), sp.Modes()})
+					Presets   []preset         `json:"presets"`
+				}{sp.Levels(), sp.Size(), sp.Modes(), presets})
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "CORES\tCPU_KHZ\tGPU_HZ\tEMC_HZ\t")
@@ -225,7 +307,7 @@ func newBoardModesCmd() *cobra.Command {
 		},
 	}
 	boardRootFlag(cmd, &root)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: levels, space_size and every mode")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: levels, space_size, every mode and the nvpmodel presets reachable without a reboot")
 	cmd.Flags().BoolVar(&count, "count", false, "print only the number of modes")
 	return cmd
 }

@@ -273,3 +273,113 @@ func TestBoardEveryCatalogBoardViaFaketree(t *testing.T) {
 		}
 	}
 }
+
+// boardTestConf is our own conf for the AGX Orin 64GB in the syntax of NVIDIA's
+// (_KNEXT arguments, "<PARAM" EMC of TYPE=CLOCK, a HWMON block), with NVIDIA's TPC masks
+// for MAXN (0) and MODE_15W (248) but a different name for mode 3, so the output shows
+// that the live conf, not the catalog, was read.
+const boardTestConf = `# FORMAT: see NVIDIA's confs
+< PARAM TYPE=FILE NAME=TPC_POWER_GATING >
+TPC_PG_MASK /sys/devices/gpu.0/tpc_pg_mask
+TPC_PG_MASK_KNEXT /sys/devices/platform/gpu.0/tpc_pg_mask
+
+< PARAM TYPE=CLOCK NAME=CPU_A78_0 >
+MAX_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
+MIN_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_min_freq
+MAX_FREQ_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
+MIN_FREQ_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_min_freq
+
+< PARAM TYPE=CLOCK NAME=GPU >
+MAX_FREQ /sys/devices/17000000.ga10b/devfreq/17000000.ga10b/max_freq
+MAX_FREQ_KNEXT /sys/devices/platform/17000000.gpu/devfreq_dev/max_freq
+
+<PARAM TYPE=CLOCK NAME=EMC >
+MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
+MAX_FREQ_KNEXT /sys/kernel/nvpmodel_clk_cap/emc
+
+< PARAM TYPE=HWMON NAME=VDDIN_OC_LIMIT >
+WARN /sys/bus/i2c/devices/1-0040/hwmon curr1_max
+
+< POWER_MODEL ID=0 NAME=MAXN >
+TPC_POWER_GATING TPC_PG_MASK 0
+CPU_A78_0 MIN_FREQ 729600
+CPU_A78_0 MAX_FREQ -1
+GPU MAX_FREQ -1
+EMC MAX_FREQ 0
+VDDIN_OC_LIMIT WARN 3000
+
+< POWER_MODEL ID=1 NAME=MODE_15W >
+TPC_POWER_GATING TPC_PG_MASK 248
+CPU_A78_0 MIN_FREQ 729600
+CPU_A78_0 MAX_FREQ 1113600
+GPU MAX_FREQ 408000000
+EMC MAX_FREQ 2133000000
+
+< POWER_MODEL ID=3 NAME=MODE_50W_LIVE >
+TPC_POWER_GATING TPC_PG_MASK 0
+CPU_A78_0 MIN_FREQ 729600
+CPU_A78_0 MAX_FREQ 1497600
+GPU MAX_FREQ 816000000
+EMC MAX_FREQ -1
+
+< PM_CONFIG DEFAULT=0 >
+`
+
+// board info --json says where the presets came from and which need a reboot; board
+// modes --json offers only those that do not.
+func TestBoardInfoNvpmodel(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf, status, source string
+		running                    int
+		reboot, live               []string
+	}{
+		{"live conf", boardTestConf, "pmode:0000\n", "live-conf", 0, []string{"MODE_15W"}, []string{"MAXN", "MODE_50W_LIVE"}},
+		{"catalog", "", "pmode:0002\n", "catalog", 2, []string{"MAXN", "MODE_15W", "MODE_50W"}, []string{"MODE_30W"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			b := tegratest.AGXOrin64GBJP6()
+			b.NvpmodelConf, b.NvpmodelConfName, b.NvpmodelStatus = tc.conf, "nvpmodel_p3701_0000.conf", tc.status
+			if err := tegratest.Write(root, b); err != nil {
+				t.Fatal(err)
+			}
+			nv := boardInfo(t, root).Nvpmodel
+			if nv == nil || nv.Source != tc.source || nv.Running == nil || *nv.Running != tc.running {
+				t.Fatalf("nvpmodel = %+v", nv)
+			}
+			var reboot []string
+			for _, p := range nv.Presets {
+				if p.Source != tc.source {
+					t.Errorf("preset %s source %q", p.Name, p.Source)
+				}
+				if p.NeedsReboot {
+					reboot = append(reboot, p.Name)
+				}
+			}
+			if !slices.Equal(reboot, tc.reboot) {
+				t.Errorf("needs_reboot: %v, want %v", reboot, tc.reboot)
+			}
+			out, err := runBoard(t, "modes", "--root", root, "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var js struct {
+				Presets []struct{ Name string } `json:"presets"`
+			}
+			if err := json.Unmarshal([]byte(out), &js); err != nil {
+				t.Fatal(err)
+			}
+			var live []string
+			for _, p := range js.Presets {
+				live = append(live, p.Name)
+			}
+			if !slices.Equal(live, tc.live) {
+				t.Errorf("modes --json presets %v, want %v", live, tc.live)
+			}
+			human, err := runBoard(t, "info", "--root", root)
+			if err != nil || !strings.Contains(human, "nvpmodel presets ("+tc.source+")") || !strings.Contains(human, "needs reboot: not used") {
+				t.Errorf("human output (%v):\n%s", err, human)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum"
 	fplot "github.com/fulcrum-edge/fulcrum/fulcrum/plot"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )
@@ -83,8 +84,12 @@ but fulcrumd holds its lock while it runs; plot a copy of the daemon's profiles 
 		}
 		if c, err := powermode.LoadCatalog(configs.FS, "boards"); err == nil {
 			if spec, err := c.Board(boardName); err == nil {
-				for _, pr := range spec.NVP.Presets {
-					opt.Presets = append(opt.Presets, fplot.Preset{Name: pr.Name, Mode: spec.PresetMode(pr)})
+				// Every catalog preset, its caps snapped at or below onto the levels (the
+				// mode it was profiled at); reboot-only ones are worth marking on a figure.
+				if bp, err := nvpmodel.Catalog(spec, spec.NVP.Default, false); err == nil {
+					for _, pr := range bp.Presets {
+						opt.Presets = append(opt.Presets, fplot.Preset{Name: pr.Name, Mode: pr.Mode})
+					}
 				}
 			}
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
@@ -396,7 +397,11 @@ no way to run one from fulcrumctl yet and run says so.`,
 		if err != nil {
 			return err
 		}
-		modes, err := profiler.SelectModes(*modesFlag, spec, backend.Space(), *seed)
+		nvp, err := nvpmodel.ForBoard(*root, spec)
+		if err != nil {
+			return err
+		}
+		modes, err := profiler.SelectModes(*modesFlag, spec, nvp, backend.Space(), *seed)
 		if err != nil {
 			return err
 		}

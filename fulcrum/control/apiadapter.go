@@ -188,6 +188,9 @@ func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 		return api.ModeInfo{}, fmt.Errorf("read the board's mode: %w", err)
 	}
 	mi := api.ModeInfo{Board: c.board.Info().Name, Current: cur, Held: c.Held()}
+	if n, ok := c.board.(interface{ Nvpmodel() string }); ok {
+		mi.Nvpmodel = n.Nvpmodel()
+	}
 	if st := c.Status(); st.Current != nil {
 		m := st.Current.Mode
 		mi.Planned = &m

@@ -36,7 +36,10 @@ type fakeBoard struct {
 }
 
 func (b *fakeBoard) Info() powermode.BoardInfo { return powermode.BoardInfo{Name: b.spec.Name} }
-func (b *fakeBoard) Space() *powermode.Space   { return b.sp }
+
+// Nvpmodel is the running nvpmodel mode, as daemon.Board reports it.
+func (b *fakeBoard) Nvpmodel() string        { return "MODE_30W" }
+func (b *fakeBoard) Space() *powermode.Space { return b.sp }
 func (b *fakeBoard) Current(context.Context) (powermode.Mode, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -725,7 +728,7 @@ func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mi.Current != m || !mi.Held || e.board.current() != m {
+	if mi.Current != m || !mi.Held || e.board.current() != m || mi.Nvpmodel != "MODE_30W" {
 		t.Fatalf("mode info %+v, board %s", mi, e.board.current())
 	}
 	e.tick(c, 10*time.Second)

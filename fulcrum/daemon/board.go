@@ -12,6 +12,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
+	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 )
 
@@ -21,8 +22,11 @@ import (
 // the next OpenBoard restores it.
 type Board struct {
 	Backend powermode.Backend
-	// Spec is the catalog entry (nil with no board): its nvpmodel presets are GMD's start.
-	Spec     *powermode.BoardSpec
+	// Spec is the catalog entry (nil with no board or NVML).
+	Spec *powermode.BoardSpec
+	// NVP are the board's nvpmodel presets (nil with no Spec): from its live
+	// /etc/nvpmodel.conf, else the catalog's; the live ones are GMD's start points.
+	NVP      *nvpmodel.BoardPresets
 	log      *slog.Logger
 	stateDir string
 
@@ -63,11 +67,30 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 	default:
 		return nil, fmt.Errorf(`board %q: want "auto", "sim:NAME", "nvml" or "none"`, spec)
 	}
+	nvp, err := nvpmodel.ForBoard(root, bs)
+	if err != nil {
+		return nil, fmt.Errorf("board %s: %w", bs.Name, err)
+	}
+	for _, n := range nvp.Notes {
+		log.Warn("nvpmodel", "note", n)
+	}
 	be, err := tegra.Open(ctx, root, bs, info)
 	if err != nil {
 		return nil, fmt.Errorf("open board %s under %s: %w", bs.Name, root, err)
 	}
-	return adopt(ctx, be, bs, stateDir, log)
+	b, err := adopt(ctx, be, bs, stateDir, log)
+	if err != nil {
+		return nil, err
+	}
+	b.NVP = nvp
+	var reboot []string
+	for _, p := range nvp.Presets {
+		if p.NeedsReboot {
+			reboot = append(reboot, p.Name)
+		}
+	}
+	log.Info("nvpmodel presets", "source", nvp.Source, "running", nvp.RunningName(), "needs_reboot", strings.Join(reboot, ","))
+	return b, nil
 }
 
 // OpenNVMLBoard opens a discrete NVIDIA GPU through NVML (board: nvml). The backend
@@ -154,24 +177,35 @@ func (b *Board) Apply(ctx context.Context, m powermode.Mode) error {
 	return b.Backend.Apply(ctx, m)
 }
 
-// Presets are the board's nvpmodel presets as modes snapped into its space, and their
-// names (GMD starts from the one nearest the power budget).
+// Presets are the board's nvpmodel presets that need no reboot from the running mode
+// (nvpmodel.BoardPresets.LiveModes), as modes of its space, and their names: GMD starts
+// from the one nearest the power budget. A preset with another TPC mask is never
+// offered, so no search starts from, or profiles, a mode the board cannot reach live.
 func (b *Board) Presets() ([]powermode.Mode, []string) {
-	if b.Backend == nil || b.Spec == nil {
+	if b.Backend == nil || b.NVP == nil {
 		return nil, nil
 	}
 	sp := b.Backend.Space()
 	var modes []powermode.Mode
 	var names []string
-	for _, p := range b.Spec.NVP.Presets {
-		m := b.Spec.PresetMode(p)
+	ms, ns := b.NVP.LiveModes()
+	for i, m := range ms {
 		if sp != nil {
 			m = sp.Snap(m)
 		}
 		modes = append(modes, m)
-		names = append(names, p.Name)
+		names = append(names, ns[i])
 	}
 	return modes, names
+}
+
+// Nvpmodel is the name of the nvpmodel mode the board runs, or "" when not known
+// (the API's ModeInfo.Nvpmodel).
+func (b *Board) Nvpmodel() string {
+	if b.NVP == nil {
+		return ""
+	}
+	return b.NVP.RunningName()
 }
 
 // Close restores the state saved before the first mode change (if fulcrumd changed

@@ -371,7 +371,14 @@ func (b *builder) gpu(t *Tree, st State) {
 	b.devfreqDevice(t.layout, t.gpuDev, t.spec.GPU.FreqsHz, st.GPUGovernor, st.GPUMinHz, st.GPUMaxHz, st.GPUCurHz)
 	b.file(t.gpuDev+"/load", strconv.Itoa(st.GPULoad)+"\n")
 	b.file(t.gpuDev+"/railgate_enable", "1\n")
-	b.file(t.gpuDev+"/tpc_pg_mask", "0\n")
+	// The running nvpmodel mode's TPC power-gating mask, as nvpmodel leaves it at boot.
+	mask := 0
+	for _, p := range t.spec.NVP.Presets {
+		if p.ID == st.PMode {
+			mask = p.TPCPGMask
+		}
+	}
+	b.file(t.gpuDev+"/tpc_pg_mask", strconv.Itoa(mask)+"\n")
 	b.file(t.gpuDev+"/power/control", "auto\n")
 	// nvpmodel confs address the GPU as /sys/devices/gpu.0 (assumption: a link to the
 	// GPU device on every layout).

@@ -297,7 +297,7 @@ func TestAGXOrinExactFiles(t *testing.T) {
 			}
 			links := map[string]string{
 				"/sys/bus/i2c/drivers/ina3221/1-0040":                          tc.bus,
-				"/etc/nvpmodel.conf":                                           "nvpmodel/nvpmodel_p3701_0005.conf",
+				"/etc/nvpmodel.conf":                                           "nvpmodel/nvpmodel_p3701_0000.conf",
 				"/proc/device-tree":                                            "../sys/firmware/devicetree/base",
 				"/sys/devices/system/cpu/cpu5/cpufreq":                         "../cpufreq/policy4",
 				tc.gpuDev + "/devfreq/" + filepath.Base(tc.gpuDev) + "/device": "../../../" + filepath.Base(tc.gpuDev),
@@ -474,7 +474,7 @@ func TestDigestDeterministic(t *testing.T) {
 	if maps.Equal(da, db) || db["/sys/devices/system/cpu/cpu3/online"] != "file 0644 0\n" {
 		t.Errorf("digest after write: %q", db["/sys/devices/system/cpu/cpu3/online"])
 	}
-	if da["/etc/nvpmodel.conf"] != "link nvpmodel/nvpmodel_p3701_0005.conf" {
+	if da["/etc/nvpmodel.conf"] != "link nvpmodel/nvpmodel_p3701_0000.conf" {
 		t.Errorf("digest of link: %q", da["/etc/nvpmodel.conf"])
 	}
 }
@@ -516,5 +516,49 @@ func TestRangeList(t *testing.T) {
 		if got := faketree.RangeList(tc.in); got != tc.want {
 			t.Errorf("RangeList(%v) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// The generated conf follows NVIDIA's published confs: the file name of the module's
+// conf, EMC as "<PARAM TYPE=CLOCK", _KNEXT arguments, NVIDIA's CPU MIN_FREQ, and clock
+// lines only for clusters with online cores.
+func TestConfRealLayout(t *testing.T) {
+	for _, tc := range []struct {
+		board, link string
+		want        []string
+		not         []string
+	}{
+		{"agx-orin-64gb", "nvpmodel/nvpmodel_p3701_0000.conf", []string{
+			"<PARAM TYPE=CLOCK NAME=EMC >\nMAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap\nMAX_FREQ_KNEXT /sys/kernel/nvpmodel_clk_cap/emc\n",
+			"MAX_FREQ_KNEXT /sys/devices/system/cpu/cpu8/cpufreq/scaling_max_freq\n",
+			"TPC_PG_MASK 248\nGPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on\nCPU_A78_0 MIN_FREQ 729600\nCPU_A78_0 MAX_FREQ 1113600\nGPU MIN_FREQ 0\n",
+		}, []string{"TYPE=FILE NAME=EMC", "MIN_FREQ 115200"}},
+		{"orin-nx-16gb-super", "nvpmodel/nvpmodel_p3767_0000_super.conf", []string{
+			"< POWER_MODEL ID=4 NAME=40W >", "GPU MAX_FREQ 1173000000\n", "< PM_CONFIG DEFAULT=4 >",
+		}, nil},
+		{"agx-xavier", "nvpmodel/nvpmodel_t194.conf", []string{
+			"< PARAM TYPE=CLOCK NAME=EMC >\n", "CPU_DENVER_0 MIN_FREQ 1200000\nCPU_DENVER_0 MAX_FREQ 1200000\nGPU MIN_FREQ 0\nGPU MAX_FREQ 520000000\n",
+		}, []string{"CPU_DENVER_1 MAX_FREQ 1200000\nGPU MIN_FREQ 0\nGPU MAX_FREQ 520000000"}},
+	} {
+		t.Run(tc.board, func(t *testing.T) {
+			tr := build(t, board(t, tc.board), faketree.Options{})
+			if got, err := os.Readlink(filepath.Join(tr.Root(), "etc/nvpmodel.conf")); err != nil || got != tc.link {
+				t.Errorf("link = %q (%v), want %q", got, err, tc.link)
+			}
+			if got := read(t, tr, "/sys/devices/gpu.0/tpc_pg_mask"); tc.board == "agx-orin-64gb" && got != "240\n" {
+				t.Errorf("tpc_pg_mask = %q, want MODE_30W's 240", got)
+			}
+			conf := read(t, tr, "/etc/nvpmodel.conf")
+			for _, w := range tc.want {
+				if !strings.Contains(conf, w) {
+					t.Errorf("conf lacks %q", w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(conf, n) {
+					t.Errorf("conf has %q", n)
+				}
+			}
+		})
 	}
 }

@@ -139,8 +139,16 @@ func platformDir(layout, base string) string {
 	return "/sys/devices/" + base
 }
 
-// confName is the file under /etc/nvpmodel that /etc/nvpmodel.conf points to.
+// confName is the file under /etc/nvpmodel that /etc/nvpmodel.conf points to: the
+// name of NVIDIA's conf the catalog presets come from (nvpmodel.source), so p3701-0005
+// links nvpmodel_p3701_0000.conf and a super entry nvpmodel_p3767_0000_super.conf as
+// on a board; without a source, nvpmodel_<first module>.conf.
 func confName(spec *powermode.BoardSpec) string {
+	if src := strings.Fields(spec.NVP.Source); len(src) > 0 {
+		if f := path.Base(src[len(src)-1]); strings.HasSuffix(f, ".conf") {
+			return f
+		}
+	}
 	if spec.SoC == "tegra194" {
 		return "nvpmodel_t194.conf"
 	}

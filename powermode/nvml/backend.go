@@ -197,7 +197,7 @@ func (b *Backend) Current(ctx context.Context) (powermode.Mode, error) {
 	if ret != gonvml.SUCCESS {
 		return powermode.Mode{}, fmt.Errorf("nvml: memory clock: %w", ret)
 	}
-	return b.space.Snap(powermode.Mode{Cores: b.cores, CPUKHz: b.cpuKHz, GPUHz: int64(gr) * 1e6, EMCHz: int64(mem) * 1e6}), nil
+	return b.space.SnapNearest(powermode.Mode{Cores: b.cores, CPUKHz: b.cpuKHz, GPUHz: int64(gr) * 1e6, EMCHz: int64(mem) * 1e6}), nil
 }
 
 func (b *Backend) usable() error {

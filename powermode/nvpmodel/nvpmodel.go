@@ -5,10 +5,13 @@
 // The conf format (DESIGN §4):
 //
 //	< PARAM TYPE=FILE|CLOCK NAME=X >    followed by "ARG_NAME /sys/path" lines
+//	< PARAM TYPE=HWMON NAME=X >         followed by "ARG_NAME /sys/.../hwmon ATTR" lines
 //	< POWER_MODEL ID=n NAME=s >         followed by "PARAM ARG VALUE" lines
 //	< PM_CONFIG DEFAULT=n >             mandatory: the mode set at first boot
 //
-// Lines starting with # are comments. In a POWER_MODEL, -1 means INT_MAX (no cap) for
+// Lines starting with # are comments; "<PARAM" without a space after < is accepted, as
+// NVIDIA's Orin confs write their EMC section. HWMON sections (Xavier NX's
+// VDDIN_OC_LIMIT over-current limits) are parsed and checked but do not change a mode. In a POWER_MODEL, -1 means INT_MAX (no cap) for
 // clocks; an EMC MAX_FREQ of 0 also means no cap. Values need not be numbers
 // (GPU_PWR_CNTL_EN on).
 package nvpmodel
@@ -37,10 +40,13 @@ const (
 
 // Param is one PARAM section: a named group of sysfs files.
 type Param struct {
-	Type string            // FILE or CLOCK
-	Name string            // e.g. CPU_ONLINE, GPU, EMC, CPU_A78_0
+	Type string            // FILE, CLOCK or HWMON
+	Name string            // e.g. CPU_ONLINE, GPU, EMC, CPU_A78_0, VDDIN_OC_LIMIT
 	Args map[string]string // ARG_NAME -> path, e.g. MAX_FREQ -> /sys/.../max_freq
-	Line int               // line of the section header
+	// Attrs is set for HWMON: ARG_NAME -> attribute file in the hwmon directory Args
+	// names, e.g. WARN -> curr1_max.
+	Attrs map[string]string
+	Line  int // line of the section header
 }
 
 // Setting is one "PARAM ARG VALUE" line of a power model.
@@ -135,8 +141,8 @@ func Parse(r io.Reader) (*Conf, error) {
 			switch fields[0] {
 			case "PARAM":
 				t, name := attrs["TYPE"], attrs["NAME"]
-				if t != "FILE" && t != "CLOCK" {
-					return nil, fail("PARAM TYPE=%q: want FILE or CLOCK", t)
+				if t != "FILE" && t != "CLOCK" && t != "HWMON" {
+					return nil, fail("PARAM TYPE=%q: want FILE, CLOCK or HWMON", t)
 				}
 				if name == "" {
 					return nil, fail("PARAM without NAME=")
@@ -144,7 +150,11 @@ func Parse(r io.Reader) (*Conf, error) {
 				if p, dup := c.Param(name); dup {
 					return nil, fail("PARAM %s defined again (first on line %d)", name, p.Line)
 				}
-				c.Params = append(c.Params, Param{Type: t, Name: name, Args: map[string]string{}, Line: n})
+				p := Param{Type: t, Name: name, Args: map[string]string{}, Line: n}
+				if t == "HWMON" {
+					p.Attrs = map[string]string{}
+				}
+				c.Params = append(c.Params, p)
 				param = &c.Params[len(c.Params)-1]
 			case "POWER_MODEL":
 				id, err := strconv.Atoi(attrs["ID"])
@@ -172,6 +182,11 @@ func Parse(r io.Reader) (*Conf, error) {
 		}
 		fields := strings.Fields(line)
 		switch {
+		case param != nil && param.Type == "HWMON":
+			if len(fields) != 3 {
+				return nil, fail("in PARAM %s (HWMON): %q: want ARG_NAME /hwmon/dir ATTR", param.Name, line)
+			}
+			param.Args[fields[0]], param.Attrs[fields[0]] = fields[1], fields[2]
 		case param != nil:
 			if len(fields) != 2 {
 				return nil, fail("in PARAM %s: %q: want ARG_NAME /path", param.Name, line)
@@ -223,6 +238,7 @@ type Preset struct {
 	// reference mode's: switching to it needs a reboot, so the daemon never does.
 	NeedsReboot bool
 	Default     bool
+	Source      string // SourceLiveConf or SourceCatalog (set by ForBoard and Catalog)
 }
 
 // Presets turns every power model into a Preset on spec's grid, with NeedsReboot

@@ -12,11 +12,14 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 )
 
-// agxOrinConf is written in the layout of NVIDIA's JetPack 5 conf for the AGX Orin
-// (nvpmodel_p3701_0005.conf, as reproduced in NVIDIA's MLPerf submission code): the
-// header comment, FILE and CLOCK params with _KNEXT duplicates, DLA/PVA clocks we do not
-// use, string values, -1 caps, and a trailing PM_CONFIG. Caps are DESIGN §4's presets;
-// the TPC mask of MODE_15W (240, DESIGN's example) makes it a reboot-only switch.
+// agxOrinConf is our own text in the syntax of NVIDIA's AGX Orin conf
+// (nvpmodel_p3701_0000.conf in LineageOS/android_device_nvidia_concord): the header
+// comment, FILE and CLOCK params with _KNEXT duplicates, "<PARAM" without a space and
+// TYPE=CLOCK for EMC, a DLA clock we do not use, a HWMON block with three-field lines
+// (as Xavier NX's conf has), string values, -1 caps, per-cluster CPU params and a
+// trailing PM_CONFIG. Caps and TPC masks are NVIDIA's for the 64GB module: MAXN 0,
+// MODE_15W 248, MODE_30W 240, MODE_50W 0, so from the default MODE_30W every other
+// preset needs a reboot.
 const agxOrinConf = `#
 # Copyright (c) 2022, NVIDIA CORPORATION.  All rights reserved.
 #
@@ -77,8 +80,13 @@ MIN_FREQ_KNEXT /sys/devices/17000000.ga10b/devfreq_dev/min_freq
 < PARAM TYPE=CLOCK NAME=DLA0_CORE >
 MAX_FREQ /sys/devices/platform/13e40000.host1x/15880000.nvdla0/acm/clk_cap/dla0_core
 
-< PARAM TYPE=FILE NAME=EMC >
+<PARAM TYPE=CLOCK NAME=EMC >
 MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
+MAX_FREQ_KNEXT /sys/kernel/nvpmodel_clk_cap/emc
+
+< PARAM TYPE=HWMON NAME=VDDIN_OC_LIMIT >
+WARN /sys/bus/i2c/drivers/ina3221/1-0040/hwmon curr1_max
+CRIT /sys/bus/i2c/drivers/ina3221/1-0040/hwmon curr1_crit
 
 < POWER_MODEL ID=0 NAME=MAXN >
 CPU_ONLINE CORE_0 1
@@ -120,14 +128,10 @@ CPU_ONLINE CORE_8 0
 CPU_ONLINE CORE_9 0
 CPU_ONLINE CORE_10 0
 CPU_ONLINE CORE_11 0
-TPC_POWER_GATING TPC_PG_MASK 240
+TPC_POWER_GATING TPC_PG_MASK 248
 GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
 CPU_A78_0 MIN_FREQ 729600
 CPU_A78_0 MAX_FREQ 1113600
-CPU_A78_1 MIN_FREQ 729600
-CPU_A78_1 MAX_FREQ 1113600
-CPU_A78_2 MIN_FREQ 729600
-CPU_A78_2 MAX_FREQ 1113600
 GPU MIN_FREQ 0
 GPU MAX_FREQ 408000000
 GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
@@ -147,18 +151,18 @@ CPU_ONLINE CORE_8 0
 CPU_ONLINE CORE_9 0
 CPU_ONLINE CORE_10 0
 CPU_ONLINE CORE_11 0
-TPC_POWER_GATING TPC_PG_MASK 0
+TPC_POWER_GATING TPC_PG_MASK 240
 GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
 CPU_A78_0 MIN_FREQ 729600
 CPU_A78_0 MAX_FREQ 1728000
 CPU_A78_1 MIN_FREQ 729600
 CPU_A78_1 MAX_FREQ 1728000
-CPU_A78_2 MIN_FREQ 729600
-CPU_A78_2 MAX_FREQ 1728000
 GPU MIN_FREQ 0
 GPU MAX_FREQ 612000000
 GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
-EMC MAX_FREQ 0
+EMC MAX_FREQ -1
+VDDIN_OC_LIMIT WARN 3000
+VDDIN_OC_LIMIT CRIT 5000
 
 < POWER_MODEL ID=3 NAME=MODE_50W >
 CPU_ONLINE CORE_0 1
@@ -208,7 +212,7 @@ func TestParseRealConf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Default != 2 || len(c.Models) != 4 || len(c.Params) != 10 {
+	if c.Default != 2 || len(c.Models) != 4 || len(c.Params) != 11 {
 		t.Fatalf("default %d, %d models, %d params", c.Default, len(c.Models), len(c.Params))
 	}
 	gpu, ok := c.Param("GPU")
@@ -219,6 +223,16 @@ func TestParseRealConf(t *testing.T) {
 	if v, _ := m.Value("GPU_POWER_CONTROL_ENABLE", "GPU_PWR_CNTL_EN"); v != "on" || m.Name != "MODE_15W" {
 		t.Errorf("model 1 = %s, GPU_PWR_CNTL_EN %q", m.Name, v)
 	}
+	emc, _ := c.Param("EMC")
+	hw, _ := c.Param("VDDIN_OC_LIMIT")
+	if emc == nil || emc.Type != "CLOCK" || hw == nil || hw.Type != "HWMON" || hw.Attrs["CRIT"] != "curr1_crit" ||
+		hw.Args["WARN"] != "/sys/bus/i2c/drivers/ina3221/1-0040/hwmon" {
+		t.Errorf("EMC = %+v, VDDIN_OC_LIMIT = %+v", emc, hw)
+	}
+	m, _ = c.Model(2)
+	if v, _ := m.Value("VDDIN_OC_LIMIT", "CRIT"); v != "5000" {
+		t.Errorf("model 2 VDDIN_OC_LIMIT CRIT = %q", v)
+	}
 
 	spec := board(t, "agx-orin-64gb")
 	ps, err := c.Presets(spec)
@@ -227,13 +241,13 @@ func TestParseRealConf(t *testing.T) {
 	}
 	want := []nvpmodel.Preset{
 		{ID: 0, Name: "MAXN", Caps: powermode.Mode{Cores: 12},
-			Mode: powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}},
+			Mode: powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}, NeedsReboot: true},
 		{ID: 1, Name: "MODE_15W", Caps: powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000},
-			Mode: powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}, TPCPGMask: 240, NeedsReboot: true},
+			Mode: powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}, TPCPGMask: 248, NeedsReboot: true},
 		{ID: 2, Name: "MODE_30W", Caps: powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000},
-			Mode: powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}, Default: true},
+			Mode: powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}, TPCPGMask: 240, Default: true},
 		{ID: 3, Name: "MODE_50W", Caps: powermode.Mode{Cores: 12, CPUKHz: 1497600, GPUHz: 816000000},
-			Mode: powermode.Mode{Cores: 12, CPUKHz: 1497600, GPUHz: 816000000, EMCHz: 3199000000}},
+			Mode: powermode.Mode{Cores: 12, CPUKHz: 1497600, GPUHz: 816000000, EMCHz: 3199000000}, NeedsReboot: true},
 	}
 	if len(ps) != len(want) {
 		t.Fatalf("got %d presets", len(ps))
@@ -243,14 +257,14 @@ func TestParseRealConf(t *testing.T) {
 			t.Errorf("preset %d:\n got %+v\nwant %+v", i, ps[i], want[i])
 		}
 	}
-	// Relative to MODE_15W (the board is in it now), every other mode needs a reboot.
-	ps, err = c.PresetsFrom(spec, 1)
+	// Relative to MAXN (mask 0), only MAXN and MODE_50W are reachable live.
+	ps, err = c.PresetsFrom(spec, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range ps {
-		if p.NeedsReboot != (p.ID != 1) {
-			t.Errorf("from mode 1: preset %d NeedsReboot = %v", p.ID, p.NeedsReboot)
+		if p.NeedsReboot != (p.ID == 1 || p.ID == 2) {
+			t.Errorf("from mode 0: preset %d NeedsReboot = %v", p.ID, p.NeedsReboot)
 		}
 	}
 	if _, err := c.PresetsFrom(spec, 9); err == nil || !strings.Contains(err.Error(), "current mode 9") {
@@ -262,7 +276,9 @@ func TestParseRealConf(t *testing.T) {
 	}
 }
 
-// Caps that are not on the board's grid snap to the nearest level.
+// Caps that are not on the board's grid snap to the highest level at or below them, as
+// the kernel caps a clock: NVIDIA's Xavier MODE_10W GPU cap of 520 MHz is 420.75 MHz on
+// the gv11b table, not the 522.75 MHz level above it.
 func TestPresetsSnap(t *testing.T) {
 	conf := `< PARAM TYPE=FILE NAME=CPU_ONLINE >
 CORE_0 /sys/devices/system/cpu/cpu0/online
@@ -276,7 +292,7 @@ MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
 < POWER_MODEL ID=1 NAME=MODE_10W >
 CPU_ONLINE CORE_1 1
 CPU_DENVER_0 MAX_FREQ 1200000
-GPU MAX_FREQ 520200000
+GPU MAX_FREQ 520000000
 EMC MAX_FREQ 1066000000
 < POWER_MODEL ID=0 NAME=MAXN >
 EMC MAX_FREQ -1
@@ -290,7 +306,7 @@ EMC MAX_FREQ -1
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (powermode.Mode{Cores: 2, CPUKHz: 1190400, GPUHz: 522750000, EMCHz: 1065600000}); ps[0].Mode != want {
+	if want := (powermode.Mode{Cores: 2, CPUKHz: 1190400, GPUHz: 420750000, EMCHz: 1065600000}); ps[0].Mode != want {
 		t.Errorf("MODE_10W = %v, want %v", ps[0].Mode, want)
 	}
 	// No CPU_ONLINE lines: every core; -1 EMC: no cap.
@@ -308,7 +324,9 @@ func TestParseErrors(t *testing.T) {
 		{"no models", head + "< PM_CONFIG DEFAULT=0 >\n", "no < POWER_MODEL >"},
 		{"default unknown", head + "< POWER_MODEL ID=0 NAME=MAXN >\n< PM_CONFIG DEFAULT=3 >\n", "line 4: PM_CONFIG DEFAULT=3"},
 		{"unterminated header", "< PARAM TYPE=FILE NAME=EMC\n", "line 1: section header"},
-		{"bad type", "< PARAM TYPE=DIR NAME=EMC >\n", "line 1: PARAM TYPE=\"DIR\""},
+		{"bad type", "< PARAM TYPE=DIR NAME=EMC >\n", "line 1: PARAM TYPE=\"DIR\": want FILE, CLOCK or HWMON"},
+		{"hwmon two fields", "< PARAM TYPE=HWMON NAME=OC >\nWARN /sys/hwmon\n", "line 2: in PARAM OC (HWMON)"},
+		{"file three fields", "<PARAM TYPE=FILE NAME=EMC >\nMAX_FREQ /sys/x curr1_max\n", "line 2: in PARAM EMC: \"MAX_FREQ /sys/x curr1_max\": want ARG_NAME /path"},
 		{"bad attribute", "< PARAM TYPE FILE >\n", "line 1: section attribute"},
 		{"param line", "< PARAM TYPE=FILE NAME=EMC >\nMAX_FREQ\n", "line 2: in PARAM EMC"},
 		{"duplicate param", head + head, "line 3: PARAM EMC defined again (first on line 1)"},
@@ -441,5 +459,103 @@ func TestReadStatus(t *testing.T) {
 	}
 	if _, err := nvpmodel.ReadStatus(t.TempDir()); err == nil || !strings.Contains(err.Error(), "nvpmodel -q") {
 		t.Errorf("missing status: err = %v", err)
+	}
+}
+
+// ForBoard: the live conf wins, relative to the mode in the status file; the catalog is
+// the fallback; the reboot rule decides which presets are live.
+func TestForBoard(t *testing.T) {
+	spec := board(t, "agx-orin-64gb")
+	write := func(t *testing.T, root, rel, content string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(ps []nvpmodel.Preset) string {
+		var s []string
+		for _, p := range ps {
+			s = append(s, p.Name)
+		}
+		return strings.Join(s, ",")
+	}
+	for _, tc := range []struct {
+		name, conf, status string
+		source, live       string
+		current            int
+		known              bool
+		note               string
+	}{
+		// Our own conf, the board in MAXN (mask 0): MODE_50W (mask 0) is live too.
+		{"live conf from MAXN", agxOrinConf, "pmode:0000\n", nvpmodel.SourceLiveConf, "MAXN,MODE_50W", 0, true, ""},
+		{"live conf default", agxOrinConf, "pmode:0002 fmode:quiet\n", nvpmodel.SourceLiveConf, "MODE_30W", 2, true, ""},
+		{"live conf, no status", agxOrinConf, "", nvpmodel.SourceLiveConf, "MODE_30W", 2, false, "assuming the conf's default mode 2"},
+		{"live conf, unknown status", agxOrinConf, "pmode:0009\n", nvpmodel.SourceLiveConf, "MODE_30W", 2, false, "mode 9"},
+		{"no conf: catalog", "", "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, ""},
+		{"no conf, MAXN: catalog", "", "pmode:0000\n", nvpmodel.SourceCatalog, "MAXN,MODE_50W", 0, true, ""},
+		{"no conf, no status: catalog default", "", "", nvpmodel.SourceCatalog, "MODE_30W", 2, false, "assuming the catalog's default mode 2"},
+		{"no conf, unknown status: catalog default", "", "pmode:0007\n", nvpmodel.SourceCatalog, "MODE_30W", 2, false, "catalog entry does not have"},
+		{"conf of a 6-core board: catalog", strings.Replace(agxOrinConf, "CORE_11 /sys", "CORE_12 /sys", 1), "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, "live nvpmodel conf not used"},
+		{"broken conf: catalog", "< PARAM TYPE=FILE NAME=EMC\n", "pmode:0002\n", nvpmodel.SourceCatalog, "MODE_30W", 2, true, "does not end with >"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tc.conf != "" {
+				write(t, root, "etc/nvpmodel/nvpmodel_p3701_0000.conf", tc.conf)
+				if err := os.Symlink("/etc/nvpmodel/nvpmodel_p3701_0000.conf", filepath.Join(root, "etc/nvpmodel.conf")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.status != "" {
+				write(t, root, "var/lib/nvpmodel/status", tc.status)
+			}
+			bp, err := nvpmodel.ForBoard(root, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bp.Source != tc.source || bp.Current != tc.current || bp.CurrentKnown != tc.known || names(bp.Live()) != tc.live {
+				t.Errorf("source %s current %d known %v live %s; want %s %d %v %s", bp.Source, bp.Current, bp.CurrentKnown, names(bp.Live()), tc.source, tc.current, tc.known, tc.live)
+			}
+			if note := strings.Join(bp.Notes, "; "); (tc.note == "") != (note == "") || !strings.Contains(note, tc.note) {
+				t.Errorf("notes %q, want %q", note, tc.note)
+			}
+			for _, p := range bp.Presets {
+				if p.Source != tc.source {
+					t.Errorf("preset %s source %q", p.Name, p.Source)
+				}
+			}
+			modes, mnames := bp.LiveModes()
+			if strings.Join(mnames, ",") != tc.live || len(modes) != len(mnames) {
+				t.Errorf("LiveModes names %v", mnames)
+			}
+		})
+	}
+}
+
+// The catalog's presets agree with a conf that says the same thing: caps snapped at or
+// below, masks and NeedsReboot as the conf gives them.
+func TestCatalogMatchesConf(t *testing.T) {
+	spec := board(t, "agx-orin-64gb")
+	c, err := nvpmodel.Parse(strings.NewReader(agxOrinConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromConf, err := c.PresetsFrom(spec, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := nvpmodel.Catalog(spec, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range cat.Presets {
+		p.Source = ""
+		if p != fromConf[i] {
+			t.Errorf("preset %d:\ncatalog %+v\n   conf %+v", i, p, fromConf[i])
+		}
 	}
 }

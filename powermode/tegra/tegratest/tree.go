@@ -59,6 +59,10 @@ type Board struct {
 	ThermalZones []string
 	// Decoy adds a non-GPU devfreq device (the VIC), which GPU discovery must skip.
 	Decoy bool
+	// NvpmodelConf, when set, is written to /etc/nvpmodel/NvpmodelConfName with
+	// /etc/nvpmodel.conf an absolute link to it, as on a board; NvpmodelStatus, when
+	// set, is /var/lib/nvpmodel/status (e.g. "pmode:0002\n").
+	NvpmodelConf, NvpmodelConfName, NvpmodelStatus string
 }
 
 // Cores is the number of CPUs.
@@ -350,6 +354,15 @@ func Write(dir string, b Board) error {
 		d := fmt.Sprintf("/sys/class/thermal/thermal_zone%d", i)
 		w.file(d+"/type", z+"\n")
 		w.file(d+"/temp", nl(int64(40000+500*i)))
+	}
+	if b.NvpmodelConf != "" {
+		w.file("/etc/nvpmodel/"+b.NvpmodelConfName, b.NvpmodelConf)
+		if w.err == nil {
+			w.err = os.Symlink("/etc/nvpmodel/"+b.NvpmodelConfName, w.host("/etc/nvpmodel.conf"))
+		}
+	}
+	if b.NvpmodelStatus != "" {
+		w.file("/var/lib/nvpmodel/status", b.NvpmodelStatus)
 	}
 	return w.err
 }
