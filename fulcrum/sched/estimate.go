@@ -77,8 +77,8 @@ func (e *estimate) add(x float64) {
 		}
 		return
 	}
-	v, d := e.value(), e.dev()
-	band := max(estBandDev*d, estBandRel*v)
+	v := e.value()
+	band := e.band(v)
 	side := 0
 	switch {
 	case x > v+band:
@@ -119,10 +119,7 @@ func (e *estimate) value() float64 {
 	return median(slices.Clone(e.win))
 }
 
-// dev is the spread (ms) expected around value: the run-to-run noise, taken from the
-// median difference between successive measurements. Unlike a deviation from the median
-// it does not grow with a drift or a step inside the window (a drift would otherwise
-// widen the band until no measurement fell outside it), nor with a lone outlier.
+// dev is the run-to-run spread (ms) around value.
 func (e *estimate) dev() float64 {
 	switch {
 	case len(e.win) == 0:
@@ -131,7 +128,20 @@ func (e *estimate) dev() float64 {
 		return e.prior
 	case !e.settled:
 		return ExpectedDevRel * e.value()
-	case len(e.win) < 2:
+	}
+	return e.noise()
+}
+
+// band is how far from the median v a measurement may fall and still belong to the
+// regime. It uses the noise, not the tail: a drift inside the window would widen a
+// deviation from the median until nothing fell outside the band.
+func (e *estimate) band(v float64) float64 { return max(estBandDev*e.noise(), estBandRel*v) }
+
+// noise is the run-to-run spread (ms) from the median difference between successive
+// measurements: it grows neither with a drift or step inside the window nor with
+// outliers.
+func (e *estimate) noise() float64 {
+	if len(e.win) < 2 {
 		return 0
 	}
 	d := make([]float64, len(e.win)-1)
@@ -141,19 +151,44 @@ func (e *estimate) dev() float64 {
 	return diffToMeanDev * median(d)
 }
 
-// guarded is the expected duration plus k deviations (ms): what deadline decisions use.
-func (e *estimate) guarded(k float64) float64 { return e.value() + k*e.dev() }
+// upper is the second-largest measurement in the window (ms): slow minibatches that
+// keep recurring (a host busy with something else a fifth of the time) raise it, so the
+// deadlines they would break are protected, while one outlier does not.
+func (e *estimate) upper() float64 {
+	if len(e.win) < 2 {
+		return e.value()
+	}
+	v := slices.Clone(e.win)
+	slices.Sort(v)
+	return v[len(v)-2]
+}
+
+// guarded is what deadline decisions use (ms): the expected duration plus k deviations,
+// and, once settled with k > 0, no less than the second-largest measurement in the
+// window (a recurring tail). k = 0 is the median alone.
+func (e *estimate) guarded(k float64) float64 {
+	g := e.value() + k*e.dev()
+	if k > 0 && e.settled && e.prior == 0 {
+		g = max(g, e.upper())
+	}
+	return g
+}
 
 // starveAfter is how long a training worker that the admission test keeps out waits
-// before the starvation rule admits it anyway, for a configured wait of base: shorter
-// while the estimate is known to be doubtful (warm-up), and much shorter while the
-// latest measurements came in below the band, so that a stale, too-long estimate is
-// re-measured within seconds rather than once per base.
+// before the starvation rule admits it anyway, for a configured wait of base: much
+// shorter while the latest measurements came in below the band, so that a stale,
+// too-long estimate is re-measured within seconds rather than once per base; shorter
+// while the estimate is doubtful: during warm-up, and while the guard is held up by
+// slow measurements (the tail) but the latest one was normal — they leave the window
+// only as new measurements come.
 func (e *estimate) starveAfter(base time.Duration) time.Duration {
 	switch {
 	case e.run < 0:
 		return base >> (2 * -e.run) // ÷4, ÷16
 	case e.n > 0 && !e.settled:
+		return base / 4
+	case e.settled && len(e.win) > 0 && e.win[len(e.win)-1] <= e.value()+e.band(e.value())/2 &&
+		e.upper() > e.value()+e.band(e.value())/2:
 		return base / 4
 	}
 	return base

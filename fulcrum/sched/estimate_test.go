@@ -71,6 +71,33 @@ func TestEstimateFollowsRegimes(t *testing.T) {
 	}
 }
 
+// TestEstimateGuard checks what deadline decisions use: the median plus k spreads, no
+// less than the second-largest measurement (a tail that recurs), not moved by one outlier.
+func TestEstimateGuard(t *testing.T) {
+	cases := []struct {
+		name     string
+		in       []float64
+		k        float64
+		min, max float64
+	}{
+		{"steady noise: a little above the median", []float64{148, 152, 150, 155, 146, 151, 149, 153, 147, 150}, 2, 151, 165},
+		{"a recurring slow minibatch (1 in 4) is covered", cat(repeat(110, 3), []float64{250}, repeat(110, 3), []float64{250}, repeat(110, 3), []float64{250}), 2, 250, 250},
+		{"one outlier is not", cat(repeat(150, 10), []float64{900}), 2, 150, 150},
+		{"k = 0 is the median alone", cat(repeat(110, 3), []float64{250}, repeat(110, 3), []float64{250}, repeat(110, 3), []float64{250}), 0, 110, 110},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e estimate
+			for _, x := range c.in {
+				e.add(x)
+			}
+			if g := e.guarded(c.k); g < c.min || g > c.max {
+				t.Fatalf("guarded(%v) after %v = %.1f ms, want %.0f–%.0f", c.k, c.in, g, c.min, c.max)
+			}
+		})
+	}
+}
+
 // TestEstimateStarvationWaitShrinksWhileStale: a measurement below the band (the
 // estimate is too long) shortens the starvation wait, so the next ones come soon.
 func TestEstimateStarvationWaitShrinksWhileStale(t *testing.T) {
@@ -98,6 +125,14 @@ func TestEstimateStarvationWaitShrinksWhileStale(t *testing.T) {
 	}
 	if e.value() != 150 {
 		t.Fatalf("expected %.1f ms after the switch, want 150", e.value())
+	}
+	// Two outliers hold the guard up until they leave the window: while the latest
+	// measurement is normal, the wait is shorter.
+	for _, x := range []float64{150, 150, 150, 150, 900, 900, 150} {
+		e.add(x)
+	}
+	if g, got := e.guarded(2), e.starveAfter(base); g != 900 || got != base/4 {
+		t.Fatalf("after two outliers: guarded %.0f ms, wait %v; want 900 ms and %v", g, got, base/4)
 	}
 }
 
