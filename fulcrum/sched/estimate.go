@@ -178,14 +178,17 @@ func (e *estimate) guarded(k float64) float64 {
 // before the starvation rule admits it anyway, for a configured wait of base: much
 // shorter while the latest measurements came in below the band, so that a stale,
 // too-long estimate is re-measured within seconds rather than once per base; shorter
-// while the estimate is doubtful: during warm-up, and while the guard is held up by
-// slow measurements (the tail) but the latest one was normal — they leave the window
-// only as new measurements come.
+// while the estimate is doubtful: during warm-up, while a new regime has fewer than
+// estWindow/2 measurements (three slow minibatches in a row may be a host hiccup that
+// is already over), and while the guard is held up by slow measurements (the tail) but
+// the latest one was normal — they leave the window only as new measurements come.
 func (e *estimate) starveAfter(base time.Duration) time.Duration {
 	switch {
 	case e.run < 0:
 		return base >> (2 * -e.run) // ÷4, ÷16
 	case e.n > 0 && !e.settled:
+		return base / 4
+	case e.settled && e.prior == 0 && len(e.win) < estWindow/2:
 		return base / 4
 	case e.settled && len(e.win) > 0 && e.win[len(e.win)-1] <= e.value()+e.band(e.value())/2 &&
 		e.upper() > e.value()+e.band(e.value())/2:
