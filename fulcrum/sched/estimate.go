@@ -134,15 +134,24 @@ func (e *estimate) dev() float64 {
 
 // band is how far from the median v a measurement may fall and still belong to the
 // regime. It uses the noise, not the tail: a drift inside the window would widen a
-// deviation from the median until nothing fell outside the band.
-func (e *estimate) band(v float64) float64 { return max(estBandDev*e.noise(), estBandRel*v) }
+// deviation from the median until nothing fell outside the band. Until the window is
+// full it is estBandRel alone: the differences in a young window are mostly the step
+// that started the regime, and a band that wide would keep the next step inside it.
+func (e *estimate) band(v float64) float64 {
+	if len(e.win) < estWindow {
+		return estBandRel * v
+	}
+	return max(estBandDev*e.noise(), estBandRel*v)
+}
 
 // noise is the run-to-run spread (ms) from the median difference between successive
 // measurements: it grows neither with a drift or step inside the window nor with
-// outliers.
+// outliers. A regime with fewer than estWindow/2 measurements is assumed to spread by
+// ExpectedDevRel: the median of two or three differences is mostly the step that
+// started it.
 func (e *estimate) noise() float64 {
-	if len(e.win) < 2 {
-		return 0
+	if len(e.win) < estWindow/2 {
+		return ExpectedDevRel * e.value()
 	}
 	d := make([]float64, len(e.win)-1)
 	for i := range d {
