@@ -273,6 +273,8 @@ def run_pair(a, py, mode, cpus, work):
             "ratio": train / target if target > 0 else float("nan"),
             "minibatches": sum(1 for t, _, _ in steps if t0 <= t < t1), "window_s": t1 - t0,
             "step_ms_p50": quantile([ms for t, _, ms in steps if t0 <= t < t1], 0.5),
+            # Other jobs on the host change every figure: say how busy it was.
+            "loadavg": open("/proc/loadavg").read().split()[0],
         }
         if fulcrumd is not None:
             wl = fulcrumd_workloads(os.path.join(d, "run", "control.sock"))
@@ -376,9 +378,10 @@ def main():
                     "(seed {}), budget {} ms, margin {} ms; both pinned to one core, fulcrumd --board none on another"
                     ).format(a.train_model, a.device, a.train_batch, a.image_size, a.image_size, a.infer_model,
                              a.infer_batch, a.rate, a.requests, a.seed, a.budget_ms, a.margin_ms)
-            extra = "".join("\n- {}: p99 {} the budget; {} training minibatches in {:.1f} s (median {:.0f} ms){}".format(
+            extra = "".join("\n- {}: p99 {} the budget; {} training minibatches in {:.1f} s (median {:.0f} ms); host "
+                            "load average {} at the end{}".format(
                 r["mode"], "within" if r["p99_ms"] <= a.budget_ms else "OVER", r["minibatches"], r["window_s"],
-                r["step_ms_p50"],
+                r["step_ms_p50"], r["loadavg"],
                 "; fulcrumd's own view (arrival reported → release): p99 {p99_ms} ms, {deadline_misses} deadline "
                 "misses, {starved_admits} starved admits, expected minibatch {expected_minibatch_ms} ms at the end"
                 .format(**r["fulcrumd"]) if "fulcrumd" in r else "") for r in rows)
