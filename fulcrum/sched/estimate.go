@@ -16,9 +16,12 @@ const (
 	// regime: the window restarts from them. Fewer are outliers and barely move the
 	// median.
 	estSwitch = 3
-	// The band is the median ± max(estBandDev deviations, estBandRel × median).
-	estBandDev = 3.0
-	estBandRel = 0.2
+	// The band is the median ± max(estBandDev deviations, estBandRel × median), at most
+	// estBandMaxRel × median: a regime measured while the host was contended spreads so
+	// much that three spreads would keep even a return to half its time inside the band.
+	estBandDev    = 3.0
+	estBandRel    = 0.2
+	estBandMaxRel = 0.35
 	// Warm-up ends when the last estSwitch measurements lie within ±estSettleRel of their
 	// median, or after estWarmMax measurements whatever they are.
 	estSettleRel = 0.25
@@ -141,7 +144,7 @@ func (e *estimate) band(v float64) float64 {
 	if len(e.win) < estWindow {
 		return estBandRel * v
 	}
-	return max(estBandDev*e.noise(), estBandRel*v)
+	return min(max(estBandDev*e.noise(), estBandRel*v), estBandMaxRel*v)
 }
 
 // noise is the run-to-run spread (ms) from the median difference between successive
