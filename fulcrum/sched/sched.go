@@ -33,7 +33,8 @@ type Config struct {
 	// workload has been measured (DefaultInfer for one inference batch of any size).
 	DefaultTrain time.Duration
 	DefaultInfer time.Duration
-	// EWMAAlpha weighs the newest measured release in the expected times.
+	// EWMAAlpha weighs the newest inter-arrival gap in the arrival rate used before the
+	// rate window fills. (Expected turn times are windowed medians: estimate.go.)
 	EWMAAlpha float64
 	// A turn overruns when it is held longer than max(OverrunFactor × expected, OverrunMin).
 	OverrunFactor float64
@@ -256,12 +257,12 @@ type worker struct {
 // was learned, and several workers of one workload are measured together.
 type workload struct {
 	role, name string
-	since      time.Time     // first registration
-	live       int           // registered workers
-	idleSince  time.Time     // when live last fell to 0
-	train      ewma          // expected training minibatch (ms)
-	infer      map[int]*ewma // expected inference batch time by size (ms)
-	prof       map[int]*ewma // expected profile batch time by size (ms)
+	since      time.Time         // first registration
+	live       int               // registered workers
+	idleSince  time.Time         // when live last fell to 0
+	train      estimate          // expected training minibatch (ms)
+	infer      map[int]*estimate // expected inference batch time by size (ms)
+	prof       map[int]*estimate // expected profile batch time by size (ms)
 	st         *stats
 }
 
@@ -415,12 +416,12 @@ func (s *Scheduler) ExpectTimes(id string, times map[int]time.Duration) error {
 	if !ok {
 		return fmt.Errorf("expect times: worker %q is not registered (see the daemon's worker list)", id)
 	}
-	seed := func(d time.Duration) *ewma {
+	seed := func(d time.Duration) *estimate {
 		ms := float64(d) / float64(time.Millisecond)
-		return &ewma{val: ms, dev: ExpectedDevRel * ms, n: 1}
+		return seededEstimate(ms, ExpectedDevRel*ms)
 	}
-	w.prof, w.infer = map[int]*ewma{}, map[int]*ewma{}
-	w.train = ewma{}
+	w.prof, w.infer = map[int]*estimate{}, map[int]*estimate{}
+	w.train = estimate{}
 	for b, d := range times {
 		if d <= 0 {
 			continue
@@ -494,7 +495,7 @@ func (s *Scheduler) workloadFor(role, name string, now time.Time) *workload {
 	if wl, ok := s.workloads[key]; ok {
 		return wl
 	}
-	wl := &workload{role: role, name: name, since: now, infer: map[int]*ewma{}, prof: map[int]*ewma{}, st: newStats(s.cfg)}
+	wl := &workload{role: role, name: name, since: now, infer: map[int]*estimate{}, prof: map[int]*estimate{}, st: newStats(s.cfg)}
 	s.workloads[key] = wl
 	s.wlOrder = append(s.wlOrder, wl)
 	return wl
@@ -637,12 +638,9 @@ func (s *Scheduler) Release(id string, r Release) error {
 	var unknown []string
 	switch t.grant.Kind {
 	case proto.KindTrain:
-		// A worker's first minibatch carries its warm-up (allocator, cuDNN autotuning,
-		// lazy init) and would make the expected time an outlier that blocks training.
-		if w.trained > 0 {
-			w.train.add(ms, s.cfg.EWMAAlpha)
-		}
-		w.trained++
+		// Warm-up (allocator, cuDNN autotuning, lazy init) is the estimate's: it follows
+		// the latest minibatch until the times settle.
+		w.train.add(ms)
 		n := r.Samples
 		if n <= 0 {
 			n = w.spec.Batch
@@ -651,12 +649,12 @@ func (s *Scheduler) Release(id string, r Release) error {
 	case proto.KindInfer:
 		e := w.infer[t.grant.Batch]
 		if e == nil {
-			e = &ewma{}
+			e = &estimate{}
 			w.infer[t.grant.Batch] = e
 		}
 		// Time per batch is measured on full and partial batches alike; keyed by the
 		// number of requests actually served.
-		e.add(ms, s.cfg.EWMAAlpha)
+		e.add(ms)
 		res := map[string]proto.Result{}
 		for _, x := range r.Results {
 			res[x.ID] = x
@@ -676,10 +674,10 @@ func (s *Scheduler) Release(id string, r Release) error {
 	case proto.KindProfile:
 		e := w.prof[t.grant.Batch]
 		if e == nil {
-			e = &ewma{}
+			e = &estimate{}
 			w.prof[t.grant.Batch] = e
 		}
-		e.add(ms, s.cfg.EWMAAlpha)
+		e.add(ms)
 		t.profile.done <- profileResult{d: d}
 	}
 	s.endTurn(now)
@@ -1024,7 +1022,7 @@ func (s *Scheduler) schedule() {
 	if w := s.nextTrainer(); w != nil && !s.trainPaused {
 		exp := s.expTrain(w)
 		blocker := s.admit(now, exp)
-		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= s.cfg.Starve && s.inferenceIdle()
+		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= w.train.starveAfter(s.cfg.Starve) && s.inferenceIdle()
 		if blocker == nil || starved {
 			if blocker != nil {
 				// Its expected time may be stale (an outlier, a warm-up): the only way to
@@ -1067,7 +1065,7 @@ func (s *Scheduler) schedule() {
 			if w.spec.Role != proto.RoleTrain || !w.wantTurn {
 				continue
 			}
-			at := w.acquiredAt.Add(s.cfg.Starve)
+			at := w.acquiredAt.Add(w.train.starveAfter(s.cfg.Starve))
 			if at.After(now) && (next.IsZero() || at.Before(next)) {
 				next = at
 			}
