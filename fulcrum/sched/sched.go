@@ -243,7 +243,6 @@ type worker struct {
 	wantTurn   bool
 	acquiredAt time.Time
 	acquireSeq uint64
-	trained    int // training minibatches this worker released
 	// expired: the hold limit took a turn back from this worker; it gets no more turns
 	// (the daemon drops its connection).
 	expired bool

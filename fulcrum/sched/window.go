@@ -149,6 +149,3 @@ func (e *ewma) add(x, alpha float64) {
 	}
 	e.n++
 }
-
-// guarded is the mean plus k deviations.
-func (e *ewma) guarded(k float64) float64 { return e.val + k*e.dev }

@@ -210,14 +210,13 @@ func holdTurn(d *daemon, hold time.Duration) error {
 // idle: 64 connections (the default max_workers) that never register; a worker then
 // tries to register every 100 ms.
 func idle(d *daemon) error {
-	var conns []net.Conn
+	// The connections stay open (deferred Close) until the worker has registered.
 	for range 64 {
 		c, err := net.Dial("unix", d.sock)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		conns = append(conns, c)
 	}
 	time.Sleep(100 * time.Millisecond)
 	t0 := time.Now()
