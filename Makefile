@@ -12,7 +12,11 @@ DESTDIR ?=
 # Go has no per-package CGO_CFLAGS, so the go commands here get a CC wrapper that adds
 # -Wno-deprecated-declarations for that one package (scripts/cc-quiet-nvml says how);
 # FULCRUM_CC is the real compiler. `make CC=...` on the command line bypasses the wrapper.
+# A make run from a make (the packaging tests run `make install`) inherits the wrapper as
+# CC: keep the real compiler it already has, or the wrapper would exec itself forever.
+ifeq ($(findstring cc-quiet-nvml,$(CC)),)
 export FULCRUM_CC := $(CC)
+endif
 export CC := $(CURDIR)/scripts/cc-quiet-nvml
 
 .PHONY: help build test test-go test-python test-pytorch lint fmt demo clean

@@ -60,7 +60,7 @@ echo "managed: fulcrumd + $TRAIN + $INFER (batch $BATCH, $RATE req/s, budget ${L
 # while it measures each one, ~10 s) and then change the clocks, so the comparison would
 # measure the search, not the sharing.
 "$BIN/fulcrumd" --runtime-dir "$W/run" --state-dir "$W/state" --board none \
-	--latency-ms "$LATENCY_MS" --log-level warn >"$W/fulcrumd.log" 2>&1 &
+	--latency "${LATENCY_MS}ms" --log-level warn >"$W/fulcrumd.log" 2>&1 &
 fpid=$!
 pids+=($fpid)
 wait_for "$W/run/worker.sock" "fulcrumd's socket"

@@ -221,7 +221,7 @@ def run_pair(a, py, mode, cpus, work):
             sock = os.path.join(d, "run", "worker.sock")
             fulcrumd = Proc("fulcrumd", [os.path.join(a.bin, "fulcrumd"), "--runtime-dir", os.path.join(d, "run"),
                                          "--state-dir", os.path.join(d, "state"), "--board", "none",
-                                         "--latency-ms", str(a.budget_ms), "--log-level", "info"], dcpu, d,
+                                         "--latency", f"{a.budget_ms}ms", "--log-level", "info"], dcpu, d,
                             dict(os.environ, FULCRUM_SCHEDULER_MARGIN_MS=str(a.margin_ms)), a.nice)
             procs.append(fulcrumd)
             end = time.monotonic() + 15
