@@ -30,8 +30,10 @@ func main() {
 	}
 }
 
-func newRootCmd() *cobra.Command {
-	v := newViper()
+func newRootCmd() *cobra.Command { return newRootCmdFor(newViper()) }
+
+// newRootCmdFor binds the command's flags to v (tests decode through the same viper).
+func newRootCmdFor(v *viper.Viper) *cobra.Command {
 	var configPath string
 	cmd := &cobra.Command{
 		Use:   "fulcrumd",
