@@ -36,6 +36,7 @@ func TestShippedConfigMatchesDefaults(t *testing.T) {
 	}
 	walk("", doc)
 	var missing, extra []string
+	defaults := defaultValues()
 	for k, d := range defaults {
 		v, ok := flat[k]
 		if !ok {
