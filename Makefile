@@ -42,8 +42,10 @@ test-pytorch: build ## real PyTorch trainer + server on the CPU, under fulcrumd 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-lint: $(TOOLS)/staticcheck ## gofmt, go vet and staticcheck
+lint: $(TOOLS)/staticcheck ## gofmt, go mod tidy -diff, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@# go.mod and go.sum must be what go mod tidy writes (it prints the difference otherwise).
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 

@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // DecodeDir decodes every *.yaml file in dir of fsys into a fresh T, strictly (an unknown

@@ -6,90 +6,135 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
-	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
+	"github.com/fulcrum-edge/fulcrum/internal/optcheck"
 )
 
 // DefaultConfigPath is read when --config is not given and the file exists.
 const DefaultConfigPath = "/etc/fulcrum/fulcrum.yaml"
 
-// defaults lists every configuration key with its default. configs/fulcrum.yaml documents
-// each one (a test checks the two agree).
-var defaults = map[string]any{
-	"runtime_dir":                    "/run/fulcrum",
-	"state_dir":                      "/var/lib/fulcrum",
-	"db":                             "",
-	"db_timeout_ms":                  1000,
-	"board":                          "auto",
-	"board_root":                     "/",
-	"nvml.device":                    0,
-	"nvml.clock_control":             false,
-	"nvml.library":                   "",
-	"log.format":                     "text",
-	"log.level":                      "info",
-	"budgets.latency_ms":             100.0,
-	"budgets.power_w":                0.0,
-	"budgets.rate":                   "auto",
-	"budgets.quantile":               0.99,
-	"scheduler.default_train_ms":     100.0,
-	"scheduler.default_infer_ms":     20.0,
-	"scheduler.ewma_alpha":           0.2,
-	"scheduler.overrun_factor":       3.0,
-	"scheduler.overrun_min_ms":       50.0,
-	"scheduler.idle_admit_arrivals":  0.1,
-	"scheduler.dev_k":                2.0,
-	"scheduler.margin_ms":            5.0,
-	"scheduler.starve_ms":            5000.0,
-	"scheduler.profile_wait_ms":      1000.0,
-	"scheduler.window_s":             30.0,
-	"scheduler.window_samples":       10000,
-	"scheduler.recent_window_s":      5.0,
-	"controller.period_ms":           250.0,
-	"controller.power_sample_ms":     100.0,
-	"controller.power_window_ms":     1000.0,
-	"controller.power_settle_ms":     500.0,
-	"controller.rate_tau_ms":         2000.0,
-	"controller.rate_warmup_ms":      2000.0,
-	"controller.drift_rel":           0.25,
-	"controller.drift_hold_ms":       3000.0,
-	"controller.plan_margin":         0.05,
-	"controller.step_margin":         0.1,
-	"controller.hysteresis":          0.1,
-	"controller.hold_ms":             5000.0,
-	"controller.cooldown_ms":         1000.0,
-	"controller.latency_cooldown_ms": 5000.0,
-	"controller.power_fail_ms":       1000.0,
-	"controller.min_latency_samples": 20,
-	"controller.min_profiles":        3,
-	"controller.searcher":            "gmd",
-	"controller.max_profiles":        0,
-	"controller.noise_rel":           0.03,
-	"controller.events":              1000,
-	"controller.infer_batches":       []int{1, 2, 4, 8, 16, 32},
-	"controller.live.warmup":         1,
-	"controller.live.samples":        5,
-	"controller.live.min_time_ms":    300.0,
-	"control.socket_mode":            "0660",
-	"control.group":                  "fulcrum",
-	"control.allow_uids":             []int{},
-	"control.allow_gids":             []int{},
-	"metrics.listen":                 "",
-	"worker.socket_mode":             "0660",
-	"worker.max_line_bytes":          65536,
-	"worker.max_workers":             64,
-	"worker.write_timeout_ms":        5000,
-	"worker.register_timeout_ms":     5000,
-	"worker.hold_factor":             10.0,
-	"worker.hold_min_ms":             5000.0,
+// fileConfig is the configuration file's shape: one field per key of configs/fulcrum.yaml
+// (the mapstructure tag), decoded by viper's UnmarshalExact from the file, FULCRUM_*
+// variables and flags. Quantities keep the key's unit (_ms, _s, _w).
+//
+// An `opt` tag names the daemon.Options field the key sets (a dotted Go path): toOptions
+// copies the value there, converting *_ms and *_s numbers to time.Duration;
+// defaultFileConfig reads the defaults back from daemon.DefaultOptions (the packages'
+// DefaultConfig); and a range error from daemon.Options.Validate naming that field is
+// reported under the key. Keys without an opt tag (budgets.rate/power_w/quantile, log,
+// controller.searcher) are converted and checked in settings.
+type fileConfig struct {
+	RuntimeDir  string     `mapstructure:"runtime_dir" opt:"Server.RuntimeDir"`
+	StateDir    string     `mapstructure:"state_dir" opt:"StateDir"`
+	DB          string     `mapstructure:"db" opt:"DBPath"`
+	DBTimeoutMS float64    `mapstructure:"db_timeout_ms" opt:"StoreTimeout"`
+	Board       string     `mapstructure:"board" opt:"Board"`
+	BoardRoot   string     `mapstructure:"board_root" opt:"BoardRoot"`
+	NVML        nvmlKeys   `mapstructure:"nvml"`
+	Log         logKeys    `mapstructure:"log"`
+	Budgets     budgetKeys `mapstructure:"budgets"`
+	Scheduler   schedKeys  `mapstructure:"scheduler"`
+	Controller  ctrlKeys   `mapstructure:"controller"`
+	Control     apiKeys    `mapstructure:"control"`
+	Metrics     metricKeys `mapstructure:"metrics"`
+	Worker      workerKeys `mapstructure:"worker"`
+}
+
+type nvmlKeys struct {
+	Device       int    `mapstructure:"device" opt:"NVML.Device"`
+	ClockControl bool   `mapstructure:"clock_control" opt:"NVML.ClockControl"`
+	Library      string `mapstructure:"library" opt:"NVML.LibraryPath"`
+}
+
+type logKeys struct {
+	Format string `mapstructure:"format"` // text or json
+	Level  string `mapstructure:"level"`  // slog level name
+}
+
+// budgetKeys is the budgets section. The latency budget is also the scheduler's.
+type budgetKeys struct {
+	LatencyMS float64 `mapstructure:"latency_ms" opt:"Server.Sched.LatencyBudget"`
+	PowerW    float64 `mapstructure:"power_w"`
+	Rate      string  `mapstructure:"rate"` // "auto" or requests/s
+	Quantile  float64 `mapstructure:"quantile"`
+}
+
+type schedKeys struct {
+	DefaultTrainMS    float64 `mapstructure:"default_train_ms" opt:"Server.Sched.DefaultTrain"`
+	DefaultInferMS    float64 `mapstructure:"default_infer_ms" opt:"Server.Sched.DefaultInfer"`
+	EWMAAlpha         float64 `mapstructure:"ewma_alpha" opt:"Server.Sched.EWMAAlpha"`
+	OverrunFactor     float64 `mapstructure:"overrun_factor" opt:"Server.Sched.OverrunFactor"`
+	OverrunMinMS      float64 `mapstructure:"overrun_min_ms" opt:"Server.Sched.OverrunMin"`
+	IdleAdmitArrivals float64 `mapstructure:"idle_admit_arrivals" opt:"Server.Sched.IdleAdmitArrivals"`
+	DevK              float64 `mapstructure:"dev_k" opt:"Server.Sched.DevK"`
+	MarginMS          float64 `mapstructure:"margin_ms" opt:"Server.Sched.Margin"`
+	StarveMS          float64 `mapstructure:"starve_ms" opt:"Server.Sched.Starve"`
+	ProfileWaitMS     float64 `mapstructure:"profile_wait_ms" opt:"Server.Sched.ProfileWait"`
+	WindowS           float64 `mapstructure:"window_s" opt:"Server.Sched.Window"`
+	WindowSamples     int     `mapstructure:"window_samples" opt:"Server.Sched.WindowSamples"`
+	RecentWindowS     float64 `mapstructure:"recent_window_s" opt:"Server.Sched.RecentWindow"`
+}
+
+type ctrlKeys struct {
+	PeriodMS          float64  `mapstructure:"period_ms" opt:"Control.Period"`
+	PowerSampleMS     float64  `mapstructure:"power_sample_ms" opt:"Control.PowerSample"`
+	PowerWindowMS     float64  `mapstructure:"power_window_ms" opt:"Control.PowerWindow"`
+	PowerSettleMS     float64  `mapstructure:"power_settle_ms" opt:"Control.PowerSettle"`
+	RateTauMS         float64  `mapstructure:"rate_tau_ms" opt:"Control.RateTau"`
+	RateWarmupMS      float64  `mapstructure:"rate_warmup_ms" opt:"Control.RateWarmup"`
+	DriftRel          float64  `mapstructure:"drift_rel" opt:"Control.DriftRel"`
+	DriftHoldMS       float64  `mapstructure:"drift_hold_ms" opt:"Control.DriftHold"`
+	PlanMargin        float64  `mapstructure:"plan_margin" opt:"Control.PlanMargin"`
+	StepMargin        float64  `mapstructure:"step_margin" opt:"Control.StepMargin"`
+	Hysteresis        float64  `mapstructure:"hysteresis" opt:"Control.Hysteresis"`
+	HoldMS            float64  `mapstructure:"hold_ms" opt:"Control.Hold"`
+	CooldownMS        float64  `mapstructure:"cooldown_ms" opt:"Control.Cooldown"`
+	LatencyCooldownMS float64  `mapstructure:"latency_cooldown_ms" opt:"Control.LatencyCooldown"`
+	PowerFailMS       float64  `mapstructure:"power_fail_ms" opt:"Control.PowerFail"`
+	MinLatencySamples int      `mapstructure:"min_latency_samples" opt:"Control.MinLatency"`
+	MinProfiles       int      `mapstructure:"min_profiles" opt:"Control.MinProfiles"`
+	Searcher          string   `mapstructure:"searcher" opt:"Control.Searcher"`
+	MaxProfiles       int      `mapstructure:"max_profiles" opt:"Control.MaxProfiles"`
+	NoiseRel          float64  `mapstructure:"noise_rel" opt:"Control.NoiseRel"`
+	Events            int      `mapstructure:"events" opt:"Control.Events"`
+	InferBatches      []int    `mapstructure:"infer_batches" opt:"Control.InferBatches"`
+	Live              liveKeys `mapstructure:"live"`
+}
+
+type liveKeys struct {
+	Warmup    int     `mapstructure:"warmup" opt:"Control.Live.Warmup"`
+	Samples   int     `mapstructure:"samples" opt:"Control.Live.Samples"`
+	MinTimeMS float64 `mapstructure:"min_time_ms" opt:"Control.Live.MinTime"`
+}
+
+type apiKeys struct {
+	SocketMode os.FileMode `mapstructure:"socket_mode" opt:"API.SocketMode"` // octal string in the file: "0660"
+	Group      string      `mapstructure:"group" opt:"API.Group"`
+	AllowUIDs  []int       `mapstructure:"allow_uids" opt:"API.AllowUIDs"`
+	AllowGIDs  []int       `mapstructure:"allow_gids" opt:"API.AllowGIDs"`
+}
+
+type metricKeys struct {
+	Listen string `mapstructure:"listen" opt:"MetricsListen"`
+}
+
+type workerKeys struct {
+	SocketMode        os.FileMode `mapstructure:"socket_mode" opt:"Server.SocketMode"` // octal string in the file: "0660"
+	MaxLineBytes      int         `mapstructure:"max_line_bytes" opt:"Server.MaxLineBytes"`
+	MaxWorkers        int         `mapstructure:"max_workers" opt:"Server.MaxWorkers"`
+	WriteTimeoutMS    float64     `mapstructure:"write_timeout_ms" opt:"Server.WriteTimeout"`
+	RegisterTimeoutMS float64     `mapstructure:"register_timeout_ms" opt:"Server.RegisterTimeout"`
+	HoldFactor        float64     `mapstructure:"hold_factor" opt:"Server.Sched.HoldFactor"`
+	HoldMinMS         float64     `mapstructure:"hold_min_ms" opt:"Server.Sched.HoldMin"`
 }
 
 // Budgets are the operator's targets (the planner and controller use them; the scheduler
@@ -109,10 +154,44 @@ type Settings struct {
 	LogLevel  slog.Level
 }
 
+// defaultFileConfig is the configuration when nothing is set: the daemon's, scheduler's
+// and controller's DefaultConfig read back into the file's keys, plus fulcrumd's own
+// (log, budgets.rate "auto": measure the rate).
+func defaultFileConfig() fileConfig {
+	o := daemon.DefaultOptions()
+	f := fileConfig{
+		Log:     logKeys{Format: "text", Level: "info"},
+		Budgets: budgetKeys{PowerW: o.Budgets.PowerW, Rate: "auto", Quantile: o.Budgets.Quantile},
+	}
+	fv := reflect.ValueOf(&f).Elem()
+	ov := reflect.ValueOf(o)
+	for _, k := range keys() {
+		if k.opt != "" {
+			fromOption(fv.FieldByIndex(k.index), optField(ov, k.opt), k.unit)
+		}
+	}
+	return f
+}
+
+// defaultValues maps every key to its default as configs/fulcrum.yaml writes it (socket
+// modes as octal strings): viper's defaults, the flags' defaults.
+func defaultValues() map[string]any {
+	fv := reflect.ValueOf(defaultFileConfig())
+	out := map[string]any{}
+	for _, k := range keys() {
+		x := fv.FieldByIndex(k.index).Interface()
+		if m, ok := x.(os.FileMode); ok {
+			x = fmt.Sprintf("%04o", uint32(m))
+		}
+		out[k.name] = x
+	}
+	return out
+}
+
 func newViper() *viper.Viper {
 	v := viper.New()
-	for k, d := range defaults {
-		v.SetDefault(k, d)
+	for k, d := range defaultValues() {
+		v.SetDefault(k, d) // also what makes AutomaticEnv look the key up
 	}
 	v.SetEnvPrefix("FULCRUM")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
@@ -134,191 +213,77 @@ func readConfigFile(v *viper.Viper, path string) error {
 	if err := v.ReadInConfig(); err != nil {
 		return fmt.Errorf("read config %s: %w (fix the YAML, or see configs/fulcrum.yaml for every key)", path, err)
 	}
+	// UnmarshalExact refuses unknown keys too, but only here is the file's name known.
+	known := map[string]bool{}
+	for _, k := range keys() {
+		known[k.name] = true
+	}
 	for _, k := range v.AllKeys() {
-		if _, ok := defaults[k]; !ok && v.InConfig(k) {
+		if !known[k] && v.InConfig(k) {
 			return fmt.Errorf("config %s: unknown key %q (see configs/fulcrum.yaml for every key)", path, k)
 		}
 	}
 	return nil
 }
 
+// settings decodes v into the typed configuration and validates it: every range error
+// names its key.
 func settings(v *viper.Viper) (Settings, error) {
+	var f fileConfig
+	if err := v.UnmarshalExact(&f, decodeHooks()); err != nil {
+		return Settings{}, fmt.Errorf("invalid configuration: %w", decodeErrors(err))
+	}
 	var s Settings
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	num := func(key string) float64 {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v.GetString(key)), 64)
-		if err != nil {
-			bad("%s: %q is not a number", key, v.GetString(key))
-		}
-		return f
-	}
-	positive := func(key string) float64 {
-		f := num(key)
-		if f <= 0 {
-			bad("%s must be positive, got %v", key, f)
-		}
-		return f
-	}
-	nonNegative := func(key string) float64 {
-		f := num(key)
-		if f < 0 {
-			bad("%s must not be negative, got %v", key, f)
-		}
-		return f
-	}
-	msDur := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 
-	s.Budgets.LatencyMS = positive("budgets.latency_ms")
-	if s.Budgets.PowerW = num("budgets.power_w"); s.Budgets.PowerW < 0 {
-		bad("budgets.power_w must be 0 (none) or positive, got %v", s.Budgets.PowerW)
+	b := f.Budgets
+	s.Budgets = Budgets{LatencyMS: b.LatencyMS, PowerW: b.PowerW, Quantile: b.Quantile}
+	// budgets.latency_ms is the scheduler's LatencyBudget too: its range check is sched's.
+	if b.PowerW < 0 {
+		bad("budgets.power_w must be 0 (none) or positive, got %v", b.PowerW)
 	}
-	if r := strings.TrimSpace(v.GetString("budgets.rate")); r != "auto" {
-		f, err := strconv.ParseFloat(r, 64)
-		if err != nil || f <= 0 {
+	if r := strings.TrimSpace(b.Rate); r != "auto" {
+		rate, err := strconv.ParseFloat(r, 64)
+		if err != nil || rate <= 0 {
 			bad(`budgets.rate must be "auto" or a positive requests/s, got %q`, r)
 		}
-		s.Budgets.RateHz = f
+		s.Budgets.RateHz = rate
 	}
-	if s.Budgets.Quantile = num("budgets.quantile"); s.Budgets.Quantile <= 0 || s.Budgets.Quantile >= 1 {
+	if s.Budgets.Quantile <= 0 || s.Budgets.Quantile >= 1 {
 		bad("budgets.quantile must be in (0,1), e.g. 0.99, got %v", s.Budgets.Quantile)
 	}
 
-	s.LogFormat = v.GetString("log.format")
+	s.LogFormat = f.Log.Format
 	if s.LogFormat != "text" && s.LogFormat != "json" {
 		bad(`log.format must be "text" or "json", got %q`, s.LogFormat)
 	}
-	if err := s.LogLevel.UnmarshalText([]byte(v.GetString("log.level"))); err != nil {
-		bad(`log.level must be debug, info, warn or error, got %q`, v.GetString("log.level"))
+	if err := s.LogLevel.UnmarshalText([]byte(f.Log.Level)); err != nil {
+		bad(`log.level must be debug, info, warn or error, got %q`, f.Log.Level)
 	}
 
-	mode, err := strconv.ParseUint(v.GetString("worker.socket_mode"), 8, 32)
-	if err != nil || mode > 0o777 {
-		bad(`worker.socket_mode must be octal permission bits like "0660", got %q`, v.GetString("worker.socket_mode"))
-	}
-	alpha := num("scheduler.ewma_alpha")
-	if alpha <= 0 || alpha > 1 {
-		bad("scheduler.ewma_alpha must be in (0,1], got %v", alpha)
-	}
-	idle := num("scheduler.idle_admit_arrivals")
-	if idle < 0 {
-		bad("scheduler.idle_admit_arrivals must not be negative, got %v", idle)
-	}
-	board := v.GetString("board")
-	if board != "auto" && board != "none" && board != "nvml" && !(strings.HasPrefix(board, "sim:") && len(board) > 4) {
-		bad(`board must be "auto", "sim:NAME", "nvml" or "none", got %q`, board)
-	}
-	nvmlDevice := v.GetInt("nvml.device")
-	if nvmlDevice < 0 {
-		bad("nvml.device must be a GPU index (0, 1, …; see nvidia-smi), got %d", nvmlDevice)
-	}
-	intKey := func(key string) int {
-		f := positive(key)
-		return int(f)
-	}
-	s.Daemon = daemon.Options{
-		Server: daemon.Config{
-			RuntimeDir:   v.GetString("runtime_dir"),
-			SocketMode:   os.FileMode(mode),
-			MaxLineBytes: intKey("worker.max_line_bytes"),
-			MaxWorkers:   intKey("worker.max_workers"),
-			WriteTimeout: msDur(positive("worker.write_timeout_ms")),
-			Sched: sched.Config{
-				LatencyBudget:     msDur(s.Budgets.LatencyMS),
-				DefaultTrain:      msDur(positive("scheduler.default_train_ms")),
-				DefaultInfer:      msDur(positive("scheduler.default_infer_ms")),
-				EWMAAlpha:         alpha,
-				OverrunFactor:     positive("scheduler.overrun_factor"),
-				OverrunMin:        msDur(positive("scheduler.overrun_min_ms")),
-				IdleAdmitArrivals: idle,
-				DevK:              nonNegative("scheduler.dev_k"),
-				Margin:            msDur(nonNegative("scheduler.margin_ms")),
-				Starve:            msDur(nonNegative("scheduler.starve_ms")),
-				ProfileWait:       msDur(nonNegative("scheduler.profile_wait_ms")),
-				Window:            time.Duration(positive("scheduler.window_s") * float64(time.Second)),
-				WindowSamples:     intKey("scheduler.window_samples"),
-			},
-		},
-		StateDir:     v.GetString("state_dir"),
-		DBPath:       v.GetString("db"),
-		StoreTimeout: msDur(positive("db_timeout_ms")),
-		Board:        board,
-		BoardRoot:    v.GetString("board_root"),
-		NVML: nvml.Options{Device: nvmlDevice, ClockControl: v.GetBool("nvml.clock_control"),
-			LibraryPath: v.GetString("nvml.library")},
-	}
-	s.Daemon.Server.Sched.RecentWindow = time.Duration(positive("scheduler.recent_window_s") * float64(time.Second))
-	// Worker-socket limits: how long a connection may stay unregistered and hold a turn.
-	s.Daemon.Server.RegisterTimeout = msDur(positive("worker.register_timeout_ms"))
-	if s.Daemon.Server.Sched.HoldFactor = num("worker.hold_factor"); s.Daemon.Server.Sched.HoldFactor < 1 {
-		bad("worker.hold_factor must be at least 1 (a multiple of the expected turn time), got %v", s.Daemon.Server.Sched.HoldFactor)
-	}
-	s.Daemon.Server.Sched.HoldMin = msDur(positive("worker.hold_min_ms"))
-	frac := func(key string) float64 {
-		f := num(key)
-		if f <= 0 || f >= 1 {
-			bad("%s must be in (0,1), got %v", key, f)
-		}
-		return f
-	}
-	searcher := v.GetString("controller.searcher")
+	searcher := f.Controller.Searcher
 	if searcher != "gmd" && searcher != "als" {
 		bad(`controller.searcher must be "gmd" or "als", got %q`, searcher)
 	}
-	maxProf := int(nonNegative("controller.max_profiles"))
-	batches, err := intList(v, "controller.infer_batches")
-	if err != nil {
-		bad("%v", err)
+
+	s.Daemon = f.toOptions()
+	verr := s.Daemon.Validate()
+	errs = append(errs, optcheck.Others(verr)...)
+	for _, e := range optcheck.Fields(verr) {
+		k := keyOf(e.Field)
+		value := e.Value
+		if d, ok := value.(time.Duration); ok && k.unit != 0 {
+			value = float64(d) / float64(k.unit) // as the file writes it: 5, not 5ms
+		}
+		bad("%s %s, got %v", k.name, e.Problem, value)
 	}
-	s.Daemon.Control = control.Config{
-		Period:          msDur(positive("controller.period_ms")),
-		PowerSample:     msDur(positive("controller.power_sample_ms")),
-		PowerWindow:     msDur(positive("controller.power_window_ms")),
-		PowerSettle:     msDur(positive("controller.power_settle_ms")),
-		RateTau:         msDur(positive("controller.rate_tau_ms")),
-		RateWarmup:      msDur(positive("controller.rate_warmup_ms")),
-		DriftRel:        positive("controller.drift_rel"),
-		DriftHold:       msDur(positive("controller.drift_hold_ms")),
-		PlanMargin:      frac("controller.plan_margin"),
-		StepMargin:      frac("controller.step_margin"),
-		Hysteresis:      frac("controller.hysteresis"),
-		Hold:            msDur(positive("controller.hold_ms")),
-		Cooldown:        msDur(positive("controller.cooldown_ms")),
-		LatencyCooldown: msDur(positive("controller.latency_cooldown_ms")),
-		PowerFail:       msDur(positive("controller.power_fail_ms")),
-		MinLatency:      intKey("controller.min_latency_samples"),
-		MinProfiles:     intKey("controller.min_profiles"),
-		Searcher:        searcher,
-		MaxProfiles:     maxProf,
-		NoiseRel:        frac("controller.noise_rel"),
-		Events:          intKey("controller.events"),
-		InferBatches:    batches,
-		Live: control.LiveOptions{
-			Warmup:  intKey("controller.live.warmup"),
-			Samples: intKey("controller.live.samples"),
-			MinTime: msDur(positive("controller.live.min_time_ms")),
-		},
-	}
-	s.Daemon.Budgets = control.Budgets{LatencyMS: s.Budgets.LatencyMS, PowerW: s.Budgets.PowerW, RateRPS: s.Budgets.RateHz, Quantile: s.Budgets.Quantile}
+	s.Daemon.Budgets.LatencyMS = s.Budgets.LatencyMS
+	s.Daemon.Budgets.PowerW = s.Budgets.PowerW
+	s.Daemon.Budgets.RateRPS = s.Budgets.RateHz
+	s.Daemon.Budgets.Quantile = s.Budgets.Quantile
 	if err := s.Daemon.Budgets.Validate(); err != nil {
 		bad("budgets: %v", err)
-	}
-	cmode, err := strconv.ParseUint(v.GetString("control.socket_mode"), 8, 32)
-	if err != nil || cmode > 0o777 {
-		bad(`control.socket_mode must be octal permission bits like "0660", got %q`, v.GetString("control.socket_mode"))
-	}
-	uids, err := intList(v, "control.allow_uids")
-	if err != nil {
-		bad("%v", err)
-	}
-	gids, err := intList(v, "control.allow_gids")
-	if err != nil {
-		bad("%v", err)
-	}
-	s.Daemon.MetricsListen = strings.TrimSpace(v.GetString("metrics.listen"))
-	s.Daemon.API = api.Config{SocketMode: os.FileMode(cmode), Group: v.GetString("control.group"), AllowUIDs: uids, AllowGIDs: gids}
-	if s.Daemon.Server.RuntimeDir == "" {
-		bad("runtime_dir must be set (default /run/fulcrum)")
 	}
 	if len(errs) > 0 {
 		return Settings{}, fmt.Errorf("invalid configuration: %w", errors.Join(errs...))
@@ -326,18 +291,193 @@ func settings(v *viper.Viper) (Settings, error) {
 	return s, nil
 }
 
-// intList reads a list of integers given as a YAML list or a comma/space separated
-// string (environment variables).
-func intList(v *viper.Viper, key string) ([]int, error) {
+// decodeHooks read what the file, environment and flags write into fileConfig's types.
+func decodeHooks() viper.DecoderConfigOption {
+	return viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(trimNumbers, intListHook, fileModeHook))
+}
+
+// toOptions copies every key with an opt tag into its daemon.Options field.
+func (f fileConfig) toOptions() daemon.Options {
+	var o daemon.Options
+	fv := reflect.ValueOf(f)
+	ov := reflect.ValueOf(&o).Elem()
+	for _, k := range keys() {
+		if k.opt != "" {
+			toOption(optField(ov, k.opt), fv.FieldByIndex(k.index), k.unit)
+		}
+	}
+	// An address with stray spaces (FULCRUM_METRICS_LISTEN=" :9464") would not bind.
+	o.MetricsListen = strings.TrimSpace(o.MetricsListen)
+	return o
+}
+
+// key is one leaf of fileConfig.
+type key struct {
+	name  string        // dotted key: "scheduler.margin_ms"
+	opt   string        // daemon.Options field path, "" when settings handles it
+	unit  time.Duration // for *_ms and *_s keys: what 1 in the file is
+	index []int         // field index path in fileConfig
+}
+
+// keys lists fileConfig's leaves in declaration order.
+func keys() []key {
+	var out []key
+	var walk func(t reflect.Type, prefix string, index []int)
+	walk = func(t reflect.Type, prefix string, index []int) {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			name := prefix + sf.Tag.Get("mapstructure")
+			idx := append(slices.Clone(index), i)
+			if sf.Type.Kind() == reflect.Struct {
+				walk(sf.Type, name+".", idx)
+				continue
+			}
+			k := key{name: name, opt: sf.Tag.Get("opt"), index: idx}
+			switch {
+			case strings.HasSuffix(name, "_ms"):
+				k.unit = time.Millisecond
+			case strings.HasSuffix(name, "_s"):
+				k.unit = time.Second
+			}
+			out = append(out, k)
+		}
+	}
+	walk(reflect.TypeFor[fileConfig](), "", nil)
+	return out
+}
+
+// keyOf is the key that sets the daemon.Options field path (named by the path itself
+// when no key does).
+func keyOf(optPath string) key {
+	for _, k := range keys() {
+		if k.opt == optPath {
+			return k
+		}
+	}
+	return key{name: optPath}
+}
+
+// decodeErrors rewrites mapstructure's decoding errors ("decoding failed due to the
+// following error(s): 'worker.hold_factor' cannot parse value as 'float64': …") as one
+// line per key saying what the key wants.
+func decodeErrors(err error) error {
+	var out []error
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		de, ok := err.(*mapstructure.DecodeError)
+		if !ok {
+			if errors.As(err, &de) { // mapstructure's "decoding failed" wrapper
+				walk(errors.Unwrap(err))
+				return
+			}
+			out = append(out, err)
+			return
+		}
+		var pe *mapstructure.ParseError
+		var ue *mapstructure.UnconvertibleTypeError
+		switch inner := de.Unwrap(); {
+		case errors.As(inner, &pe):
+			out = append(out, fmt.Errorf("%s: %q is not %s", de.Name(), fmt.Sprint(pe.Value), kindName(pe.Expected.Kind())))
+		case errors.As(inner, &ue):
+			out = append(out, fmt.Errorf("%s: want %s, got %v", de.Name(), kindName(ue.Expected.Kind()), ue.Value))
+		default:
+			out = append(out, fmt.Errorf("%s: %w", de.Name(), inner))
+		}
+	}
+	walk(err)
+	return errors.Join(out...)
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Float64, reflect.Int, reflect.Uint32:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Struct:
+		return "a section of keys"
+	}
+	return "a " + k.String()
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// optField is the field at a dotted Go path in a daemon.Options value.
+func optField(v reflect.Value, path string) reflect.Value {
+	for _, name := range strings.Split(path, ".") {
+		v = v.FieldByName(name)
+		if !v.IsValid() {
+			panic("fulcrumd config: no daemon.Options field " + path) // a wrong opt tag: every test catches it
+		}
+	}
+	return v
+}
+
+// toOption sets an Options field from a file value: a number in the key's unit becomes a
+// time.Duration, lists are copied, everything else converts directly.
+func toOption(dst, src reflect.Value, unit time.Duration) {
+	switch {
+	case dst.Type() == durationType:
+		if unit == 0 {
+			panic("fulcrumd config: duration field without a _ms or _s key") // caught by every test
+		}
+		dst.SetInt(int64(time.Duration(src.Float() * float64(unit))))
+	case src.Kind() == reflect.Slice:
+		dst.Set(reflect.ValueOf(append([]int{}, src.Interface().([]int)...))) // a copy; empty, not nil, as the file's []
+	default:
+		dst.Set(src.Convert(dst.Type()))
+	}
+}
+
+// fromOption is toOption's inverse, for the defaults.
+func fromOption(dst, src reflect.Value, unit time.Duration) {
+	switch {
+	case src.Type() == durationType:
+		dst.SetFloat(float64(src.Int()) / float64(unit))
+	case src.Kind() == reflect.Slice:
+		dst.Set(reflect.ValueOf(append([]int{}, src.Interface().([]int)...))) // a copy; empty, not nil, as the file's []
+	default:
+		dst.Set(src.Convert(dst.Type()))
+	}
+}
+
+// trimNumbers lets numbers from environment variables and flags carry spaces
+// (FULCRUM_BUDGETS_LATENCY_MS=" 50"), as the getters this decoder replaced did.
+func trimNumbers(from, to reflect.Type, data any) (any, error) {
+	if s, ok := data.(string); ok && from.Kind() == reflect.String {
+		switch to.Kind() {
+		case reflect.Float64, reflect.Int, reflect.Bool:
+			return strings.TrimSpace(s), nil
+		}
+	}
+	return data, nil
+}
+
+// intListHook reads a list of integers given as a YAML list or as a comma/space
+// separated string (environment variables: FULCRUM_CONTROLLER_INFER_BATCHES="1,2,4").
+func intListHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[[]int]() {
+		return data, nil
+	}
 	var out []int
-	switch x := v.Get(key).(type) {
+	switch x := data.(type) {
 	case []int:
 		return x, nil
 	case []any:
 		for _, e := range x {
 			n, err := strconv.Atoi(strings.TrimSpace(fmt.Sprint(e)))
 			if err != nil {
-				return nil, fmt.Errorf("%s: %v is not an integer", key, e)
+				return nil, fmt.Errorf("%v is not an integer", e)
 			}
 			out = append(out, n)
 		}
@@ -345,12 +485,28 @@ func intList(v *viper.Viper, key string) ([]int, error) {
 		for _, f := range strings.FieldsFunc(fmt.Sprint(x), func(r rune) bool { return r == ',' || r == ' ' || r == '[' || r == ']' }) {
 			n, err := strconv.Atoi(f)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %q is not an integer (want a list like [1, 2, 4])", key, f)
+				return nil, fmt.Errorf("%q is not an integer (want a list like [1, 2, 4])", f)
 			}
 			out = append(out, n)
 		}
 	}
+	if out == nil {
+		out = []int{}
+	}
 	return out, nil
+}
+
+// fileModeHook reads permission bits written in octal ("0660").
+func fileModeHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[os.FileMode]() {
+		return data, nil
+	}
+	s := fmt.Sprint(data)
+	mode, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || mode > 0o777 {
+		return nil, fmt.Errorf(`must be octal permission bits like "0660", got %q`, s)
+	}
+	return os.FileMode(mode), nil
 }
 
 func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {

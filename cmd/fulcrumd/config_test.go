@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The shipped configs/fulcrum.yaml must document exactly the keys fulcrumd knows, with
@@ -36,6 +36,7 @@ func TestShippedConfigMatchesDefaults(t *testing.T) {
 	}
 	walk("", doc)
 	var missing, extra []string
+	defaults := defaultValues()
 	for k, d := range defaults {
 		v, ok := flat[k]
 		if !ok {

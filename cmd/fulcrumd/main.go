@@ -30,8 +30,10 @@ func main() {
 	}
 }
 
-func newRootCmd() *cobra.Command {
-	v := newViper()
+func newRootCmd() *cobra.Command { return newRootCmdFor(newViper()) }
+
+// newRootCmdFor binds the command's flags to v (tests decode through the same viper).
+func newRootCmdFor(v *viper.Viper) *cobra.Command {
 	var configPath string
 	cmd := &cobra.Command{
 		Use:   "fulcrumd",
@@ -95,8 +97,9 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 		{"power-w", "budgets.power_w", "deprecated: --power"},
 		{"rate", "budgets.rate", `inference arrival rate (requests/s) or "auto" to measure it`},
 	}
+	defs := defaultValues()
 	for _, fl := range flags {
-		f.String(fl.name, fmt.Sprint(defaults[fl.key]), fl.usage)
+		f.String(fl.name, fmt.Sprint(defs[fl.key]), fl.usage)
 		_ = v.BindPFlag(fl.key, f.Lookup(fl.name))
 	}
 	// The budgets as fulcrumctl budget set takes them, with units; the old unit-in-name

@@ -75,20 +75,21 @@ type Server struct {
 
 // NewServer prepares a server; Listen takes the socket.
 func NewServer(cfg Config) *Server {
+	d := DefaultConfig()
 	if cfg.SocketMode == 0 {
-		cfg.SocketMode = 0o660
+		cfg.SocketMode = d.SocketMode
 	}
 	if cfg.MaxLineBytes <= 0 {
-		cfg.MaxLineBytes = proto.MaxLineBytes
+		cfg.MaxLineBytes = d.MaxLineBytes
 	}
 	if cfg.MaxWorkers <= 0 {
-		cfg.MaxWorkers = 64
+		cfg.MaxWorkers = d.MaxWorkers
 	}
 	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 5 * time.Second
+		cfg.WriteTimeout = d.WriteTimeout
 	}
 	if cfg.RegisterTimeout <= 0 {
-		cfg.RegisterTimeout = 5 * time.Second
+		cfg.RegisterTimeout = d.RegisterTimeout
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = sched.RealClock{}

@@ -1,0 +1,43 @@
+package control
+
+import "github.com/fulcrum-edge/fulcrum/internal/optcheck"
+
+// Validate checks a complete Config, as fulcrumd builds it from its configuration (every
+// rule set; MaxProfiles 0 means the searcher's default). Failures are
+// *optcheck.FieldError naming the field. New does not call it: programmatic callers
+// leave fields zero for the defaults. The searcher name is checked where the searchers
+// are listed, not here.
+func (c Config) Validate() error {
+	var ck optcheck.Checks
+	optcheck.Positive(&ck, "Period", c.Period)
+	optcheck.Positive(&ck, "PowerSample", c.PowerSample)
+	optcheck.Positive(&ck, "PowerWindow", c.PowerWindow)
+	optcheck.Positive(&ck, "PowerSettle", c.PowerSettle)
+	optcheck.Positive(&ck, "RateTau", c.RateTau)
+	optcheck.Positive(&ck, "RateWarmup", c.RateWarmup)
+	optcheck.Positive(&ck, "DriftRel", c.DriftRel)
+	optcheck.Positive(&ck, "DriftHold", c.DriftHold)
+	optcheck.Fraction(&ck, "PlanMargin", c.PlanMargin)
+	optcheck.Fraction(&ck, "StepMargin", c.StepMargin)
+	optcheck.Fraction(&ck, "Hysteresis", c.Hysteresis)
+	optcheck.Positive(&ck, "Hold", c.Hold)
+	optcheck.Positive(&ck, "Cooldown", c.Cooldown)
+	optcheck.Positive(&ck, "LatencyCooldown", c.LatencyCooldown)
+	optcheck.Positive(&ck, "PowerFail", c.PowerFail)
+	optcheck.Positive(&ck, "MinLatency", c.MinLatency)
+	optcheck.Positive(&ck, "MinProfiles", c.MinProfiles)
+	optcheck.NonNegative(&ck, "MaxProfiles", c.MaxProfiles)
+	optcheck.Fraction(&ck, "NoiseRel", c.NoiseRel)
+	optcheck.Positive(&ck, "Events", c.Events)
+	// LiveOptions has no Validate of its own (live.go is the statistics' file); the
+	// three knobs fulcrumd sets are checked here.
+	optcheck.Positive(&ck, "Live.Warmup", c.Live.Warmup)
+	optcheck.Positive(&ck, "Live.Samples", c.Live.Samples)
+	optcheck.Positive(&ck, "Live.MinTime", c.Live.MinTime)
+	return ck.Err()
+}
+
+// DefaultLiveOptions are live profiling's defaults (the values in LiveOptions' brackets),
+// for a configuration that spells every knob out. DefaultConfig leaves Live zero, which
+// means the same.
+func DefaultLiveOptions() LiveOptions { return LiveOptions{}.withDefaults() }

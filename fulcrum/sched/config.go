@@ -1,0 +1,170 @@
+package sched
+
+import (
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/internal/optcheck"
+)
+
+// Config holds the scheduler's knobs. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// LatencyBudget is L: each request's deadline is its arrival plus L.
+	LatencyBudget time.Duration
+	// DefaultTrain and DefaultInfer are the expected minibatch times used before a
+	// workload has been measured (DefaultInfer for one inference batch of any size).
+	DefaultTrain time.Duration
+	DefaultInfer time.Duration
+	// EWMAAlpha weighs the newest inter-arrival gap in the arrival rate used before the
+	// rate window fills. (Expected turn times are windowed medians: estimate.go.)
+	EWMAAlpha float64
+	// A turn overruns when it is held longer than max(OverrunFactor × expected, OverrunMin).
+	OverrunFactor float64
+	OverrunMin    time.Duration
+	// A worker holding a turn longer than max(HoldFactor × expected, HoldMin) loses it:
+	// the turn is taken back and granted to others, and OnHoldExpired is called so the
+	// daemon can tell the worker and drop its connection. A worker that acquires and
+	// never releases would otherwise stall every other worker for as long as it lives.
+	HoldFactor float64
+	HoldMin    time.Duration
+	// OnHoldExpired, when set, is called (without the scheduler's lock) for every turn
+	// taken back by the hold limit.
+	OnHoldExpired func(worker string, grant uint64, held, limit time.Duration)
+	// TrustReportedDurations takes released durations as reported even when they exceed
+	// the time the turn was held. Only for in-process drivers whose durations are modeled
+	// rather than spent (the controller's tests); fulcrumd never sets it, since a worker
+	// could otherwise inflate its workload's expected time and starve the others.
+	TrustReportedDurations bool
+	// OnForget, when set, is called with the scheduler's lock held when an idle workload
+	// is forgotten (fulcrumd drops its metric series); it must be quick.
+	OnForget func(role, workload string)
+	// IdleAdmitArrivals: with an empty inference queue whose next request could not wait
+	// out a training minibatch, training still runs when the expected number of arrivals
+	// during it (rate × expected time) is below this. 0 means never.
+	IdleAdmitArrivals float64
+	// DevK: expected times used for deadline decisions are the EWMA mean plus DevK times
+	// the EWMA absolute deviation of the measured times, so a workload whose minibatch
+	// time spreads is given room. 0 uses the mean alone.
+	DevK float64
+	// Starve: a training worker kept waiting this long by the admission test is granted
+	// a minibatch anyway as soon as no inference request is queued or in flight, so a
+	// stale expected time (an outlier measurement) cannot block training forever. 0
+	// disables it.
+	Starve time.Duration
+	// ProfileWait: a profile batch the admission test keeps out this long is granted as
+	// soon as no inference request is queued (waiting ones are served first). Without it
+	// a mode whose minibatch is longer than the latency budget could never be profiled
+	// while requests keep arriving; requests that arrive during such a batch may miss
+	// their deadlines and are counted. 0 disables it.
+	ProfileWait time.Duration
+	// Margin is kept free before every deadline for what the expected times do not
+	// cover: waking up, the grant's trip to the worker, the worker starting the batch.
+	Margin time.Duration
+	// Window and WindowSamples bound the measurement windows (whichever is smaller).
+	Window        time.Duration
+	WindowSamples int
+	// RecentWindow is the shorter latency window the controller watches (reported as
+	// WorkloadStats.LatencyRecent), so that a violation stops counting soon after the
+	// controller has acted on it.
+	RecentWindow time.Duration
+	// OnServed, when set, is called for every request served (workload, latency), with
+	// the scheduler's lock held: it must be quick and must not call the scheduler
+	// (fulcrumd feeds its Prometheus latency histogram from it).
+	OnServed func(workload string, latency time.Duration)
+}
+
+// DefaultConfig is what fulcrumd uses when configs/fulcrum.yaml says nothing.
+func DefaultConfig() Config {
+	return Config{
+		LatencyBudget:     100 * time.Millisecond,
+		DefaultTrain:      100 * time.Millisecond,
+		DefaultInfer:      20 * time.Millisecond,
+		EWMAAlpha:         0.2,
+		OverrunFactor:     3,
+		OverrunMin:        50 * time.Millisecond,
+		HoldFactor:        10,
+		HoldMin:           5 * time.Second,
+		IdleAdmitArrivals: 0.1,
+		DevK:              2,
+		Margin:            5 * time.Millisecond,
+		Starve:            5 * time.Second,
+		ProfileWait:       time.Second,
+		Window:            30 * time.Second,
+		WindowSamples:     10000,
+		RecentWindow:      5 * time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.LatencyBudget <= 0 {
+		c.LatencyBudget = d.LatencyBudget
+	}
+	if c.DefaultTrain <= 0 {
+		c.DefaultTrain = d.DefaultTrain
+	}
+	if c.DefaultInfer <= 0 {
+		c.DefaultInfer = d.DefaultInfer
+	}
+	if c.EWMAAlpha <= 0 || c.EWMAAlpha > 1 {
+		c.EWMAAlpha = d.EWMAAlpha
+	}
+	if c.OverrunFactor <= 0 {
+		c.OverrunFactor = d.OverrunFactor
+	}
+	if c.OverrunMin <= 0 {
+		c.OverrunMin = d.OverrunMin
+	}
+	if c.HoldFactor <= 0 {
+		c.HoldFactor = d.HoldFactor
+	}
+	if c.HoldMin <= 0 {
+		c.HoldMin = d.HoldMin
+	}
+	if c.IdleAdmitArrivals < 0 {
+		c.IdleAdmitArrivals = 0
+	}
+	if c.DevK < 0 {
+		c.DevK = 0
+	}
+	if c.Margin < 0 {
+		c.Margin = 0
+	}
+	if c.Window <= 0 {
+		c.Window = d.Window
+	}
+	if c.WindowSamples <= 0 {
+		c.WindowSamples = d.WindowSamples
+	}
+	if c.RecentWindow <= 0 {
+		c.RecentWindow = d.RecentWindow
+	}
+	return c
+}
+
+// Validate checks a complete Config, as fulcrumd builds it from its configuration (every
+// knob set; zero only where 0 means "off"). Failures are *optcheck.FieldError naming the
+// field. New does not call it: programmatic callers leave fields zero for the defaults.
+func (c Config) Validate() error {
+	var ck optcheck.Checks
+	optcheck.Positive(&ck, "LatencyBudget", c.LatencyBudget)
+	optcheck.Positive(&ck, "DefaultTrain", c.DefaultTrain)
+	optcheck.Positive(&ck, "DefaultInfer", c.DefaultInfer)
+	if !(c.EWMAAlpha > 0 && c.EWMAAlpha <= 1) {
+		ck.Fail("EWMAAlpha", c.EWMAAlpha, "must be in (0,1]")
+	}
+	optcheck.Positive(&ck, "OverrunFactor", c.OverrunFactor)
+	optcheck.Positive(&ck, "OverrunMin", c.OverrunMin)
+	if !(c.HoldFactor >= 1) {
+		ck.Fail("HoldFactor", c.HoldFactor, "must be at least 1 (a multiple of the expected turn time)")
+	}
+	optcheck.Positive(&ck, "HoldMin", c.HoldMin)
+	optcheck.NonNegative(&ck, "IdleAdmitArrivals", c.IdleAdmitArrivals)
+	optcheck.NonNegative(&ck, "DevK", c.DevK)
+	optcheck.NonNegative(&ck, "Margin", c.Margin)
+	optcheck.NonNegative(&ck, "Starve", c.Starve)
+	optcheck.NonNegative(&ck, "ProfileWait", c.ProfileWait)
+	optcheck.Positive(&ck, "Window", c.Window)
+	optcheck.Positive(&ck, "WindowSamples", c.WindowSamples)
+	optcheck.Positive(&ck, "RecentWindow", c.RecentWindow)
+	return ck.Err()
+}

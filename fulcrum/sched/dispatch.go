@@ -1,0 +1,358 @@
+package sched
+
+// The turn: expected times, the admission test and who gets the next grant.
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+)
+
+// expInfer is the expected service time of an inference batch of n requests on w.
+func (s *Scheduler) expInfer(w *worker, n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if e := w.infer[n]; e != nil && e.n > 0 {
+		return durMS(e.guarded(s.cfg.DevK))
+	}
+	// Interpolate between the nearest measured sizes below and above; above the largest
+	// measured size scale proportionally (an upper bound: fixed per-batch costs do not
+	// grow); below the smallest take its time (also an upper bound).
+	loN, hiN := 0, 0
+	var lo, hi float64
+	for k, e := range w.infer {
+		if e.n == 0 {
+			continue
+		}
+		v := e.guarded(s.cfg.DevK)
+		if k < n && k > loN {
+			loN, lo = k, v
+		}
+		if k > n && (hiN == 0 || k < hiN) {
+			hiN, hi = k, v
+		}
+	}
+	switch {
+	case loN > 0 && hiN > 0:
+		return durMS(max(lo, lo+(hi-lo)*float64(n-loN)/float64(hiN-loN)))
+	case loN > 0:
+		return durMS(lo * float64(n) / float64(loN))
+	case hiN > 0:
+		return durMS(hi)
+	}
+	return s.cfg.DefaultInfer
+}
+
+func (s *Scheduler) expTrain(w *worker) time.Duration {
+	if w.train.n > 0 {
+		return durMS(w.train.guarded(s.cfg.DevK))
+	}
+	return s.cfg.DefaultTrain
+}
+
+func (s *Scheduler) expProfile(w *worker, b int) time.Duration {
+	if e := w.prof[b]; e != nil && e.n > 0 {
+		return durMS(e.guarded(s.cfg.DevK))
+	}
+	if w.spec.Role == proto.RoleTrain {
+		return s.expTrain(w)
+	}
+	return s.expInfer(w, b)
+}
+
+func durMS(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// schedule decides the next turn if the GPU is free. Called with s.mu held after every
+// event. Order: an inference batch that is due (full, or its oldest request's slack is
+// gone); a pending between-turns action; a profile batch; a training minibatch if every
+// waiting request can still meet its deadline after it (otherwise the blocking inference
+// batch is served early, so the GPU never idles while work waits). The wake timer is set
+// for the next instant a partial batch falls due.
+func (s *Scheduler) schedule() {
+	if s.closed || s.turn != nil {
+		s.setWake(time.Time{})
+		return
+	}
+	now := s.clock.Now()
+
+	// 1. Due inference batches, earliest deadline first.
+	var due *worker
+	for _, w := range s.order {
+		if w.spec.Role != proto.RoleInfer || !w.wantTurn || len(w.queue) == 0 {
+			continue
+		}
+		n := min(len(w.queue), w.spec.Batch)
+		slack := w.queue[0].deadline.Sub(now) - s.cfg.Margin - s.expInfer(w, n)
+		if n < w.spec.Batch && slack > 0 {
+			continue
+		}
+		if due == nil || w.queue[0].deadline.Before(due.queue[0].deadline) {
+			due = w
+		}
+	}
+	if due != nil {
+		s.grantInfer(due, now)
+		return
+	}
+
+	// 2. Between-turns actions.
+	if len(s.actions) > 0 {
+		a := s.actions[0]
+		s.actions = s.actions[1:]
+		s.runAction(a, now)
+		return
+	}
+
+	// 3. Profile batches and 4. training minibatches, both admitted only if inference
+	// deadlines survive them.
+	for i, p := range s.profiles {
+		w := s.workers[p.worker]
+		if w == nil || !w.wantTurn {
+			continue
+		}
+		exp := s.expProfile(w, p.batch)
+		if blocker := s.admit(now, exp); blocker != nil {
+			if s.serveBlocker(blocker, now) {
+				return
+			}
+			overdue := s.cfg.ProfileWait > 0 && now.Sub(p.queued) >= s.cfg.ProfileWait
+			if !overdue || !s.inferenceIdle() {
+				break // the wake below covers the moment it falls overdue
+			}
+			s.log.Info("granting an overdue profile batch with no request queued", "worker", w.id,
+				"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)), "expected_ms", ms(exp))
+		}
+		s.profiles = slices.Delete(s.profiles, i, i+1)
+		s.grant(w, proto.KindProfile, p.batch, nil, exp, now, p)
+		return
+	}
+	if w := s.nextTrainer(); w != nil && !s.trainPaused {
+		exp := s.expTrain(w)
+		blocker := s.admit(now, exp)
+		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= w.train.starveAfter(s.cfg.Starve) && s.inferenceIdle()
+		if blocker == nil || starved {
+			if blocker != nil {
+				// Its expected time may be stale (an outlier, a warm-up): the only way to
+				// learn otherwise is to run it, at a moment nothing is queued.
+				s.log.Info("admitting a starved training minibatch to re-measure it", "worker", w.id,
+					"waited_ms", ms(now.Sub(w.acquiredAt)), "expected_ms", ms(exp))
+				w.st.starved++
+			}
+			s.rrLast = w.reg
+			s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
+			return
+		}
+		if s.serveBlocker(blocker, now) {
+			return
+		}
+	}
+
+	// Nothing to run now: wake when the earliest partial batch falls due.
+	var next time.Time
+	for _, w := range s.order {
+		if w.spec.Role != proto.RoleInfer || !w.wantTurn || len(w.queue) == 0 {
+			continue
+		}
+		n := min(len(w.queue), w.spec.Batch)
+		at := w.queue[0].deadline.Add(-s.cfg.Margin - s.expInfer(w, n))
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if s.cfg.ProfileWait > 0 {
+		for _, p := range s.profiles {
+			at := p.queued.Add(s.cfg.ProfileWait)
+			if at.After(now) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
+	}
+	if s.cfg.Starve > 0 {
+		for _, w := range s.order {
+			if w.spec.Role != proto.RoleTrain || !w.wantTurn {
+				continue
+			}
+			at := w.acquiredAt.Add(w.train.starveAfter(s.cfg.Starve))
+			if at.After(now) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
+	}
+	s.setWake(next)
+}
+
+// inferenceIdle reports that no inference request is queued or being served.
+func (s *Scheduler) inferenceIdle() bool {
+	for _, w := range s.order {
+		if w.spec.Role == proto.RoleInfer && len(w.ids) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// serveBlocker dispatches the inference batch that keeps a training or profile batch
+// from starting, if its worker is ready for a grant.
+func (s *Scheduler) serveBlocker(w *worker, now time.Time) bool {
+	if !w.wantTurn || len(w.queue) == 0 {
+		return false
+	}
+	s.grantInfer(w, now)
+	return true
+}
+
+// nextTrainer is the training worker waiting for a turn that comes after the one granted
+// last, in registration order (round-robin).
+func (s *Scheduler) nextTrainer() *worker {
+	var first, after *worker
+	for _, w := range s.order {
+		if w.spec.Role != proto.RoleTrain || !w.wantTurn {
+			continue
+		}
+		if first == nil {
+			first = w
+		}
+		if after == nil && w.reg > s.rrLast {
+			after = w
+		}
+	}
+	if after != nil {
+		return after
+	}
+	return first
+}
+
+// admit checks that a turn of expected length exp starting now leaves every inference
+// worker able to meet its deadlines, serving queues in deadline order after it. It
+// returns the first inference worker whose requests would miss, or nil.
+func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
+	type q struct {
+		w        *worker
+		deadline time.Time
+		service  time.Duration
+	}
+	var queued []q
+	for _, w := range s.order {
+		if w.spec.Role != proto.RoleInfer {
+			continue
+		}
+		// The batch served after the turn holds what is queued plus what is expected to
+		// arrive during the turn, up to the batch size.
+		rate := w.st.rate(now, w.since)
+		n := min(w.spec.Batch, len(w.queue)+int(math.Ceil(rate*exp.Seconds())))
+		if len(w.queue) > 0 {
+			queued = append(queued, q{w: w, deadline: w.queue[0].deadline, service: s.expInfer(w, n)})
+			continue
+		}
+		// Empty queue: a request arriving right after the turn starts must still be
+		// served in time after it; if it could not, run anyway only when an arrival
+		// during the turn is unlikely.
+		if s.cfg.LatencyBudget >= exp+s.cfg.Margin+s.expInfer(w, max(n, 1)) {
+			continue
+		}
+		if rate*exp.Seconds() < s.cfg.IdleAdmitArrivals {
+			continue
+		}
+		return w
+	}
+	sort.Slice(queued, func(i, j int) bool { return queued[i].deadline.Before(queued[j].deadline) })
+	end := now.Add(exp + s.cfg.Margin)
+	for _, x := range queued {
+		end = end.Add(x.service)
+		if end.After(x.deadline) {
+			return x.w
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) grantInfer(w *worker, now time.Time) {
+	n := min(len(w.queue), w.spec.Batch)
+	reqs := slices.Clone(w.queue[:n])
+	w.queue = slices.Delete(w.queue, 0, n)
+	exp := s.expInfer(w, n)
+	s.grant(w, proto.KindInfer, n, reqs, exp, now, nil)
+	// The worker should finish no later than its tightest deadline.
+	if left := reqs[0].deadline.Sub(now); left < s.turn.grant.Deadline {
+		s.turn.grant.Deadline = max(left, 0)
+		s.out[len(s.out)-1].g.Deadline = s.turn.grant.Deadline
+	}
+}
+
+func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, exp time.Duration, now time.Time, p *profileReq) {
+	s.nextGrant++
+	ids := make([]string, len(reqs))
+	for i, q := range reqs {
+		ids[i] = q.id
+	}
+	lim := s.limit(exp)
+	hold := max(time.Duration(float64(exp)*s.cfg.HoldFactor), s.cfg.HoldMin, lim)
+	g := Grant{Worker: w.id, ID: s.nextGrant, Kind: kind, Batch: batch, RequestIDs: ids, Deadline: lim, Seq: w.acquireSeq}
+	t := &turn{w: w, grant: g, start: now, expected: exp, limit: lim, hold: hold, reqs: reqs, profile: p}
+	s.turn = t
+	s.turns++
+	w.st.waited(now, now.Sub(w.acquiredAt))
+	w.wantTurn = false
+	t.timer = s.clock.AfterFunc(lim, func() { s.checkOverrun(t) })
+	t.holdT = s.clock.AfterFunc(hold, func() { s.expireHold(t) })
+	s.setWake(time.Time{})
+	s.out = append(s.out, pendingDelivery{f: w.deliver, g: g})
+}
+
+func (s *Scheduler) runAction(a *action, now time.Time) {
+	t := &turn{grant: Grant{Kind: "action"}, start: now, limit: s.cfg.OverrunMin, action: a}
+	s.turn = t
+	s.setWake(time.Time{})
+	go func() {
+		var err error
+		if cerr := a.ctx.Err(); cerr != nil {
+			err = cerr
+		} else {
+			err = a.fn(a.ctx)
+		}
+		s.mu.Lock()
+		if s.turn == t {
+			s.endTurn(s.clock.Now())
+		}
+		a.done <- err
+		s.schedule()
+		s.unlockAndDeliver()
+	}()
+}
+
+// setWake arms the wake-up timer for at (zero: none).
+func (s *Scheduler) setWake(at time.Time) {
+	if at.Equal(s.wakeAt) && (s.wake != nil || at.IsZero()) {
+		return
+	}
+	if s.wake != nil {
+		s.wake.Stop()
+		s.wake = nil
+	}
+	s.wakeAt = at
+	s.wakeGen++
+	if at.IsZero() {
+		return
+	}
+	d := at.Sub(s.clock.Now())
+	if d < 0 {
+		d = 0
+	}
+	gen := s.wakeGen
+	s.wake = s.clock.AfterFunc(d, func() {
+		s.mu.Lock()
+		if s.wakeGen != gen {
+			// Replaced after this call had already started; the newer timer decides.
+			s.mu.Unlock()
+			return
+		}
+		s.wake = nil
+		s.wakeAt = time.Time{}
+		s.schedule()
+		s.unlockAndDeliver()
+	})
+}

@@ -1,0 +1,77 @@
+package sched
+
+// Turn limits: the overrun limit and the hold limit that takes a turn back.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+)
+
+func (s *Scheduler) markOverrun(t *turn, held time.Duration) {
+	t.overrun = true
+	s.overruns++
+	who := "action"
+	if t.w != nil {
+		who = t.w.id
+		t.w.st.overruns++
+	}
+	s.log.Warn("turn overran its expected time", "worker", who, "kind", t.grant.Kind, "grant", t.grant.ID,
+		"held_ms", ms(held), "expected_ms", ms(t.expected), "limit_ms", ms(t.limit))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (s *Scheduler) limit(expected time.Duration) time.Duration {
+	l := time.Duration(float64(expected) * s.cfg.OverrunFactor)
+	if l < s.cfg.OverrunMin {
+		l = s.cfg.OverrunMin
+	}
+	return l
+}
+
+func (s *Scheduler) checkOverrun(t *turn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turn != t || t.overrun {
+		return
+	}
+	s.markOverrun(t, s.clock.Now().Sub(t.start))
+}
+
+func expiredErr(ref string) *proto.Error {
+	return proto.Errorf(proto.CodeTurnExpired, ref, "this worker held its turn past the hold limit and lost it; reconnect and register again (see docs/protocol.md)")
+}
+
+// expireHold takes turn t back when it is still held at its hold limit: its requests
+// fail, a profile waiting on it fails, the worker gets no more turns, the next turn is
+// granted, and OnHoldExpired tells the daemon to drop the worker.
+func (s *Scheduler) expireHold(t *turn) {
+	s.mu.Lock()
+	defer s.unlockAndDeliver()
+	if s.turn != t {
+		return
+	}
+	now := s.clock.Now()
+	w := t.w
+	held := now.Sub(t.start)
+	s.expired++
+	w.st.expired++
+	w.expired = true
+	for _, q := range t.reqs {
+		s.finish(w, q, now, false)
+	}
+	if t.profile != nil {
+		t.profile.done <- profileResult{err: fmt.Errorf("profile batch on %s: the worker held the turn %v, past the hold limit %v", w.id, held.Round(time.Millisecond), t.hold)}
+	}
+	s.log.Warn("worker held the turn past the hold limit; turn taken back and the worker dropped", "worker", w.id,
+		"workload", w.name, "kind", t.grant.Kind, "grant", t.grant.ID, "held_ms", ms(held), "hold_limit_ms", ms(t.hold),
+		"expected_ms", ms(t.expected))
+	s.endTurn(now)
+	if f := s.cfg.OnHoldExpired; f != nil {
+		id, gid, lim := w.id, t.grant.ID, t.hold
+		s.out = append(s.out, pendingDelivery{fn: func() { f(id, gid, held, lim) }})
+	}
+	s.schedule()
+}

@@ -1,0 +1,135 @@
+package sched
+
+// The end of a turn: release accounting (measured durations, served requests).
+
+import (
+	"sort"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+)
+
+// Release ends the worker's turn with what it measured.
+func (s *Scheduler) Release(id string, r Release) error {
+	s.mu.Lock()
+	defer s.unlockAndDeliver()
+	w, perr := s.get(id, proto.TypeRelease)
+	if perr != nil {
+		return perr
+	}
+	t := s.turn
+	if w.expired && (t == nil || t.w != w) {
+		return expiredErr(proto.TypeRelease)
+	}
+	if t == nil || t.w != w {
+		return proto.Errorf(proto.CodeOutOfOrder, proto.TypeRelease, "no grant is held by this worker; acquire and wait for a grant first")
+	}
+	if t.grant.ID != r.Grant {
+		return proto.Errorf(proto.CodeOutOfOrder, proto.TypeRelease, "grant %d is held, not %d; release the grant you were given", t.grant.ID, r.Grant)
+	}
+	now := s.clock.Now()
+	held := now.Sub(t.start)
+	d := r.Duration
+	if d <= 0 {
+		d = held
+	}
+	if d > held+ReportSlack(held) && !s.cfg.TrustReportedDurations {
+		// The worker's own time lies inside the held turn (grant sent → release
+		// received), so more than that is a bug or an attempt to inflate the shared
+		// expected time and starve the workload's other workers (issue 17).
+		s.clamped++
+		w.st.clamped++
+		if ok, dropped := s.clampLog.allow(now, time.Second); ok {
+			s.log.Warn("release reported a duration longer than the turn was held; using the held time",
+				"worker", w.id, "workload", w.name, "grant", t.grant.ID, "reported_ms", ms(d), "held_ms", ms(held),
+				"clamped_total", s.clamped, "not_logged_since_last", dropped)
+		}
+		d = held
+	}
+	ms := float64(d) / float64(time.Millisecond)
+	var unknown []string
+	switch t.grant.Kind {
+	case proto.KindTrain:
+		// Warm-up (allocator, cuDNN autotuning, lazy init) is the estimate's: it follows
+		// the latest minibatch until the times settle.
+		w.train.add(ms)
+		n := r.Samples
+		if n <= 0 {
+			n = w.spec.Batch
+		}
+		w.st.trained(now, n)
+	case proto.KindInfer:
+		e := w.infer[t.grant.Batch]
+		if e == nil {
+			e = &estimate{}
+			w.infer[t.grant.Batch] = e
+		}
+		// Time per batch is measured on full and partial batches alike; keyed by the
+		// number of requests actually served.
+		e.add(ms)
+		res := map[string]proto.Result{}
+		for _, x := range r.Results {
+			res[x.ID] = x
+		}
+		for _, q := range t.reqs {
+			ok := true
+			if len(r.Results) > 0 {
+				x, found := res[q.id]
+				ok = found && x.OK
+				delete(res, q.id)
+			}
+			s.finish(w, q, now, ok)
+		}
+		for id := range res {
+			unknown = append(unknown, id)
+		}
+	case proto.KindProfile:
+		e := w.prof[t.grant.Batch]
+		if e == nil {
+			e = &estimate{}
+			w.prof[t.grant.Batch] = e
+		}
+		e.add(ms)
+		t.profile.done <- profileResult{d: d}
+	}
+	s.endTurn(now)
+	s.schedule()
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return proto.Errorf(proto.CodeInvalid, proto.TypeRelease, "results for requests not in the grant were ignored: %v", clipList(unknown))
+	}
+	return nil
+}
+
+// ReportSlack is how far a reported duration may exceed the time the turn was held
+// before it is replaced by the held time: 2 ms plus 2% (timer granularity, clock rate
+// differences between processes).
+func ReportSlack(held time.Duration) time.Duration {
+	return 2*time.Millisecond + held/50
+}
+
+// finish accounts one request as served (ok) or failed at now.
+func (s *Scheduler) finish(w *worker, q *request, now time.Time, ok bool) {
+	delete(w.ids, q.id)
+	lat := now.Sub(q.arrived)
+	w.st.done(now, lat, ok, now.After(q.deadline))
+	if ok && s.cfg.OnServed != nil {
+		s.cfg.OnServed(w.name, lat)
+	}
+}
+
+// endTurn accounts the held turn's time and frees the turn.
+func (s *Scheduler) endTurn(now time.Time) {
+	t := s.turn
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if t.holdT != nil {
+		t.holdT.Stop()
+	}
+	held := now.Sub(t.start)
+	if !t.overrun && held > t.limit {
+		s.markOverrun(t, held)
+	}
+	s.turn = nil
+}
