@@ -318,9 +318,11 @@ func (s *Scheduler) runAction(a *action, now time.Time) {
 		if s.turn == t {
 			s.endTurn(s.clock.Now())
 		}
-		a.done <- err
 		s.schedule()
 		s.unlockAndDeliver()
+		// After the grants the action's end made are delivered: a caller of BetweenTurns
+		// that returns sees the scheduler already moved on.
+		a.done <- err
 	}()
 }
 
