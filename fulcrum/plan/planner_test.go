@@ -1,4 +1,4 @@
-package fulcrum
+package plan
 
 import (
 	"math"

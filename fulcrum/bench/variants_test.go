@@ -1,4 +1,4 @@
-package fulcrum_test
+package bench_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 )
 
 // go test ./fulcrum -run TestVariantsReport -variants -v prints the robustness table

@@ -1,4 +1,4 @@
-package fulcrum
+package truthprof
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 

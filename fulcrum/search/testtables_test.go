@@ -1,10 +1,10 @@
-package fulcrum
+package search
 
 import (
 	"fmt"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )

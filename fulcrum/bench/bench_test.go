@@ -1,4 +1,4 @@
-package fulcrum
+package bench
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )

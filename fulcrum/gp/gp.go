@@ -1,4 +1,4 @@
-package fulcrum
+package gp
 
 import (
 	"context"

@@ -1,7 +1,8 @@
-// Package fulcrum holds the decision core: the planner (model v1 of DESIGN §2), the
-// searchers that choose which power modes to profile (GMD, ALS, baselines) and the
-// benchmark that scores them against ground truth.
-package fulcrum
+// Package plan is model v1 of DESIGN §2: the budgets, profiles, the evaluation of a
+// configuration against the budgets, the planner's choice over profiled modes, and the
+// Pareto helpers. The searchers (fulcrum/search) and the benchmark (fulcrum/bench) build
+// on it.
+package plan
 
 import (
 	"errors"
