@@ -1,3 +1,7 @@
+// Package bench scores the searchers against ground truth: every training × inference
+// pair of a truth table × arrival rates × latency and power budgets, each searcher
+// answering through a noisy replay of the table (truthprof), each answer re-evaluated on
+// the noise-free truth and compared with the exhaustive oracle (docs/benchmarks.md).
 package bench
 
 import (
@@ -8,10 +12,12 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 
 	"gonum.org/v1/gonum/stat"
 
@@ -36,7 +42,7 @@ type BenchSpec struct {
 	LatenciesMS []float64
 	PowersMW    []float64
 	Quantile    float64 // 0: DefaultQuantile
-	// Searchers by NewSearcher name, plus "oracle" for the oracle's own row.
+	// Searchers by registry name (search.Parse), plus "oracle" for the oracle's own row.
 	Searchers []string
 	Noise     float64 // relative standard deviation of each profiled value
 	Seed      uint64
@@ -46,8 +52,9 @@ type BenchSpec struct {
 	Presets     []powermode.Mode
 	PresetNames []string
 	MaxProfiles int // per searcher run; 0: each searcher's default
-	// Build overrides NewSearcher (tests use it to inject searchers).
-	Build func(name string) (any, error)
+	// Build overrides search.New for the profiling searchers (tests use it to inject
+	// searchers); the oracles are the benchmark's own and never go through it.
+	Build func(name string) (search.Searcher, error)
 }
 
 // SearcherStats is one row of the report. Percentages and ratios are over the
@@ -93,20 +100,20 @@ type BenchReport struct {
 // Outcome is one searcher's answer to one configuration, scored on the truth.
 type Outcome struct {
 	Pair     Pair
-	Budgets  Budgets
+	Budgets  plan.Budgets
 	Status   string // within, violation, no_answer, oracle_infeasible
 	Ratio    float64
-	Profiles int  // modes this configuration profiled (a pair learner: confirming ones)
-	Campaign int  // a pair learner's campaign profiles for the pair (0 otherwise)
-	Choice   Eval // re-evaluated on the noise-free truth
+	Profiles int       // modes this configuration profiled (a pair learner: confirming ones)
+	Campaign int       // a pair learner's campaign profiles for the pair (0 otherwise)
+	Choice   plan.Eval // re-evaluated on the noise-free truth
 	Err      error
 }
 
 type benchConfig struct {
 	pair    int
-	budgets Budgets
-	oracle  Result
-	model   *Model
+	budgets plan.Budgets
+	oracle  search.Result
+	model   *plan.Model
 }
 
 // RunBench runs every searcher on every configuration and scores the answers on the
@@ -124,11 +131,18 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	}
 	build := spec.Build
 	if build == nil {
-		build = NewSearcher
+		build = func(name string) (search.Searcher, error) { return search.New(name, search.Env{}) }
 	}
-	searchers := make([]any, len(spec.Searchers))
+	searchers := make([]search.Searcher, len(spec.Searchers))
+	// margins holds the margin oracles (by searcher index): each is built per pair from
+	// that pair's truth, given to it explicitly.
+	margins := map[int]float64{}
 	for i, n := range spec.Searchers {
 		if n == "oracle" {
+			continue
+		}
+		if sp, err := search.Parse(n); err == nil && sp.Kind == search.KindMarginOracle {
+			margins[i] = sp.MarginRel
 			continue
 		}
 		s, err := build(n)
@@ -151,10 +165,10 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	workers := max(1, spec.Parallel)
 
 	// Phase 1: each pair's truth, and the oracle of every configuration.
-	pts := make([]*PairTruth, len(pairs))
+	pts := make([]*truthprof.PairTruth, len(pairs))
 	presets := make([][]powermode.Mode, len(pairs))
 	for i, p := range pairs {
-		pt, err := NewPairTruth(spec.Truth, p.Train, p.Infer, 0, nil)
+		pt, err := truthprof.NewPairTruth(spec.Truth, p.Train, p.Infer, 0, nil)
 		if err != nil {
 			return nil, fmt.Errorf("bench: pair %s: %w", p, err)
 		}
@@ -171,7 +185,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			rateJobs = append(rateJobs, rateKey{pi, ri})
 			for _, l := range spec.LatenciesMS {
 				for _, pw := range spec.PowersMW {
-					b := Budgets{RateRPS: r, LatencyMS: l, PowerMW: pw, Quantile: spec.Quantile}.WithDefaults()
+					b := plan.Budgets{RateRPS: r, LatencyMS: l, PowerMW: pw, Quantile: spec.Quantile}.WithDefaults()
 					if err := b.Validate(); err != nil {
 						return nil, fmt.Errorf("bench: budgets rate %g latency %g ms power %g mW: %w", r, l, pw, err)
 					}
@@ -183,13 +197,13 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	perRate := len(spec.LatenciesMS) * len(spec.PowersMW)
 	err := forEach(ctx, workers, len(rateJobs), func(j int) error {
 		rk := rateJobs[j]
-		o, err := newOracleRate(pts[rk.pair], spec.RatesRPS[rk.rate], Budgets{Quantile: spec.Quantile}.WithDefaults().Quantile)
+		o, err := newOracleRate(pts[rk.pair], spec.RatesRPS[rk.rate], plan.Budgets{Quantile: spec.Quantile}.WithDefaults().Quantile)
 		if err != nil {
 			return err
 		}
 		base := j * perRate // configurations are laid out pair-major, then rate
 		for c := base; c < base+perRate; c++ {
-			m, err := NewModel(cfgs[c].budgets, pts[rk.pair].Batches)
+			m, err := plan.NewModel(cfgs[c].budgets, pts[rk.pair].Batches)
 			if err != nil {
 				return err
 			}
@@ -213,18 +227,16 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	type job struct{ s, pair, cfg int } // cfg < 0: a pair-learner job
 	var jobs []job
 	for si, s := range searchers {
-		switch s.(type) {
-		case nil:
-		case PairLearner:
+		_, margin := margins[si]
+		// A pair learner (ALS) learns each pair once and answers its configurations.
+		if _, ok := s.(search.PairLearner); ok {
 			for pi := range pairs {
 				jobs = append(jobs, job{si, pi, -1})
 			}
-		case Searcher:
+		} else if s != nil || margin {
 			for ci := range cfgs {
 				jobs = append(jobs, job{si, cfgs[ci].pair, ci})
 			}
-		default:
-			return nil, fmt.Errorf("bench: %s is neither a Searcher nor a PairLearner", spec.Searchers[si])
 		}
 	}
 	outcomes := make([][]Outcome, len(searchers))
@@ -235,18 +247,18 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	for i := range wall {
 		wall[i] = make([]time.Duration, len(jobs))
 	}
-	problem := func(pi int, b Budgets, seed uint64) Problem {
-		p := pts[pi].Problem()
+	problem := func(pi int, b plan.Budgets, seed uint64) search.Problem {
+		p := problemOf(pts[pi])
 		p.Budgets, p.Presets, p.PresetNames, p.MaxProfiles, p.Seed = b, presets[pi], spec.PresetNames, spec.MaxProfiles, seed
 		p.NoiseRel = spec.Noise
 		return p
 	}
-	profiler := func(pi int, seed uint64) *TruthProfiler {
+	profiler := func(pi int, seed uint64) *truthprof.TruthProfiler {
 		// Noise was validated when the first profiler was built (below, before the run).
-		tp, _ := NewPairProfiler(pts[pi], spec.Noise, rand.New(rand.NewPCG(seed, seed^0xda942042e4dd58b5)))
+		tp, _ := truthprof.NewPairProfiler(pts[pi], spec.Noise, rand.New(rand.NewPCG(seed, seed^0xda942042e4dd58b5)))
 		return tp
 	}
-	if _, err := NewPairProfiler(pts[0], spec.Noise, rand.New(rand.NewPCG(1, 2))); err != nil {
+	if _, err := truthprof.NewPairProfiler(pts[0], spec.Noise, rand.New(rand.NewPCG(1, 2))); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	err = forEach(ctx, workers, len(jobs), func(ji int) error {
@@ -258,17 +270,21 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			c := &cfgs[jb.cfg]
 			seed := deriveSeed(spec.Seed, name, "config", uint64(jb.cfg))
 			prof := profiler(jb.pair, deriveSeed(spec.Seed, "", "config", uint64(jb.cfg)))
-			res, err := searchers[jb.s].(Searcher).Search(ctx, problem(jb.pair, c.budgets, seed), prof)
+			s := searchers[jb.s]
+			if m, ok := margins[jb.s]; ok {
+				s = NewMarginOracle(pts[jb.pair], m)
+			}
+			res, err := s.Search(ctx, problem(jb.pair, c.budgets, seed), prof)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			outcomes[jb.s][jb.cfg] = score(pairs[jb.pair], pts[jb.pair], c, res, err, prof.Count())
 			return nil
 		}
-		pl := searchers[jb.s].(PairLearner)
+		pl := searchers[jb.s].(search.PairLearner) // jobs holds pair-learner jobs for these only
 		seed := deriveSeed(spec.Seed, name, "pair", uint64(jb.pair))
 		camp := profiler(jb.pair, deriveSeed(spec.Seed, "", "pair", uint64(jb.pair)))
-		ans, lerr := pl.Learn(ctx, problem(jb.pair, Budgets{}, seed), camp)
+		ans, lerr := pl.Learn(ctx, problem(jb.pair, plan.Budgets{}, seed), camp)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -278,7 +294,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 				continue
 			}
 			if lerr != nil {
-				o := score(pairs[jb.pair], pts[jb.pair], c, Result{}, fmt.Errorf("learn: %w", lerr), 0)
+				o := score(pairs[jb.pair], pts[jb.pair], c, search.Result{}, fmt.Errorf("learn: %w", lerr), 0)
 				o.Campaign = camp.Count()
 				outcomes[jb.s][ci] = o
 				continue
@@ -316,8 +332,13 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	return rep, nil
 }
 
+// problemOf is the pair's problem without budgets: space, workloads, batch sizes.
+func problemOf(pt *truthprof.PairTruth) search.Problem {
+	return search.Problem{Space: pt.Space, Train: pt.Train, Infer: pt.Infer, TrainBatch: pt.TrainBatch, InferBatches: slices.Clone(pt.Batches)}
+}
+
 // score re-evaluates an answer on the noise-free truth.
-func score(p Pair, pt *PairTruth, c *benchConfig, res Result, err error, profiles int) Outcome {
+func score(p Pair, pt *truthprof.PairTruth, c *benchConfig, res search.Result, err error, profiles int) Outcome {
 	o := Outcome{Pair: p, Budgets: c.budgets, Profiles: profiles, Err: err}
 	switch {
 	case !c.oracle.Feasible:
@@ -385,7 +406,7 @@ func summarise(name string, outs []Outcome) SearcherStats {
 
 // oracleStats is the oracle's row: it always answers optimally where anything is
 // feasible, having looked at every mode of the pair.
-func oracleStats(cfgs []benchConfig, pts []*PairTruth) SearcherStats {
+func oracleStats(cfgs []benchConfig, pts []*truthprof.PairTruth) SearcherStats {
 	st := SearcherStats{Name: "oracle"}
 	n, modes := 0, 0
 	for _, c := range cfgs {

@@ -1,29 +1,38 @@
 package bench
 
 import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 )
 
 // oracleRate holds, for one pair and one arrival rate, every configuration's
 // budget-independent figures (latency, power, throughput, GPU share), so that the
 // oracle for any latency and power budget is one scan over flat slices.
 type oracleRate struct {
-	pt                *PairTruth
+	pt                *truthprof.PairTruth
 	rate, q           float64
 	lat, pow, thr, rh []float64 // index i*len(Batches)+j
 }
 
-func newOracleRate(pt *PairTruth, rateRPS, quantile float64) (*oracleRate, error) {
+func newOracleRate(pt *truthprof.PairTruth, rateRPS, quantile float64) (*oracleRate, error) {
 	// Latency and power budgets do not change these figures; any valid ones will do.
-	m, err := NewModel(Budgets{RateRPS: rateRPS, LatencyMS: 1000, PowerMW: 10000, Quantile: quantile}, pt.Batches)
+	m, err := plan.NewModel(plan.Budgets{RateRPS: rateRPS, LatencyMS: 1000, PowerMW: 10000, Quantile: quantile}, pt.Batches)
 	if err != nil {
 		return nil, err
 	}
-	n := len(pt.infer)
-	o := &oracleRate{pt: pt, rate: rateRPS, q: m.Budgets().Quantile, lat: make([]float64, n), pow: make([]float64, n), thr: make([]float64, n), rh: make([]float64, n)}
 	nb := len(pt.Batches)
-	for i := range pt.modes {
+	n := pt.Len() * nb
+	o := &oracleRate{pt: pt, rate: rateRPS, q: m.Budgets().Quantile, lat: make([]float64, n), pow: make([]float64, n), thr: make([]float64, n), rh: make([]float64, n)}
+	for i := range pt.Len() {
+		t, infer := pt.Points(i)
 		for j := range nb {
-			e := m.Evaluate(pt.modes[i], pt.train[i], pt.infer[i*nb+j])
+			e := m.Evaluate(pt.ModeAt(i), t, infer[j])
 			k := i*nb + j
 			o.lat[k], o.pow[k], o.thr[k], o.rh[k] = e.LatencyMS, e.PowerMW, e.ThroughputSPS, e.Rho
 		}
@@ -34,7 +43,7 @@ func newOracleRate(pt *PairTruth, rateRPS, quantile float64) (*oracleRate, error
 // best returns the optimum under model's budgets (whose rate and quantile must be the
 // oracle's): the feasible configuration with the highest throughput, ties to lower
 // power. ok is false when nothing is feasible.
-func (o *oracleRate) best(model *Model) (Eval, bool) {
+func (o *oracleRate) best(model *plan.Model) (plan.Eval, bool) {
 	b := model.Budgets()
 	bestK := -1
 	for k := range o.thr {
@@ -47,93 +56,103 @@ func (o *oracleRate) best(model *Model) (Eval, bool) {
 		}
 	}
 	if bestK < 0 {
-		return Eval{}, false
+		return plan.Eval{}, false
 	}
-	i := bestK / len(o.pt.Batches)
-	return model.Evaluate(o.pt.modes[i], o.pt.train[i], o.pt.infer[bestK]), true
+	nb := len(o.pt.Batches)
+	i := bestK / nb
+	t, infer := o.pt.Points(i)
+	return model.Evaluate(o.pt.ModeAt(i), t, infer[bestK%nb]), true
 }
 
 // Oracle is the exhaustive baseline: the optimum over the noise-free truth of a pair.
 // When nothing meets the budgets it returns the least-violating configuration with
 // Feasible false (Result.Choice), so that infeasible configurations can be reported.
-func Oracle(pt *PairTruth, b Budgets) (Result, error) {
-	model, err := NewModel(b, pt.Batches)
+func Oracle(pt *truthprof.PairTruth, b plan.Budgets) (search.Result, error) {
+	model, err := plan.NewModel(b, pt.Batches)
 	if err != nil {
-		return Result{}, fmt.Errorf("oracle: budgets: %w", err)
+		return search.Result{}, fmt.Errorf("oracle: budgets: %w", err)
 	}
 	o, err := newOracleRate(pt, model.Budgets().RateRPS, model.Budgets().Quantile)
 	if err != nil {
-		return Result{}, fmt.Errorf("oracle: %w", err)
+		return search.Result{}, fmt.Errorf("oracle: %w", err)
 	}
 	return o.answer(model), nil
 }
 
-func (o *oracleRate) answer(model *Model) Result {
+func (o *oracleRate) answer(model *plan.Model) search.Result {
 	if e, ok := o.best(model); ok {
-		return Result{Choice: e, Found: true, Feasible: true, Stop: "exhaustive"}
+		return search.Result{Choice: e, Found: true, Feasible: true, Stop: "exhaustive"}
 	}
-	best := Eval{Violation: math.Inf(1)}
+	best := plan.Eval{Violation: math.Inf(1)}
 	nb := len(o.pt.Batches)
-	for i := range o.pt.modes {
+	for i := range o.pt.Len() {
+		t, infer := o.pt.Points(i)
 		for j := range nb {
-			if e := model.Evaluate(o.pt.modes[i], o.pt.train[i], o.pt.infer[i*nb+j]); e.Better(best) {
+			if e := model.Evaluate(o.pt.ModeAt(i), t, infer[j]); e.Better(best) {
 				best = e
 			}
 		}
 	}
-	return Result{Choice: best, Found: true, Feasible: false, Stop: "exhaustive: nothing meets the budgets"}
+	return search.Result{Choice: best, Found: true, Feasible: false, Stop: "exhaustive: nothing meets the budgets"}
 }
 
-// MarginOracle is the oracle with a safety margin: it knows the noise-free truth (it
-// needs a profiler that holds one, such as TruthProfiler) but claims only configurations
-// that still fit with every time and power raised by MarginRel. It profiles nothing.
-// It measures what a margin alone costs, whatever the search: the ceiling of any
-// searcher that keeps that margin (benchmark name oracle-m<percent>).
+// MarginOracle is the oracle with a safety margin: it is given the noise-free truth of
+// the pair at construction (only the benchmark has it) and claims only configurations
+// that still fit with every time and power raised by MarginRel. It profiles nothing: the
+// profiler it is handed is ignored. It measures what a margin alone costs, whatever the
+// search: the ceiling of any searcher that keeps that margin (benchmark name
+// oracle-m<percent>).
 type MarginOracle struct {
+	pt        *truthprof.PairTruth
 	MarginRel float64
 }
 
-// Name implements Searcher.
-func (o MarginOracle) Name() string {
+// NewMarginOracle returns the margin oracle of pair pt.
+func NewMarginOracle(pt *truthprof.PairTruth, marginRel float64) *MarginOracle {
+	return &MarginOracle{pt: pt, MarginRel: marginRel}
+}
+
+// Name implements search.Searcher.
+func (o *MarginOracle) Name() string {
 	return "oracle-m" + strconv.FormatFloat(100*o.MarginRel, 'f', -1, 64)
 }
 
-// Search implements Searcher.
-func (o MarginOracle) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
-	tp, ok := prof.(interface{ Truth() *PairTruth })
-	if !ok {
-		return Result{}, fmt.Errorf("%s: needs the noise-free truth; run it in fulcrumctl bench", o.Name())
+// Search implements search.Searcher.
+func (o *MarginOracle) Search(ctx context.Context, p search.Problem, _ search.Profiler) (search.Result, error) {
+	pt := o.pt
+	if pt == nil {
+		return search.Result{}, fmt.Errorf("%s: no ground truth: build it with NewMarginOracle", o.Name())
 	}
-	pt := tp.Truth()
-	model, err := NewModel(p.Budgets, pt.Batches)
+	model, err := plan.NewModel(p.Budgets, pt.Batches)
 	if err != nil {
-		return Result{}, fmt.Errorf("%s: budgets: %w", o.Name(), err)
+		return search.Result{}, fmt.Errorf("%s: budgets: %w", o.Name(), err)
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return search.Result{}, err
 	}
 	up := 1 + o.MarginRel
-	nb := len(pt.Batches)
-	var best Eval
+	var best plan.Eval
 	found := false
-	// Over the flat slices, as the oracle scans: no profile is copied per mode.
-	for i, m := range pt.modes {
-		t := pt.train[i]
+	// Over the truth's flat slices, as the oracle scans: no profile is copied per mode.
+	for i := range pt.Len() {
+		m := pt.ModeAt(i)
+		tt, infer := pt.Points(i)
+		t := tt
 		t.TimeMS, t.PowerMW = t.TimeMS*up, t.PowerMW*up
-		for _, ip := range pt.infer[i*nb : (i+1)*nb] {
+		for _, ip := range infer {
 			raised := ip
 			raised.TimeMS, raised.PowerMW = ip.TimeMS*up, ip.PowerMW*up
 			if !model.Evaluate(m, t, raised).Feasible {
 				continue
 			}
 			// Ranked by the true throughput, as the plain oracle ranks.
-			if e := model.Evaluate(m, pt.train[i], ip); !found || e.Better(best) {
+			if e := model.Evaluate(m, tt, ip); !found || e.Better(best) {
 				best, found = e, true
 			}
 		}
 	}
 	if !found {
-		return Result{Stop: "exhaustive: nothing fits with the margin"}, nil
+		return search.Result{Stop: "exhaustive: nothing fits with the margin"}, nil
 	}
-	return Result{Choice: best, Found: true, Feasible: true, Stop: "exhaustive with a margin"}, nil
+	return search.Result{Choice: best, Found: true, Feasible: true, Stop: "exhaustive with a margin"}, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 )
 
@@ -33,7 +33,7 @@ func TestVariantsReport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep, err := fulcrum.RunBench(context.Background(), fulcrum.BenchSpec{
+			rep, err := bench.RunBench(context.Background(), bench.BenchSpec{
 				Truth: tab, RatesRPS: []float64{5, 15, 30}, LatenciesMS: []float64{50, 100, 200, 400},
 				PowersMW: []float64{15000, 20000, 30000, 40000}, Searchers: splitComma(*variantsSearchers),
 				Noise: noise, Seed: 1, Parallel: 2, Presets: presets, PresetNames: names,

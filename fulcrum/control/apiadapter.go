@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -138,7 +138,7 @@ func (a *API) binding(ch *Choice) (string, bool) {
 	k := 1 - a.C.cfg.PlanMargin
 	for _, lim := range []struct{ latencyMS, powerMW, rho float64 }{
 		{b.LatencyMS, b.PowerW * 1000, b.RhoMax},
-		{a.C.admissionBudgets(fulcrum.Budgets{LatencyMS: b.LatencyMS}).LatencyMS * k, b.PowerW * 1000 * k, b.RhoMax * k},
+		{a.C.admissionBudgets(plan.Budgets{LatencyMS: b.LatencyMS}).LatencyMS * k, b.PowerW * 1000 * k, b.RhoMax * k},
 	} {
 		switch {
 		case ch.Predicted.LatencyMS > lim.latencyMS:

@@ -11,10 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -60,7 +61,7 @@ func DefaultConfig() Config {
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Events: 1000,
-		InferBatches: fulcrum.DefaultInferBatches(),
+		InferBatches: plan.DefaultInferBatches(),
 	}
 }
 
@@ -136,10 +137,10 @@ func (b Budgets) Validate() error {
 
 func (b Budgets) withDefaults() Budgets {
 	if b.Quantile == 0 {
-		b.Quantile = fulcrum.DefaultQuantile
+		b.Quantile = plan.DefaultQuantile
 	}
 	if b.RhoMax == 0 {
-		b.RhoMax = fulcrum.DefaultRhoMax
+		b.RhoMax = plan.DefaultRhoMax
 	}
 	return b
 }
@@ -151,12 +152,12 @@ const reasonBudgets = "budgets changed"
 const noPowerMW = 1e6
 
 // model returns model v1's budgets for these targets at the given rate.
-func (b Budgets) model(rateRPS float64) fulcrum.Budgets {
+func (b Budgets) model(rateRPS float64) plan.Budgets {
 	p := b.PowerW * 1000
 	if p <= 0 {
 		p = noPowerMW
 	}
-	return fulcrum.Budgets{RateRPS: max(rateRPS, 1e-3), LatencyMS: b.LatencyMS, PowerMW: p, Quantile: b.withDefaults().Quantile, RhoMax: b.withDefaults().RhoMax}.WithDefaults()
+	return plan.Budgets{RateRPS: max(rateRPS, 1e-3), LatencyMS: b.LatencyMS, PowerMW: p, Quantile: b.withDefaults().Quantile, RhoMax: b.withDefaults().RhoMax}.WithDefaults()
 }
 
 // Choice is a configuration the controller applied or planned, with model v1's
@@ -235,7 +236,7 @@ type Controller struct {
 	measured    Measured
 	latCount    int
 	live        LiveCounts
-	lastSearch  *fulcrum.Result
+	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
 }
 
@@ -392,7 +393,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	if c.pair != nil {
 		rate := c.planRateOr()
 		if ps, err := c.profiles(); err == nil {
-			if mod, err := fulcrum.NewModel(c.budgets.model(rate), c.cfg.InferBatches); err == nil {
+			if mod, err := plan.NewModel(c.budgets.model(rate), c.cfg.InferBatches); err == nil {
 				for _, p := range ps {
 					if p.Mode == m {
 						if e, ok := mod.BestAtMode(p); ok {
@@ -678,7 +679,7 @@ func (c *Controller) planningRate(now time.Time) (float64, bool) {
 
 // profiles returns the stored complete profiles of the pair with the learned power
 // corrections applied and latency-broken configurations left out.
-func (c *Controller) profiles() ([]fulcrum.ModeProfile, error) {
+func (c *Controller) profiles() ([]plan.ModeProfile, error) {
 	if c.board == nil {
 		return nil, nil
 	}
@@ -687,7 +688,7 @@ func (c *Controller) profiles() ([]fulcrum.ModeProfile, error) {
 		return nil, err
 	}
 	if sp := c.board.Space(); sp != nil {
-		ps = slices.DeleteFunc(ps, func(p fulcrum.ModeProfile) bool { return !sp.Contains(p.Mode) })
+		ps = slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return !sp.Contains(p.Mode) })
 	}
 	for i := range ps {
 		if k := c.corrP[ps[i].Mode]; k > 1 {
@@ -696,12 +697,12 @@ func (c *Controller) profiles() ([]fulcrum.ModeProfile, error) {
 				ps[i].Infer[j].PowerMW *= k
 			}
 		}
-		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip fulcrum.InferPoint) bool { return c.badLat[cfgKey{ps[i].Mode, ip.Batch}] })
+		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.badLat[cfgKey{ps[i].Mode, ip.Batch}] })
 	}
-	return slices.DeleteFunc(ps, func(p fulcrum.ModeProfile) bool { return len(p.Infer) == 0 }), nil
+	return slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return len(p.Infer) == 0 }), nil
 }
 
-func predictionOf(e fulcrum.Eval, rate float64) Prediction {
+func predictionOf(e plan.Eval, rate float64) Prediction {
 	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
 }
 
@@ -742,10 +743,10 @@ func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 
 // choose is model v1's choice over ps against budgets b shrunk by margin; the
 // prediction is re-scored against the exact budgets.
-func (c *Controller) choose(ps []fulcrum.ModeProfile, b fulcrum.Budgets, margin float64) (fulcrum.Plan, error) {
-	m, err := fulcrum.NewModel(fulcrum.Derate(c.admissionBudgets(b), margin), c.cfg.InferBatches)
+func (c *Controller) choose(ps []plan.ModeProfile, b plan.Budgets, margin float64) (plan.Plan, error) {
+	m, err := plan.NewModel(search.Derate(c.admissionBudgets(b), margin), c.cfg.InferBatches)
 	if err != nil {
-		return fulcrum.Plan{}, err
+		return plan.Plan{}, err
 	}
 	pl, err := m.Choose(ps)
 	if err != nil {
@@ -764,7 +765,7 @@ func (c *Controller) choose(ps []fulcrum.ModeProfile, b fulcrum.Budgets, margin 
 // g·(T_train + T_infer) + fill ≤ L − margin is, to within fill's share, model v1's test
 // against (L − margin)/g, which is what is returned. Searches and plans both use it;
 // predictions and reports use the exact budgets.
-func (c *Controller) admissionBudgets(b fulcrum.Budgets) fulcrum.Budgets {
+func (c *Controller) admissionBudgets(b plan.Budgets) plan.Budgets {
 	sc := c.sched.Config()
 	g := 1 + sc.DevK*sched.ExpectedDevRel
 	if lm := float64(sc.Margin) / float64(time.Millisecond); b.LatencyMS > 2*lm {
@@ -775,8 +776,8 @@ func (c *Controller) admissionBudgets(b fulcrum.Budgets) fulcrum.Budgets {
 }
 
 // decide applies e and records the decision (kind) and the application.
-func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e fulcrum.Eval, rate float64) {
-	exact, err := fulcrum.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
+func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
+	exact, err := plan.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
 	pred := predictionOf(e, rate)
 	if err == nil {
 		if ps, perr := c.profiles(); perr == nil {
@@ -908,7 +909,7 @@ func (c *Controller) boardRefusal(now time.Time) string {
 // mode's stale times starved training after a plan (found in the demo: 1–6 samples/s
 // against 270 planned). Called with c.mu held, after a mode change.
 func (c *Controller) expectAt(m powermode.Mode) {
-	var mp *fulcrum.ModeProfile
+	var mp *plan.ModeProfile
 	if c.pair != nil {
 		if ps, err := c.profiles(); err == nil {
 			for i := range ps {
@@ -937,13 +938,13 @@ func (c *Controller) expectAt(m powermode.Mode) {
 }
 
 // evalAll scores every stored configuration at rate with model v1 (exact budgets).
-func (c *Controller) evalAll(ps []fulcrum.ModeProfile, rate float64) ([]fulcrum.Eval, []fulcrum.ModeProfile) {
-	m, err := fulcrum.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
+func (c *Controller) evalAll(ps []plan.ModeProfile, rate float64) ([]plan.Eval, []plan.ModeProfile) {
+	m, err := plan.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
 	if err != nil {
 		return nil, nil
 	}
-	var es []fulcrum.Eval
-	var owners []fulcrum.ModeProfile
+	var es []plan.Eval
+	var owners []plan.ModeProfile
 	for _, p := range ps {
 		for _, ip := range p.Infer {
 			es = append(es, m.Evaluate(p.Mode, p.Train, ip))
@@ -973,7 +974,7 @@ func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
 	}
 	target := budget * (1 - c.cfg.StepMargin)
 	es, _ := c.evalAll(ps, rate)
-	var best, lowest *fulcrum.Eval
+	var best, lowest *plan.Eval
 	for i := range es {
 		e := &es[i]
 		if e.Rho > c.budgets.model(rate).RhoMax {
@@ -1031,7 +1032,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	}
 	es, owners := c.evalAll(ps, rate)
 	power := c.budgets.PowerW * 1000
-	var best, fastest *fulcrum.Eval
+	var best, fastest *plan.Eval
 	for i := range es {
 		e := &es[i]
 		shorter := curTrain == 0 || owners[i].Train.TimeMS < curTrain || (e.Mode == cur.Mode && e.Batch < cur.Batch)
@@ -1141,17 +1142,17 @@ func (c *Controller) planRateOr() float64 {
 
 // lowestPower is the stored configuration with the lowest predicted power (inference
 // within its GPU share).
-func (c *Controller) lowestPower() (fulcrum.Eval, bool) {
+func (c *Controller) lowestPower() (plan.Eval, bool) {
 	if c.pair == nil {
-		return fulcrum.Eval{}, false
+		return plan.Eval{}, false
 	}
 	ps, err := c.profiles()
 	if err != nil {
-		return fulcrum.Eval{}, false
+		return plan.Eval{}, false
 	}
 	rate := c.planRateOr()
 	es, _ := c.evalAll(ps, rate)
-	var best *fulcrum.Eval
+	var best *plan.Eval
 	for i := range es {
 		e := &es[i]
 		if e.Rho > c.budgets.model(rate).RhoMax {
@@ -1162,7 +1163,7 @@ func (c *Controller) lowestPower() (fulcrum.Eval, bool) {
 		}
 	}
 	if best == nil {
-		return fulcrum.Eval{}, false
+		return plan.Eval{}, false
 	}
 	return *best, true
 }

@@ -3,7 +3,7 @@ package control
 import (
 	"strings"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 )
 
 // Status is the controller's state at one instant.
@@ -36,7 +36,7 @@ type Status struct {
 	// Live counts what live profiling did since start.
 	Live LiveCounts `json:"live"`
 	// LastSearch is the last searcher's result.
-	LastSearch *fulcrum.Result `json:"last_search,omitempty"`
+	LastSearch *search.Result `json:"last_search,omitempty"`
 	// LastEvent is the sequence number of the newest event.
 	LastEvent uint64 `json:"last_event"`
 }

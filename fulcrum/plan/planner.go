@@ -271,3 +271,9 @@ func (p ModeProfile) SortedBatches() []int {
 	slices.Sort(out)
 	return out
 }
+
+// Clone returns a copy of p that shares no memory with it.
+func (p ModeProfile) Clone() ModeProfile {
+	p.Infer = slices.Clone(p.Infer)
+	return p
+}

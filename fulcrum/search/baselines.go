@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"strconv"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
@@ -90,7 +90,7 @@ func (r RandomSearcher) Search(ctx context.Context, p Problem, prof Profiler) (R
 }
 
 func profileAndChoose(ctx context.Context, name string, p Problem, prof Profiler, modes []powermode.Mode, stop string) (Result, error) {
-	model, err := NewModel(p.Budgets, p.InferBatches)
+	model, err := plan.NewModel(p.Budgets, p.InferBatches)
 	if err != nil {
 		return Result{}, fmt.Errorf("%s: budgets: %w", name, err)
 	}
@@ -99,7 +99,7 @@ func profileAndChoose(ctx context.Context, name string, p Problem, prof Profiler
 		have[k.Mode] = true
 	}
 	var res Result
-	var profiles []ModeProfile
+	var profiles []plan.ModeProfile
 	for _, m := range modes {
 		mp, err := prof.Profile(ctx, m)
 		if err != nil {
@@ -117,4 +117,3 @@ func profileAndChoose(ctx context.Context, name string, p Problem, prof Profiler
 	}
 	return res, nil
 }
-

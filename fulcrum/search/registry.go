@@ -1,115 +1,139 @@
 package search
 
 import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
 )
 
-// PairLearner is a searcher that learns a workload pair once (an offline campaign, e.g.
-// ALS fitting its surrogates and Pareto set) and then answers many budget
-// configurations of that pair with few confirming profiles each. The benchmark calls
-// Learn once per pair and Answer once per configuration of the pair.
-type PairLearner interface {
-	Name() string
-	// Learn runs the campaign. p has no Budgets (zero value); p.MaxProfiles caps the
-	// campaign's profiles (0: the learner's default); p.Seed seeds its randomness.
-	Learn(ctx context.Context, p Problem, prof Profiler) (Answerer, error)
+// The registry is the one place that knows the searchers' names: the benchmark
+// (fulcrumctl bench), the controller's live searches and fulcrumd's configuration all
+// go through Parse and New, so a new searcher or variant is added here only.
+
+// Kind is the family a searcher name belongs to.
+type Kind int
+
+// The searcher families.
+const (
+	KindGMD    Kind = iota + 1 // gmd and its variants gmd-m<percent>-p<penalty>-…
+	KindALS                    // als
+	KindPreset                 // preset
+	KindMaxN                   // maxn
+	KindRandom                 // random-<K>
+	// KindOracle is the exhaustive optimum over the noise-free truth: not a profiling
+	// searcher, the benchmark computes its row itself.
+	KindOracle
+	// KindMarginOracle is the oracle with a safety margin (oracle-m<percent>). It needs
+	// the noise-free truth, which only the benchmark has: bench.NewMarginOracle builds it.
+	KindMarginOracle
+)
+
+// Spec is a searcher name, parsed.
+type Spec struct {
+	Name string
+	Kind Kind
+	// GMD holds a GMD variant's options (KindGMD; zero for plain gmd).
+	GMD GMDOptions
+	// RandomK is the number of random modes (KindRandom).
+	RandomK int
+	// MarginRel is the margin oracle's relative margin (KindMarginOracle; 0.03 = 3%).
+	MarginRel float64
 }
 
-// Answerer answers budget configurations of the pair it was learned on.
-//
-// The benchmark calls Answer for the configurations of one pair sequentially, from one
-// goroutine (Answerers of different pairs run concurrently). prof knows every profile
-// of the campaign (free) and counts each new mode it measures as a confirming profile
-// of this configuration; each configuration gets its own prof, so a confirming profile
-// taken for one configuration is not visible to the next (results do not depend on
-// scheduling). Result.Profiled lists the confirming profiles only.
-type Answerer interface {
-	Answer(ctx context.Context, b Budgets, prof Profiler) (Result, error)
-}
+// Names is the help text listing every searcher name.
+const Names = "gmd, gmd-m<percent> (and the other GMD variants), als, preset, maxn, random-<K>, oracle or oracle-m<percent>"
 
-// NewSearcher builds a searcher by its benchmark name: gmd, gmd-m<percent> (GMD with
-// that budget margin, gmd-m0 for none; also -p<penalty>, -b<profile budget>), maxn,
-// preset, random-<K>, als, oracle-m<percent> (the truth with a margin). The result is a
-// Searcher or a PairLearner. "oracle" is not a searcher: the benchmark computes it from
-// the noise-free truth.
-func NewSearcher(name string) (any, error) {
+// Parse reads a searcher name: gmd, gmd-m<percent> (GMD with that budget margin, gmd-m0
+// for none; also -p<penalty>, -b<profile budget>, -c, -f, -s0: see ParseGMDName), maxn,
+// preset, random-<K>, als, oracle, oracle-m<percent> (the truth with a margin).
+func Parse(name string) (Spec, error) {
+	sp := Spec{Name: name}
 	switch {
 	case name == "gmd":
-		return NewGMD(GMDOptions{}), nil
+		sp.Kind = KindGMD
 	case strings.HasPrefix(name, "gmd-"):
-		o, err := parseGMDName(name)
+		o, err := ParseGMDName(name)
 		if err != nil {
-			return nil, err
+			return Spec{}, err
 		}
-		return namedSearcher{NewGMD(o), name}, nil
+		sp.Kind, sp.GMD = KindGMD, o
 	case name == "maxn":
-		return MaxNSearcher{}, nil
+		sp.Kind = KindMaxN
 	case name == "preset":
-		return PresetSearcher{}, nil
+		sp.Kind = KindPreset
 	case strings.HasPrefix(name, "random-"):
 		k, err := strconv.Atoi(strings.TrimPrefix(name, "random-"))
 		if err != nil || k < 1 {
-			return nil, fmt.Errorf("searcher %q: want random-<K> with K ≥ 1, e.g. random-15", name)
+			return Spec{}, fmt.Errorf("searcher %q: want random-<K> with K ≥ 1, e.g. random-15", name)
 		}
-		return RandomSearcher{K: k}, nil
+		sp.Kind, sp.RandomK = KindRandom, k
 	case name == "als":
-		return NewALS(ALSOptions{}), nil
+		sp.Kind = KindALS
 	case strings.HasPrefix(name, "oracle-m"):
 		pct, err := strconv.ParseFloat(strings.TrimPrefix(name, "oracle-m"), 64)
 		if err != nil || pct < 0 || pct >= 100 {
-			return nil, fmt.Errorf("searcher %q: want oracle-m<margin percent>, e.g. oracle-m6", name)
+			return Spec{}, fmt.Errorf("searcher %q: want oracle-m<margin percent>, e.g. oracle-m6", name)
 		}
-		return namedSearcher{MarginOracle{MarginRel: pct / 100}, name}, nil
+		sp.Kind, sp.MarginRel = KindMarginOracle, pct/100
 	case name == "oracle":
-		return nil, errors.New("oracle is not a profiling searcher: the benchmark computes it from the noise-free truth (list it in the searchers to get its row)")
+		sp.Kind = KindOracle
+	default:
+		return Spec{}, fmt.Errorf("unknown searcher %q: want %s", name, Names)
 	}
-	return nil, fmt.Errorf("unknown searcher %q: want gmd, gmd-m<percent>, als, preset, maxn, random-<K>, oracle or oracle-m<percent>", name)
+	return sp, nil
 }
 
-// parseGMDName reads GMD variants: gmd-m<margin percent>, gmd-p<penalty>, gmd-b<profiles>,
-// gmd-c<profiles kept back for repeat measurements> (gmd-c0: none), gmd-f<fallback
-// margin in tenths of σ> (gmd-f10: 1σ; gmd-f0: no fallback), gmd-s0 (no smoothing),
-// combinable (gmd-m6-p8, gmd-c0-f0).
-func parseGMDName(name string) (GMDOptions, error) {
-	var o GMDOptions
-	bad := fmt.Errorf("searcher %q: want gmd followed by -m<margin percent>, -p<penalty>, -b<profile budget>, -c<profiles kept for repeats>, -f<fallback margin in tenths of σ> or -s0 (no smoothing), e.g. gmd-m4, gmd-m6-b20 or gmd-c0-f0", name)
-	for _, part := range strings.Split(strings.TrimPrefix(name, "gmd-"), "-") {
-		if len(part) < 2 {
-			return o, bad
-		}
-		v, err := strconv.ParseFloat(part[1:], 64)
-		if err != nil || v < 0 {
-			return o, bad
-		}
-		switch part[0] {
-		case 'm':
-			if v >= 50 {
-				return o, bad
-			}
-			o.Margin = v / 100
-			if v == 0 {
-				o.Margin = -1 // exact budgets
-			}
-		case 'p':
-			o.Penalty = v
-		case 'b':
-			o.MaxProfiles = int(v)
-		case 's':
-			o.NoSmooth = v == 0
-		case 'f':
-			o.FallbackSigmas = []float64{v / 10} // f10: 1σ; f0: none
-			if v == 0 {
-				o.FallbackSigmas = []float64{}
-			}
-		case 'c':
-			o.Confirm = int(v)
-			if v == 0 {
-				o.Confirm = -1 // no repeat measurements
-			}
-		default:
-			return o, bad
-		}
+// Env is what a searcher may need from where it runs.
+type Env struct {
+	// Logger receives a searcher's progress (ALS); nil discards it.
+	Logger *slog.Logger
+}
+
+// New builds a profiling searcher by name (see Parse). ALS is also a PairLearner, which
+// the benchmark uses to learn a pair once. The oracles are not built here: "oracle" is
+// computed by the benchmark, and oracle-m<percent> needs the noise-free truth
+// (bench.NewMarginOracle).
+func New(name string, env Env) (Searcher, error) {
+	sp, err := Parse(name)
+	if err != nil {
+		return nil, err
 	}
-	return o, nil
+	return sp.New(env)
+}
+
+// New builds the searcher sp names.
+func (sp Spec) New(env Env) (Searcher, error) {
+	switch sp.Kind {
+	case KindGMD:
+		if sp.Name == "gmd" {
+			return NewGMD(sp.GMD), nil
+		}
+		return namedSearcher{NewGMD(sp.GMD), sp.Name}, nil
+	case KindMaxN:
+		return MaxNSearcher{}, nil
+	case KindPreset:
+		return PresetSearcher{}, nil
+	case KindRandom:
+		return RandomSearcher{K: sp.RandomK}, nil
+	case KindALS:
+		return NewALS(ALSOptions{Logger: env.Logger}), nil
+	case KindOracle:
+		return nil, errors.New("oracle is not a profiling searcher: the benchmark computes it from the noise-free truth (list it in the searchers to get its row)")
+	case KindMarginOracle:
+		return nil, fmt.Errorf("%s needs the noise-free truth; run it in fulcrumctl bench", sp.Name)
+	}
+	return nil, fmt.Errorf("searcher %q: no kind (use Parse)", sp.Name)
+}
+
+// CheckLive says whether the daemon can run a searcher live, through the board (the
+// controller's searches, fulcrumd's controller.searcher): gmd and als.
+func CheckLive(name string) error {
+	if name != "gmd" && name != "als" {
+		return fmt.Errorf(`searcher must be "gmd" or "als", got %q`, name)
+	}
+	return nil
 }
 
 // namedSearcher renames a searcher (gmd-m2 is GMD under another name in the report).
@@ -119,4 +143,3 @@ type namedSearcher struct {
 }
 
 func (n namedSearcher) Name() string { return n.name }
-

@@ -3,6 +3,8 @@ package search
 import (
 	"context"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -10,9 +12,9 @@ import (
 // profiling both workloads there (training at B_T, inference at every batch size).
 type Profiler interface {
 	// Profile returns the profile at m, measuring it if it is not known yet.
-	Profile(ctx context.Context, m powermode.Mode) (ModeProfile, error)
+	Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error)
 	// Known returns the profiles that are already available (free to use).
-	Known() []ModeProfile
+	Known() []plan.ModeProfile
 }
 
 // Remeasurer is a Profiler that can measure a mode again: a new measurement,
@@ -21,7 +23,7 @@ type Profiler interface {
 // where one measurement cannot tell a fit from a near miss. Profile never remeasures;
 // only an explicit Remeasure does.
 type Remeasurer interface {
-	Remeasure(ctx context.Context, m powermode.Mode) (ModeProfile, error)
+	Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error)
 }
 
 // Problem is what a searcher is asked to solve.
@@ -31,7 +33,7 @@ type Problem struct {
 	Infer        string           `json:"infer"`
 	TrainBatch   int              `json:"train_batch"`
 	InferBatches []int            `json:"infer_batches"`
-	Budgets      Budgets          `json:"budgets"`
+	Budgets      plan.Budgets     `json:"budgets"`
 	// Presets are the board's nvpmodel presets snapped into Space (the GMD start and
 	// the preset baseline).
 	Presets []powermode.Mode `json:"presets"`
@@ -54,7 +56,7 @@ type Problem struct {
 type Result struct {
 	// Choice is the chosen configuration with its predicted θ, latency and power
 	// (as computed from the profiles the searcher saw, not from the truth).
-	Choice Eval `json:"choice"`
+	Choice plan.Eval `json:"choice"`
 	// Found is false when the searcher has no configuration to propose at all.
 	Found bool `json:"found"`
 	// Feasible says whether the choice meets the budgets by the searcher's own data.
@@ -74,4 +76,27 @@ type Result struct {
 type Searcher interface {
 	Name() string
 	Search(ctx context.Context, p Problem, prof Profiler) (Result, error)
+}
+
+// PairLearner is a searcher that learns a workload pair once (an offline campaign, e.g.
+// ALS fitting its surrogates and Pareto set) and then answers many budget
+// configurations of that pair with few confirming profiles each. The benchmark calls
+// Learn once per pair and Answer once per configuration of the pair.
+type PairLearner interface {
+	Name() string
+	// Learn runs the campaign. p has no Budgets (zero value); p.MaxProfiles caps the
+	// campaign's profiles (0: the learner's default); p.Seed seeds its randomness.
+	Learn(ctx context.Context, p Problem, prof Profiler) (Answerer, error)
+}
+
+// Answerer answers budget configurations of the pair it was learned on.
+//
+// The benchmark calls Answer for the configurations of one pair sequentially, from one
+// goroutine (Answerers of different pairs run concurrently). prof knows every profile
+// of the campaign (free) and counts each new mode it measures as a confirming profile
+// of this configuration; each configuration gets its own prof, so a confirming profile
+// taken for one configuration is not visible to the next (results do not depend on
+// scheduling). Result.Profiled lists the confirming profiles only.
+type Answerer interface {
+	Answer(ctx context.Context, b plan.Budgets, prof Profiler) (Result, error)
 }

@@ -1,3 +1,7 @@
+// Package truthprof replays a ground-truth table (profiler/truth) as a noisy profiler:
+// PairTruth is one training × inference pair of the table laid out for fast scans, and
+// TruthProfiler answers a searcher's profile requests from it with seeded noise. The
+// benchmark (fulcrum/bench) and the searchers' tests use it.
 package truthprof
 
 import (
@@ -6,6 +10,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
@@ -24,10 +30,10 @@ type PairTruth struct {
 	// and every inference batch have a row.
 	Space *powermode.Space
 
-	dense []int32          // Space grid ordinal -> dense number, -1 when not a member
-	modes []powermode.Mode // dense number -> mode
-	train []TrainPoint     // dense number -> training point
-	infer []InferPoint     // dense*len(Batches)+j -> inference point at Batches[j]
+	dense []int32           // Space grid ordinal -> dense number, -1 when not a member
+	modes []powermode.Mode  // dense number -> mode
+	train []plan.TrainPoint // dense number -> training point
+	infer []plan.InferPoint // dense*len(Batches)+j -> inference point at Batches[j]
 }
 
 // NewPairTruth extracts a pair from a table. trainBatch 0 takes the training
@@ -61,16 +67,16 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 		bpos[b] = j
 	}
 	type acc struct {
-		t     TrainPoint
+		t     plan.TrainPoint
 		haveT bool
-		in    []InferPoint
+		in    []plan.InferPoint
 		n     int
 	}
 	byMode := map[powermode.Mode]*acc{}
 	get := func(m powermode.Mode) *acc {
 		a := byMode[m]
 		if a == nil {
-			a = &acc{in: make([]InferPoint, len(batches))}
+			a = &acc{in: make([]plan.InferPoint, len(batches))}
 			byMode[m] = a
 		}
 		return a
@@ -79,14 +85,14 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 		switch {
 		case r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch:
 			a := get(r.Mode)
-			a.t, a.haveT = TrainPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}, true
+			a.t, a.haveT = plan.TrainPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}, true
 		case r.Role == truth.Infer && r.Workload == infer:
 			if j, ok := bpos[r.Batch]; ok {
 				a := get(r.Mode)
 				if a.in[j].Batch == 0 {
 					a.n++
 				}
-				a.in[j] = InferPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}
+				a.in[j] = plan.InferPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}
 			}
 		}
 	}
@@ -134,28 +140,31 @@ func (pt *PairTruth) DenseOf(m powermode.Mode) (int, bool) {
 }
 
 // ProfileAt returns the noise-free profile of dense mode i.
-func (pt *PairTruth) ProfileAt(i int) ModeProfile {
+func (pt *PairTruth) ProfileAt(i int) plan.ModeProfile {
 	nb := len(pt.Batches)
-	return ModeProfile{Mode: pt.modes[i], Train: pt.train[i], Infer: slices.Clone(pt.infer[i*nb : (i+1)*nb])}
+	return plan.ModeProfile{Mode: pt.modes[i], Train: pt.train[i], Infer: slices.Clone(pt.infer[i*nb : (i+1)*nb])}
 }
 
 // Score re-evaluates a configuration (mode, inference batch) on the noise-free truth
 // with model. ok is false when the mode or batch is not in the truth.
-func (pt *PairTruth) Score(model *Model, m powermode.Mode, batch int) (e Eval, ok bool) {
+func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch int) (e plan.Eval, ok bool) {
 	i, ok := pt.DenseOf(m)
 	if !ok {
-		return Eval{}, false
+		return plan.Eval{}, false
 	}
 	j, ok := slices.BinarySearch(pt.Batches, batch)
 	if !ok {
-		return Eval{}, false
+		return plan.Eval{}, false
 	}
 	return model.Evaluate(m, pt.train[i], pt.infer[i*len(pt.Batches)+j]), true
 }
 
-// Problem returns the pair's problem without budgets: space, workloads, batch sizes.
-func (pt *PairTruth) Problem() Problem {
-	return Problem{Space: pt.Space, Train: pt.Train, Infer: pt.Infer, TrainBatch: pt.TrainBatch, InferBatches: slices.Clone(pt.Batches)}
+// Points returns the noise-free training point of dense mode i and its inference
+// points (one per Batches entry). The slice is the truth itself, not a copy: read it,
+// never write it (the oracles scan every mode and must not copy per mode).
+func (pt *PairTruth) Points(i int) (plan.TrainPoint, []plan.InferPoint) {
+	nb := len(pt.Batches)
+	return pt.train[i], pt.infer[i*nb : (i+1)*nb : (i+1)*nb]
 }
 
 // TruthProfiler is a Profiler that answers from a ground-truth table with
@@ -173,7 +182,7 @@ type TruthProfiler struct {
 	// random numbers), so the benchmark compares them on equal luck.
 	base  uint64
 	reps  map[int]uint64 // dense mode -> measurements taken
-	known map[powermode.Mode]ModeProfile
+	known map[powermode.Mode]plan.ModeProfile
 	order []powermode.Mode
 	count int
 }
@@ -197,45 +206,42 @@ func NewPairProfiler(pt *PairTruth, noise float64, rng *rand.Rand) (*TruthProfil
 	if rng == nil && noise > 0 {
 		return nil, fmt.Errorf("profiling noise %v needs a random source", noise)
 	}
-	p := &TruthProfiler{pt: pt, noise: noise, reps: map[int]uint64{}, known: map[powermode.Mode]ModeProfile{}}
+	p := &TruthProfiler{pt: pt, noise: noise, reps: map[int]uint64{}, known: map[powermode.Mode]plan.ModeProfile{}}
 	if rng != nil {
 		p.base = rng.Uint64()
 	}
 	return p, nil
 }
 
-// Truth returns the noise-free pair behind the profiler.
-func (p *TruthProfiler) Truth() *PairTruth { return p.pt }
-
 // Profile implements Profiler.
-func (p *TruthProfiler) Profile(ctx context.Context, m powermode.Mode) (ModeProfile, error) {
+func (p *TruthProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	if err := ctx.Err(); err != nil {
-		return ModeProfile{}, err
+		return plan.ModeProfile{}, err
 	}
 	if mp, ok := p.known[m]; ok {
-		return cloneProfile(mp), nil
+		return mp.Clone(), nil
 	}
 	i, ok := p.pt.DenseOf(m)
 	if !ok {
-		return ModeProfile{}, fmt.Errorf("profile mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
+		return plan.ModeProfile{}, fmt.Errorf("profile mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
 	}
 	mp := p.measure(i)
 	p.known[m] = mp
 	p.order = append(p.order, m)
 	p.count++
-	return cloneProfile(mp), nil
+	return mp.Clone(), nil
 }
 
 // Remeasure implements Remeasurer: a new measurement of m with fresh noise, counted like
 // a profile. It does not change what Profile and Known return (the first measurement):
 // the searcher that asked keeps and averages its repeats.
-func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (ModeProfile, error) {
+func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	if err := ctx.Err(); err != nil {
-		return ModeProfile{}, err
+		return plan.ModeProfile{}, err
 	}
 	i, ok := p.pt.DenseOf(m)
 	if !ok {
-		return ModeProfile{}, fmt.Errorf("remeasure mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
+		return plan.ModeProfile{}, fmt.Errorf("remeasure mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
 	}
 	mp := p.measure(i)
 	p.count++
@@ -244,7 +250,7 @@ func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (ModePr
 
 // measure returns a new measurement of dense mode i: its profile with every time and
 // power jittered by the noise of (base, i, repeat number).
-func (p *TruthProfiler) measure(i int) ModeProfile {
+func (p *TruthProfiler) measure(i int) plan.ModeProfile {
 	mp := p.pt.ProfileAt(i)
 	if p.noise == 0 {
 		return mp
@@ -267,10 +273,10 @@ func (p *TruthProfiler) measure(i int) ModeProfile {
 
 // Known implements Profiler: every profile measured so far (or inherited by Fork), in
 // the order measured.
-func (p *TruthProfiler) Known() []ModeProfile {
-	out := make([]ModeProfile, 0, len(p.order))
+func (p *TruthProfiler) Known() []plan.ModeProfile {
+	out := make([]plan.ModeProfile, 0, len(p.order))
 	for _, m := range p.order {
-		out = append(out, cloneProfile(p.known[m]))
+		out = append(out, p.known[m].Clone())
 	}
 	return out
 }
@@ -284,7 +290,7 @@ func (p *TruthProfiler) Count() int { return p.count }
 // budget configuration a fork of a pair-learner's campaign profiler, so confirming
 // profiles are counted per configuration and results do not depend on scheduling.
 func (p *TruthProfiler) Fork(rng *rand.Rand) *TruthProfiler {
-	f := &TruthProfiler{pt: p.pt, noise: p.noise, reps: map[int]uint64{}, known: make(map[powermode.Mode]ModeProfile, len(p.known)), order: slices.Clone(p.order)}
+	f := &TruthProfiler{pt: p.pt, noise: p.noise, reps: map[int]uint64{}, known: make(map[powermode.Mode]plan.ModeProfile, len(p.known)), order: slices.Clone(p.order)}
 	if rng != nil {
 		f.base = rng.Uint64()
 	}
@@ -292,9 +298,4 @@ func (p *TruthProfiler) Fork(rng *rand.Rand) *TruthProfiler {
 		f.known[m] = mp
 	}
 	return f
-}
-
-func cloneProfile(mp ModeProfile) ModeProfile {
-	mp.Infer = slices.Clone(mp.Infer)
-	return mp
 }
