@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -55,17 +57,17 @@ type fixedSearcher struct {
 }
 
 func (f fixedSearcher) Name() string { return f.name }
-func (f fixedSearcher) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
+func (f fixedSearcher) Search(ctx context.Context, p search.Problem, prof search.Profiler) (search.Result, error) {
 	mp, err := prof.Profile(ctx, f.mode)
 	if err != nil {
-		return Result{}, err
+		return search.Result{}, err
 	}
 	if f.none {
-		return Result{Profiled: []powermode.Mode{f.mode}}, nil
+		return search.Result{Profiled: []powermode.Mode{f.mode}}, nil
 	}
-	m, _ := NewModel(p.Budgets, p.InferBatches)
+	m, _ := plan.NewModel(p.Budgets, p.InferBatches)
 	e, _ := m.BestAtMode(mp)
-	return Result{Choice: e, Found: true, Feasible: true, Profiled: []powermode.Mode{f.mode}}, nil
+	return search.Result{Choice: e, Found: true, Feasible: true, Profiled: []powermode.Mode{f.mode}}, nil
 }
 
 // learner profiles A and B once per pair, then confirms with C for every budget set
@@ -73,8 +75,8 @@ func (f fixedSearcher) Search(ctx context.Context, p Problem, prof Profiler) (Re
 type learner struct{}
 
 func (learner) Name() string { return "learner" }
-func (learner) Learn(ctx context.Context, p Problem, prof Profiler) (Answerer, error) {
-	if p.Budgets != (Budgets{}) {
+func (learner) Learn(ctx context.Context, p search.Problem, prof search.Profiler) (search.Answerer, error) {
+	if p.Budgets != (plan.Budgets{}) {
 		return nil, fmt.Errorf("Learn got budgets %+v, want none", p.Budgets)
 	}
 	for _, m := range []powermode.Mode{modeA, modeB} {
@@ -85,28 +87,40 @@ func (learner) Learn(ctx context.Context, p Problem, prof Profiler) (Answerer, e
 	return learnerAnswer{batches: p.InferBatches}, nil
 }
 
+// Search implements search.Searcher (learn, then answer the one configuration): the
+// benchmark prefers Learn, as it does for ALS.
+func (l learner) Search(ctx context.Context, p search.Problem, prof search.Profiler) (search.Result, error) {
+	b := p.Budgets
+	p.Budgets = plan.Budgets{}
+	a, err := l.Learn(ctx, p, prof)
+	if err != nil {
+		return search.Result{}, err
+	}
+	return a.Answer(ctx, b, prof)
+}
+
 type learnerAnswer struct{ batches []int }
 
-func (a learnerAnswer) Answer(ctx context.Context, b Budgets, prof Profiler) (Result, error) {
+func (a learnerAnswer) Answer(ctx context.Context, b plan.Budgets, prof search.Profiler) (search.Result, error) {
 	if len(prof.Known()) != 2 {
-		return Result{}, fmt.Errorf("answer sees %d known profiles, want the campaign's 2", len(prof.Known()))
+		return search.Result{}, fmt.Errorf("answer sees %d known profiles, want the campaign's 2", len(prof.Known()))
 	}
 	if _, err := prof.Profile(ctx, modeC); err != nil {
-		return Result{}, err
+		return search.Result{}, err
 	}
-	m, err := NewModel(b, a.batches)
+	m, err := plan.NewModel(b, a.batches)
 	if err != nil {
-		return Result{}, err
+		return search.Result{}, err
 	}
 	plan, err := m.Choose(prof.Known())
 	if err != nil {
-		return Result{}, err
+		return search.Result{}, err
 	}
-	return Result{Choice: plan.Best, Found: true, Feasible: plan.Feasible, Profiled: []powermode.Mode{modeC}}, nil
+	return search.Result{Choice: plan.Best, Found: true, Feasible: plan.Feasible, Profiled: []powermode.Mode{modeC}}, nil
 }
 
 func TestBenchHandChecked(t *testing.T) {
-	build := func(name string) (any, error) {
+	build := func(name string) (search.Searcher, error) {
 		switch name {
 		case "fast":
 			return fixedSearcher{name: name, mode: modeB}, nil
@@ -157,7 +171,7 @@ func statsNear(a, b SearcherStats) bool {
 }
 
 func TestBenchDeterministicAcrossParallelism(t *testing.T) {
-	v := smallVariant()
+	v := benchgen.Small()
 	tab, err := benchgen.Table(v)
 	if err != nil {
 		t.Fatal(err)
@@ -225,34 +239,5 @@ func TestBenchErrors(t *testing.T) {
 	cancel()
 	if _, err := RunBench(ctx, base); err == nil {
 		t.Error("cancelled run: no error")
-	}
-}
-
-func TestNewSearcherNames(t *testing.T) {
-	for _, n := range []string{"gmd", "gmd-m0", "gmd-m4-p8-b20", "maxn", "preset", "random-15"} {
-		s, err := NewSearcher(n)
-		if err != nil {
-			t.Errorf("%s: %v", n, err)
-			continue
-		}
-		if sr, ok := s.(Searcher); !ok || (sr.Name() != n && n != "gmd") {
-			t.Errorf("%s: got %T named %v", n, s, s)
-		}
-	}
-	for name, want := range map[string]GMDOptions{
-		"gmd-c0-f0":  {Confirm: -1, FallbackSigmas: []float64{}},
-		"gmd-c4-f5":  {Confirm: 4, FallbackSigmas: []float64{0.5}},
-		"gmd-s0-f10": {NoSmooth: true, FallbackSigmas: []float64{1}},
-	} {
-		got, err := parseGMDName(name)
-		if err != nil || got.Confirm != want.Confirm || got.NoSmooth != want.NoSmooth || !slices.Equal(got.FallbackSigmas, want.FallbackSigmas) || (got.FallbackSigmas == nil) != (want.FallbackSigmas == nil) {
-			t.Errorf("%s: %+v (%v), want %+v", name, got, err, want)
-		}
-	}
-	if _, err := NewSearcher("gmd-x3"); err == nil || !strings.Contains(err.Error(), "-f<fallback margin") {
-		t.Errorf("gmd-x3: %v", err)
-	}
-	if _, err := NewSearcher("oracle"); err == nil || !strings.Contains(err.Error(), "noise-free truth") {
-		t.Errorf("oracle: %v", err)
 	}
 }

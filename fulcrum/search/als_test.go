@@ -8,6 +8,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )
@@ -36,7 +39,7 @@ func alsTestTable(t testing.TB) *truth.Table {
 		}
 		rows = append(rows, truth.Row{Workload: "resnet", Role: truth.Train, Mode: m, Batch: 32,
 			TimeMS: 60 * (0.6/g + 0.25/e + 0.15/c), PowerMW: 1000 * powerW(1)})
-		for _, b := range DefaultInferBatches() {
+		for _, b := range plan.DefaultInferBatches() {
 			base := 4 + 1.5*float64(b)
 			rows = append(rows, truth.Row{Workload: "yolo", Role: truth.Infer, Mode: m, Batch: b,
 				TimeMS: base * (0.5/g + 0.4/e + 0.1/c), PowerMW: 1000 * powerW(0.8)})
@@ -49,15 +52,25 @@ func alsTestTable(t testing.TB) *truth.Table {
 	return tab
 }
 
+// alsTestProfiler is a profiler over alsTestTable's pair, and the pair's truth.
+func alsTestProfiler(t testing.TB, noise float64, rng *rand.Rand) (*truthprof.PairTruth, *truthprof.TruthProfiler, error) {
+	pt, err := truthprof.NewPairTruth(alsTestTable(t), "resnet", "yolo", 0, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	prof, err := truthprof.NewPairProfiler(pt, noise, rng)
+	return pt, prof, err
+}
+
 // strictProfiler wraps a profiler and fails the test if a mode is asked for twice or
 // a known mode is asked for at all.
 type strictProfiler struct {
 	t     *testing.T
-	inner *TruthProfiler
+	inner *truthprof.TruthProfiler
 	asked map[powermode.Mode]bool
 }
 
-func newStrict(t *testing.T, p *TruthProfiler) *strictProfiler {
+func newStrict(t *testing.T, p *truthprof.TruthProfiler) *strictProfiler {
 	s := &strictProfiler{t: t, inner: p, asked: map[powermode.Mode]bool{}}
 	for _, mp := range p.Known() {
 		s.asked[mp.Mode] = true
@@ -65,7 +78,7 @@ func newStrict(t *testing.T, p *TruthProfiler) *strictProfiler {
 	return s
 }
 
-func (s *strictProfiler) Profile(ctx context.Context, m powermode.Mode) (ModeProfile, error) {
+func (s *strictProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	if s.asked[m] {
 		s.t.Errorf("mode %s profiled again (or was already known)", m)
 	}
@@ -73,15 +86,15 @@ func (s *strictProfiler) Profile(ctx context.Context, m powermode.Mode) (ModePro
 	return s.inner.Profile(ctx, m)
 }
 
-func (s *strictProfiler) Known() []ModeProfile { return s.inner.Known() }
+func (s *strictProfiler) Known() []plan.ModeProfile { return s.inner.Known() }
 
 // alsTestBudgets returns budgets each met with slack by some configuration of the
 // truth: a random mode and batch, latency and power budgets 10–25% above its values.
-func alsTestBudgets(pt *PairTruth, n int, rng *rand.Rand) []Budgets {
-	var out []Budgets
+func alsTestBudgets(pt *truthprof.PairTruth, n int, rng *rand.Rand) []plan.Budgets {
+	var out []plan.Budgets
 	for len(out) < n {
 		rate := []float64{5, 20, 60}[rng.IntN(3)]
-		loose, err := NewModel(Budgets{RateRPS: rate, LatencyMS: 1e5, PowerMW: 1e5}, pt.Batches)
+		loose, err := plan.NewModel(plan.Budgets{RateRPS: rate, LatencyMS: 1e5, PowerMW: 1e5}, pt.Batches)
 		if err != nil {
 			panic(err)
 		}
@@ -90,18 +103,18 @@ func alsTestBudgets(pt *PairTruth, n int, rng *rand.Rand) []Budgets {
 		if !ok || e.Rho > 0.8 {
 			continue
 		}
-		out = append(out, Budgets{RateRPS: rate, LatencyMS: e.LatencyMS * (1.1 + 0.15*rng.Float64()), PowerMW: e.PowerMW * (1.1 + 0.15*rng.Float64())})
+		out = append(out, plan.Budgets{RateRPS: rate, LatencyMS: e.LatencyMS * (1.1 + 0.15*rng.Float64()), PowerMW: e.PowerMW * (1.1 + 0.15*rng.Float64())})
 	}
 	return out
 }
 
-func alsOracle(t *testing.T, pt *PairTruth, b Budgets) Eval {
+func alsOracle(t *testing.T, pt *truthprof.PairTruth, b plan.Budgets) plan.Eval {
 	t.Helper()
-	model, err := NewModel(b, pt.Batches)
+	model, err := plan.NewModel(b, pt.Batches)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var best Eval
+	var best plan.Eval
 	for i := range pt.Len() {
 		if e, ok := model.BestAtMode(pt.ProfileAt(i)); ok && (i == 0 || e.Better(best)) {
 			best = e
@@ -110,13 +123,13 @@ func alsOracle(t *testing.T, pt *PairTruth, b Budgets) Eval {
 	return best
 }
 
-func learnTestModel(t *testing.T, noise float64, seed uint64, maxProfiles int) (*ALSModel, *TruthProfiler) {
+func learnTestModel(t *testing.T, noise float64, seed uint64, maxProfiles int) (*ALSModel, *truthprof.PairTruth, *truthprof.TruthProfiler) {
 	t.Helper()
-	prof, err := NewTruthProfiler(alsTestTable(t), "resnet", "yolo", 0, nil, noise, rand.New(rand.NewPCG(seed, 1)))
+	pt, prof, err := alsTestProfiler(t, noise, rand.New(rand.NewPCG(seed, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := prof.Truth().Problem()
+	p := problemOf(pt)
 	p.Seed, p.MaxProfiles = seed, maxProfiles
 	m, err := NewALS(ALSOptions{}).LearnModel(context.Background(), p, newStrict(t, prof))
 	if err != nil {
@@ -125,12 +138,11 @@ func learnTestModel(t *testing.T, noise float64, seed uint64, maxProfiles int) (
 	if n := prof.Count(); n > maxProfiles || n != len(m.CampaignModes()) {
 		t.Fatalf("campaign profiled %d modes (model says %d), want ≤ %d", n, len(m.CampaignModes()), maxProfiles)
 	}
-	return m, prof
+	return m, pt, prof
 }
 
 func TestALSNearOptimalWithNoiseAndFewConfirms(t *testing.T) {
-	m, prof := learnTestModel(t, 0.03, 7, 50)
-	pt := prof.Truth()
+	m, pt, prof := learnTestModel(t, 0.03, 7, 50)
 	budgets := alsTestBudgets(pt, 10, rand.New(rand.NewPCG(99, 0)))
 	var sum float64
 	for k, b := range budgets {
@@ -143,7 +155,7 @@ func TestALSNearOptimalWithNoiseAndFewConfirms(t *testing.T) {
 			t.Errorf("budget %d: %d confirming profiles listed, %d taken; want ≤ 2 and equal", k, len(res.Profiled), fork.Count())
 		}
 		opt := alsOracle(t, pt, b)
-		model, _ := NewModel(b, pt.Batches)
+		model, _ := plan.NewModel(b, pt.Batches)
 		got, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch)
 		if !ok || !res.Found {
 			t.Fatalf("budget %d: choice %+v not in the truth", k, res.Choice)
@@ -162,7 +174,7 @@ func TestALSNearOptimalWithNoiseAndFewConfirms(t *testing.T) {
 }
 
 func TestALSModelRoundTripsAndAnswersIdentically(t *testing.T) {
-	m, prof := learnTestModel(t, 0.03, 11, 20)
+	m, pt, prof := learnTestModel(t, 0.03, 11, 20)
 	data, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +189,7 @@ func TestALSModelRoundTripsAndAnswersIdentically(t *testing.T) {
 	if !reflect.DeepEqual(r.mu, m.mu) || !reflect.DeepEqual(r.sd, m.sd) || !reflect.DeepEqual(r.noise, m.noise) {
 		t.Fatal("restored predictions differ from the learned ones")
 	}
-	for k, b := range alsTestBudgets(prof.Truth(), 5, rand.New(rand.NewPCG(5, 5))) {
+	for k, b := range alsTestBudgets(pt, 5, rand.New(rand.NewPCG(5, 5))) {
 		r1, err1 := m.Answer(context.Background(), b, prof.Fork(rand.New(rand.NewPCG(uint64(k), 3))))
 		r2, err2 := r.Answer(context.Background(), b, prof.Fork(rand.New(rand.NewPCG(uint64(k), 3))))
 		if err1 != nil || err2 != nil {
@@ -198,7 +210,7 @@ func TestALSModelRoundTripsAndAnswersIdentically(t *testing.T) {
 }
 
 func TestUnmarshalALSModelRejectsCorruptInput(t *testing.T) {
-	m, _ := learnTestModel(t, 0, 3, 12)
+	m, _, _ := learnTestModel(t, 0, 3, 12)
 	good, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -233,13 +245,13 @@ func TestUnmarshalALSModelRejectsCorruptInput(t *testing.T) {
 }
 
 func TestALSSearchStaysWithinBudget(t *testing.T) {
-	prof, err := NewTruthProfiler(alsTestTable(t), "resnet", "yolo", 0, nil, 0.03, rand.New(rand.NewPCG(4, 4)))
+	pt, prof, err := alsTestProfiler(t, 0.03, rand.New(rand.NewPCG(4, 4)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := prof.Truth().Problem()
+	p := problemOf(pt)
 	p.MaxProfiles = 20
-	p.Budgets = alsTestBudgets(prof.Truth(), 1, rand.New(rand.NewPCG(8, 8)))[0]
+	p.Budgets = alsTestBudgets(pt, 1, rand.New(rand.NewPCG(8, 8)))[0]
 	a := NewALS(ALSOptions{})
 	var s Searcher = a
 	var _ PairLearner = a
@@ -256,13 +268,13 @@ func TestALSSearchStaysWithinBudget(t *testing.T) {
 }
 
 func TestALSUsesKnownProfilesForFree(t *testing.T) {
-	prof, err := NewTruthProfiler(alsTestTable(t), "resnet", "yolo", 0, nil, 0, nil)
+	pt, prof, err := alsTestProfiler(t, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := prof.Truth().Problem()
+	p := problemOf(pt)
 	for i := range 12 {
-		if _, err := prof.Profile(context.Background(), prof.Truth().ModeAt(i*29%prof.Truth().Len())); err != nil {
+		if _, err := prof.Profile(context.Background(), pt.ModeAt(i*29%pt.Len())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -281,11 +293,11 @@ func TestALSUsesKnownProfilesForFree(t *testing.T) {
 }
 
 func TestALSRejectsBadProblems(t *testing.T) {
-	prof, err := NewTruthProfiler(alsTestTable(t), "resnet", "yolo", 0, nil, 0, nil)
+	pt, prof, err := alsTestProfiler(t, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := prof.Truth().Problem()
+	good := problemOf(pt)
 	for name, mutate := range map[string]func(*Problem){
 		"no space":    func(p *Problem) { p.Space = nil },
 		"train batch": func(p *Problem) { p.TrainBatch = 0 },
@@ -306,16 +318,16 @@ func TestFastEvalMatchesModelEvaluate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 21))
 	mode := powermode.Mode{Cores: 4, CPUKHz: 1, GPUHz: 1, EMCHz: 1}
 	for k := range 2000 {
-		b := Budgets{RateRPS: 1 + 100*rng.Float64(), LatencyMS: 20 + 500*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
-		model, err := NewModel(b, DefaultInferBatches())
+		b := plan.Budgets{RateRPS: 1 + 100*rng.Float64(), LatencyMS: 20 + 500*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
+		model, err := plan.NewModel(b, plan.DefaultInferBatches())
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch := DefaultInferBatches()[rng.IntN(6)]
-		tr := TrainPoint{Batch: 32, TimeMS: 10 + 300*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
-		ip := InferPoint{Batch: batch, TimeMS: 2 + 200*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
+		batch := plan.DefaultInferBatches()[rng.IntN(6)]
+		tr := plan.TrainPoint{Batch: 32, TimeMS: 10 + 300*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
+		ip := plan.InferPoint{Batch: batch, TimeMS: 2 + 200*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
 		want := model.Evaluate(mode, tr, ip)
-		got := fastEval(model.Budgets(), 32, batch, FillQuantileMS(batch, b.RateRPS, model.Budgets().Quantile), tr.TimeMS, tr.PowerMW, ip.TimeMS, ip.PowerMW)
+		got := fastEval(model.Budgets(), 32, batch, plan.FillQuantileMS(batch, b.RateRPS, model.Budgets().Quantile), tr.TimeMS, tr.PowerMW, ip.TimeMS, ip.PowerMW)
 		got.Mode = mode
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("case %d: fastEval %+v, Evaluate %+v", k, got, want)
@@ -366,15 +378,15 @@ func TestSeedDesignSpreadsAndIncludesExtremes(t *testing.T) {
 // BenchmarkALSAnswer times answers from a learned model (the small test space; the
 // AGX numbers are in docs/als.md).
 func BenchmarkALSAnswer(b *testing.B) {
-	prof, err := NewTruthProfiler(alsTestTable(b), "resnet", "yolo", 0, nil, 0.03, rand.New(rand.NewPCG(1, 1)))
+	pt, prof, err := alsTestProfiler(b, 0.03, rand.New(rand.NewPCG(1, 1)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := NewALS(ALSOptions{}).LearnModel(context.Background(), prof.Truth().Problem(), prof)
+	m, err := NewALS(ALSOptions{}).LearnModel(context.Background(), problemOf(pt), prof)
 	if err != nil {
 		b.Fatal(err)
 	}
-	budgets := alsTestBudgets(prof.Truth(), 16, rand.New(rand.NewPCG(2, 2)))
+	budgets := alsTestBudgets(pt, 16, rand.New(rand.NewPCG(2, 2)))
 	b.ResetTimer()
 	for i := range b.N {
 		if _, err := m.Answer(context.Background(), budgets[i%len(budgets)], prof.Fork(rand.New(rand.NewPCG(uint64(i), 0)))); err != nil {
@@ -384,16 +396,16 @@ func BenchmarkALSAnswer(b *testing.B) {
 }
 
 func TestALSReportsImpossibleBudgetsAsInfeasible(t *testing.T) {
-	m, prof := learnTestModel(t, 0.03, 5, 12)
+	m, _, prof := learnTestModel(t, 0.03, 5, 12)
 	// 1.5 W is below the static power of every mode of the test truth (6 W).
-	res, err := m.Answer(context.Background(), Budgets{RateRPS: 10, LatencyMS: 500, PowerMW: 1500}, prof.Fork(rand.New(rand.NewPCG(1, 1))))
+	res, err := m.Answer(context.Background(), plan.Budgets{RateRPS: 10, LatencyMS: 500, PowerMW: 1500}, prof.Fork(rand.New(rand.NewPCG(1, 1))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Found || res.Feasible || res.Choice.Feasible {
 		t.Errorf("impossible budgets: found %v feasible %v (choice feasible %v), want a least-violating choice marked infeasible", res.Found, res.Feasible, res.Choice.Feasible)
 	}
-	if res.Choice.Binding != ConstraintPower {
+	if res.Choice.Binding != plan.ConstraintPower {
 		t.Errorf("binding constraint %q, want power", res.Choice.Binding)
 	}
 	if len(res.Profiled) > 2 {
@@ -402,13 +414,13 @@ func TestALSReportsImpossibleBudgetsAsInfeasible(t *testing.T) {
 }
 
 func TestALSLearnStopsOnCancel(t *testing.T) {
-	prof, err := NewTruthProfiler(alsTestTable(t), "resnet", "yolo", 0, nil, 0, nil)
+	pt, prof, err := alsTestProfiler(t, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := NewALS(ALSOptions{}).LearnModel(ctx, prof.Truth().Problem(), prof); err == nil {
+	if _, err := NewALS(ALSOptions{}).LearnModel(ctx, problemOf(pt), prof); err == nil {
 		t.Error("a cancelled campaign returned a model")
 	}
 }

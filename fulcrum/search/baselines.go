@@ -112,8 +112,8 @@ func profileAndChoose(ctx context.Context, name string, p Problem, prof Profiler
 		}
 	}
 	res.Stop = stop
-	if plan, err := model.Choose(profiles); err == nil {
-		res.Choice, res.Found, res.Feasible = plan.Best, true, plan.Feasible
+	if pl, err := model.Choose(profiles); err == nil {
+		res.Choice, res.Found, res.Feasible = pl.Best, true, pl.Feasible
 	}
 	return res, nil
 }

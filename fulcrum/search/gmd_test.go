@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -18,7 +22,7 @@ type countingProfiler struct {
 	asked map[powermode.Mode]int
 }
 
-func (c *countingProfiler) Profile(ctx context.Context, m powermode.Mode) (ModeProfile, error) {
+func (c *countingProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	c.asked[m]++
 	if c.asked[m] > 1 {
 		c.t.Errorf("mode %s profiled %d times", m, c.asked[m])
@@ -31,18 +35,18 @@ func (c *countingProfiler) Profile(ctx context.Context, m powermode.Mode) (ModeP
 	return c.inner.Profile(ctx, m)
 }
 
-func (c *countingProfiler) Known() []ModeProfile { return c.inner.Known() }
+func (c *countingProfiler) Known() []plan.ModeProfile { return c.inner.Known() }
 
 func TestGMDFindsOptimumWithoutNoise(t *testing.T) {
 	pt, names, presets := smallPair(t)
 	for _, rate := range []float64{5, 20} {
 		for _, powW := range []float64{16, 20, 26, 34} {
-			b := Budgets{RateRPS: rate, LatencyMS: 300, PowerMW: powW * 1000}
-			want, err := Oracle(pt, b)
+			b := plan.Budgets{RateRPS: rate, LatencyMS: 300, PowerMW: powW * 1000}
+			want, err := oracleOf(t, pt, b)
 			if err != nil || !want.Feasible {
 				t.Fatalf("oracle %+v: %v %v", b, want, err)
 			}
-			prof, _ := NewPairProfiler(pt, 0, nil)
+			prof, _ := truthprof.NewPairProfiler(pt, 0, nil)
 			res, err := NewGMD(GMDOptions{Margin: -1}).Search(context.Background(), smallProblem(pt, names, presets, b), &countingProfiler{t: t, inner: prof, asked: map[powermode.Mode]int{}})
 			if err != nil {
 				t.Fatal(err)
@@ -60,9 +64,9 @@ func TestGMDFindsOptimumWithoutNoise(t *testing.T) {
 
 func TestGMDRespectsProfileBudgetAndKnownProfiles(t *testing.T) {
 	pt, names, presets := smallPair(t)
-	b := Budgets{RateRPS: 10, LatencyMS: 300, PowerMW: 26000}
+	b := plan.Budgets{RateRPS: 10, LatencyMS: 300, PowerMW: 26000}
 	for _, budget := range []int{1, 3, 6} {
-		prof, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(1, 2)))
+		prof, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(1, 2)))
 		// Two modes are known before the search: free, never asked for again.
 		for _, i := range []int{0, pt.Len() - 1} {
 			if _, err := prof.Profile(context.Background(), pt.ModeAt(i)); err != nil {
@@ -93,7 +97,7 @@ func TestGMDRespectsProfileBudgetAndKnownProfiles(t *testing.T) {
 // believes a mode just over the edge fits. GMD's 2σ margin is a statistical guard, not
 // a certainty (a mode at the edge still passes when its measurement is 2σ low, about
 // 2% of the time), so the test checks rates over 200 seeded searches.
-func edgePair(t *testing.T) *PairTruth {
+func edgePair(t *testing.T) *truthprof.PairTruth {
 	t.Helper()
 	return pairFromRows(t, edgeRows(nil))
 }
@@ -125,8 +129,8 @@ func edgeRows(powers []float64) []truthRow {
 
 func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
 	pt := edgePair(t)
-	b := Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
-	model, _ := NewModel(b, pt.Batches)
+	b := plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
+	model, _ := plan.NewModel(b, pt.Batches)
 	violations := map[string]int{}
 	const runs = 200
 	for seed := range uint64(runs) {
@@ -134,8 +138,8 @@ func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
 			name string
 			o    GMDOptions
 		}{{"margin", GMDOptions{}}, {"no margin", GMDOptions{Margin: -1}}} {
-			prof, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 7)))
-			p := pt.Problem()
+			prof, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 7)))
+			p := problemOf(pt)
 			p.Budgets, p.NoiseRel = b, 0.03
 			res, err := NewGMD(g.o).Search(context.Background(), p, prof)
 			if err != nil {
@@ -166,13 +170,13 @@ func TestGMDStart(t *testing.T) {
 		powerW float64
 		want   int // preset number
 	}{{5, 0}, {names0W(t, names, 0), 0}, {names0W(t, names, 1) + 0.5, 1}, {names0W(t, names, 2), 2}, {500, 2}} {
-		p := smallProblem(pt, names, presets, Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: tc.powerW * 1000})
+		p := smallProblem(pt, names, presets, plan.Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: tc.powerW * 1000})
 		if got := gmdStart(p); got != idxOf(presets[tc.want]) {
 			t.Errorf("budget %g W: start %v, want preset %s %v", tc.powerW, pt.Space.Mode(got), names[tc.want], presets[tc.want])
 		}
 	}
 	// Without names the start is the median preset by level (MAXN excluded).
-	p := smallProblem(pt, nil, presets, Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: 20000})
+	p := smallProblem(pt, nil, presets, plan.Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: 20000})
 	if got := gmdStart(p); got != idxOf(presets[1]) {
 		t.Errorf("unnamed presets: start %v, want %v", pt.Space.Mode(got), presets[1])
 	}
@@ -197,17 +201,17 @@ func TestGMDCancelled(t *testing.T) {
 	pt, names, presets := smallPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	prof, _ := NewPairProfiler(pt, 0, nil)
-	_, err := NewGMD(GMDOptions{}).Search(ctx, smallProblem(pt, names, presets, Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: 20000}), prof)
+	prof, _ := truthprof.NewPairProfiler(pt, 0, nil)
+	_, err := NewGMD(GMDOptions{}).Search(ctx, smallProblem(pt, names, presets, plan.Budgets{RateRPS: 5, LatencyMS: 300, PowerMW: 20000}), prof)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
 }
 
 func TestDerate(t *testing.T) {
-	b := Budgets{RateRPS: 10, LatencyMS: 200, PowerMW: 30000}
+	b := plan.Budgets{RateRPS: 10, LatencyMS: 200, PowerMW: 30000}
 	d := Derate(b, 0.05)
-	if d.LatencyMS != 190 || d.PowerMW != 28500 || d.RhoMax != DefaultRhoMax*0.95 || d.Quantile != DefaultQuantile || d.RateRPS != 10 {
+	if d.LatencyMS != 190 || d.PowerMW != 28500 || d.RhoMax != plan.DefaultRhoMax*0.95 || d.Quantile != plan.DefaultQuantile || d.RateRPS != 10 {
 		t.Errorf("Derate 5%% = %+v", d)
 	}
 	if Derate(b, -1) != b.WithDefaults() || Derate(b, 0) != b.WithDefaults() {
@@ -218,10 +222,10 @@ func TestDerate(t *testing.T) {
 // smoothPair builds a 4×6×6×3 table whose times are exactly log-linear and powers
 // exactly linear in the knobs (what GMD's local model assumes), or, with rough, the
 // same values multiplied by a ±30% factor that no smooth model predicts.
-func smoothPair(t *testing.T, rough bool) *PairTruth {
+func smoothPair(t *testing.T, rough bool) *truthprof.PairTruth {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(9, 9))
-	l := smallVariant().Board.Levels
+	l := benchgen.Small().Board.Levels
 	var rows []truthRow
 	for _, c := range l.Cores {
 		for _, f := range l.CPUKHz {
@@ -246,8 +250,8 @@ func TestSmoothMarginsFollowTheFit(t *testing.T) {
 	const sigma = 0.03
 	mean := func(rough bool) float64 {
 		pt := smoothPair(t, rough)
-		prof, _ := NewPairProfiler(pt, sigma, rand.New(rand.NewPCG(1, 1)))
-		model, _ := NewModel(Budgets{RateRPS: 5, LatencyMS: 500, PowerMW: 30000}, pt.Batches)
+		prof, _ := truthprof.NewPairProfiler(pt, sigma, rand.New(rand.NewPCG(1, 1)))
+		model, _ := plan.NewModel(plan.Budgets{RateRPS: 5, LatencyMS: 500, PowerMW: 30000}, pt.Batches)
 		w := &walk{ctx: context.Background(), sp: pt.Space, model: model, prof: prof, budget: 15, penalty: 4, score: map[powermode.Index]float64{}}
 		w.top.Cores, w.top.CPUKHz, w.top.GPUHz, w.top.EMCHz = 8, 2.2e6, 1.3e9, 3.199e9
 		// 15 modes around the middle of the space, as a walk would leave them.
@@ -286,8 +290,8 @@ func TestSmoothMarginsFollowTheFit(t *testing.T) {
 // every repeat against the profile budget.
 func TestGMDConfirmRepeatsNearTheEdge(t *testing.T) {
 	pt := pairFromRows(t, edgeRows([]float64{13500, 17000, 19200, 21500}))
-	b := Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
-	model, _ := NewModel(b, pt.Batches)
+	b := plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
+	model, _ := plan.NewModel(b, pt.Batches)
 	const runs = 200
 	type tally struct {
 		sumTheta             float64
@@ -307,8 +311,8 @@ func TestGMDConfirmRepeatsNearTheEdge(t *testing.T) {
 				tl = &tally{}
 				got[g.name] = tl
 			}
-			prof, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 11)))
-			p := pt.Problem()
+			prof, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 11)))
+			p := problemOf(pt)
 			p.Budgets, p.NoiseRel = b, 0.03
 			res, err := NewGMD(g.o).Search(context.Background(), p, prof)
 			if err != nil {
@@ -356,7 +360,7 @@ func TestGMDConfirmRepeatsNearTheEdge(t *testing.T) {
 // two repeats, or 0.5σ) and says so.
 func TestGMDFallbackMargin(t *testing.T) {
 	pt := pairFromRows(t, edgeRows([]float64{19600, 20400, 21200, 22000}))
-	b := Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
+	b := plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
 	for _, tc := range []struct {
 		name     string
 		fallback []float64
@@ -364,8 +368,8 @@ func TestGMDFallbackMargin(t *testing.T) {
 	}{{"default fallbacks", nil, true}, {"no fallback", []float64{}, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Exact measurements, but the problem declares 3% noise: the margin is 6%.
-			prof, _ := NewPairProfiler(pt, 0, nil)
-			p := pt.Problem()
+			prof, _ := truthprof.NewPairProfiler(pt, 0, nil)
+			p := problemOf(pt)
 			p.Budgets, p.NoiseRel = b, 0.03
 			res, err := NewGMD(GMDOptions{FallbackSigmas: tc.fallback}).Search(context.Background(), p, prof)
 			if err != nil {

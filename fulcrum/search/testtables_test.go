@@ -2,44 +2,25 @@ package search
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )
 
-// smallVariant is a 4×6×6×3 = 432-mode synthetic board with one training and one
-// inference workload: small enough to check searchers against the exhaustive optimum.
-func smallVariant() benchgen.Variant {
-	return benchgen.Variant{
-		Name: "small",
-		Board: benchgen.Board{
-			Name: "small",
-			Levels: powermode.Levels{
-				Cores:  []int{2, 4, 6, 8},
-				CPUKHz: []int64{400000, 800000, 1200000, 1600000, 2000000, 2200000},
-				GPUHz:  []int64{300000000, 500000000, 700000000, 900000000, 1100000000, 1300000000},
-				EMCHz:  []int64{665600000, 2133000000, 3199000000},
-			},
-			StaticW: 6, CPUW: 12, GPUW: 30, EMCW: 6,
-		},
-		Keep: 1,
-		Workloads: []benchgen.Workload{
-			{Name: "net-train", Role: truth.Train, Batches: []int{32}, BaseMS: 100, GPU: 0.7, EMC: 0.15, CPU: 0.1, NeedCores: 4, Activity: 0.9},
-			{Name: "net-infer", Role: truth.Infer, Batches: []int{1, 2, 4, 8}, BaseMS: 6, BatchSlope: 0.4, GPU: 0.6, EMC: 0.25, CPU: 0.1, NeedCores: 2, Activity: 0.8},
-		},
-	}
-}
-
-func smallPair(t testing.TB) (*PairTruth, []string, []powermode.Mode) {
+func smallPair(t testing.TB) (*truthprof.PairTruth, []string, []powermode.Mode) {
 	t.Helper()
-	v := smallVariant()
+	v := benchgen.Small()
 	tab, err := benchgen.Table(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pt, err := NewPairTruth(tab, "net-train", "net-infer", 0, nil)
+	pt, err := truthprof.NewPairTruth(tab, "net-train", "net-infer", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +28,8 @@ func smallPair(t testing.TB) (*PairTruth, []string, []powermode.Mode) {
 	return pt, names, presets
 }
 
-func smallProblem(pt *PairTruth, names []string, presets []powermode.Mode, b Budgets) Problem {
-	p := pt.Problem()
+func smallProblem(pt *truthprof.PairTruth, names []string, presets []powermode.Mode, b plan.Budgets) Problem {
+	p := problemOf(pt)
 	p.Budgets, p.PresetNames = b, names
 	for _, m := range presets {
 		p.Presets = append(p.Presets, pt.Space.Snap(m))
@@ -64,7 +45,7 @@ type truthRow struct {
 	powerMW float64
 }
 
-func pairFromRows(t *testing.T, rows []truthRow) *PairTruth {
+func pairFromRows(t *testing.T, rows []truthRow) *truthprof.PairTruth {
 	t.Helper()
 	var tr []truth.Row
 	for _, r := range rows {
@@ -78,7 +59,7 @@ func pairFromRows(t *testing.T, rows []truthRow) *PairTruth {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pt, err := NewPairTruth(tab, "w-train", "w-infer", 0, nil)
+	pt, err := truthprof.NewPairTruth(tab, "w-train", "w-infer", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +68,31 @@ func pairFromRows(t *testing.T, rows []truthRow) *PairTruth {
 
 func fmtSscanf(name string, w *float64) (int, error) { return fmt.Sscanf(name, "MODE_%gW", w) }
 
-func truthKey(w string, role truth.Role, m powermode.Mode, b int) truth.Key {
-	return truth.Key{Workload: w, Role: role, Mode: m, Batch: b}
+// bruteForce is the oracle written the obvious way: every mode, every batch, Model.Evaluate.
+func bruteForce(t *testing.T, pt *truthprof.PairTruth, b plan.Budgets) (plan.Eval, bool) {
+	t.Helper()
+	m, err := plan.NewModel(b, pt.Batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var best plan.Eval
+	found := false
+	for i := range pt.Len() {
+		if e, ok := m.BestAtMode(pt.ProfileAt(i)); ok && (!found || e.Better(best)) {
+			best, found = e, true
+		}
+	}
+	return best, found
+}
+
+// oracleOf is the exhaustive optimum as a Result (bench.Oracle, which this package's
+// tests cannot import: bench imports search).
+func oracleOf(t *testing.T, pt *truthprof.PairTruth, b plan.Budgets) (Result, error) {
+	e, ok := bruteForce(t, pt, b)
+	return Result{Choice: e, Found: ok, Feasible: ok && e.Feasible}, nil
+}
+
+// problemOf is the pair's problem without budgets (as the benchmark builds it).
+func problemOf(pt *truthprof.PairTruth) Problem {
+	return Problem{Space: pt.Space, Train: pt.Train, Infer: pt.Infer, TrainBatch: pt.TrainBatch, InferBatches: slices.Clone(pt.Batches)}
 }

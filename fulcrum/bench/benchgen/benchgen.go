@@ -169,6 +169,30 @@ func inferW(name string, baseMS, slope, gpu, emc, cpu float64, need int, plateau
 	return Workload{Name: name, Role: truth.Infer, Batches: []int{1, 2, 4, 8, 16, 32}, BaseMS: baseMS, BatchSlope: slope, GPU: gpu, EMC: emc, CPU: cpu, NeedCores: need, GPUPlateau: plateau, Activity: act}
 }
 
+// Small is a 4×6×6×3 = 432-mode synthetic board with one training (net-train) and one
+// inference workload (net-infer): small enough for tests to check searchers against the
+// exhaustive optimum.
+func Small() Variant {
+	return Variant{
+		Name: "small",
+		Board: Board{
+			Name: "small",
+			Levels: powermode.Levels{
+				Cores:  []int{2, 4, 6, 8},
+				CPUKHz: []int64{400000, 800000, 1200000, 1600000, 2000000, 2200000},
+				GPUHz:  []int64{300000000, 500000000, 700000000, 900000000, 1100000000, 1300000000},
+				EMCHz:  []int64{665600000, 2133000000, 3199000000},
+			},
+			StaticW: 6, CPUW: 12, GPUW: 30, EMCW: 6,
+		},
+		Keep: 1,
+		Workloads: []Workload{
+			{Name: "net-train", Role: truth.Train, Batches: []int{32}, BaseMS: 100, GPU: 0.7, EMC: 0.15, CPU: 0.1, NeedCores: 4, Activity: 0.9},
+			{Name: "net-infer", Role: truth.Infer, Batches: []int{1, 2, 4, 8}, BaseMS: 6, BatchSlope: 0.4, GPU: 0.6, EMC: 0.25, CPU: 0.1, NeedCores: 2, Activity: 0.8},
+		},
+	}
+}
+
 // Variants returns the named variants the robustness benchmark runs. Each has two
 // training and two inference workloads of contrasting shape.
 func Variants() []Variant {

@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
 func TestTruthProfilerExactWithoutNoise(t *testing.T) {
-	tab, err := benchgen.Table(smallVariant())
+	tab, err := benchgen.Table(benchgen.Small())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestTruthProfilerNoiseCountsAndForks(t *testing.T) {
 }
 
 func TestTruthProfilerErrors(t *testing.T) {
-	tab, err := benchgen.Table(smallVariant())
+	tab, err := benchgen.Table(benchgen.Small())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func TestTruthProfilerCommonRandomNumbers(t *testing.T) {
 	a, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(9, 9)))
 	b, _ := NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(9, 9)))
 	modes := []powermode.Mode{pt.ModeAt(0), pt.ModeAt(5), pt.ModeAt(17), pt.ModeAt(pt.Len() - 1)}
-	got := map[powermode.Mode]ModeProfile{}
+	got := map[powermode.Mode]plan.ModeProfile{}
 	for _, m := range modes {
 		mp, err := a.Profile(ctx, m)
 		if err != nil {
