@@ -15,7 +15,9 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
 )
 
@@ -262,8 +264,8 @@ func settings(v *viper.Viper) (Settings, error) {
 		return f
 	}
 	searcher := v.GetString("controller.searcher")
-	if searcher != "gmd" && searcher != "als" {
-		bad(`controller.searcher must be "gmd" or "als", got %q`, searcher)
+	if err := search.CheckLive(searcher); err != nil {
+		bad("controller.%v", err)
 	}
 	maxProf := int(nonNegative("controller.max_profiles"))
 	batches, err := intList(v, "controller.infer_batches")
@@ -299,8 +301,8 @@ func settings(v *viper.Viper) (Settings, error) {
 			MinTime: msDur(positive("controller.live.min_time_ms")),
 		},
 	}
-	s.Daemon.Budgets = control.Budgets{LatencyMS: s.Budgets.LatencyMS, PowerW: s.Budgets.PowerW, RateRPS: s.Budgets.RateHz, Quantile: s.Budgets.Quantile}
-	if err := s.Daemon.Budgets.Validate(); err != nil {
+	s.Daemon.Budgets = plan.Budgets{LatencyMS: s.Budgets.LatencyMS, PowerMW: s.Budgets.PowerW * 1000, RateRPS: s.Budgets.RateHz, Quantile: s.Budgets.Quantile}
+	if err := s.Daemon.Budgets.ValidateTargets(); err != nil {
 		bad("budgets: %v", err)
 	}
 	cmode, err := strconv.ParseUint(v.GetString("control.socket_mode"), 8, 32)

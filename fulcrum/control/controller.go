@@ -105,59 +105,20 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Budgets are the operator's targets.
-type Budgets struct {
-	LatencyMS float64 `json:"latency_ms"` // on the Quantile of per-request latency
-	PowerW    float64 `json:"power_w"`    // on the 1 s average board power; 0: none
-	RateRPS   float64 `json:"rate_rps"`   // arrival rate to plan for; 0: measure it (auto)
-	Quantile  float64 `json:"quantile"`   // 0.99 when 0
-	RhoMax    float64 `json:"rho_max"`    // inference's cap on GPU time, 0.95 when 0
-}
-
-// Validate rejects budgets that cannot be planned for; messages name the field.
-func (b Budgets) Validate() error {
-	var errs []error
-	if !(b.LatencyMS >= 0.1 && b.LatencyMS <= 600000) {
-		errs = append(errs, fmt.Errorf("latency_ms = %v: want 0.1 to 600000 milliseconds", b.LatencyMS))
-	}
-	if !(b.PowerW == 0 || (b.PowerW >= 1 && b.PowerW <= 1000)) {
-		errs = append(errs, fmt.Errorf("power_w = %v: want 0 (no budget) or 1 to 1000 watts", b.PowerW))
-	}
-	if !(b.RateRPS == 0 || (b.RateRPS >= 1e-3 && b.RateRPS <= 1e5)) {
-		errs = append(errs, fmt.Errorf("rate_rps = %v: want 0 (auto: measured) or 0.001 to 100000 requests/s", b.RateRPS))
-	}
-	if !(b.Quantile == 0 || (b.Quantile >= 0.5 && b.Quantile < 1)) {
-		errs = append(errs, fmt.Errorf("quantile = %v: want 0.5 to 0.99999 (e.g. 0.99)", b.Quantile))
-	}
-	if !(b.RhoMax == 0 || (b.RhoMax >= 0.05 && b.RhoMax <= 1)) {
-		errs = append(errs, fmt.Errorf("rho_max = %v: want 0.05 to 1 (share of GPU time inference may take)", b.RhoMax))
-	}
-	return errors.Join(errs...)
-}
-
-func (b Budgets) withDefaults() Budgets {
-	if b.Quantile == 0 {
-		b.Quantile = plan.DefaultQuantile
-	}
-	if b.RhoMax == 0 {
-		b.RhoMax = plan.DefaultRhoMax
-	}
-	return b
-}
-
 // reasonBudgets is the re-plan reason after a budget change.
 const reasonBudgets = "budgets changed"
 
 // noPowerMW stands for "no power budget" in model v1 (its largest valid budget).
 const noPowerMW = 1e6
 
-// model returns model v1's budgets for these targets at the given rate.
-func (b Budgets) model(rateRPS float64) plan.Budgets {
-	p := b.PowerW * 1000
+// modelBudgets returns model v1's budgets for the operator's targets b (where power 0
+// is "none" and rate 0 "measured") at the given rate.
+func modelBudgets(b plan.Budgets, rateRPS float64) plan.Budgets {
+	p := b.PowerMW
 	if p <= 0 {
 		p = noPowerMW
 	}
-	return plan.Budgets{RateRPS: max(rateRPS, 1e-3), LatencyMS: b.LatencyMS, PowerMW: p, Quantile: b.withDefaults().Quantile, RhoMax: b.withDefaults().RhoMax}.WithDefaults()
+	return plan.Budgets{RateRPS: max(rateRPS, 1e-3), LatencyMS: b.LatencyMS, PowerMW: p, Quantile: b.WithDefaults().Quantile, RhoMax: b.WithDefaults().RhoMax}.WithDefaults()
 }
 
 // Choice is a configuration the controller applied or planned, with model v1's
@@ -179,7 +140,7 @@ type Options struct {
 	// Presets are the board's nvpmodel presets (GMD's start) and their names.
 	Presets     []powermode.Mode
 	PresetNames []string
-	Budgets     Budgets
+	Budgets     plan.Budgets
 }
 
 // Controller plans and watches. Its methods are safe for concurrent use.
@@ -196,7 +157,7 @@ type Controller struct {
 	power   *PowerMonitor
 
 	mu       sync.Mutex
-	budgets  Budgets
+	budgets  plan.Budgets
 	pair     *Pair
 	pairAt   time.Time
 	cur      *Choice // applied
@@ -256,12 +217,12 @@ func New(o Options) (*Controller, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	b := o.Budgets.withDefaults()
-	if err := b.Validate(); err != nil {
+	b := o.Budgets.WithDefaults()
+	if err := b.ValidateTargets(); err != nil {
 		return nil, fmt.Errorf("control: budgets: %w", err)
 	}
 	cfg := o.Config.withDefaults()
-	if cfg.Searcher != "gmd" && cfg.Searcher != "als" {
+	if search.CheckLive(cfg.Searcher) != nil {
 		return nil, fmt.Errorf("control: searcher %q: want gmd or als", cfg.Searcher)
 	}
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
@@ -282,7 +243,7 @@ func (c *Controller) Events() *EventLog { return c.events }
 func (c *Controller) Config() Config { return c.cfg }
 
 // Budgets returns the budgets in force.
-func (c *Controller) Budgets() Budgets {
+func (c *Controller) Budgets() plan.Budgets {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.budgets
@@ -290,12 +251,12 @@ func (c *Controller) Budgets() Budgets {
 
 // SetBudgets validates and installs new budgets; the next step re-plans from stored
 // profiles. Invalid budgets change nothing.
-func (c *Controller) SetBudgets(b Budgets) error { return c.SetBudgetsBy(b, nil) }
+func (c *Controller) SetBudgets(b plan.Budgets) error { return c.SetBudgetsBy(b, nil) }
 
 // SetBudgetsBy is SetBudgets on behalf of an API caller (recorded in the event).
-func (c *Controller) SetBudgetsBy(b Budgets, by *api.Caller) error {
-	b = b.withDefaults()
-	if err := b.Validate(); err != nil {
+func (c *Controller) SetBudgetsBy(b plan.Budgets, by *api.Caller) error {
+	b = b.WithDefaults()
+	if err := b.ValidateTargets(); err != nil {
 		return fmt.Errorf("budgets not changed: %w", err)
 	}
 	c.mu.Lock()
@@ -308,19 +269,20 @@ func (c *Controller) SetBudgetsBy(b Budgets, by *api.Caller) error {
 	}
 	c.mu.Unlock()
 	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", old, b), Caller: by})
+	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
 	return nil
 }
 
-func (b Budgets) String() string {
+// budgetsString is the operator's targets in an event's words.
+func budgetsString(b plan.Budgets) string {
 	p, r := "none", "auto"
-	if b.PowerW > 0 {
-		p = fmt.Sprintf("%.1f W", b.PowerW)
+	if b.PowerMW > 0 {
+		p = fmt.Sprintf("%.1f W", b.PowerMW/1000)
 	}
 	if b.RateRPS > 0 {
 		r = fmt.Sprintf("%.1f/s", b.RateRPS)
 	}
-	return fmt.Sprintf("{latency p%g %.0f ms, power %s, rate %s}", b.withDefaults().Quantile*100, b.LatencyMS, p, r)
+	return fmt.Sprintf("{latency p%g %.0f ms, power %s, rate %s}", b.WithDefaults().Quantile*100, b.LatencyMS, p, r)
 }
 
 // ErrBusy is returned by Optimize while a search runs.
@@ -341,7 +303,7 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	if method == "" {
 		method = c.cfg.Searcher
 	}
-	if method != "gmd" && method != "als" {
+	if search.CheckLive(method) != nil {
 		return nil, fmt.Errorf("optimize: method %q: want gmd or als", method)
 	}
 	if c.board == nil {
@@ -393,7 +355,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	if c.pair != nil {
 		rate := c.planRateOr()
 		if ps, err := c.profiles(); err == nil {
-			if mod, err := plan.NewModel(c.budgets.model(rate), c.cfg.InferBatches); err == nil {
+			if mod, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches); err == nil {
 				for _, p := range ps {
 					if p.Mode == m {
 						if e, ok := mod.BestAtMode(p); ok {
@@ -596,13 +558,13 @@ func (c *Controller) Step(ctx context.Context) {
 	// Power broken (judged on readings taken since the last change only): step down now,
 	// before anything else — also when a lowered budget is what broke it.
 	settled := c.lastApply.Add(c.cfg.PowerSettle)
-	if c.cur != nil && b.PowerW > 0 && c.board != nil && now.Sub(settled) >= c.cfg.PowerWindow/2 &&
+	if c.cur != nil && b.PowerMW > 0 && c.board != nil && now.Sub(settled) >= c.cfg.PowerWindow/2 &&
 		now.Sub(c.lastStep) >= c.cfg.Cooldown {
 		from := now.Add(-c.cfg.PowerWindow)
 		if from.Before(settled) {
 			from = settled
 		}
-		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerW*1000 {
+		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerMW {
 			c.measured.PowerMW = avg
 			c.violations["power"]++
 			if strings.HasPrefix(c.needPlan, reasonBudgets) {
@@ -654,7 +616,7 @@ func (c *Controller) Step(ctx context.Context) {
 	// Back up after a step, with hysteresis.
 	if c.stepped {
 		h := 1 - c.cfg.Hysteresis
-		below := (b.PowerW == 0 || c.board == nil || (pn > 0 && c.measured.PowerMW < b.PowerW*1000*h)) &&
+		below := (b.PowerMW == 0 || c.board == nil || (pn > 0 && c.measured.PowerMW < b.PowerMW*h)) &&
 			(c.latCount == 0 || c.measured.LatencyP99MS < b.LatencyMS*h)
 		switch {
 		case !below:
@@ -730,14 +692,14 @@ func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 	if c.board == nil {
 		return
 	}
-	pl, err := c.choose(ps, c.budgets.model(rate), c.cfg.PlanMargin)
+	pl, err := c.choose(ps, modelBudgets(c.budgets, rate), c.cfg.PlanMargin)
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: err.Error()})
 		return
 	}
 	c.planRate = rate
 	c.stepped = false
-	why := reason + ": " + pl.Explain(c.budgets.model(rate))
+	why := reason + ": " + pl.Explain(modelBudgets(c.budgets, rate))
 	c.decide(ctx, kind, why, pl.Best, rate)
 }
 
@@ -777,7 +739,7 @@ func (c *Controller) admissionBudgets(b plan.Budgets) plan.Budgets {
 
 // decide applies e and records the decision (kind) and the application.
 func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
-	exact, err := plan.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
+	exact, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
 	pred := predictionOf(e, rate)
 	if err == nil {
 		if ps, perr := c.profiles(); perr == nil {
@@ -939,7 +901,7 @@ func (c *Controller) expectAt(m powermode.Mode) {
 
 // evalAll scores every stored configuration at rate with model v1 (exact budgets).
 func (c *Controller) evalAll(ps []plan.ModeProfile, rate float64) ([]plan.Eval, []plan.ModeProfile) {
-	m, err := plan.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
+	m, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
 	if err != nil {
 		return nil, nil
 	}
@@ -966,7 +928,7 @@ func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
 		return
 	}
 	avg := c.measured.PowerMW
-	budget := c.budgets.PowerW * 1000
+	budget := c.budgets.PowerMW
 	k := 1.0
 	if c.cur.Predicted.PowerMW > 0 {
 		k = max(1, avg/c.cur.Predicted.PowerMW)
@@ -977,7 +939,7 @@ func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
 	var best, lowest *plan.Eval
 	for i := range es {
 		e := &es[i]
-		if e.Rho > c.budgets.model(rate).RhoMax {
+		if e.Rho > modelBudgets(c.budgets, rate).RhoMax {
 			continue
 		}
 		if lowest == nil || e.PowerMW < lowest.PowerMW || (e.PowerMW == lowest.PowerMW && e.ThroughputSPS > lowest.ThroughputSPS) {
@@ -1031,12 +993,12 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		kL = max(1, p99/cur.Predicted.LatencyMS)
 	}
 	es, owners := c.evalAll(ps, rate)
-	power := c.budgets.PowerW * 1000
+	power := c.budgets.PowerMW
 	var best, fastest *plan.Eval
 	for i := range es {
 		e := &es[i]
 		shorter := curTrain == 0 || owners[i].Train.TimeMS < curTrain || (e.Mode == cur.Mode && e.Batch < cur.Batch)
-		if !shorter || e.Rho > c.budgets.model(rate).RhoMax || (power > 0 && e.PowerMW*max(c.corrP[e.Mode], 1) > power*(1-c.cfg.StepMargin)) {
+		if !shorter || e.Rho > modelBudgets(c.budgets, rate).RhoMax || (power > 0 && e.PowerMW*max(c.corrP[e.Mode], 1) > power*(1-c.cfg.StepMargin)) {
 			continue
 		}
 		if fastest == nil || e.LatencyMS < fastest.LatencyMS {
@@ -1072,7 +1034,7 @@ func (c *Controller) stepUp(ctx context.Context, rate float64) {
 	if err != nil || len(ps) == 0 {
 		return
 	}
-	pl, err := c.choose(ps, c.budgets.model(rate), c.cfg.PlanMargin)
+	pl, err := c.choose(ps, modelBudgets(c.budgets, rate), c.cfg.PlanMargin)
 	if err != nil || !pl.Feasible {
 		return
 	}
@@ -1088,7 +1050,7 @@ func (c *Controller) stepUp(ctx context.Context, rate float64) {
 	c.stepped = false
 	c.planRate = rate
 	reason := fmt.Sprintf("power %.1f W and p99 %.1f ms stayed below %.0f%% of their budgets for %s; stepping back up: %s",
-		c.measured.PowerMW/1000, c.measured.LatencyP99MS, (1-c.cfg.Hysteresis)*100, c.cfg.Hold, pl.Explain(c.budgets.model(rate)))
+		c.measured.PowerMW/1000, c.measured.LatencyP99MS, (1-c.cfg.Hysteresis)*100, c.cfg.Hold, pl.Explain(modelBudgets(c.budgets, rate)))
 	c.decide(ctx, KindStepUp, reason, pl.Best, rate)
 }
 
@@ -1105,7 +1067,7 @@ func (c *Controller) checkDegraded(ctx context.Context, now time.Time) bool {
 			c.degraded = fmt.Sprintf("board power has never been readable (%d reads failed; last error: %v)", fails, lastErr)
 		}
 		ev := Event{Kind: KindDegraded, Reason: c.degraded + "; falling back to the lowest-power known mode (check fulcrumctl board power)"}
-		if c.budgets.PowerW == 0 {
+		if c.budgets.PowerMW == 0 {
 			ev.Reason = c.degraded + "; no power budget is set, so the mode is kept"
 			c.events.Add(ev)
 			return false
@@ -1155,7 +1117,7 @@ func (c *Controller) lowestPower() (plan.Eval, bool) {
 	var best *plan.Eval
 	for i := range es {
 		e := &es[i]
-		if e.Rho > c.budgets.model(rate).RhoMax {
+		if e.Rho > modelBudgets(c.budgets, rate).RhoMax {
 			continue
 		}
 		if best == nil || e.PowerMW < best.PowerMW || (e.PowerMW == best.PowerMW && e.ThroughputSPS > best.ThroughputSPS) {

@@ -24,43 +24,6 @@ const (
 // DefaultInferBatches are the inference batch sizes 𝔅 considered by default.
 func DefaultInferBatches() []int { return []int{1, 2, 4, 8, 16, 32} }
 
-// Budgets are what the operator asks for (DESIGN §2).
-type Budgets struct {
-	RateRPS   float64 `json:"rate_rps"`   // λ, inference arrivals per second
-	LatencyMS float64 `json:"latency_ms"` // L, on the Quantile of per-request latency
-	PowerMW   float64 `json:"power_mw"`   // P, on the moving average of board power
-	Quantile  float64 `json:"quantile"`   // q, default 0.99
-	RhoMax    float64 `json:"rho_max"`    // cap on the inference share of GPU time, default 0.95
-}
-
-// WithDefaults fills a zero Quantile and RhoMax.
-func (b Budgets) WithDefaults() Budgets {
-	if b.Quantile == 0 {
-		b.Quantile = DefaultQuantile
-	}
-	if b.RhoMax == 0 {
-		b.RhoMax = DefaultRhoMax
-	}
-	return b
-}
-
-// Validate rejects budgets no board can meet or that look like a unit mistake. Every
-// message names the field and the valid range.
-func (b Budgets) Validate() error {
-	var errs []error
-	check := func(name string, v, lo, hi float64, hint string) {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < lo || v > hi {
-			errs = append(errs, fmt.Errorf("%s = %v is out of range: want %g to %g%s", name, v, lo, hi, hint))
-		}
-	}
-	check("rate_rps", b.RateRPS, 1e-3, 1e5, " requests per second")
-	check("latency_ms", b.LatencyMS, 0.1, 600000, " milliseconds (a value below 0.1 is probably seconds given as ms)")
-	check("power_mw", b.PowerMW, 1000, 1e6, " milliwatts (1 W to 1 kW; a value below 1000 is probably watts given as mW)")
-	check("quantile", b.Quantile, 0.5, 0.99999, " (e.g. 0.99 for p99)")
-	check("rho_max", b.RhoMax, 0.05, 1, " (share of GPU time inference may take)")
-	return errors.Join(errs...)
-}
-
 // TrainPoint is a training workload's profile at one mode: τ_T and π_T at its fixed B_T.
 type TrainPoint struct {
 	Batch   int     `json:"batch"`
