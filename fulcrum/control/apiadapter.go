@@ -44,7 +44,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	st := c.Status()
 	snap := c.sched.Snapshot()
 	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
-		Workers: snap.Workers, Workloads: snap.Workloads, Degraded: st.Degraded != "", DegradedReason: st.Degraded,
+		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
 		Optimizing: c.Searching(), TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
 	if s.Board == "" {
@@ -167,7 +167,7 @@ func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) 
 
 // Workers implements api.Controller.
 func (a *API) Workers(context.Context) ([]api.Worker, error) {
-	return a.C.sched.Snapshot().Workers, nil
+	return api.WorkersFrom(a.C.sched.Snapshot().Workers), nil
 }
 
 // Mode implements api.Controller.
