@@ -28,7 +28,7 @@ func goldenStatus() Status {
 		Budgets: Budgets{LatencyMS: 100, PowerMW: 30000, RateRPS: 12.5, RateAuto: true, Quantile: 0.99, RhoMax: 0.95},
 		Plan: &Plan{Mode: mode, InferBatch: 4, Feasible: false, Binding: "power", PredLatencyMS: 80.5, PredPowerMW: 29000,
 			PredThroughputSamplesPerS: 310.25, Rho: 0.3, Source: "gmd", Reason: "after gmd", At: at, ApplyError: "ina3221: busy"},
-		Power: &Power{TotalMW: 31000, Avg1sMW: 30500, Avg1sSamples: 10, Rails: []Rail{{Name: "VDD_GPU_SOC", PowerMW: 9000}}, At: at},
+		Power:   &Power{TotalMW: 31000, Avg1sMW: 30500, Avg1sSamples: 10, Rails: []Rail{{Name: "VDD_GPU_SOC", PowerMW: 9000}}, At: at},
 		Workers: []Worker{{ID: "w1", Role: "infer", Workload: "mobilenet", Batch: 4, BatchSizes: []int{1, 2, 4}, PID: 4242, UID: 1000, Waiting: true, Queued: 3}},
 		Workloads: []WorkloadStats{{Workload: "mobilenet", Role: "infer", LiveWorkers: 1, Requests: 1200, Served: 1190, Failed: 2,
 			DeadlineMisses: 8, Latency: q, LatencyRecent: q, ArrivalRateHz: 40.2, ExpectedBatchMS: map[int]float64{1: 5.5, 4: 12},

@@ -1,3 +1,7 @@
+// Package search holds the searchers that choose which power modes to profile (DESIGN
+// §3): the Searcher, Profiler and PairLearner interfaces, GMD (gmd*.go), ALS (als*.go),
+// the baselines, and the registry (registry.go), the one place that knows the
+// searchers' names.
 package search
 
 import (
