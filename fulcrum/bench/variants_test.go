@@ -11,7 +11,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 )
 
-// go test ./fulcrum -run TestVariantsReport -variants -v prints the robustness table
+// go test ./fulcrum/bench -run TestVariantsReport -variants -v prints the robustness table
 // of docs/benchmarks.md (a few minutes on 2 cores); without the flag it is skipped
 // with a message saying so.
 var variantsFlag = flag.Bool("variants", false, "run the synthetic-variant robustness sweep and print its table")
