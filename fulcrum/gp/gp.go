@@ -13,19 +13,19 @@ import (
 	"gonum.org/v1/gonum/optimize"
 )
 
-// GPHyper are the hyper-parameters of a Matérn 5/2 ARD kernel, all as natural logs so
+// Hyper are the hyper-parameters of a Matérn 5/2 ARD kernel, all as natural logs so
 // they serialise and optimise on one scale:
 //
 //	k(x, x') = σ_f² (1 + √5 r + 5r²/3) exp(−√5 r),  r² = Σ_d ((x_d − x'_d) / ℓ_d)²
 //
 // plus σ_n² on the diagonal for the observations. They refer to standardised outputs.
-type GPHyper struct {
+type Hyper struct {
 	LogLength    []float64 `json:"log_length"`
 	LogSignalVar float64   `json:"log_signal_var"`
 	LogNoiseVar  float64   `json:"log_noise_var"`
 }
 
-func (h GPHyper) clone() GPHyper {
+func (h Hyper) clone() Hyper {
 	h.LogLength = append([]float64(nil), h.LogLength...)
 	return h
 }
@@ -56,20 +56,20 @@ type GP struct {
 	x            []float64 // n×dim, row-major
 	y            [][]float64
 	mean, scale  []float64 // per output: standardisation
-	hyper        GPHyper
+	hyper        Hyper
 	invLen       []float64
 	sigVar       float64
 	lower        []float64 // Cholesky factor L of K (n×n row-major, lower triangle)
 	alpha        []float64 // K⁻¹ Y_std, n×outs row-major
 }
 
-// GPFitOptions controls hyper-parameter fitting.
-type GPFitOptions struct {
+// FitOptions controls hyper-parameter fitting.
+type FitOptions struct {
 	// Restarts is how many extra random starting points L-BFGS tries besides the
 	// default (and Init when given): 0 means 2, negative means none.
 	Restarts int
 	// Init, when non-nil, is tried first (a warm start from an earlier fit).
-	Init *GPHyper
+	Init *Hyper
 	// MaxIterations caps L-BFGS major iterations per start (default 80).
 	MaxIterations int
 	// Rand draws the random starts; nil means a fixed-seed source (deterministic).
@@ -79,10 +79,10 @@ type GPFitOptions struct {
 	MinNoiseSD float64
 }
 
-// FitGP standardises y (n rows × outputs), fits the hyper-parameters by maximising the
+// Fit standardises y (n rows × outputs), fits the hyper-parameters by maximising the
 // log marginal likelihood (summed over outputs) with L-BFGS from a few starts, and
 // returns the conditioned GP. x holds n inputs of equal dimension, ideally in [0,1].
-func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error) {
+func Fit(ctx context.Context, x, y [][]float64, opts FitOptions) (*GP, error) {
 	g, err := newGPData(x, y)
 	if err != nil {
 		return nil, err
@@ -106,19 +106,19 @@ func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(1, 2))
 	}
-	starts := []GPHyper{}
+	starts := []Hyper{}
 	if opts.Init != nil && len(opts.Init.LogLength) == g.dim {
 		starts = append(starts, clampHyper(opts.Init.clone()))
 	}
 	if len(starts) == 0 || opts.Restarts > 0 {
-		def := GPHyper{LogLength: make([]float64, g.dim), LogSignalVar: 0, LogNoiseVar: gpDefaultNoise}
+		def := Hyper{LogLength: make([]float64, g.dim), LogSignalVar: 0, LogNoiseVar: gpDefaultNoise}
 		for d := range def.LogLength {
 			def.LogLength[d] = gpDefaultLogL
 		}
 		starts = append(starts, def)
 	}
 	for range opts.Restarts {
-		h := GPHyper{LogLength: make([]float64, g.dim)}
+		h := Hyper{LogLength: make([]float64, g.dim)}
 		for d := range h.LogLength {
 			h.LogLength[d] = -2 + 3*rng.Float64() // ℓ in [0.14, 2.7]
 		}
@@ -126,7 +126,7 @@ func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error
 		h.LogNoiseVar = -9 + 5*rng.Float64()
 		starts = append(starts, h)
 	}
-	best, bestLML := GPHyper{}, math.Inf(-1)
+	best, bestLML := Hyper{}, math.Inf(-1)
 	for _, s := range starts {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("fit GP: %w", err)
@@ -145,10 +145,10 @@ func FitGP(ctx context.Context, x, y [][]float64, opts GPFitOptions) (*GP, error
 	return g, nil
 }
 
-// NewGP conditions a GP on data with given hyper-parameters, without fitting. It is
+// New conditions a GP on data with given hyper-parameters, without fitting. It is
 // how a stored model is restored: same data and hyper-parameters give the same
 // predictions bit for bit.
-func NewGP(x, y [][]float64, h GPHyper) (*GP, error) {
+func New(x, y [][]float64, h Hyper) (*GP, error) {
 	g, err := newGPData(x, y)
 	if err != nil {
 		return nil, err
@@ -213,7 +213,7 @@ func newGPData(x, y [][]float64) (*GP, error) {
 	return g, nil
 }
 
-func clampHyper(h GPHyper) GPHyper {
+func clampHyper(h Hyper) Hyper {
 	for d := range h.LogLength {
 		h.LogLength[d] = clamp(h.LogLength[d], gpLogLenMin, gpLogLenMax)
 	}
@@ -238,7 +238,7 @@ func (g *GP) bounds() (lo, hi []float64) {
 	return lo, hi
 }
 
-func (g *GP) optimise(start GPHyper, iters int) (GPHyper, float64) {
+func (g *GP) optimise(start Hyper, iters int) (Hyper, float64) {
 	lo, hi := g.bounds()
 	p := len(lo)
 	theta := func(u []float64, th, dth []float64) {
@@ -305,7 +305,7 @@ func (g *GP) optimise(start GPHyper, iters int) (GPHyper, float64) {
 	if !ok {
 		return start, math.Inf(-1)
 	}
-	h := GPHyper{LogLength: append([]float64(nil), th[:g.dim]...), LogSignalVar: th[g.dim], LogNoiseVar: th[g.dim+1]}
+	h := Hyper{LogLength: append([]float64(nil), th[:g.dim]...), LogSignalVar: th[g.dim], LogNoiseVar: th[g.dim+1]}
 	return h, lml
 }
 
@@ -434,7 +434,7 @@ func isCondition(err error) bool {
 }
 
 // condition factorises K at h and stores what prediction needs.
-func (g *GP) condition(h GPHyper) error {
+func (g *GP) condition(h Hyper) error {
 	h = clampHyper(h)
 	ws := newGPWork(g)
 	th := append(append([]float64(nil), h.LogLength...), h.LogSignalVar, h.LogNoiseVar)
@@ -465,7 +465,7 @@ func (g *GP) condition(h GPHyper) error {
 }
 
 // Hyper returns the fitted hyper-parameters.
-func (g *GP) Hyper() GPHyper { return g.hyper.clone() }
+func (g *GP) Hyper() Hyper { return g.hyper.clone() }
 
 // NoiseSD returns the fitted observation-noise standard deviation of output o in
 // output units.
@@ -473,7 +473,7 @@ func (g *GP) NoiseSD(o int) float64 { return math.Sqrt(math.Exp(g.hyper.LogNoise
 
 // LogMarginalLikelihood returns the log marginal likelihood (standardised outputs,
 // summed over outputs) at h: the quantity fitting maximises.
-func (g *GP) LogMarginalLikelihood(h GPHyper) (float64, error) {
+func (g *GP) LogMarginalLikelihood(h Hyper) (float64, error) {
 	if len(h.LogLength) != g.dim {
 		return 0, fmt.Errorf("GP: %d length scales for %d dimensions", len(h.LogLength), g.dim)
 	}
@@ -488,16 +488,16 @@ func (g *GP) LogMarginalLikelihood(h GPHyper) (float64, error) {
 // Outputs is the number of outputs the GP models.
 func (g *GP) Outputs() int { return g.outs }
 
-// GPScratch is per-caller scratch space for Predict, so predictions over thousands of
+// Scratch is per-caller scratch space for Predict, so predictions over thousands of
 // points allocate nothing.
-type GPScratch struct{ ks, v []float64 }
+type Scratch struct{ ks, v []float64 }
 
 // Predict writes the posterior mean of every output at x into mean (len Outputs) and
 // returns the posterior standard deviation of the latent function in standardised
 // units; multiply by Scale(o) for output o. scratch may be nil.
-func (g *GP) Predict(x []float64, mean []float64, scratch *GPScratch) float64 {
+func (g *GP) Predict(x []float64, mean []float64, scratch *Scratch) float64 {
 	if scratch == nil {
-		scratch = &GPScratch{}
+		scratch = &Scratch{}
 	}
 	if cap(scratch.ks) < g.n {
 		scratch.ks, scratch.v = make([]float64, g.n), make([]float64, g.n)

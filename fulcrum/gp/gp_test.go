@@ -59,14 +59,14 @@ func TestGPGradientMatchesFiniteDifferences(t *testing.T) {
 func TestGPFitsSmoothFunction(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	x, y := gpTestData(rng, 40, 2, 0.01, smooth2)
-	g, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rng})
+	g, err := Fit(context.Background(), x, y, FitOptions{Rand: rng})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var se [2]float64
 	const m = 300
 	mean := make([]float64, 2)
-	var sc GPScratch
+	var sc Scratch
 	for range m {
 		p := []float64{rng.Float64(), rng.Float64()}
 		g.Predict(p, mean, &sc)
@@ -92,7 +92,7 @@ func TestGPVarianceShrinksAtObservedPoints(t *testing.T) {
 		x[i][0] *= 0.5
 		y[i] = smooth2(x[i])
 	}
-	g, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rng})
+	g, err := Fit(context.Background(), x, y, FitOptions{Rand: rng})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +117,11 @@ func TestGPFitImprovesLikelihood(t *testing.T) {
 		// Depends strongly on dim 0, weakly on 1, not at all on 2 and 3.
 		return []float64{math.Sin(5*p[0]) + 0.3*p[1]}
 	})
-	g, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rng})
+	g, err := Fit(context.Background(), x, y, FitOptions{Rand: rng})
 	if err != nil {
 		t.Fatal(err)
 	}
-	def := GPHyper{LogLength: []float64{gpDefaultLogL, gpDefaultLogL, gpDefaultLogL, gpDefaultLogL}, LogNoiseVar: gpDefaultNoise}
+	def := Hyper{LogLength: []float64{gpDefaultLogL, gpDefaultLogL, gpDefaultLogL, gpDefaultLogL}, LogNoiseVar: gpDefaultNoise}
 	before, err := g.LogMarginalLikelihood(def)
 	if err != nil {
 		t.Fatal(err)
@@ -143,11 +143,11 @@ func TestGPFitImprovesLikelihood(t *testing.T) {
 func TestNewGPReproducesFittedPredictions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	x, y := gpTestData(rng, 20, 2, 0.01, smooth2)
-	g, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rng})
+	g, err := Fit(context.Background(), x, y, FitOptions{Rand: rng})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewGP(x, y, g.Hyper())
+	h, err := New(x, y, g.Hyper())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +168,8 @@ func TestGPRejectsBadData(t *testing.T) {
 		"ragged":     {[][]float64{{0, 1}, {1}}, [][]float64{{0}, {1}}},
 		"nan output": {[][]float64{{0}, {1}}, [][]float64{{0}, {math.NaN()}}},
 	} {
-		if _, err := FitGP(context.Background(), tc.x, tc.y, GPFitOptions{}); err == nil {
-			t.Errorf("%s: FitGP accepted bad data", name)
+		if _, err := Fit(context.Background(), tc.x, tc.y, FitOptions{}); err == nil {
+			t.Errorf("%s: Fit accepted bad data", name)
 		}
 	}
 }
@@ -178,11 +178,11 @@ func TestGPNoiseFloorHolds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	// Noise-free data: without a floor the fit drives the noise towards zero.
 	x, y := gpTestData(rng, 25, 2, 0, smooth2)
-	free, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rand.New(rand.NewPCG(1, 1))})
+	free, err := Fit(context.Background(), x, y, FitOptions{Rand: rand.New(rand.NewPCG(1, 1))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	floored, err := FitGP(context.Background(), x, y, GPFitOptions{Rand: rand.New(rand.NewPCG(1, 1)), MinNoiseSD: 0.05})
+	floored, err := Fit(context.Background(), x, y, FitOptions{Rand: rand.New(rand.NewPCG(1, 1)), MinNoiseSD: 0.05})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ type ALSModel struct {
 	trainBatch int
 	batches    []int
 	profiles   []plan.ModeProfile // the campaign's, in the order used as GP data
-	hyper      [numGroups]gp.GPHyper
+	hyper      [numGroups]gp.Hyper
 	front      []powermode.Mode
 	stop       string
 	campaign   []powermode.Mode // modes this campaign profiled (not inherited ones)

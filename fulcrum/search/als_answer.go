@@ -145,9 +145,9 @@ func (m *ALSModel) posteriors(extra []plan.ModeProfile) (map[int]posterior, erro
 		out[m.pos[mp.Mode]] = posterior{mu: make([]float64, no), sd: make([]float64, no)}
 	}
 	buf := make([]float64, nb)
-	var sc gp.GPScratch
+	var sc gp.Scratch
 	for g := range numGroups {
-		gp, err := gp.NewGP(x, groupOutputs(ys, g, nb), m.hyper[g])
+		gp, err := gp.New(x, groupOutputs(ys, g, nb), m.hyper[g])
 		if err != nil {
 			return nil, fmt.Errorf("als: %s surrogate with the confirming profiles: %w", groupName(g), err)
 		}

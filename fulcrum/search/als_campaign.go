@@ -75,12 +75,12 @@ func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSMod
 	}
 
 	var gps [numGroups]*gp.GP
-	var prevHyper [numGroups]*gp.GPHyper
+	var prevHyper [numGroups]*gp.Hyper
 	fit := func(restarts int) error {
 		for g := range numGroups {
 			x := m.dataInputs()
 			y := groupOutputs(ys, g, len(batches))
-			gp, err := gp.FitGP(ctx, x, y, gp.GPFitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng, MinNoiseSD: gpNoiseFloor})
+			gp, err := gp.Fit(ctx, x, y, gp.FitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng, MinNoiseSD: gpNoiseFloor})
 			if err != nil {
 				return fmt.Errorf("als: fitting the %s surrogate: %w", groupName(g), err)
 			}
@@ -205,7 +205,7 @@ func groupOutputs(ys [][]float64, g, nb int) [][]float64 {
 func (m *ALSModel) recondition(gps []*gp.GP, ys [][]float64) error {
 	x := m.dataInputs()
 	for g := range numGroups {
-		gp, err := gp.NewGP(x, groupOutputs(ys, g, len(m.batches)), gps[g].Hyper())
+		gp, err := gp.New(x, groupOutputs(ys, g, len(m.batches)), gps[g].Hyper())
 		if err != nil {
 			return fmt.Errorf("als: %s surrogate: %w", groupName(g), err)
 		}
@@ -220,7 +220,7 @@ func (m *ALSModel) predict(gps []*gp.GP, xs [][]float64) {
 	if len(m.mu) != len(m.modes)*no {
 		m.mu, m.sd = make([]float64, len(m.modes)*no), make([]float64, len(m.modes)*no)
 	}
-	var sc gp.GPScratch
+	var sc gp.Scratch
 	buf := make([]float64, nb)
 	for i, x := range xs {
 		mu, sd := m.mu[i*no:(i+1)*no], m.sd[i*no:(i+1)*no]

@@ -25,7 +25,7 @@ type alsSnapshot struct {
 	Options  ALSOptions            `json:"options"`
 	Profiles []plan.ModeProfile    `json:"profiles"`
 	Campaign []powermode.Mode      `json:"campaign"`
-	Hyper    map[string]gp.GPHyper `json:"hyper"`
+	Hyper    map[string]gp.Hyper `json:"hyper"`
 	Pareto   []powermode.Mode      `json:"pareto"`
 	Stop     string                `json:"stop"`
 }
@@ -35,7 +35,7 @@ func (m *ALSModel) MarshalJSON() ([]byte, error) {
 	s := alsSnapshot{
 		Version: alsSnapshotVersion, Train: m.train, Infer: m.infer, TrainBatch: m.trainBatch,
 		InferBatches: m.batches, Levels: m.space.Levels(), Options: m.opts, Profiles: m.profiles,
-		Campaign: m.campaign, Hyper: map[string]gp.GPHyper{}, Pareto: m.front, Stop: m.stop,
+		Campaign: m.campaign, Hyper: map[string]gp.Hyper{}, Pareto: m.front, Stop: m.stop,
 	}
 	if !m.space.IsGrid() {
 		s.Members = make([]byte, (m.space.GridSize()+7)/8)
@@ -110,7 +110,7 @@ func UnmarshalALSModel(data []byte, logger *slog.Logger) (*ALSModel, error) {
 			return nil, fmt.Errorf("als model: no hyper-parameters for %s: the stored model is corrupt", groupName(g))
 		}
 		m.hyper[g] = h
-		gp, err := gp.NewGP(m.dataInputs(), groupOutputs(ys, g, len(batches)), h)
+		gp, err := gp.New(m.dataInputs(), groupOutputs(ys, g, len(batches)), h)
 		if err != nil {
 			return nil, fmt.Errorf("als model: %s surrogate: %w", groupName(g), err)
 		}
