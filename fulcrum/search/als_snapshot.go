@@ -21,13 +21,13 @@ type alsSnapshot struct {
 	Levels       powermode.Levels `json:"levels"`
 	// Members is a bitmap over the grid ordinals of Levels (bit o of byte o/8); absent
 	// when the space is the full grid.
-	Members  []byte                `json:"members,omitempty"`
-	Options  ALSOptions            `json:"options"`
-	Profiles []plan.ModeProfile    `json:"profiles"`
-	Campaign []powermode.Mode      `json:"campaign"`
+	Members  []byte              `json:"members,omitempty"`
+	Options  ALSOptions          `json:"options"`
+	Profiles []plan.ModeProfile  `json:"profiles"`
+	Campaign []powermode.Mode    `json:"campaign"`
 	Hyper    map[string]gp.Hyper `json:"hyper"`
-	Pareto   []powermode.Mode      `json:"pareto"`
-	Stop     string                `json:"stop"`
+	Pareto   []powermode.Mode    `json:"pareto"`
+	Stop     string              `json:"stop"`
 }
 
 // MarshalJSON stores the model: profiles, hyper-parameters, space and options.
