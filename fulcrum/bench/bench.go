@@ -15,12 +15,11 @@ import (
 	"sync"
 	"time"
 
+	"gonum.org/v1/gonum/stat"
+
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
-
-	"gonum.org/v1/gonum/stat"
-
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )

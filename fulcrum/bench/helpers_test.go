@@ -1,10 +1,10 @@
 package bench
 
 import (
-	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"

@@ -7,7 +7,6 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/gp"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 

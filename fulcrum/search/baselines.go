@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 

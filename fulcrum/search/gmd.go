@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 

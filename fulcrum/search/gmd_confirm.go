@@ -6,7 +6,6 @@ import (
 	"math"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 

@@ -4,10 +4,9 @@ import (
 	"math"
 	"slices"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 

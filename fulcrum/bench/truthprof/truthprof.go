@@ -12,7 +12,6 @@ import (
 	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )
