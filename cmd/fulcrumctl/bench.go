@@ -17,7 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
 )
@@ -60,7 +62,7 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 	format := f.String("format", "table", "output format: table, json or csv (--json is --format json)")
 	asJSON := f.Bool("json", false, "print JSON, as every fulcrumctl command's --json does (same as --format json)")
 	maxProfiles := f.Int("max-profiles", 0, "profile budget per searcher run (0: each searcher's default)")
-	quantile := f.Float64("quantile", fulcrum.DefaultQuantile, "latency quantile the budgets apply to")
+	quantile := f.Float64("quantile", plan.DefaultQuantile, "latency quantile the budgets apply to")
 	plot := newBenchPlotFlag(f) // plot.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := plot.check(); err != nil {
@@ -78,7 +80,7 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 		if *format != "table" && *format != "json" && *format != "csv" {
 			return fmt.Errorf("--format %q: want table, json or csv", *format)
 		}
-		spec := fulcrum.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile}
+		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile}
 		var err error
 		if spec.RatesRPS, err = parseList(*rates, "--rates", parseRate); err != nil {
 			return err
@@ -94,13 +96,10 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 			if !ok || t == "" || i == "" {
 				return fmt.Errorf("--pairs %q: want train:infer, e.g. resnet18-train:mobilenetv3-infer", p)
 			}
-			spec.Pairs = append(spec.Pairs, fulcrum.Pair{Train: t, Infer: i})
+			spec.Pairs = append(spec.Pairs, bench.Pair{Train: t, Infer: i})
 		}
 		for _, s := range spec.Searchers {
-			if s == "oracle" {
-				continue
-			}
-			if _, err := fulcrum.NewSearcher(s); err != nil {
+			if _, err := search.Parse(s); err != nil {
 				return fmt.Errorf("--searchers: %w", err)
 			}
 		}
@@ -126,7 +125,7 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 			return fmt.Errorf("--truth %s: %w", *truthPath, err)
 		}
 		spec.Truth = tab
-		rep, err := fulcrum.RunBench(cmd.Context(), spec)
+		rep, err := bench.RunBench(cmd.Context(), spec)
 		if err != nil {
 			return err
 		}
@@ -197,7 +196,7 @@ func parsePowerMW(s string) (float64, error) {
 	return v * scale, nil
 }
 
-func writeBench(w io.Writer, format string, rep *fulcrum.BenchReport) error {
+func writeBench(w io.Writer, format string, rep *bench.BenchReport) error {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)

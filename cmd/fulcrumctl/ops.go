@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/internal/units"
 )
 
@@ -76,7 +77,7 @@ func budgetRate(s string) (auto bool, rps float64, err error) {
 	}
 	v, perr := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSuffix(s, "/s"), "rps"), 64)
 	if perr != nil || v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-		return false, 0, fmt.Errorf("--rate %q: want auto (measure it) or requests per second, %g to %g", s, api.MinRateRPS, api.MaxRateRPS)
+		return false, 0, fmt.Errorf("--rate %q: want auto (measure it) or requests per second, %g to %g", s, plan.MinRateRPS, plan.MaxRateRPS)
 	}
 	return false, v, nil
 }
@@ -90,7 +91,7 @@ func budgetQuantile(s string) (float64, error) {
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return 0, fmt.Errorf("--quantile %q: want a fraction like 0.99 or p99 (valid %g to %g)", s, api.MinQuantile, api.MaxQuantile)
+		return 0, fmt.Errorf("--quantile %q: want a fraction like 0.99 or p99 (valid %g to %g)", s, plan.MinQuantile, plan.MaxQuantile)
 	}
 	return v / div, nil
 }

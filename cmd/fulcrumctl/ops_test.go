@@ -14,7 +14,6 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -120,7 +119,7 @@ func withMeasurements(fake *apitest.Fake) {
 		[]api.WorkloadStats{
 			{Workload: "resnet18", Role: "train", LiveWorkers: 1, Minibatches: 900, ThroughputPerS: 301.5},
 			{Workload: "mobilenet", Role: "infer", LiveWorkers: 1, Requests: 1200, Served: 1190, DeadlineMisses: 3,
-				ArrivalRateHz: 40.2, Latency: sched.Quantiles{Count: 1190, P50MS: 21.5, P99MS: 77.25}},
+				ArrivalRateHz: 40.2, Latency: api.Quantiles{Count: 1190, P50MS: 21.5, P99MS: 77.25}},
 		},
 		&api.Power{TotalMW: 28900, Avg1sMW: 28700, Rails: []api.Rail{{Name: "VDD_GPU_SOC", PowerMW: 9100}, {Name: "VDD_CPU_CV", PowerMW: 5200}}},
 	)

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
 	fplot "github.com/fulcrum-edge/fulcrum/fulcrum/plot"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
@@ -176,7 +176,7 @@ func (b benchPlot) check() error {
 	return fmt.Errorf("--plot %s: name the file .svg or .png", *b.path)
 }
 
-func (b benchPlot) draw(w io.Writer, rep *fulcrum.BenchReport) error {
+func (b benchPlot) draw(w io.Writer, rep *bench.BenchReport) error {
 	if *b.path == "" {
 		return nil
 	}

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
@@ -28,7 +30,6 @@ import (
 	"github.com/fulcrum-edge/fulcrum/profiler"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
-	bolt "go.etcd.io/bbolt"
 )
 
 // runProfile runs `fulcrumctl profile args...` in-process and returns stdout and stderr.

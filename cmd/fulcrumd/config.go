@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/internal/optcheck"
 )
 
@@ -161,7 +163,7 @@ func defaultFileConfig() fileConfig {
 	o := daemon.DefaultOptions()
 	f := fileConfig{
 		Log:     logKeys{Format: "text", Level: "info"},
-		Budgets: budgetKeys{PowerW: o.Budgets.PowerW, Rate: "auto", Quantile: o.Budgets.Quantile},
+		Budgets: budgetKeys{PowerW: o.Budgets.PowerMW / 1000, Rate: "auto", Quantile: o.Budgets.Quantile},
 	}
 	fv := reflect.ValueOf(&f).Elem()
 	ov := reflect.ValueOf(o)
@@ -263,8 +265,8 @@ func settings(v *viper.Viper) (Settings, error) {
 	}
 
 	searcher := f.Controller.Searcher
-	if searcher != "gmd" && searcher != "als" {
-		bad(`controller.searcher must be "gmd" or "als", got %q`, searcher)
+	if err := search.CheckLive(searcher); err != nil {
+		bad("controller.%v", err)
 	}
 
 	s.Daemon = f.toOptions()
@@ -278,11 +280,8 @@ func settings(v *viper.Viper) (Settings, error) {
 		}
 		bad("%s %s, got %v", k.name, e.Problem, value)
 	}
-	s.Daemon.Budgets.LatencyMS = s.Budgets.LatencyMS
-	s.Daemon.Budgets.PowerW = s.Budgets.PowerW
-	s.Daemon.Budgets.RateRPS = s.Budgets.RateHz
-	s.Daemon.Budgets.Quantile = s.Budgets.Quantile
-	if err := s.Daemon.Budgets.Validate(); err != nil {
+	s.Daemon.Budgets = plan.Budgets{LatencyMS: s.Budgets.LatencyMS, PowerMW: s.Budgets.PowerW * 1000, RateRPS: s.Budgets.RateHz, Quantile: s.Budgets.Quantile}
+	if err := s.Daemon.Budgets.ValidateTargets(); err != nil {
 		bad("budgets: %v", err)
 	}
 	if len(errs) > 0 {

@@ -159,7 +159,7 @@ func describe(s Settings) string {
 		d.StateDir, d.DBPath, d.StoreTimeout, d.Board, d.BoardRoot, d.NVML, d.MetricsListen)
 	fmt.Fprintf(&b, "control %+v\n", d.Control)
 	cb := d.Budgets
-	fmt.Fprintf(&b, "control_budgets latency_ms=%v power_w=%v rate_rps=%v quantile=%v rho_max=%v\n", cb.LatencyMS, cb.PowerW, cb.RateRPS, cb.Quantile, cb.RhoMax)
+	fmt.Fprintf(&b, "control_budgets latency_ms=%v power_w=%v rate_rps=%v quantile=%v rho_max=%v\n", cb.LatencyMS, cb.PowerMW/1000, cb.RateRPS, cb.Quantile, cb.RhoMax)
 	fmt.Fprintf(&b, "api socket_mode=%v group=%q uids=%v gids=%v path=%q\n", d.API.SocketMode, d.API.Group, d.API.AllowUIDs, d.API.AllowGIDs, d.API.SocketPath)
 	return b.String()
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -87,7 +86,7 @@ type Caller struct {
 }
 
 // Budgets are the operator's targets as the daemon holds them (DESIGN §2). Unlike
-// fulcrum.Budgets they can say "measure the rate" and "no power budget".
+// plan.Budgets they can say "measure the rate" and "no power budget".
 type Budgets struct {
 	// LatencyMS is L, on the Quantile of per-request latency.
 	LatencyMS float64 `json:"latency_ms"`
@@ -151,12 +150,6 @@ type Plan struct {
 	// fulcrumd retries with a back-off.
 	ApplyError string `json:"apply_error,omitempty"`
 }
-
-// Worker is one live worker.
-type Worker = sched.WorkerInfo
-
-// WorkloadStats are one workload's measurements.
-type WorkloadStats = sched.WorkloadStats
 
 // Status is GET /v1/status.
 type Status struct {
@@ -230,9 +223,6 @@ type OptimizeResult struct {
 	StopReason string  `json:"stop_reason"`
 	DurationMS float64 `json:"duration_ms"`
 }
-
-// ImportResponse is POST /v1/profiles/import's answer.
-type ImportResponse = store.ImportResult
 
 // Event kinds fulcrumd's controller records.
 const (

@@ -1,24 +1,11 @@
 package api
 
 import (
+	"errors"
 	"fmt"
-	"math"
 	"net/http"
-)
 
-// Budget ranges. They match fulcrum.Budgets.Validate so the planner never sees a budget
-// the API accepted and it rejects; PowerMW may also be 0 (no power budget).
-const (
-	MinLatencyMS float64 = 0.1
-	MaxLatencyMS float64 = 600000
-	MinPowerMW   float64 = 1000
-	MaxPowerMW   float64 = 1e6
-	MinRateRPS   float64 = 1e-3
-	MaxRateRPS   float64 = 1e5
-	MinQuantile  float64 = 0.5
-	MaxQuantile  float64 = 0.99999
-	MinRhoMax    float64 = 0.05
-	MaxRhoMax    float64 = 1
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 )
 
 func outOfRange(field string, v, lo, hi float64, hint string) *Error {
@@ -26,9 +13,12 @@ func outOfRange(field string, v, lo, hi float64, hint string) *Error {
 		"%s = %v is out of range: want %g to %g%s", field, v, lo, hi, hint)
 }
 
-func checkRange(field string, v, lo, hi float64, hint string) *Error {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < lo || v > hi {
-		return outOfRange(field, v, lo, hi, hint)
+// checkRange validates one budget field against plan's limits (the only ones), with
+// the API's own wording of the unit hint (it names rate_auto and power 0).
+func checkRange(field string, v float64, hint string) *Error {
+	var re *plan.RangeError
+	if err := plan.CheckField(field, v); errors.As(err, &re) {
+		return outOfRange(field, v, re.Lo, re.Hi, hint)
 	}
 	return nil
 }
@@ -44,23 +34,23 @@ const (
 
 // Validate checks every budget; the first field out of range is an *Error naming it.
 func (b Budgets) Validate() error {
-	if e := checkRange("latency_ms", b.LatencyMS, MinLatencyMS, MaxLatencyMS, hintLatency); e != nil {
+	if e := checkRange("latency_ms", b.LatencyMS, hintLatency); e != nil {
 		return e
 	}
 	if b.PowerMW != 0 {
-		if e := checkRange("power_mw", b.PowerMW, MinPowerMW, MaxPowerMW, hintPower); e != nil {
+		if e := checkRange("power_mw", b.PowerMW, hintPower); e != nil {
 			return e
 		}
 	}
 	if !b.RateAuto {
-		if e := checkRange("rate_rps", b.RateRPS, MinRateRPS, MaxRateRPS, hintRate); e != nil {
+		if e := checkRange("rate_rps", b.RateRPS, hintRate); e != nil {
 			return e
 		}
 	}
-	if e := checkRange("quantile", b.Quantile, MinQuantile, MaxQuantile, hintQuantile); e != nil {
+	if e := checkRange("quantile", b.Quantile, hintQuantile); e != nil {
 		return e
 	}
-	if e := checkRange("rho_max", b.RhoMax, MinRhoMax, MaxRhoMax, hintRho); e != nil {
+	if e := checkRange("rho_max", b.RhoMax, hintRho); e != nil {
 		return e
 	}
 	return nil
@@ -82,14 +72,14 @@ func (u BudgetsUpdate) Apply(cur Budgets) (Budgets, error) {
 	}
 	if u.LatencyMS != nil {
 		b.LatencyMS = *u.LatencyMS
-		if e := checkRange("latency_ms", b.LatencyMS, MinLatencyMS, MaxLatencyMS, hintLatency); e != nil {
+		if e := checkRange("latency_ms", b.LatencyMS, hintLatency); e != nil {
 			return cur, e
 		}
 	}
 	if u.PowerMW != nil {
 		b.PowerMW = *u.PowerMW
 		if b.PowerMW != 0 {
-			if e := checkRange("power_mw", b.PowerMW, MinPowerMW, MaxPowerMW, hintPower); e != nil {
+			if e := checkRange("power_mw", b.PowerMW, hintPower); e != nil {
 				return cur, e
 			}
 		}
@@ -106,19 +96,19 @@ func (u BudgetsUpdate) Apply(cur Budgets) (Budgets, error) {
 	}
 	if u.RateRPS != nil {
 		b.RateRPS, b.RateAuto = *u.RateRPS, false
-		if e := checkRange("rate_rps", b.RateRPS, MinRateRPS, MaxRateRPS, hintRate); e != nil {
+		if e := checkRange("rate_rps", b.RateRPS, hintRate); e != nil {
 			return cur, e
 		}
 	}
 	if u.Quantile != nil {
 		b.Quantile = *u.Quantile
-		if e := checkRange("quantile", b.Quantile, MinQuantile, MaxQuantile, hintQuantile); e != nil {
+		if e := checkRange("quantile", b.Quantile, hintQuantile); e != nil {
 			return cur, e
 		}
 	}
 	if u.RhoMax != nil {
 		b.RhoMax = *u.RhoMax
-		if e := checkRange("rho_max", b.RhoMax, MinRhoMax, MaxRhoMax, hintRho); e != nil {
+		if e := checkRange("rho_max", b.RhoMax, hintRho); e != nil {
 			return cur, e
 		}
 	}
@@ -139,4 +129,25 @@ func (b Budgets) String() string {
 		}
 	}
 	return fmt.Sprintf("latency %gms (p%g), power %s, rate %s", b.LatencyMS, b.Quantile*100, power, rate)
+}
+
+// Plan returns the budgets as the controller holds them: rate 0 where the rate is auto
+// (the controller measures it), power 0 for no power budget.
+func (b Budgets) Plan() plan.Budgets {
+	out := plan.Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
+	if !b.RateAuto {
+		out.RateRPS = b.RateRPS
+	}
+	return out
+}
+
+// BudgetsFrom is the wire form of the controller's budgets b (defaults filled); where
+// b's rate is auto (0), RateRPS reports measuredRPS.
+func BudgetsFrom(b plan.Budgets, measuredRPS float64) Budgets {
+	b = b.WithDefaults()
+	out := Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerMW, RateRPS: b.RateRPS, RateAuto: b.RateRPS == 0, Quantile: b.Quantile, RhoMax: b.RhoMax}
+	if out.RateAuto {
+		out.RateRPS = measuredRPS
+	}
+	return out
 }

@@ -185,7 +185,7 @@ func (c *Client) ExportProfiles(ctx context.Context, w io.Writer, format store.F
 }
 
 // ImportProfiles is POST /v1/profiles/import.
-func (c *Client) ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions) (store.ImportResult, error) {
+func (c *Client) ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions) (ImportResponse, error) {
 	q := url.Values{}
 	if opts.Format != "" {
 		q.Set("format", string(opts.Format))
@@ -197,7 +197,7 @@ func (c *Client) ImportProfiles(ctx context.Context, r io.Reader, opts store.Imp
 		q.Set("overwrite", "1")
 	}
 	resp, err := c.do(ctx, http.MethodPost, "/profiles/import", q, r, "application/octet-stream")
-	var res store.ImportResult
+	var res ImportResponse
 	if err != nil {
 		return res, err
 	}

@@ -514,7 +514,7 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, ImportResponseFrom(res))
 }
 
 func (s *Server) optimize(w http.ResponseWriter, r *http.Request, by Caller) {

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -28,21 +28,14 @@ type API struct {
 
 var _ api.Controller = (*API)(nil)
 
-func (a *API) toAPIBudgets(b Budgets) api.Budgets {
-	b = b.withDefaults()
-	out := api.Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerW * 1000, RateRPS: b.RateRPS, RateAuto: b.RateRPS == 0, Quantile: b.Quantile, RhoMax: b.RhoMax}
-	if out.RateAuto {
-		out.RateRPS = a.C.Status().Measured.RateRPS
+// toAPIBudgets is the budgets in force in the API's wire form; a measured rate is
+// reported where the rate is auto.
+func (a *API) toAPIBudgets(b plan.Budgets) api.Budgets {
+	measured := 0.0
+	if b.RateRPS == 0 {
+		measured = a.C.Status().Measured.RateRPS
 	}
-	return out
-}
-
-func fromAPIBudgets(b api.Budgets) Budgets {
-	out := Budgets{LatencyMS: b.LatencyMS, PowerW: b.PowerMW / 1000, Quantile: b.Quantile, RhoMax: b.RhoMax}
-	if !b.RateAuto {
-		out.RateRPS = b.RateRPS
-	}
-	return out
+	return api.BudgetsFrom(b, measured)
 }
 
 // Status implements api.Controller.
@@ -51,7 +44,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	st := c.Status()
 	snap := c.sched.Snapshot()
 	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
-		Workers: snap.Workers, Workloads: snap.Workloads, Degraded: st.Degraded != "", DegradedReason: st.Degraded,
+		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
 		Optimizing: c.Searching(), TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
 	if s.Board == "" {
@@ -131,19 +124,19 @@ func (a *API) plan() *api.Plan {
 }
 
 func (a *API) binding(ch *Choice) (string, bool) {
-	b := a.C.Budgets().withDefaults()
+	b := a.C.Budgets().WithDefaults()
 	// First the budgets themselves; then the budgets the plan was made against: shrunk
 	// by the planning margin, latency also by the room the scheduler's admission test
 	// needs (see admissionBudgets).
 	k := 1 - a.C.cfg.PlanMargin
 	for _, lim := range []struct{ latencyMS, powerMW, rho float64 }{
-		{b.LatencyMS, b.PowerW * 1000, b.RhoMax},
-		{a.C.admissionBudgets(fulcrum.Budgets{LatencyMS: b.LatencyMS}).LatencyMS * k, b.PowerW * 1000 * k, b.RhoMax * k},
+		{b.LatencyMS, b.PowerMW, b.RhoMax},
+		{a.C.admissionBudgets(plan.Budgets{LatencyMS: b.LatencyMS}).LatencyMS * k, b.PowerMW * k, b.RhoMax * k},
 	} {
 		switch {
 		case ch.Predicted.LatencyMS > lim.latencyMS:
 			return "latency", true
-		case b.PowerW > 0 && ch.Predicted.PowerMW > lim.powerMW:
+		case b.PowerMW > 0 && ch.Predicted.PowerMW > lim.powerMW:
 			return "power", true
 		case ch.Predicted.Rho > lim.rho:
 			return "gpu_share", true
@@ -166,7 +159,7 @@ func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) 
 	if err != nil {
 		return cur, err
 	}
-	if err := a.C.SetBudgetsBy(fromAPIBudgets(nb), &by); err != nil {
+	if err := a.C.SetBudgetsBy(nb.Plan(), &by); err != nil {
 		return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "", "%v", err)
 	}
 	return a.toAPIBudgets(a.C.Budgets()), nil
@@ -174,7 +167,7 @@ func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) 
 
 // Workers implements api.Controller.
 func (a *API) Workers(context.Context) ([]api.Worker, error) {
-	return a.C.sched.Snapshot().Workers, nil
+	return api.WorkersFrom(a.C.sched.Snapshot().Workers), nil
 }
 
 // Mode implements api.Controller.

@@ -12,6 +12,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
@@ -74,7 +75,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 	}
 	board := &countingBoard{Backend: be}
 	c, err := New(Options{Sched: e.sched, Board: board, Store: e.store, Clock: e.clock,
-		Budgets: Budgets{LatencyMS: 400, PowerW: 40, RateRPS: 20}})
+		Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 40000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 	if err := os.Mkdir(minFreq, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetBudgets(Budgets{LatencyMS: 400, PowerW: 25, RateRPS: 20}); err != nil {
+	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 25000, RateRPS: 20}); err != nil {
 		t.Fatal(err)
 	}
 	tries := board.count()
@@ -149,7 +150,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 // the controller does not plan), and a status before any reading says there is none.
 func TestIdlePowerAverage(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{}, Budgets{LatencyMS: 400})
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400})
 	ctx := context.Background()
 	as, err := (&API{C: c}).Status(ctx)
 	if err != nil || as.Power == nil {
@@ -169,12 +170,12 @@ func TestIdlePowerAverage(t *testing.T) {
 // An infeasible plan: the status names the same binding constraint as the decision's
 // event, and says DEGRADED (docs/operations.md).
 func TestInfeasibleStatusMatchesEvent(t *testing.T) {
-	for _, b := range []Budgets{
-		{LatencyMS: 400, PowerW: 5, RateRPS: 20}, // power alone
-		{LatencyMS: 5, PowerW: 40, RateRPS: 20},  // latency alone
+	for _, b := range []plan.Budgets{
+		{LatencyMS: 400, PowerMW: 5000, RateRPS: 20}, // power alone
+		{LatencyMS: 5, PowerMW: 40000, RateRPS: 20},  // latency alone
 		// Both broken, power most: the status used to check latency first and said so.
-		{LatencyMS: 80, PowerW: 2, RateRPS: 20},
-		{LatencyMS: 150, PowerW: 3, RateRPS: 20},
+		{LatencyMS: 80, PowerMW: 2000, RateRPS: 20},
+		{LatencyMS: 150, PowerMW: 3000, RateRPS: 20},
 	} {
 		e := newEnv(t, sched.NewFakeClock())
 		e.seed()
@@ -213,7 +214,7 @@ func TestInfeasibleStatusMatchesEvent(t *testing.T) {
 // was a 500 "internal"), and stores nothing.
 func TestGarbageImportIsBadRequest(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{}, Budgets{LatencyMS: 400})
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400})
 	cl := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, &API{C: c}))
 	defer cl.Close()
 	_, err := cl.ImportProfiles(context.Background(), strings.NewReader("\x00garbage;;\nnot a table\n"), store.ImportOptions{})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -163,7 +164,7 @@ func (e *env) register(deliver sched.Deliver) (trainID, inferID string) {
 	return tr, in
 }
 
-func (e *env) controller(cfg Config, b Budgets) *Controller {
+func (e *env) controller(cfg Config, b plan.Budgets) *Controller {
 	e.t.Helper()
 	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Clock: e.clock, Budgets: b})
 	if err != nil {
@@ -205,7 +206,7 @@ func countKind(evs []Event, k Kind) int {
 func TestPlanAtStartFromStore(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	e.tick(c, 200*time.Millisecond)
 	if n := len(c.Events().List(0)); n != 0 {
@@ -234,11 +235,11 @@ func TestPlanAtStartFromStore(t *testing.T) {
 	}
 	// Budgets that change re-plan from the store: a tighter power budget picks a
 	// lower-power mode.
-	if err := c.SetBudgets(Budgets{LatencyMS: 400, PowerW: 0.5}); err == nil || !strings.Contains(err.Error(), "power_w") {
+	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 500}); err == nil || !strings.Contains(err.Error(), "power_mw") {
 		t.Fatalf("invalid budgets accepted: %v", err)
 	}
 	before := st.Current.Predicted.PowerMW
-	if err := c.SetBudgets(Budgets{LatencyMS: 400, PowerW: 25, RateRPS: 20}); err != nil {
+	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 25000, RateRPS: 20}); err != nil {
 		t.Fatal(err)
 	}
 	e.tick(c, 100*time.Millisecond)
@@ -258,7 +259,7 @@ func TestPowerStepDownAndHysteresis(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	cfg := Config{Hold: 2 * time.Second, Cooldown: 500 * time.Millisecond}
-	c := e.controller(cfg, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	c := e.controller(cfg, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -317,7 +318,7 @@ func TestPowerStepDownAndHysteresis(t *testing.T) {
 func TestDegradedWhenPowerUnreadable(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{PowerFail: time.Second}, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	c := e.controller(Config{PowerFail: time.Second}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -351,7 +352,7 @@ func TestRateDriftReplans(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	cfg := Config{RateTau: 500 * time.Millisecond, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
-	c := e.controller(cfg, Budgets{LatencyMS: 400, PowerW: 35})
+	c := e.controller(cfg, plan.Budgets{LatencyMS: 400, PowerMW: 35000})
 	_, inferID := e.register(nil)
 	e.board.set(20000, nil)
 	n := 0
@@ -587,7 +588,7 @@ func TestLiveProfiler(t *testing.T) {
 // newLiveEnv is an env on the real clock with a controller and scripted training and
 // inference workers waiting for turns, the board drawing the training model's power:
 // what a live search needs. The caller closes e.sched.
-func newLiveEnv(t *testing.T, cfg Config, b Budgets) (*env, *Controller) {
+func newLiveEnv(t *testing.T, cfg Config, b plan.Budgets) (*env, *Controller) {
 	t.Helper()
 	e := newEnv(t, sched.RealClock{})
 	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Budgets: b})
@@ -611,7 +612,7 @@ func newLiveEnv(t *testing.T, cfg Config, b Budgets) (*env, *Controller) {
 // grants (within its profile budget), then plans from what it stored.
 func TestSearchWhenTooFewProfiles(t *testing.T) {
 	e, c := newLiveEnv(t, Config{MaxProfiles: 4, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}},
-		Budgets{LatencyMS: 400, PowerW: 30, RateRPS: 20})
+		plan.Budgets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
 	defer e.sched.Close()
 	c.Step(context.Background())
 	if !c.Status().Searching {
@@ -643,7 +644,7 @@ func TestSearchWhenTooFewProfiles(t *testing.T) {
 func TestLatencyStepDown(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{MinLatency: 10}, Budgets{LatencyMS: 400, RateRPS: 100})
+	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, RateRPS: 100})
 	var mu sync.Mutex
 	var grants []sched.Grant
 	_, inferID := e.register(func(g sched.Grant) {
@@ -693,7 +694,7 @@ func TestLatencyStepDown(t *testing.T) {
 		t.Fatalf("stepped from %+v to %+v: want a smaller batch or another mode", planned, down)
 	}
 	// A budget change forgets the broken configurations and re-plans.
-	if err := c.SetBudgets(Budgets{LatencyMS: 400, RateRPS: 100}); err != nil {
+	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, RateRPS: 100}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(50 * time.Millisecond)
@@ -708,7 +709,7 @@ func TestLatencyStepDown(t *testing.T) {
 func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, Budgets{LatencyMS: 400, PowerW: 35, RateRPS: 20})
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -757,7 +758,7 @@ func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 func TestNewWorkerGetsPlannedBatch(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, Budgets{LatencyMS: 400, RateRPS: 100})
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, RateRPS: 100})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -798,7 +799,7 @@ func TestPlanLeavesRoomForAdmission(t *testing.T) {
 			// Model v1 at batch 1 and a low rate: latency = tT + tI (no fill), planned
 			// against L·(1 − 5%).
 			l := (tT+tI)/0.95 + tc.extraMS
-			c := e.controller(Config{InferBatches: []int{1}}, Budgets{LatencyMS: l, PowerW: 60, RateRPS: 1})
+			c := e.controller(Config{InferBatches: []int{1}}, plan.Budgets{LatencyMS: l, PowerMW: 60000, RateRPS: 1})
 			e.board.set(20000, nil)
 			trainID, _ := e.register(nil)
 			e.tick(c, 100*time.Millisecond)
@@ -831,7 +832,7 @@ func TestLiveSearchRemeasures(t *testing.T) {
 	var seen []string
 	for _, powerW := range []float64{20, 25, 30, 35, 40, 45} {
 		e, c := newLiveEnv(t, Config{MaxProfiles: 15, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond, PowerSettle: time.Millisecond}},
-			Budgets{LatencyMS: 400, PowerW: powerW, RateRPS: 20})
+			plan.Budgets{LatencyMS: 400, PowerMW: powerW * 1000, RateRPS: 20})
 		pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		res, counts, err := c.search(ctx, "gmd", pair, c.budgets, 20, 0)

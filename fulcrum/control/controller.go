@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -60,10 +60,9 @@ func DefaultConfig() Config {
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Events: 1000,
-		InferBatches: fulcrum.DefaultInferBatches(),
+		InferBatches: plan.DefaultInferBatches(),
 	}
 }
-
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	durs := []struct{ v, d *time.Duration }{
@@ -104,61 +103,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Budgets are the operator's targets.
-type Budgets struct {
-	LatencyMS float64 `json:"latency_ms"` // on the Quantile of per-request latency
-	PowerW    float64 `json:"power_w"`    // on the 1 s average board power; 0: none
-	RateRPS   float64 `json:"rate_rps"`   // arrival rate to plan for; 0: measure it (auto)
-	Quantile  float64 `json:"quantile"`   // 0.99 when 0
-	RhoMax    float64 `json:"rho_max"`    // inference's cap on GPU time, 0.95 when 0
-}
-
-// Validate rejects budgets that cannot be planned for; messages name the field.
-func (b Budgets) Validate() error {
-	var errs []error
-	if !(b.LatencyMS >= 0.1 && b.LatencyMS <= 600000) {
-		errs = append(errs, fmt.Errorf("latency_ms = %v: want 0.1 to 600000 milliseconds", b.LatencyMS))
-	}
-	if !(b.PowerW == 0 || (b.PowerW >= 1 && b.PowerW <= 1000)) {
-		errs = append(errs, fmt.Errorf("power_w = %v: want 0 (no budget) or 1 to 1000 watts", b.PowerW))
-	}
-	if !(b.RateRPS == 0 || (b.RateRPS >= 1e-3 && b.RateRPS <= 1e5)) {
-		errs = append(errs, fmt.Errorf("rate_rps = %v: want 0 (auto: measured) or 0.001 to 100000 requests/s", b.RateRPS))
-	}
-	if !(b.Quantile == 0 || (b.Quantile >= 0.5 && b.Quantile < 1)) {
-		errs = append(errs, fmt.Errorf("quantile = %v: want 0.5 to 0.99999 (e.g. 0.99)", b.Quantile))
-	}
-	if !(b.RhoMax == 0 || (b.RhoMax >= 0.05 && b.RhoMax <= 1)) {
-		errs = append(errs, fmt.Errorf("rho_max = %v: want 0.05 to 1 (share of GPU time inference may take)", b.RhoMax))
-	}
-	return errors.Join(errs...)
-}
-
-func (b Budgets) withDefaults() Budgets {
-	if b.Quantile == 0 {
-		b.Quantile = fulcrum.DefaultQuantile
-	}
-	if b.RhoMax == 0 {
-		b.RhoMax = fulcrum.DefaultRhoMax
-	}
-	return b
-}
-
-// reasonBudgets is the re-plan reason after a budget change.
-const reasonBudgets = "budgets changed"
-
-// noPowerMW stands for "no power budget" in model v1 (its largest valid budget).
-const noPowerMW = 1e6
-
-// model returns model v1's budgets for these targets at the given rate.
-func (b Budgets) model(rateRPS float64) fulcrum.Budgets {
-	p := b.PowerW * 1000
-	if p <= 0 {
-		p = noPowerMW
-	}
-	return fulcrum.Budgets{RateRPS: max(rateRPS, 1e-3), LatencyMS: b.LatencyMS, PowerMW: p, Quantile: b.withDefaults().Quantile, RhoMax: b.withDefaults().RhoMax}.WithDefaults()
-}
-
 // Choice is a configuration the controller applied or planned, with model v1's
 // numbers for it.
 type Choice struct {
@@ -178,7 +122,7 @@ type Options struct {
 	// Presets are the board's nvpmodel presets (GMD's start) and their names.
 	Presets     []powermode.Mode
 	PresetNames []string
-	Budgets     Budgets
+	Budgets     plan.Budgets
 }
 
 // Controller plans and watches. Its methods are safe for concurrent use.
@@ -195,7 +139,7 @@ type Controller struct {
 	power   *PowerMonitor
 
 	mu       sync.Mutex
-	budgets  Budgets
+	budgets  plan.Budgets
 	pair     *Pair
 	pairAt   time.Time
 	cur      *Choice // applied
@@ -235,10 +179,9 @@ type Controller struct {
 	measured    Measured
 	latCount    int
 	live        LiveCounts
-	lastSearch  *fulcrum.Result
+	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
 }
-
 type cfgKey struct {
 	m powermode.Mode
 	b int
@@ -255,12 +198,12 @@ func New(o Options) (*Controller, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	b := o.Budgets.withDefaults()
-	if err := b.Validate(); err != nil {
+	b := o.Budgets.WithDefaults()
+	if err := b.ValidateTargets(); err != nil {
 		return nil, fmt.Errorf("control: budgets: %w", err)
 	}
 	cfg := o.Config.withDefaults()
-	if cfg.Searcher != "gmd" && cfg.Searcher != "als" {
+	if search.CheckLive(cfg.Searcher) != nil {
 		return nil, fmt.Errorf("control: searcher %q: want gmd or als", cfg.Searcher)
 	}
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
@@ -271,7 +214,6 @@ func New(o Options) (*Controller, error) {
 	o.Sched.SetLatencyBudget(msDur(b.LatencyMS))
 	return c, nil
 }
-
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 
 // Events is the controller's event log.
@@ -279,48 +221,6 @@ func (c *Controller) Events() *EventLog { return c.events }
 
 // Config returns the effective configuration.
 func (c *Controller) Config() Config { return c.cfg }
-
-// Budgets returns the budgets in force.
-func (c *Controller) Budgets() Budgets {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.budgets
-}
-
-// SetBudgets validates and installs new budgets; the next step re-plans from stored
-// profiles. Invalid budgets change nothing.
-func (c *Controller) SetBudgets(b Budgets) error { return c.SetBudgetsBy(b, nil) }
-
-// SetBudgetsBy is SetBudgets on behalf of an API caller (recorded in the event).
-func (c *Controller) SetBudgetsBy(b Budgets, by *api.Caller) error {
-	b = b.withDefaults()
-	if err := b.Validate(); err != nil {
-		return fmt.Errorf("budgets not changed: %w", err)
-	}
-	c.mu.Lock()
-	old := c.budgets
-	c.budgets = b
-	c.badLat = map[cfgKey]bool{}
-	c.held = false
-	if c.cur != nil || c.pair != nil {
-		c.needPlan = reasonBudgets
-	}
-	c.mu.Unlock()
-	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", old, b), Caller: by})
-	return nil
-}
-
-func (b Budgets) String() string {
-	p, r := "none", "auto"
-	if b.PowerW > 0 {
-		p = fmt.Sprintf("%.1f W", b.PowerW)
-	}
-	if b.RateRPS > 0 {
-		r = fmt.Sprintf("%.1f/s", b.RateRPS)
-	}
-	return fmt.Sprintf("{latency p%g %.0f ms, power %s, rate %s}", b.withDefaults().Quantile*100, b.LatencyMS, p, r)
-}
 
 // ErrBusy is returned by Optimize while a search runs.
 var ErrBusy = errors.New("a search is already running; wait for it (fulcrumctl events) before starting another")
@@ -340,7 +240,7 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	if method == "" {
 		method = c.cfg.Searcher
 	}
-	if method != "gmd" && method != "als" {
+	if search.CheckLive(method) != nil {
 		return nil, fmt.Errorf("optimize: method %q: want gmd or als", method)
 	}
 	if c.board == nil {
@@ -369,58 +269,6 @@ func (c *Controller) Searching() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.jobMethod
-}
-
-// ApplyMode applies an operator's mode between turns, with the best stored batch size
-// there (or the present one), and holds it until budgets change or an optimize runs.
-// A power or latency violation may still step away from it.
-func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, error) {
-	if c.board == nil {
-		return Choice{}, ErrNoBoard
-	}
-	if sp := c.board.Space(); sp != nil {
-		if err := sp.Check(m); err != nil {
-			return Choice{}, fmt.Errorf("%w (fulcrumctl mode lists the board's levels)", err)
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := Choice{Mode: m}
-	if c.cur != nil {
-		ch.Batch = c.cur.Batch
-	}
-	if c.pair != nil {
-		rate := c.planRateOr()
-		if ps, err := c.profiles(); err == nil {
-			if mod, err := fulcrum.NewModel(c.budgets.model(rate), c.cfg.InferBatches); err == nil {
-				for _, p := range ps {
-					if p.Mode == m {
-						if e, ok := mod.BestAtMode(p); ok {
-							ch.Batch, ch.Predicted = e.Batch, predictionOf(e, rate)
-						}
-					}
-				}
-			}
-		}
-	}
-	mode := m
-	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
-	c.forceApply = true
-	// A refused operator change is answered to the operator, not retried: the
-	// controller's own retry state (a plan the board refused earlier) stays as it was.
-	want, fails, since, retryAt := c.want, c.applyFails, c.applyFailSince, c.retryAt
-	c.apply(ctx, ch)
-	c.setTrainingPaused(false, "mode set by the operator")
-	if c.cur == nil || c.cur.Mode != m {
-		c.want, c.applyFails, c.applyFailSince, c.retryAt = want, fails, since, retryAt
-		if c.applyErr != nil {
-			return Choice{}, fmt.Errorf("apply mode %s failed; the board keeps its previous mode: %w", m.Human(), c.applyErr)
-		}
-		return Choice{}, fmt.Errorf("apply mode %s failed (see the events)", m.Human())
-	}
-	c.held = true
-	c.stepped = false
-	return *c.cur, nil
 }
 
 // Counters are the budget violations acted on (by budget: power, latency) and the
@@ -479,7 +327,6 @@ func (c *Controller) SamplePower(ctx context.Context) error {
 	}
 	return c.power.Sample(ctx, c.board, c.clock.Now())
 }
-
 func (c *Controller) sleep(ctx context.Context, d time.Duration) bool {
 	ch := make(chan struct{})
 	t := c.clock.AfterFunc(d, func() { close(ch) })
@@ -518,7 +365,6 @@ func (c *Controller) pairOf(snap sched.Snapshot) (*Pair, string) {
 	slices.Sort(batches)
 	return &Pair{Train: tr.Workload, TrainBatch: tr.Batch, Infer: inf.Workload, Batches: batches}, inf.ID
 }
-
 func samePair(a, b *Pair) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -595,13 +441,13 @@ func (c *Controller) Step(ctx context.Context) {
 	// Power broken (judged on readings taken since the last change only): step down now,
 	// before anything else — also when a lowered budget is what broke it.
 	settled := c.lastApply.Add(c.cfg.PowerSettle)
-	if c.cur != nil && b.PowerW > 0 && c.board != nil && now.Sub(settled) >= c.cfg.PowerWindow/2 &&
+	if c.cur != nil && b.PowerMW > 0 && c.board != nil && now.Sub(settled) >= c.cfg.PowerWindow/2 &&
 		now.Sub(c.lastStep) >= c.cfg.Cooldown {
 		from := now.Add(-c.cfg.PowerWindow)
 		if from.Before(settled) {
 			from = settled
 		}
-		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerW*1000 {
+		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerMW {
 			c.measured.PowerMW = avg
 			c.violations["power"]++
 			if strings.HasPrefix(c.needPlan, reasonBudgets) {
@@ -653,7 +499,7 @@ func (c *Controller) Step(ctx context.Context) {
 	// Back up after a step, with hysteresis.
 	if c.stepped {
 		h := 1 - c.cfg.Hysteresis
-		below := (b.PowerW == 0 || c.board == nil || (pn > 0 && c.measured.PowerMW < b.PowerW*1000*h)) &&
+		below := (b.PowerMW == 0 || c.board == nil || (pn > 0 && c.measured.PowerMW < b.PowerMW*h)) &&
 			(c.latCount == 0 || c.measured.LatencyP99MS < b.LatencyMS*h)
 		switch {
 		case !below:
@@ -665,504 +511,4 @@ func (c *Controller) Step(ctx context.Context) {
 			c.stepUp(ctx, rate)
 		}
 	}
-}
-
-// planningRate is the fixed rate, or the measured one once it has been measured for
-// RateWarmup.
-func (c *Controller) planningRate(now time.Time) (float64, bool) {
-	if c.budgets.RateRPS > 0 {
-		return c.budgets.RateRPS, true
-	}
-	return c.rate, c.rateInit && now.Sub(c.pairAt) >= c.cfg.RateWarmup
-}
-
-// profiles returns the stored complete profiles of the pair with the learned power
-// corrections applied and latency-broken configurations left out.
-func (c *Controller) profiles() ([]fulcrum.ModeProfile, error) {
-	if c.board == nil {
-		return nil, nil
-	}
-	ps, err := StoredProfiles(c.store, c.board.Info().Name, *c.pair)
-	if err != nil {
-		return nil, err
-	}
-	if sp := c.board.Space(); sp != nil {
-		ps = slices.DeleteFunc(ps, func(p fulcrum.ModeProfile) bool { return !sp.Contains(p.Mode) })
-	}
-	for i := range ps {
-		if k := c.corrP[ps[i].Mode]; k > 1 {
-			ps[i].Train.PowerMW *= k
-			for j := range ps[i].Infer {
-				ps[i].Infer[j].PowerMW *= k
-			}
-		}
-		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip fulcrum.InferPoint) bool { return c.badLat[cfgKey{ps[i].Mode, ip.Batch}] })
-	}
-	return slices.DeleteFunc(ps, func(p fulcrum.ModeProfile) bool { return len(p.Infer) == 0 }), nil
-}
-
-func predictionOf(e fulcrum.Eval, rate float64) Prediction {
-	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
-}
-
-// plan chooses from stored profiles (model v1, budgets shrunk by PlanMargin), or starts
-// a search when too few are stored or one was asked for. Called with c.mu held.
-func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
-	kind := KindReplan
-	if c.cur == nil {
-		kind = KindPlan
-	}
-	ps, err := c.profiles()
-	if err != nil {
-		c.events.Add(Event{Kind: kind, Reason: reason + ": reading stored profiles failed", Err: err.Error()})
-		return
-	}
-	if c.board != nil && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
-		method := c.forceSearch
-		if method == "" {
-			method = c.cfg.Searcher
-		}
-		c.forceSearch = ""
-		c.startSearch(c.base, method, fmt.Sprintf("%s; %d stored profiles (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
-		return
-	}
-	if c.board == nil {
-		return
-	}
-	pl, err := c.choose(ps, c.budgets.model(rate), c.cfg.PlanMargin)
-	if err != nil {
-		c.events.Add(Event{Kind: kind, Reason: reason, Err: err.Error()})
-		return
-	}
-	c.planRate = rate
-	c.stepped = false
-	why := reason + ": " + pl.Explain(c.budgets.model(rate))
-	c.decide(ctx, kind, why, pl.Best, rate)
-}
-
-// choose is model v1's choice over ps against budgets b shrunk by margin; the
-// prediction is re-scored against the exact budgets.
-func (c *Controller) choose(ps []fulcrum.ModeProfile, b fulcrum.Budgets, margin float64) (fulcrum.Plan, error) {
-	m, err := fulcrum.NewModel(fulcrum.Derate(c.admissionBudgets(b), margin), c.cfg.InferBatches)
-	if err != nil {
-		return fulcrum.Plan{}, err
-	}
-	pl, err := m.Choose(ps)
-	if err != nil {
-		return pl, fmt.Errorf("no stored profile of this workload pair: run fulcrumctl optimize, or fulcrumctl profile: %w", err)
-	}
-	return pl, nil
-}
-
-// admissionBudgets returns the budgets as the scheduler's admission test sees them: it
-// starts a training minibatch only if every request still meets its deadline with each
-// expected time raised by DevK deviations (ExpectedDevRel until measured) and its margin
-// added. Model v1's latency (fill + training + inference time) has neither, so a plan
-// feasible by the model alone can leave training no room to run: in the demo a plan at
-// 136 ms of a 142.5 ms planning budget starved training, as the scheduler needed 155 of
-// 150 ms. With times raised by g = 1 + DevK·ExpectedDevRel, the latency test
-// g·(T_train + T_infer) + fill ≤ L − margin is, to within fill's share, model v1's test
-// against (L − margin)/g, which is what is returned. Searches and plans both use it;
-// predictions and reports use the exact budgets.
-func (c *Controller) admissionBudgets(b fulcrum.Budgets) fulcrum.Budgets {
-	sc := c.sched.Config()
-	g := 1 + sc.DevK*sched.ExpectedDevRel
-	if lm := float64(sc.Margin) / float64(time.Millisecond); b.LatencyMS > 2*lm {
-		b.LatencyMS -= lm
-	}
-	b.LatencyMS /= g
-	return b
-}
-
-// decide applies e and records the decision (kind) and the application.
-func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e fulcrum.Eval, rate float64) {
-	exact, err := fulcrum.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
-	pred := predictionOf(e, rate)
-	if err == nil {
-		if ps, perr := c.profiles(); perr == nil {
-			for _, p := range ps {
-				if p.Mode == e.Mode {
-					for _, ip := range p.Infer {
-						if ip.Batch == e.Batch {
-							pred = predictionOf(exact.Evaluate(p.Mode, p.Train, ip), rate)
-						}
-					}
-				}
-			}
-		}
-	}
-	// A plan judged with the scheduler's admission room (choose) that does not fit in it
-	// is not feasible, whatever the exact model says: training would starve.
-	pred.Feasible = pred.Feasible && e.Feasible
-	if !e.Feasible {
-		pred.Binding = string(e.Binding) // what the decision's reason names
-	}
-	m := e.Mode
-	meas := c.measured
-	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
-	c.apply(ctx, Choice{Mode: e.Mode, Batch: e.Batch, Predicted: pred})
-	// DESIGN §2: when no known configuration meets the budgets with training running,
-	// inference and power come first: training waits until a plan is feasible again.
-	c.setTrainingPaused(!pred.Feasible, reason)
-}
-
-// setTrainingPaused pauses or resumes training turns and records the change.
-func (c *Controller) setTrainingPaused(paused bool, why string) {
-	if paused == c.sched.Snapshot().TrainingPaused {
-		return
-	}
-	c.sched.SetTrainingPaused(paused)
-	msg := "training resumed: the configuration in force meets the budgets"
-	if paused {
-		msg = "training paused: no known configuration meets the budgets with training running, so inference and power come first (" + why + ")"
-	}
-	c.events.Add(Event{Kind: KindApply, Reason: msg})
-	c.log.Info(msg)
-}
-
-// apply sets the mode between turns and the inference workers' batch size. Called with
-// c.mu held; BetweenTurns waits at most for the running minibatch.
-func (c *Controller) apply(ctx context.Context, ch Choice) {
-	start := c.clock.Now()
-	m := ch.Mode
-	if c.cur == nil || c.cur.Mode != ch.Mode || c.forceApply {
-		err := c.sched.BetweenTurns(ctx, func(ctx context.Context) error { return c.board.Apply(ctx, ch.Mode) })
-		if err != nil {
-			now := c.clock.Now()
-			if c.applyFails == 0 {
-				c.applyFailSince = now
-			}
-			c.applyFails++
-			c.applyErr = err
-			c.want = &ch
-			wait := applyRetry(c.applyFails)
-			c.retryAt = now.Add(wait)
-			reason := fmt.Sprintf("applying the mode failed (%d in a row); the board keeps its previous mode and fulcrumd runs DEGRADED; retrying in %s", c.applyFails, wait)
-			c.events.Add(Event{Kind: KindApply, Reason: reason, Mode: &m, Batch: ch.Batch, Err: err.Error()})
-			c.log.Error("apply power mode", "mode", ch.Mode.Human(), "failures", c.applyFails, "retry_in", wait, "err", err)
-			return
-		}
-		if c.applyFails > 0 {
-			msg := fmt.Sprintf("the board accepts mode changes again after %d refused writes since %s", c.applyFails, c.applyFailSince.Format(time.RFC3339))
-			c.events.Add(Event{Kind: KindDegraded, Reason: msg})
-			c.log.Info(msg)
-		}
-		c.applyErr = nil
-		c.expectAt(ch.Mode)
-	}
-	// ch is in force now (written, or the board already ran its mode): nothing waits
-	// for a retry.
-	c.applyFails, c.want = 0, nil
-	var errs []error
-	for _, w := range c.sched.Snapshot().Workers {
-		if w.Role == proto.RoleInfer && c.pair != nil && w.Workload == c.pair.Infer && w.Batch != ch.Batch {
-			if err := c.sched.SetInferBatch(w.ID, ch.Batch); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	c.cur = &ch
-	c.forceApply = false
-	c.lastApply = c.clock.Now()
-	ev := Event{Kind: KindApply, Reason: fmt.Sprintf("mode %s and inference batch %d applied in %s", ch.Mode.Human(), ch.Batch, c.lastApply.Sub(start).Round(time.Microsecond)), Mode: &m, Batch: ch.Batch}
-	if err := errors.Join(errs...); err != nil {
-		ev.Err = err.Error()
-	}
-	c.events.Add(ev)
-	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch)
-}
-
-// Retries of a refused mode change wait applyRetryFirst, doubling per failure up to
-// applyRetryMax: a board whose clock files are immutable refuses for minutes or hours.
-const (
-	applyRetryFirst = time.Second
-	applyRetryMax   = 30 * time.Second
-)
-
-// applyRetry is the wait after the n-th refused write in a row.
-func applyRetry(n int) time.Duration {
-	d := applyRetryFirst
-	for i := 1; i < n && d < applyRetryMax; i++ {
-		d *= 2
-	}
-	return min(d, applyRetryMax)
-}
-
-// boardRefusal says why fulcrumd is degraded while the board refuses mode changes
-// ("" when it does not). Called with c.mu held.
-func (c *Controller) boardRefusal(now time.Time) string {
-	if c.want == nil {
-		return ""
-	}
-	next := c.retryAt.Sub(now).Round(time.Millisecond)
-	if next < 0 {
-		next = 0
-	}
-	return fmt.Sprintf("the board refuses mode changes (%d writes in a row failed since %s; last error: %v): the plan %s is not in force; retrying in %s (check that the board's clock files are writable, e.g. not immutable: lsattr)",
-		c.applyFails, c.applyFailSince.Format(time.RFC3339), c.applyErr, c.want.Mode.Human(), next)
-}
-
-// expectAt tells the scheduler how long the workers' turns take at mode m — the pair's
-// stored profile there, nothing (measure afresh) for other workloads or an unprofiled
-// mode — so that it does not judge admission on the previous mode's times: a slower
-// mode's stale times starved training after a plan (found in the demo: 1–6 samples/s
-// against 270 planned). Called with c.mu held, after a mode change.
-func (c *Controller) expectAt(m powermode.Mode) {
-	var mp *fulcrum.ModeProfile
-	if c.pair != nil {
-		if ps, err := c.profiles(); err == nil {
-			for i := range ps {
-				if ps[i].Mode == m {
-					mp = &ps[i]
-					break
-				}
-			}
-		}
-	}
-	for _, w := range c.sched.Snapshot().Workers {
-		var times map[int]time.Duration
-		switch {
-		case mp != nil && w.Role == proto.RoleTrain && w.Workload == c.pair.Train:
-			times = map[int]time.Duration{mp.Train.Batch: msDur(mp.Train.TimeMS)}
-		case mp != nil && w.Role == proto.RoleInfer && w.Workload == c.pair.Infer:
-			times = map[int]time.Duration{}
-			for _, ip := range mp.Infer {
-				times[ip.Batch] = msDur(ip.TimeMS)
-			}
-		}
-		if err := c.sched.ExpectTimes(w.ID, times); err != nil {
-			c.log.Debug("expected turn times not set", "worker", w.ID, "err", err) // it just left
-		}
-	}
-}
-
-// evalAll scores every stored configuration at rate with model v1 (exact budgets).
-func (c *Controller) evalAll(ps []fulcrum.ModeProfile, rate float64) ([]fulcrum.Eval, []fulcrum.ModeProfile) {
-	m, err := fulcrum.NewModel(c.budgets.model(rate), c.cfg.InferBatches)
-	if err != nil {
-		return nil, nil
-	}
-	var es []fulcrum.Eval
-	var owners []fulcrum.ModeProfile
-	for _, p := range ps {
-		for _, ip := range p.Infer {
-			es = append(es, m.Evaluate(p.Mode, p.Train, ip))
-			owners = append(owners, p)
-		}
-	}
-	return es, owners
-}
-
-// stepDownPower moves to the highest-throughput stored configuration whose predicted
-// power, scaled by how much the present one is under-predicted, is within
-// budget·(1−StepMargin); failing that, to the lowest-power known configuration.
-func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
-	now := c.clock.Now()
-	c.lastStep = now
-	ps, err := c.profiles()
-	if err != nil || len(ps) == 0 {
-		c.events.Add(Event{Kind: KindStepDown, Reason: "power over budget but no stored profile to step to", Err: fmt.Sprint(err)})
-		return
-	}
-	avg := c.measured.PowerMW
-	budget := c.budgets.PowerW * 1000
-	k := 1.0
-	if c.cur.Predicted.PowerMW > 0 {
-		k = max(1, avg/c.cur.Predicted.PowerMW)
-		c.corrP[c.cur.Mode] = max(c.corrP[c.cur.Mode], k*max(c.corrP[c.cur.Mode], 1))
-	}
-	target := budget * (1 - c.cfg.StepMargin)
-	es, _ := c.evalAll(ps, rate)
-	var best, lowest *fulcrum.Eval
-	for i := range es {
-		e := &es[i]
-		if e.Rho > c.budgets.model(rate).RhoMax {
-			continue
-		}
-		if lowest == nil || e.PowerMW < lowest.PowerMW || (e.PowerMW == lowest.PowerMW && e.ThroughputSPS > lowest.ThroughputSPS) {
-			lowest = e
-		}
-		if e.PowerMW*k > target || e.PowerMW*k >= avg || e.LatencyMS > c.budgets.LatencyMS*(1-c.cfg.PlanMargin) {
-			continue
-		}
-		if best == nil || e.ThroughputSPS > best.ThroughputSPS || (e.ThroughputSPS == best.ThroughputSPS && e.PowerMW < best.PowerMW) {
-			best = e
-		}
-	}
-	pick, how := best, "the highest-throughput stored configuration predicted within it"
-	if pick == nil {
-		pick, how = lowest, "no stored configuration is predicted within it: the lowest-power known configuration"
-	}
-	if pick == nil {
-		c.events.Add(Event{Kind: KindStepDown, Reason: "power over budget and no stored configuration keeps inference within its GPU share"})
-		return
-	}
-	c.stepped, c.held = true, false
-	c.belowSince = time.Time{}
-	reason := fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s; the board draws %.2f× the predicted power; stepping to %s (target ≤ %.1f W)",
-		avg/1000, budget/1000, c.cur.Mode.Human(), k, how, target/1000)
-	c.decide(ctx, KindStepDown, reason, *pick, rate)
-}
-
-// stepDownLatency moves to a configuration with a shorter training minibatch or a
-// smaller batch at this mode, within the power budget: the best predicted to meet the
-// latency budget scaled by how much the present one is under-predicted, else the one
-// with the lowest predicted latency.
-func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
-	now := c.clock.Now()
-	c.lastStep, c.lastLatStep = now, now
-	cur := *c.cur
-	c.badLat[cfgKey{cur.Mode, cur.Batch}] = true
-	ps, err := c.profiles()
-	if err != nil || len(ps) == 0 {
-		c.events.Add(Event{Kind: KindStepDown, Reason: "latency over budget but no stored profile to step to", Err: fmt.Sprint(err)})
-		return
-	}
-	var curTrain float64
-	for _, p := range ps {
-		if p.Mode == cur.Mode {
-			curTrain = p.Train.TimeMS
-		}
-	}
-	p99 := c.measured.LatencyP99MS
-	kL := 1.0
-	if cur.Predicted.LatencyMS > 0 {
-		kL = max(1, p99/cur.Predicted.LatencyMS)
-	}
-	es, owners := c.evalAll(ps, rate)
-	power := c.budgets.PowerW * 1000
-	var best, fastest *fulcrum.Eval
-	for i := range es {
-		e := &es[i]
-		shorter := curTrain == 0 || owners[i].Train.TimeMS < curTrain || (e.Mode == cur.Mode && e.Batch < cur.Batch)
-		if !shorter || e.Rho > c.budgets.model(rate).RhoMax || (power > 0 && e.PowerMW*max(c.corrP[e.Mode], 1) > power*(1-c.cfg.StepMargin)) {
-			continue
-		}
-		if fastest == nil || e.LatencyMS < fastest.LatencyMS {
-			fastest = e
-		}
-		if e.LatencyMS*kL > c.budgets.LatencyMS*(1-c.cfg.PlanMargin) {
-			continue
-		}
-		if best == nil || e.ThroughputSPS > best.ThroughputSPS {
-			best = e
-		}
-	}
-	pick, how := best, "the highest-throughput one predicted within the budget"
-	if pick == nil {
-		pick, how = fastest, "none is predicted within the budget: the one with the lowest predicted latency"
-	}
-	if pick == nil {
-		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget, but no stored configuration has a shorter training minibatch or smaller batch within the power budget", p99, c.budgets.LatencyMS)})
-		return
-	}
-	c.stepped, c.held = true, false
-	c.belowSince = time.Time{}
-	reason := fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget at mode %s batch %d (%.2f× the predicted); stepping to a shorter training minibatch or smaller batch: %s",
-		p99, c.budgets.LatencyMS, cur.Mode.Human(), cur.Batch, kL, how)
-	c.decide(ctx, KindStepDown, reason, *pick, rate)
-}
-
-// stepUp re-plans from stored profiles, with what the steps learned (power corrections,
-// latency-broken configurations left out), once the values stayed below
-// budget·(1−Hysteresis) for Hold.
-func (c *Controller) stepUp(ctx context.Context, rate float64) {
-	ps, err := c.profiles()
-	if err != nil || len(ps) == 0 {
-		return
-	}
-	pl, err := c.choose(ps, c.budgets.model(rate), c.cfg.PlanMargin)
-	if err != nil || !pl.Feasible {
-		return
-	}
-	if pl.Best.Mode == c.cur.Mode && pl.Best.Batch == c.cur.Batch {
-		c.stepped = false
-		return
-	}
-	if pl.Best.ThroughputSPS <= c.cur.Predicted.ThroughputSPS {
-		c.stepped = false
-		return
-	}
-	c.lastStep = c.clock.Now()
-	c.stepped = false
-	c.planRate = rate
-	reason := fmt.Sprintf("power %.1f W and p99 %.1f ms stayed below %.0f%% of their budgets for %s; stepping back up: %s",
-		c.measured.PowerMW/1000, c.measured.LatencyP99MS, (1-c.cfg.Hysteresis)*100, c.cfg.Hold, pl.Explain(c.budgets.model(rate)))
-	c.decide(ctx, KindStepUp, reason, pl.Best, rate)
-}
-
-// checkDegraded falls back to the lowest-power known mode when power has not been
-// readable for PowerFail (with a power budget), and leaves degraded mode when it is
-// readable again. It reports whether the step should end here.
-func (c *Controller) checkDegraded(ctx context.Context, now time.Time) bool {
-	lastOK, fails, lastErr := c.power.Health()
-	down := fails > 0 && (lastOK.IsZero() || now.Sub(lastOK) >= c.cfg.PowerFail)
-	switch {
-	case down && c.degraded == "":
-		c.degraded = fmt.Sprintf("board power unreadable for %s (%d reads failed; last error: %v)", now.Sub(lastOK).Round(time.Millisecond), fails, lastErr)
-		if lastOK.IsZero() {
-			c.degraded = fmt.Sprintf("board power has never been readable (%d reads failed; last error: %v)", fails, lastErr)
-		}
-		ev := Event{Kind: KindDegraded, Reason: c.degraded + "; falling back to the lowest-power known mode (check fulcrumctl board power)"}
-		if c.budgets.PowerW == 0 {
-			ev.Reason = c.degraded + "; no power budget is set, so the mode is kept"
-			c.events.Add(ev)
-			return false
-		}
-		pick, ok := c.lowestPower()
-		if !ok {
-			ev.Reason = c.degraded + "; no stored profile to pick the lowest-power mode from: keeping the present mode"
-			c.events.Add(ev)
-			return true
-		}
-		c.stepped = true
-		c.decide(ctx, KindDegraded, ev.Reason, pick, c.planRateOr())
-		return true
-	case down:
-		return true
-	case !down && c.degraded != "":
-		c.events.Add(Event{Kind: KindDegraded, Reason: "board power is readable again; leaving degraded mode and re-planning"})
-		c.degraded = ""
-		c.needPlan = "power readable again"
-		return false
-	}
-	return false
-}
-
-func (c *Controller) planRateOr() float64 {
-	if c.budgets.RateRPS > 0 {
-		return c.budgets.RateRPS
-	}
-	if c.rate > 0 {
-		return c.rate
-	}
-	return 1
-}
-
-// lowestPower is the stored configuration with the lowest predicted power (inference
-// within its GPU share).
-func (c *Controller) lowestPower() (fulcrum.Eval, bool) {
-	if c.pair == nil {
-		return fulcrum.Eval{}, false
-	}
-	ps, err := c.profiles()
-	if err != nil {
-		return fulcrum.Eval{}, false
-	}
-	rate := c.planRateOr()
-	es, _ := c.evalAll(ps, rate)
-	var best *fulcrum.Eval
-	for i := range es {
-		e := &es[i]
-		if e.Rho > c.budgets.model(rate).RhoMax {
-			continue
-		}
-		if best == nil || e.PowerMW < best.PowerMW || (e.PowerMW == best.PowerMW && e.ThroughputSPS > best.ThroughputSPS) {
-			best = e
-		}
-	}
-	if best == nil {
-		return fulcrum.Eval{}, false
-	}
-	return *best, true
 }

@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/profiler/truth"
@@ -88,7 +89,7 @@ type LiveCounts struct {
 	Remeasured int `json:"remeasured"`
 }
 
-// LiveProfiler is a fulcrum.Profiler that measures a mode through the workers' profile
+// LiveProfiler is a search.Profiler that measures a mode through the workers' profile
 // grants while fulcrumd serves: it applies the mode between turns, runs profile batches
 // on the training worker (at B_T) and the inference worker (at every batch size) —
 // the scheduler keeps serving real inference requests between them, deadline first —
@@ -111,7 +112,7 @@ type LiveProfiler struct {
 	BudgetMW float64
 	// OnProfile, when set, is told of every mode measured live (over is set when the
 	// mode was abandoned as over budget). It must not block.
-	OnProfile func(m powermode.Mode, mp fulcrum.ModeProfile, over *OverBudget)
+	OnProfile func(m powermode.Mode, mp plan.ModeProfile, over *OverBudget)
 
 	mu     sync.Mutex
 	counts LiveCounts
@@ -123,8 +124,8 @@ type LiveProfiler struct {
 }
 
 var (
-	_ fulcrum.Profiler   = (*LiveProfiler)(nil)
-	_ fulcrum.Remeasurer = (*LiveProfiler)(nil)
+	_ search.Profiler   = (*LiveProfiler)(nil)
+	_ search.Remeasurer = (*LiveProfiler)(nil)
 )
 
 // Counts returns what the profiler has done so far.
@@ -199,9 +200,9 @@ func (p *LiveProfiler) OverBudgetModes() []OverBudget {
 	return out
 }
 
-// Known implements fulcrum.Profiler: every stored complete profile of the pair, plus
+// Known implements search.Profiler: every stored complete profile of the pair, plus
 // the estimated profiles of modes abandoned as over the present budget.
-func (p *LiveProfiler) Known() []fulcrum.ModeProfile {
+func (p *LiveProfiler) Known() []plan.ModeProfile {
 	out, err := StoredProfiles(p.Store, p.board(), p.Pair)
 	if err != nil {
 		p.logger().Warn("reading stored profiles", "err", err)
@@ -210,7 +211,7 @@ func (p *LiveProfiler) Known() []fulcrum.ModeProfile {
 	defer p.mu.Unlock()
 	p.loadOver()
 	for m, r := range p.over {
-		if p.BudgetMW > 0 && r.PowerMW > p.BudgetMW && !slices.ContainsFunc(out, func(x fulcrum.ModeProfile) bool { return x.Mode == m }) {
+		if p.BudgetMW > 0 && r.PowerMW > p.BudgetMW && !slices.ContainsFunc(out, func(x plan.ModeProfile) bool { return x.Mode == m }) {
 			out = append(out, p.estimate(m, r.PowerMW, nil, out))
 		}
 	}
@@ -219,7 +220,7 @@ func (p *LiveProfiler) Known() []fulcrum.ModeProfile {
 
 // StoredProfiles returns the complete profiles of pair on board: modes with a training
 // profile at B_T and an inference profile at one or more of the batch sizes.
-func StoredProfiles(st *store.Store, board string, pair Pair) ([]fulcrum.ModeProfile, error) {
+func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfile, error) {
 	tr, err := st.List(store.Filter{Board: board, Workload: pair.Train, Role: truth.Train})
 	if err != nil {
 		return nil, err
@@ -228,20 +229,20 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]fulcrum.ModePro
 	if err != nil {
 		return nil, err
 	}
-	byMode := map[powermode.Mode][]fulcrum.InferPoint{}
+	byMode := map[powermode.Mode][]plan.InferPoint{}
 	for _, x := range inf {
 		if slices.Contains(pair.Batches, x.Batch) {
-			byMode[x.Mode] = append(byMode[x.Mode], fulcrum.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+			byMode[x.Mode] = append(byMode[x.Mode], plan.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
 		}
 	}
-	var out []fulcrum.ModeProfile
+	var out []plan.ModeProfile
 	for _, x := range tr {
 		if x.Batch != pair.TrainBatch || len(byMode[x.Mode]) == 0 {
 			continue
 		}
 		ips := byMode[x.Mode]
-		slices.SortFunc(ips, func(a, b fulcrum.InferPoint) int { return a.Batch - b.Batch })
-		out = append(out, fulcrum.ModeProfile{Mode: x.Mode, Train: fulcrum.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}, Infer: ips})
+		slices.SortFunc(ips, func(a, b plan.InferPoint) int { return a.Batch - b.Batch })
+		out = append(out, plan.ModeProfile{Mode: x.Mode, Train: plan.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}, Infer: ips})
 	}
 	return out, nil
 }
@@ -258,10 +259,10 @@ func (p *LiveProfiler) worker(role, workload string) (string, error) {
 	return "", fmt.Errorf("profile %s workload %s: %w (start its worker, or profile offline with fulcrumctl profile)", role, workload, ErrNoWorker)
 }
 
-// Profile implements fulcrum.Profiler.
-func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.ModeProfile, error) {
+// Profile implements search.Profiler.
+func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	if sp := p.Board.Space(); sp != nil && !sp.Contains(m) {
-		return fulcrum.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
+		return plan.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
 	}
 	o := p.Options.withDefaults()
 	// What is stored already is never measured again.
@@ -276,7 +277,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 		case errors.Is(err, store.ErrNotFound):
 			missing = append(missing, k)
 		default:
-			return fulcrum.ModeProfile{}, err
+			return plan.ModeProfile{}, err
 		}
 	}
 	p.mu.Lock()
@@ -299,7 +300,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 
 	mp, measured, err := p.measureMode(ctx, m, keys, missing, have, o, budget, true)
 	if err != nil {
-		return fulcrum.ModeProfile{}, err
+		return plan.ModeProfile{}, err
 	}
 	if measured {
 		p.mu.Lock()
@@ -309,7 +310,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 	return mp, nil
 }
 
-// Remeasure implements fulcrum.Remeasurer: it measures every point of a mode again, as
+// Remeasure implements search.Remeasurer: it measures every point of a mode again, as
 // Profile does, and returns this measurement alone. The store then holds, for each
 // point, the combination of the repeats this profiler has taken (times pooled over
 // their batches, powers averaged over their readings), replacing the first
@@ -317,9 +318,9 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (fulcrum.M
 // enough to claim, so keeping that one in would keep its optimism. A mode recorded as
 // over the power budget is not measured; it answers with its estimate. If the guard
 // trips while remeasuring, the mode is recorded as over budget and answers the same way.
-func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (fulcrum.ModeProfile, error) {
+func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	if sp := p.Board.Space(); sp != nil && !sp.Contains(m) {
-		return fulcrum.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
+		return plan.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
 	}
 	o := p.Options.withDefaults()
 	keys := p.keys(m)
@@ -341,7 +342,7 @@ func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (fulcrum
 		case err == nil:
 			fresh[k] = prof
 		case !errors.Is(err, store.ErrNotFound):
-			return fulcrum.ModeProfile{}, err
+			return plan.ModeProfile{}, err
 		}
 	}
 	mp, measured, err := p.measureMode(ctx, m, keys, keys, fresh, o, budget, false)
@@ -356,7 +357,7 @@ func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (fulcrum
 	for _, k := range keys {
 		p.repeats[k] = append(p.repeats[k], fresh[k])
 		if err := p.Store.Put(combineRepeats(p.repeats[k]), store.Overwrite); err != nil {
-			return fulcrum.ModeProfile{}, fmt.Errorf("store the repeats of %s: %w", k, err)
+			return plan.ModeProfile{}, fmt.Errorf("store the repeats of %s: %w", k, err)
 		}
 	}
 	p.counts.Remeasured++
@@ -379,17 +380,17 @@ func (p *LiveProfiler) keys(m powermode.Mode) []store.Key {
 // returns the mode's profile from have; measured is false when the power guard
 // abandoned the mode, which is then recorded as over budget and answered by its
 // estimate.
-func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, todo []store.Key, have map[store.Key]store.Profile, o LiveOptions, budget float64, put bool) (mp fulcrum.ModeProfile, measured bool, err error) {
+func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, todo []store.Key, have map[store.Key]store.Profile, o LiveOptions, budget float64, put bool) (mp plan.ModeProfile, measured bool, err error) {
 	trainID, err := p.worker(proto.RoleTrain, p.Pair.Train)
 	if err != nil {
-		return fulcrum.ModeProfile{}, false, err
+		return plan.ModeProfile{}, false, err
 	}
 	inferID, err := p.worker(proto.RoleInfer, p.Pair.Infer)
 	if err != nil {
-		return fulcrum.ModeProfile{}, false, err
+		return plan.ModeProfile{}, false, err
 	}
 	if err := p.Sched.BetweenTurns(ctx, func(ctx context.Context) error { return p.Board.Apply(ctx, m) }); err != nil {
-		return fulcrum.ModeProfile{}, false, fmt.Errorf("apply mode %s to profile it: %w", m.Human(), err)
+		return plan.ModeProfile{}, false, fmt.Errorf("apply mode %s to profile it: %w", m.Human(), err)
 	}
 	// The scheduler's expected turn times describe the previous mode: replace them with
 	// what is stored at this one and forget the rest (the warm-up batch measures them).
@@ -403,7 +404,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 	}
 	for id, times := range map[string]map[int]time.Duration{trainID: trainTimes, inferID: inferTimes} {
 		if err := p.Sched.ExpectTimes(id, times); err != nil {
-			return fulcrum.ModeProfile{}, false, fmt.Errorf("profile mode %s: %w", m.Human(), err)
+			return plan.ModeProfile{}, false, fmt.Errorf("profile mode %s: %w", m.Human(), err)
 		}
 	}
 	// No training minibatches while the mode is measured: they would run between the
@@ -439,7 +440,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 			return est, false, nil
 		}
 		if err != nil {
-			return fulcrum.ModeProfile{}, false, err
+			return plan.ModeProfile{}, false, err
 		}
 		have[k] = prof
 		p.mu.Lock()
@@ -631,15 +632,15 @@ func rankQ(sorted []float64, q float64) float64 {
 	return sorted[max(i, 0)]
 }
 
-func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.Profile) fulcrum.ModeProfile {
-	mp := fulcrum.ModeProfile{Mode: m}
+func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.Profile) plan.ModeProfile {
+	mp := plan.ModeProfile{Mode: m}
 	for _, k := range keys {
 		x := have[k]
 		if k.Role == truth.Train {
-			mp.Train = fulcrum.TrainPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
+			mp.Train = plan.TrainPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
 			continue
 		}
-		mp.Infer = append(mp.Infer, fulcrum.InferPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+		mp.Infer = append(mp.Infer, plan.InferPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
 	}
 	return mp
 }
@@ -649,14 +650,14 @@ func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.
 // times as measured where a point was, else from the stored profile of the nearest
 // mode scaled by the training-time ratio, else proportional to the batch. It is never
 // stored. Called with p.mu held.
-func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[store.Key]store.Profile, known []fulcrum.ModeProfile) fulcrum.ModeProfile {
+func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[store.Key]store.Profile, known []plan.ModeProfile) plan.ModeProfile {
 	if known == nil {
 		var err error
 		if known, err = StoredProfiles(p.Store, p.board(), p.Pair); err != nil {
 			p.logger().Warn("reading stored profiles", "err", err)
 		}
 	}
-	var near *fulcrum.ModeProfile
+	var near *plan.ModeProfile
 	best := math.Inf(1)
 	for i := range known {
 		if known[i].Mode == m {
@@ -667,7 +668,7 @@ func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[stor
 		}
 	}
 	board := p.board()
-	mp := fulcrum.ModeProfile{Mode: m, Train: fulcrum.TrainPoint{Batch: p.Pair.TrainBatch, PowerMW: powerMW}}
+	mp := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: p.Pair.TrainBatch, PowerMW: powerMW}}
 	tk := store.Key{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}
 	ratio := 1.0
 	switch x, ok := have[tk]; {
@@ -682,7 +683,7 @@ func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[stor
 		mp.Train.TimeMS = 100
 	}
 	for _, b := range p.Pair.Batches {
-		ip := fulcrum.InferPoint{Batch: b, PowerMW: powerMW}
+		ip := plan.InferPoint{Batch: b, PowerMW: powerMW}
 		k := store.Key{Board: board, Workload: p.Pair.Infer, Role: truth.Infer, Mode: m, Batch: b}
 		if x, ok := have[k]; ok {
 			ip.TimeMS = x.TimeMS.Mean
@@ -696,11 +697,11 @@ func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[stor
 	return mp
 }
 
-func nearIdx(mp *fulcrum.ModeProfile, b int) int {
+func nearIdx(mp *plan.ModeProfile, b int) int {
 	if mp == nil {
 		return -1
 	}
-	return slices.IndexFunc(mp.Infer, func(ip fulcrum.InferPoint) bool { return ip.Batch == b })
+	return slices.IndexFunc(mp.Infer, func(ip plan.InferPoint) bool { return ip.Batch == b })
 }
 
 // modeDistance is a scale-free distance between modes (sum of absolute log ratios).

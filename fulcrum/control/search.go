@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -63,7 +64,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			return
 		}
 		rate := c.planRateOr()
-		pl, err := c.choose(ps, c.budgets.model(rate), c.cfg.PlanMargin)
+		pl, err := c.choose(ps, modelBudgets(c.budgets, rate), c.cfg.PlanMargin)
 		if err != nil {
 			c.events.Add(Event{Kind: KindPlan, Reason: "planning after the search", Err: err.Error()})
 			return
@@ -71,7 +72,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		c.planRate = rate
 		c.stepped = false
 		out.Plan = pl
-		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(c.budgets.model(rate))), pl.Best, rate)
+		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(modelBudgets(c.budgets, rate))), pl.Best, rate)
 		out.Choice = c.cur
 	}()
 	return done, out
@@ -80,19 +81,19 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 // Outcome is what a search did and the configuration applied after it.
 type Outcome struct {
 	Method   string
-	Result   fulcrum.Result
+	Result   search.Result
 	Counts   LiveCounts
-	Plan     fulcrum.Plan
+	Plan     plan.Plan
 	Choice   *Choice
 	Duration time.Duration
 	Err      error
 }
 
 // search runs one searcher over the board's space through a live profiler.
-func (c *Controller) search(ctx context.Context, method string, pair Pair, b Budgets, rate float64, maxProfiles int) (fulcrum.Result, LiveCounts, error) {
+func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Budgets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
 	lp := &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
-		Pair: pair, Options: c.cfg.Live, BudgetMW: b.PowerW * 1000,
-		OnProfile: func(m powermode.Mode, mp fulcrum.ModeProfile, over *OverBudget) {
+		Pair: pair, Options: c.cfg.Live, BudgetMW: b.PowerMW,
+		OnProfile: func(m powermode.Mode, mp plan.ModeProfile, over *OverBudget) {
 			mode := m
 			if over != nil {
 				c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("abandoned profiling mode %s: the 1 s average power %.1f W went over the %.1f W budget; recorded as over budget", m.Human(), over.PowerMW/1000, over.BudgetMW/1000)})
@@ -100,15 +101,12 @@ func (c *Controller) search(ctx context.Context, method string, pair Pair, b Bud
 			}
 			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("profiled mode %s live: training %.1f ms at batch %d, %d inference batch sizes", m.Human(), mp.Train.TimeMS, mp.Train.Batch, len(mp.Infer))})
 		}}
-	p := fulcrum.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
-		InferBatches: pair.Batches, Budgets: c.admissionBudgets(b.model(rate)), Presets: c.presets, PresetNames: c.pnames,
+	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
+		InferBatches: pair.Batches, Budgets: c.admissionBudgets(modelBudgets(b, rate)), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
-	var s fulcrum.Searcher
-	switch method {
-	case "als":
-		s = fulcrum.NewALS(fulcrum.ALSOptions{Logger: c.log})
-	default:
-		s = fulcrum.NewGMD(fulcrum.GMDOptions{})
+	s, err := search.New(method, search.Env{Logger: c.log})
+	if err != nil {
+		return search.Result{}, LiveCounts{}, fmt.Errorf("live search: %w", err)
 	}
 	res, err := s.Search(ctx, p, lp)
 	return res, lp.Counts(), err

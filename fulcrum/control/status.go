@@ -3,13 +3,14 @@ package control
 import (
 	"strings"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 )
 
 // Status is the controller's state at one instant.
 type Status struct {
-	Budgets Budgets `json:"budgets"`
-	Board   string  `json:"board,omitempty"` // empty: no board
+	Budgets plan.Budgets `json:"budgets"`
+	Board   string       `json:"board,omitempty"` // empty: no board
 	// Pair is the workload pair planned for (nil until a training and an inference
 	// worker are registered).
 	Pair *Pair `json:"pair,omitempty"`
@@ -36,7 +37,7 @@ type Status struct {
 	// Live counts what live profiling did since start.
 	Live LiveCounts `json:"live"`
 	// LastSearch is the last searcher's result.
-	LastSearch *fulcrum.Result `json:"last_search,omitempty"`
+	LastSearch *search.Result `json:"last_search,omitempty"`
 	// LastEvent is the sequence number of the newest event.
 	LastEvent uint64 `json:"last_event"`
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -114,7 +115,7 @@ func TestOutsiderCannotChangeDaemon(t *testing.T) {
 	d, err := Open(ctx, Options{
 		Server:   Config{RuntimeDir: runDir},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"), Log: log,
-		Control: control.DefaultConfig(), Budgets: control.Budgets{LatencyMS: 100},
+		Control: control.DefaultConfig(), Budgets: plan.Budgets{LatencyMS: 100},
 		API: api.Config{Group: grp.Name},
 	})
 	if err != nil {

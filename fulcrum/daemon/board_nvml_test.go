@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
 )
 
@@ -34,7 +35,7 @@ func TestNVMLBoardWithoutLibrary(t *testing.T) {
 		NVML:     nvml.Options{LibraryPath: missing},
 		NoAPI:    true,
 		Control:  control.DefaultConfig(),
-		Budgets:  control.Budgets{LatencyMS: 100},
+		Budgets:  plan.Budgets{LatencyMS: 100},
 		Log:      log,
 	}
 	if _, err := Open(ctx, o); err == nil || !strings.Contains(err.Error(), "board nvml") {

@@ -16,6 +16,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -33,7 +34,7 @@ func campaignDaemonOptions(dir string) Options {
 		Server: Config{RuntimeDir: filepath.Join(dir, "run"),
 			Sched: sched.Config{LatencyBudget: 400 * time.Millisecond, DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, Margin: 20 * time.Millisecond}},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"),
-		Control: cfg, Budgets: control.Budgets{LatencyMS: 400, PowerW: 60, RateRPS: 20},
+		Control: cfg, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20},
 		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
@@ -41,7 +42,7 @@ type Options struct {
 
 	// Control configures the controller; Budgets are the budgets it starts with.
 	Control control.Config
-	Budgets control.Budgets
+	Budgets plan.Budgets
 	// API configures the control API; an empty SocketPath means
 	// <RuntimeDir>/control.sock. NoAPI leaves it out (tests of the worker side only).
 	API   api.Config

@@ -13,6 +13,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -40,7 +41,7 @@ func reliabilityDaemonOptions(dir string) Options {
 	return Options{
 		Server:   Config{RuntimeDir: filepath.Join(dir, "run")},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"),
-		Control: control.DefaultConfig(), Budgets: control.Budgets{LatencyMS: 100},
+		Control: control.DefaultConfig(), Budgets: plan.Budgets{LatencyMS: 100},
 		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	}
 }

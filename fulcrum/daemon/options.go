@@ -8,6 +8,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/optcheck"
@@ -59,7 +60,7 @@ func DefaultOptions() Options {
 		BoardRoot:    "/",
 		Control:      ctl,
 		// The budgets fulcrumd starts with: the scheduler's latency budget on the p99.
-		Budgets: control.Budgets{LatencyMS: float64(sched.DefaultConfig().LatencyBudget) / float64(time.Millisecond), Quantile: 0.99},
+		Budgets: plan.Budgets{LatencyMS: float64(sched.DefaultConfig().LatencyBudget) / float64(time.Millisecond), Quantile: 0.99},
 		// What the api server uses for zero fields, spelled out for the configuration.
 		API: api.Config{SocketMode: 0o660, Group: "fulcrum"},
 	}

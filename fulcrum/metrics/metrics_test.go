@@ -17,7 +17,6 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 )
 
 // scrape serves m on 127.0.0.1:0 and GETs /metrics once.
@@ -93,7 +92,7 @@ func TestScrape(t *testing.T) {
 		[]api.WorkloadStats{
 			{Workload: "resnet18", Role: "train", Minibatches: 900, Samples: 28800, ThroughputPerS: 301.5, Overruns: 2, DurationsClamped: 4, HoldExpired: 1},
 			{Workload: "mobilenet", Role: "infer", Requests: 1200, Served: 1190, Failed: 1, DeadlineMisses: 3, ArrivalRateHz: 40.25,
-				Latency: sched.Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}},
+				Latency: api.Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}},
 		},
 		&api.Power{TotalMW: 28900, Avg1sMW: 28700, Rails: []api.Rail{{Name: "VDD_GPU_SOC", PowerMW: 9100}, {Name: "VDD_CPU_CV", PowerMW: 5200}}},
 	)

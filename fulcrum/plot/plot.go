@@ -23,7 +23,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -78,7 +79,7 @@ func ParetoFront(pts []Point) []Point {
 		x[i], y[i] = p.PowerMW, p.TimeMS
 	}
 	var out []Point
-	for _, i := range fulcrum.ParetoFront(x, y) {
+	for _, i := range plan.ParetoFront(x, y) {
 		out = append(out, pts[i])
 	}
 	slices.SortFunc(out, func(a, b Point) int {
@@ -339,7 +340,7 @@ func minMax(pts []Point, f func(Point) float64) (lo, hi float64) {
 // BenchFigure draws, per searcher, grouped bars of the share of configurations within
 // both budgets (%) and the mean ratio to the oracle's throughput (%), with the mean
 // number of profiled modes in the searcher's axis label.
-func BenchFigure(r *fulcrum.BenchReport) (*gplot.Plot, error) {
+func BenchFigure(r *bench.BenchReport) (*gplot.Plot, error) {
 	if r == nil || len(r.Searchers) == 0 {
 		return nil, errors.New("bench summary plot: the report has no searchers")
 	}
@@ -450,7 +451,7 @@ func Save(p *gplot.Plot, path string) error {
 }
 
 // PlotBenchSummary draws BenchFigure for the report into path (.svg or .png).
-func PlotBenchSummary(r *fulcrum.BenchReport, path string) error {
+func PlotBenchSummary(r *bench.BenchReport, path string) error {
 	p, err := BenchFigure(r)
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -166,7 +166,7 @@ func TestSaveRefusesUnknownTypeAndWritesNothing(t *testing.T) {
 }
 
 func TestPlotBenchSummary(t *testing.T) {
-	rep := &fulcrum.BenchReport{ConfigsTotal: 90, Pairs: 1, Noise: 0.03, Searchers: []fulcrum.SearcherStats{
+	rep := &bench.BenchReport{ConfigsTotal: 90, Pairs: 1, Noise: 0.03, Searchers: []bench.SearcherStats{
 		{Name: "oracle", WithinBudgetPct: 100, MeanOptRatio: 1, MeanProfiles: 3828},
 		{Name: "gmd", WithinBudgetPct: 98.5, MeanOptRatio: 0.95, MeanProfiles: 14.2},
 		{Name: "preset", WithinBudgetPct: 80, MeanOptRatio: 0.6, MeanProfiles: 4},
@@ -187,7 +187,7 @@ func TestPlotBenchSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPNG(t, pngPath)
-	if err := PlotBenchSummary(&fulcrum.BenchReport{}, pngPath); err == nil {
+	if err := PlotBenchSummary(&bench.BenchReport{}, pngPath); err == nil {
 		t.Error("a report with no searchers was plotted")
 	}
 }

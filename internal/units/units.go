@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 )
 
 // LatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds. A bare number
@@ -17,11 +17,11 @@ import (
 func LatencyMS(s string) (float64, error) {
 	s = strings.TrimSpace(s)
 	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("--latency %s: give a unit, e.g. %sms or %ss (valid %g ms to %g ms)", s, s, s, api.MinLatencyMS, api.MaxLatencyMS)
+		return 0, fmt.Errorf("--latency %s: give a unit, e.g. %sms or %ss (valid %g ms to %g ms)", s, s, s, plan.MinLatencyMS, plan.MaxLatencyMS)
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("--latency %q: want a duration like 80ms or 0.08s (valid %g ms to %g ms)", s, api.MinLatencyMS, api.MaxLatencyMS)
+		return 0, fmt.Errorf("--latency %q: want a duration like 80ms or 0.08s (valid %g ms to %g ms)", s, plan.MinLatencyMS, plan.MaxLatencyMS)
 	}
 	return float64(d) / float64(time.Millisecond), nil
 }
@@ -35,7 +35,7 @@ func PowerMW(s string) (float64, error) {
 	if lower == "none" || lower == "off" {
 		return 0, nil
 	}
-	rangeHint := fmt.Sprintf("valid %g W to %g W, or none", api.MinPowerMW/1000, api.MaxPowerMW/1000)
+	rangeHint := fmt.Sprintf("valid %g W to %g W, or none", plan.MinPowerMW/1000, plan.MaxPowerMW/1000)
 	num, scale, unit := lower, 1000.0, "W"
 	switch {
 	case strings.HasSuffix(lower, "mw"):
@@ -51,7 +51,7 @@ func PowerMW(s string) (float64, error) {
 	}
 	if v <= 0 {
 		// 0 used to remove the budget silently; "none" says that on purpose.
-		return 0, fmt.Errorf("--power %s: a power budget must be at least %g W; to remove the power budget give --power none (%s)", s, api.MinPowerMW/1000, rangeHint)
+		return 0, fmt.Errorf("--power %s: a power budget must be at least %g W; to remove the power budget give --power none (%s)", s, plan.MinPowerMW/1000, rangeHint)
 	}
 	if unit == "W" && num == lower && v >= 1000 {
 		return 0, fmt.Errorf("--power %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", s, s, s, v/1000, rangeHint)

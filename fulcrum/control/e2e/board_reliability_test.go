@@ -15,6 +15,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
@@ -90,7 +91,7 @@ func TestBoardFaultsThroughDaemon(t *testing.T) {
 		Server: daemon.Config{RuntimeDir: filepath.Join(dir, "run"),
 			Sched: sched.Config{LatencyBudget: time.Second, DefaultTrain: 100 * time.Millisecond, DefaultInfer: 20 * time.Millisecond}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
-		Control: cfg, Budgets: control.Budgets{LatencyMS: 1000, PowerW: powerW, RateRPS: 20},
+		Control: cfg, Budgets: plan.Budgets{LatencyMS: 1000, PowerMW: powerW * 1000, RateRPS: 20},
 		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -254,7 +255,7 @@ func TestControllerEndToEnd(t *testing.T) {
 				DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 60 * time.Millisecond,
 				Window: window, RecentWindow: 3 * time.Second}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
-		Control: ctlCfg, Budgets: control.Budgets{LatencyMS: 1000, PowerW: 60},
+		Control: ctlCfg, Budgets: plan.Budgets{LatencyMS: 1000, PowerMW: 60000},
 		API:           api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 		MetricsListen: "127.0.0.1:0",
 	})

@@ -1,0 +1,120 @@
+package api
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+)
+
+// The API's own wire types for what the scheduler and the store report. They copy the
+// internal types field by field (WorkersFrom, WorkloadsFrom, ImportResponseFrom) so
+// that renaming a field or changing a JSON tag inside fulcrumd never changes the HTTP
+// API; testdata/status.golden.json pins the shape.
+
+// Worker is one live worker.
+type Worker struct {
+	ID       string `json:"id"`
+	Role     string `json:"role"`
+	Workload string `json:"workload"`
+	Batch    int    `json:"batch"`
+	// BatchSizes are the inference batch sizes the worker can serve (as registered).
+	BatchSizes []int `json:"batch_sizes,omitempty"`
+	PID        int   `json:"pid"` // from SO_PEERCRED
+	UID        int   `json:"uid"`
+	Waiting    bool  `json:"waiting"` // has an acquire pending
+	Queued     int   `json:"queued"`  // inference requests waiting
+}
+
+// Quantiles summarise a window of milliseconds.
+type Quantiles struct {
+	Count int     `json:"count"`
+	P50MS float64 `json:"p50_ms"`
+	P95MS float64 `json:"p95_ms"`
+	P99MS float64 `json:"p99_ms"`
+	MaxMS float64 `json:"max_ms"`
+}
+
+// WorkloadStats are one workload's measurements, over every worker that registered it
+// (live or gone).
+type WorkloadStats struct {
+	Workload    string `json:"workload"`
+	Role        string `json:"role"`
+	LiveWorkers int    `json:"live_workers"`
+
+	// Inference.
+	Requests       uint64    `json:"requests"`
+	Served         uint64    `json:"served"`
+	Failed         uint64    `json:"failed"`
+	DeadlineMisses uint64    `json:"deadline_misses"`
+	Latency        Quantiles `json:"latency"` // served requests, arrival → release
+	// LatencyRecent is Latency over the scheduler's recent window only.
+	LatencyRecent Quantiles `json:"latency_recent"`
+	ArrivalRateHz float64   `json:"arrival_rate_hz"`
+	// ExpectedBatchMS is the expected inference batch time by batch size (measured sizes).
+	ExpectedBatchMS map[int]float64 `json:"expected_batch_ms,omitempty"`
+
+	// Training.
+	Minibatches     uint64  `json:"minibatches"`
+	Samples         uint64  `json:"samples"`
+	ThroughputPerS  float64 `json:"throughput_samples_per_s"`
+	ExpectedTrainMS float64 `json:"expected_minibatch_ms,omitempty"`
+
+	TurnWait Quantiles `json:"turn_wait"` // acquire → grant
+	Overruns uint64    `json:"overruns"`
+	// StarvedAdmits counts training minibatches admitted by the starvation rule.
+	StarvedAdmits uint64 `json:"starved_admits,omitempty"`
+	// DurationsClamped counts releases that reported more time than the turn was held
+	// (the held time was used instead); HoldExpired counts turns taken back by the hold
+	// limit.
+	DurationsClamped uint64 `json:"durations_clamped,omitempty"`
+	HoldExpired      uint64 `json:"hold_expired,omitempty"`
+}
+
+// ImportResponse is POST /v1/profiles/import's answer.
+type ImportResponse struct {
+	Added     int `json:"added"`
+	Unchanged int `json:"unchanged"` // identical profile already stored
+	Replaced  int `json:"replaced"`  // only with Overwrite
+}
+
+// WorkersFrom converts the scheduler's workers (nil stays nil).
+func WorkersFrom(ws []sched.WorkerInfo) []Worker {
+	if ws == nil {
+		return nil
+	}
+	out := make([]Worker, len(ws))
+	for i, w := range ws {
+		out[i] = Worker{ID: w.ID, Role: w.Role, Workload: w.Workload, Batch: w.Batch, BatchSizes: slices.Clone(w.BatchSizes),
+			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued}
+	}
+	return out
+}
+
+func quantilesFrom(q sched.Quantiles) Quantiles {
+	return Quantiles{Count: q.Count, P50MS: q.P50MS, P95MS: q.P95MS, P99MS: q.P99MS, MaxMS: q.MaxMS}
+}
+
+// WorkloadsFrom converts the scheduler's per-workload measurements (nil stays nil).
+func WorkloadsFrom(ws []sched.WorkloadStats) []WorkloadStats {
+	if ws == nil {
+		return nil
+	}
+	out := make([]WorkloadStats, len(ws))
+	for i, w := range ws {
+		out[i] = WorkloadStats{Workload: w.Workload, Role: w.Role, LiveWorkers: w.LiveWorkers,
+			Requests: w.Requests, Served: w.Served, Failed: w.Failed, DeadlineMisses: w.DeadlineMisses,
+			Latency: quantilesFrom(w.Latency), LatencyRecent: quantilesFrom(w.LatencyRecent), ArrivalRateHz: w.ArrivalRateHz,
+			ExpectedBatchMS: maps.Clone(w.ExpectedBatchMS),
+			Minibatches:     w.Minibatches, Samples: w.Samples, ThroughputPerS: w.ThroughputPerS, ExpectedTrainMS: w.ExpectedTrainMS,
+			TurnWait: quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
+			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired}
+	}
+	return out
+}
+
+// ImportResponseFrom converts the store's import result.
+func ImportResponseFrom(r store.ImportResult) ImportResponse {
+	return ImportResponse{Added: r.Added, Unchanged: r.Unchanged, Replaced: r.Replaced}
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden.json from the current wire types")
+
+// goldenStatus sets every field of a status response, so that any change to the JSON
+// shape of GET /v1/status (a renamed tag, a dropped or added field, a changed type)
+// changes its encoding.
+func goldenStatus() Status {
+	at := time.Date(2026, 11, 25, 9, 30, 0, 0, time.UTC)
+	mode := powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
+	q := Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}
+	return Status{
+		Version: "v1.2.3", Board: "sim:agx-orin-64gb", Mode: mode, ModeHeld: true,
+		Budgets: Budgets{LatencyMS: 100, PowerMW: 30000, RateRPS: 12.5, RateAuto: true, Quantile: 0.99, RhoMax: 0.95},
+		Plan: &Plan{Mode: mode, InferBatch: 4, Feasible: false, Binding: "power", PredLatencyMS: 80.5, PredPowerMW: 29000,
+			PredThroughputSamplesPerS: 310.25, Rho: 0.3, Source: "gmd", Reason: "after gmd", At: at, ApplyError: "ina3221: busy"},
+		Power:   &Power{TotalMW: 31000, Avg1sMW: 30500, Avg1sSamples: 10, Rails: []Rail{{Name: "VDD_GPU_SOC", PowerMW: 9000}}, At: at},
+		Workers: []Worker{{ID: "w1", Role: "infer", Workload: "mobilenet", Batch: 4, BatchSizes: []int{1, 2, 4}, PID: 4242, UID: 1000, Waiting: true, Queued: 3}},
+		Workloads: []WorkloadStats{{Workload: "mobilenet", Role: "infer", LiveWorkers: 1, Requests: 1200, Served: 1190, Failed: 2,
+			DeadlineMisses: 8, Latency: q, LatencyRecent: q, ArrivalRateHz: 40.2, ExpectedBatchMS: map[int]float64{1: 5.5, 4: 12},
+			Minibatches: 7, Samples: 224, ThroughputPerS: 99.5, ExpectedTrainMS: 101, TurnWait: q, Overruns: 1, StarvedAdmits: 2,
+			DurationsClamped: 3, HoldExpired: 4}},
+		TrainingPaused: true, Degraded: true, DegradedReason: "power unreadable", Optimizing: "gmd",
+		Turns: 5000, Overruns: 3, Profiles: 42, StartedAt: at, UptimeS: 3600.5,
+	}
+}
+
+func checkGolden(t *testing.T, name string, v any) {
+	t.Helper()
+	got, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	path := "testdata/" + name + ".golden.json"
+	if *updateGolden {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./fulcrum/api -run TestWireGolden -update writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the JSON of %s changed: this changes the HTTP API (docs/api.md). If that is intended, run go test ./fulcrum/api -run TestWireGolden -update and say so in docs/api.md.\ngot:\n%s\nwant:\n%s", name, got, want)
+	}
+}
+
+func TestWireGolden(t *testing.T) {
+	checkGolden(t, "status", goldenStatus())
+	checkGolden(t, "import", ImportResponse{Added: 3, Unchanged: 2, Replaced: 1})
+}
+
+// fill sets every exported field of the struct v points to to a non-zero value.
+func fill(t *testing.T, v reflect.Value) {
+	t.Helper()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int, reflect.Int64:
+			f.SetInt(7)
+		case reflect.Uint64:
+			f.SetUint(7)
+		case reflect.Float64:
+			f.SetFloat(7.5)
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+			f.Index(0).SetInt(7)
+		case reflect.Map:
+			f.Set(reflect.MakeMap(f.Type()))
+			f.SetMapIndex(reflect.ValueOf(7), reflect.ValueOf(7.5))
+		case reflect.Struct:
+			fill(t, f)
+		default:
+			t.Fatalf("fill: field %s of kind %s", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+}
+
+// assertFull fails for any zero field of the struct v: a conversion that forgot one.
+func assertFull(t *testing.T, v reflect.Value) {
+	t.Helper()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() == reflect.Struct {
+			assertFull(t, f)
+			continue
+		}
+		if f.IsZero() {
+			t.Errorf("%s.%s is not copied by the conversion", v.Type().Name(), v.Type().Field(i).Name)
+		}
+	}
+}
+
+// The conversions copy every field of the internal types: a field added to the
+// scheduler's or the store's type must be added here (or left out on purpose).
+func TestWireConversionsCopyEveryField(t *testing.T) {
+	var w sched.WorkerInfo
+	fill(t, reflect.ValueOf(&w).Elem())
+	var ws sched.WorkloadStats
+	fill(t, reflect.ValueOf(&ws).Elem())
+	var ir store.ImportResult
+	fill(t, reflect.ValueOf(&ir).Elem())
+	assertFull(t, reflect.ValueOf(WorkersFrom([]sched.WorkerInfo{w})[0]))
+	assertFull(t, reflect.ValueOf(WorkloadsFrom([]sched.WorkloadStats{ws})[0]))
+	assertFull(t, reflect.ValueOf(ImportResponseFrom(ir)))
+	if reflect.TypeFor[sched.WorkerInfo]().NumField() != reflect.TypeFor[Worker]().NumField() ||
+		reflect.TypeFor[sched.WorkloadStats]().NumField() != reflect.TypeFor[WorkloadStats]().NumField() ||
+		reflect.TypeFor[store.ImportResult]().NumField() != reflect.TypeFor[ImportResponse]().NumField() {
+		t.Error("an internal type gained or lost a field: decide whether the API shows it")
+	}
+	if WorkersFrom(nil) != nil || WorkloadsFrom(nil) != nil {
+		t.Error("nil must stay nil (the JSON says null, as before)")
+	}
+}

@@ -1,0 +1,300 @@
+// Package truthprof replays a ground-truth table (profiler/truth) as a noisy profiler:
+// PairTruth is one training × inference pair of the table laid out for fast scans, and
+// TruthProfiler answers a searcher's profile requests from it with seeded noise. The
+// benchmark (fulcrum/bench) and the searchers' tests use it.
+package truthprof
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+)
+
+// PairTruth is the noise-free ground truth of one training × inference pair, laid out
+// as slices indexed by a dense mode number so that the benchmark's hot loops (the
+// oracle over thousands of modes, scoring every answer) never touch a map. It is
+// immutable after construction and safe for concurrent use.
+type PairTruth struct {
+	Train      string
+	Infer      string
+	TrainBatch int
+	Batches    []int // inference batch sizes, ascending
+	// Space is the pair's search space: the table's modes at which the training batch
+	// and every inference batch have a row.
+	Space *powermode.Space
+
+	dense []int32           // Space grid ordinal -> dense number, -1 when not a member
+	modes []powermode.Mode  // dense number -> mode
+	train []plan.TrainPoint // dense number -> training point
+	infer []plan.InferPoint // dense*len(Batches)+j -> inference point at Batches[j]
+}
+
+// NewPairTruth extracts a pair from a table. trainBatch 0 takes the training
+// workload's only batch size (an error when the table has several); nil inferBatches
+// takes every batch size the table has for the inference workload.
+func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBatches []int) (*PairTruth, error) {
+	if !slices.Contains(tab.Workloads(truth.Train), train) {
+		return nil, fmt.Errorf("ground truth has no training workload %q: it has %v", train, tab.Workloads(truth.Train))
+	}
+	if !slices.Contains(tab.Workloads(truth.Infer), infer) {
+		return nil, fmt.Errorf("ground truth has no inference workload %q: it has %v", infer, tab.Workloads(truth.Infer))
+	}
+	if trainBatch == 0 {
+		bs := tab.Batches(train, truth.Train)
+		if len(bs) != 1 {
+			return nil, fmt.Errorf("training workload %q has batch sizes %v in the ground truth: say which one", train, bs)
+		}
+		trainBatch = bs[0]
+	}
+	if inferBatches == nil {
+		inferBatches = tab.Batches(infer, truth.Infer)
+	}
+	batches := slices.Clone(inferBatches)
+	slices.Sort(batches)
+	batches = slices.Compact(batches)
+	if len(batches) == 0 || batches[0] < 1 {
+		return nil, fmt.Errorf("inference batch sizes %v: want at least one, each ≥ 1", inferBatches)
+	}
+	bpos := map[int]int{}
+	for j, b := range batches {
+		bpos[b] = j
+	}
+	type acc struct {
+		t     plan.TrainPoint
+		haveT bool
+		in    []plan.InferPoint
+		n     int
+	}
+	byMode := map[powermode.Mode]*acc{}
+	get := func(m powermode.Mode) *acc {
+		a := byMode[m]
+		if a == nil {
+			a = &acc{in: make([]plan.InferPoint, len(batches))}
+			byMode[m] = a
+		}
+		return a
+	}
+	for _, r := range tab.Rows {
+		switch {
+		case r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch:
+			a := get(r.Mode)
+			a.t, a.haveT = plan.TrainPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}, true
+		case r.Role == truth.Infer && r.Workload == infer:
+			if j, ok := bpos[r.Batch]; ok {
+				a := get(r.Mode)
+				if a.in[j].Batch == 0 {
+					a.n++
+				}
+				a.in[j] = plan.InferPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}
+			}
+		}
+	}
+	var modes []powermode.Mode
+	for m, a := range byMode {
+		if a.haveT && a.n == len(batches) {
+			modes = append(modes, m)
+		}
+	}
+	if len(modes) == 0 {
+		return nil, fmt.Errorf("ground truth has no mode with both %s (train, batch %d) and %s (infer, batches %v)", train, trainBatch, infer, batches)
+	}
+	sp, err := powermode.NewSubspace(modes)
+	if err != nil {
+		return nil, fmt.Errorf("pair %s:%s: %w", train, infer, err)
+	}
+	pt := &PairTruth{Train: train, Infer: infer, TrainBatch: trainBatch, Batches: batches, Space: sp}
+	pt.dense = make([]int32, sp.GridSize())
+	for i := range pt.dense {
+		pt.dense[i] = -1
+	}
+	for idx, m := range sp.All() {
+		pt.dense[sp.Ordinal(idx)] = int32(len(pt.modes))
+		pt.modes = append(pt.modes, m)
+		a := byMode[m]
+		pt.train = append(pt.train, a.t)
+		pt.infer = append(pt.infer, a.in...)
+	}
+	return pt, nil
+}
+
+// Len is the number of modes of the pair.
+func (pt *PairTruth) Len() int { return len(pt.modes) }
+
+// ModeAt returns the mode with dense number i.
+func (pt *PairTruth) ModeAt(i int) powermode.Mode { return pt.modes[i] }
+
+// DenseOf returns the dense number of m and whether m is in the pair's space.
+func (pt *PairTruth) DenseOf(m powermode.Mode) (int, bool) {
+	idx, ok := pt.Space.Index(m)
+	if !ok {
+		return 0, false
+	}
+	return int(pt.dense[pt.Space.Ordinal(idx)]), true
+}
+
+// ProfileAt returns the noise-free profile of dense mode i.
+func (pt *PairTruth) ProfileAt(i int) plan.ModeProfile {
+	nb := len(pt.Batches)
+	return plan.ModeProfile{Mode: pt.modes[i], Train: pt.train[i], Infer: slices.Clone(pt.infer[i*nb : (i+1)*nb])}
+}
+
+// Score re-evaluates a configuration (mode, inference batch) on the noise-free truth
+// with model. ok is false when the mode or batch is not in the truth.
+func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch int) (e plan.Eval, ok bool) {
+	i, ok := pt.DenseOf(m)
+	if !ok {
+		return plan.Eval{}, false
+	}
+	j, ok := slices.BinarySearch(pt.Batches, batch)
+	if !ok {
+		return plan.Eval{}, false
+	}
+	return model.Evaluate(m, pt.train[i], pt.infer[i*len(pt.Batches)+j]), true
+}
+
+// Points returns the noise-free training point of dense mode i and its inference
+// points (one per Batches entry). The slice is the truth itself, not a copy: read it,
+// never write it (the oracles scan every mode and must not copy per mode).
+func (pt *PairTruth) Points(i int) (plan.TrainPoint, []plan.InferPoint) {
+	nb := len(pt.Batches)
+	return pt.train[i], pt.infer[i*nb : (i+1)*nb : (i+1)*nb]
+}
+
+// TruthProfiler is a Profiler that answers from a ground-truth table with
+// multiplicative Gaussian noise: every time and power is multiplied by
+// (1 + noise·N(0,1)), clamped to stay positive. Each distinct mode is measured (and
+// counted) once by Profile; asking again returns the same noisy profile at no cost.
+// Remeasure takes (and counts) a new measurement. It is not safe
+// for concurrent use: one searcher at a time drives it.
+type TruthProfiler struct {
+	pt    *PairTruth
+	noise float64
+	// base seeds the noise. The noise of the r-th measurement of a mode depends only
+	// on (base, mode, r), not on the order modes are asked for: two searchers given
+	// profilers with the same base see the same measurement of the same mode (common
+	// random numbers), so the benchmark compares them on equal luck.
+	base  uint64
+	reps  map[int]uint64 // dense mode -> measurements taken
+	known map[powermode.Mode]plan.ModeProfile
+	order []powermode.Mode
+	count int
+}
+
+// NewTruthProfiler builds a noisy profiler for one pair of a table (see NewPairTruth for
+// trainBatch and inferBatches). noise is the relative standard deviation (0.03 = 3%).
+func NewTruthProfiler(tab *truth.Table, train, infer string, trainBatch int, inferBatches []int, noise float64, rng *rand.Rand) (*TruthProfiler, error) {
+	pt, err := NewPairTruth(tab, train, infer, trainBatch, inferBatches)
+	if err != nil {
+		return nil, err
+	}
+	return NewPairProfiler(pt, noise, rng)
+}
+
+// NewPairProfiler is NewTruthProfiler over an already extracted pair (the benchmark
+// builds each pair once and gives every configuration its own profiler).
+func NewPairProfiler(pt *PairTruth, noise float64, rng *rand.Rand) (*TruthProfiler, error) {
+	if math.IsNaN(noise) || noise < 0 || noise > 0.5 {
+		return nil, fmt.Errorf("profiling noise %v: want a relative standard deviation from 0 to 0.5 (e.g. 0.03)", noise)
+	}
+	if rng == nil && noise > 0 {
+		return nil, fmt.Errorf("profiling noise %v needs a random source", noise)
+	}
+	p := &TruthProfiler{pt: pt, noise: noise, reps: map[int]uint64{}, known: map[powermode.Mode]plan.ModeProfile{}}
+	if rng != nil {
+		p.base = rng.Uint64()
+	}
+	return p, nil
+}
+
+// Profile implements Profiler.
+func (p *TruthProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
+	if err := ctx.Err(); err != nil {
+		return plan.ModeProfile{}, err
+	}
+	if mp, ok := p.known[m]; ok {
+		return mp.Clone(), nil
+	}
+	i, ok := p.pt.DenseOf(m)
+	if !ok {
+		return plan.ModeProfile{}, fmt.Errorf("profile mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
+	}
+	mp := p.measure(i)
+	p.known[m] = mp
+	p.order = append(p.order, m)
+	p.count++
+	return mp.Clone(), nil
+}
+
+// Remeasure implements Remeasurer: a new measurement of m with fresh noise, counted like
+// a profile. It does not change what Profile and Known return (the first measurement):
+// the searcher that asked keeps and averages its repeats.
+func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
+	if err := ctx.Err(); err != nil {
+		return plan.ModeProfile{}, err
+	}
+	i, ok := p.pt.DenseOf(m)
+	if !ok {
+		return plan.ModeProfile{}, fmt.Errorf("remeasure mode %s: not in the ground truth of pair %s:%s; pick a mode of the problem's space", m, p.pt.Train, p.pt.Infer)
+	}
+	mp := p.measure(i)
+	p.count++
+	return mp, nil
+}
+
+// measure returns a new measurement of dense mode i: its profile with every time and
+// power jittered by the noise of (base, i, repeat number).
+func (p *TruthProfiler) measure(i int) plan.ModeProfile {
+	mp := p.pt.ProfileAt(i)
+	if p.noise == 0 {
+		return mp
+	}
+	r := p.reps[i]
+	p.reps[i] = r + 1
+	rng := rand.New(rand.NewPCG(p.base^(uint64(i)*0x9e3779b97f4a7c15), r))
+	jitter := func(v float64) float64 {
+		// Clamp at 1% of the true value: a 0.5 noise could otherwise make a time negative.
+		return v * max(1+p.noise*rng.NormFloat64(), 0.01)
+	}
+	mp.Train.TimeMS = jitter(mp.Train.TimeMS)
+	mp.Train.PowerMW = jitter(mp.Train.PowerMW)
+	for j := range mp.Infer {
+		mp.Infer[j].TimeMS = jitter(mp.Infer[j].TimeMS)
+		mp.Infer[j].PowerMW = jitter(mp.Infer[j].PowerMW)
+	}
+	return mp
+}
+
+// Known implements Profiler: every profile measured so far (or inherited by Fork), in
+// the order measured.
+func (p *TruthProfiler) Known() []plan.ModeProfile {
+	out := make([]plan.ModeProfile, 0, len(p.order))
+	for _, m := range p.order {
+		out = append(out, p.known[m].Clone())
+	}
+	return out
+}
+
+// Count is the number of distinct modes this profiler has measured (inherited
+// profiles not included).
+func (p *TruthProfiler) Count() int { return p.count }
+
+// Fork returns a profiler that already knows every profile p knows (free to use, not
+// counted) and measures new modes with its own random source. The benchmark gives each
+// budget configuration a fork of a pair-learner's campaign profiler, so confirming
+// profiles are counted per configuration and results do not depend on scheduling.
+func (p *TruthProfiler) Fork(rng *rand.Rand) *TruthProfiler {
+	f := &TruthProfiler{pt: p.pt, noise: p.noise, reps: map[int]uint64{}, known: make(map[powermode.Mode]plan.ModeProfile, len(p.known)), order: slices.Clone(p.order)}
+	if rng != nil {
+		f.base = rng.Uint64()
+	}
+	for m, mp := range p.known {
+		f.known[m] = mp
+	}
+	return f
+}

@@ -1,0 +1,160 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// ApplyMode applies an operator's mode between turns, with the best stored batch size
+// there (or the present one), and holds it until budgets change or an optimize runs.
+// A power or latency violation may still step away from it.
+func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, error) {
+	if c.board == nil {
+		return Choice{}, ErrNoBoard
+	}
+	if sp := c.board.Space(); sp != nil {
+		if err := sp.Check(m); err != nil {
+			return Choice{}, fmt.Errorf("%w (fulcrumctl mode lists the board's levels)", err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := Choice{Mode: m}
+	if c.cur != nil {
+		ch.Batch = c.cur.Batch
+	}
+	if c.pair != nil {
+		rate := c.planRateOr()
+		if ps, err := c.profiles(); err == nil {
+			if mod, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches); err == nil {
+				for _, p := range ps {
+					if p.Mode == m {
+						if e, ok := mod.BestAtMode(p); ok {
+							ch.Batch, ch.Predicted = e.Batch, predictionOf(e, rate)
+						}
+					}
+				}
+			}
+		}
+	}
+	mode := m
+	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
+	c.forceApply = true
+	// A refused operator change is answered to the operator, not retried: the
+	// controller's own retry state (a plan the board refused earlier) stays as it was.
+	want, fails, since, retryAt := c.want, c.applyFails, c.applyFailSince, c.retryAt
+	c.apply(ctx, ch)
+	c.setTrainingPaused(false, "mode set by the operator")
+	if c.cur == nil || c.cur.Mode != m {
+		c.want, c.applyFails, c.applyFailSince, c.retryAt = want, fails, since, retryAt
+		if c.applyErr != nil {
+			return Choice{}, fmt.Errorf("apply mode %s failed; the board keeps its previous mode: %w", m.Human(), c.applyErr)
+		}
+		return Choice{}, fmt.Errorf("apply mode %s failed (see the events)", m.Human())
+	}
+	c.held = true
+	c.stepped = false
+	return *c.cur, nil
+}
+
+// setTrainingPaused pauses or resumes training turns and records the change.
+func (c *Controller) setTrainingPaused(paused bool, why string) {
+	if paused == c.sched.Snapshot().TrainingPaused {
+		return
+	}
+	c.sched.SetTrainingPaused(paused)
+	msg := "training resumed: the configuration in force meets the budgets"
+	if paused {
+		msg = "training paused: no known configuration meets the budgets with training running, so inference and power come first (" + why + ")"
+	}
+	c.events.Add(Event{Kind: KindApply, Reason: msg})
+	c.log.Info(msg)
+}
+
+// apply sets the mode between turns and the inference workers' batch size. Called with
+// c.mu held; BetweenTurns waits at most for the running minibatch.
+func (c *Controller) apply(ctx context.Context, ch Choice) {
+	start := c.clock.Now()
+	m := ch.Mode
+	if c.cur == nil || c.cur.Mode != ch.Mode || c.forceApply {
+		err := c.sched.BetweenTurns(ctx, func(ctx context.Context) error { return c.board.Apply(ctx, ch.Mode) })
+		if err != nil {
+			now := c.clock.Now()
+			if c.applyFails == 0 {
+				c.applyFailSince = now
+			}
+			c.applyFails++
+			c.applyErr = err
+			c.want = &ch
+			wait := applyRetry(c.applyFails)
+			c.retryAt = now.Add(wait)
+			reason := fmt.Sprintf("applying the mode failed (%d in a row); the board keeps its previous mode and fulcrumd runs DEGRADED; retrying in %s", c.applyFails, wait)
+			c.events.Add(Event{Kind: KindApply, Reason: reason, Mode: &m, Batch: ch.Batch, Err: err.Error()})
+			c.log.Error("apply power mode", "mode", ch.Mode.Human(), "failures", c.applyFails, "retry_in", wait, "err", err)
+			return
+		}
+		if c.applyFails > 0 {
+			msg := fmt.Sprintf("the board accepts mode changes again after %d refused writes since %s", c.applyFails, c.applyFailSince.Format(time.RFC3339))
+			c.events.Add(Event{Kind: KindDegraded, Reason: msg})
+			c.log.Info(msg)
+		}
+		c.applyErr = nil
+		c.expectAt(ch.Mode)
+	}
+	// ch is in force now (written, or the board already ran its mode): nothing waits
+	// for a retry.
+	c.applyFails, c.want = 0, nil
+	var errs []error
+	for _, w := range c.sched.Snapshot().Workers {
+		if w.Role == proto.RoleInfer && c.pair != nil && w.Workload == c.pair.Infer && w.Batch != ch.Batch {
+			if err := c.sched.SetInferBatch(w.ID, ch.Batch); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	c.cur = &ch
+	c.forceApply = false
+	c.lastApply = c.clock.Now()
+	ev := Event{Kind: KindApply, Reason: fmt.Sprintf("mode %s and inference batch %d applied in %s", ch.Mode.Human(), ch.Batch, c.lastApply.Sub(start).Round(time.Microsecond)), Mode: &m, Batch: ch.Batch}
+	if err := errors.Join(errs...); err != nil {
+		ev.Err = err.Error()
+	}
+	c.events.Add(ev)
+	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch)
+}
+
+// Retries of a refused mode change wait applyRetryFirst, doubling per failure up to
+// applyRetryMax: a board whose clock files are immutable refuses for minutes or hours.
+const (
+	applyRetryFirst = time.Second
+	applyRetryMax   = 30 * time.Second
+)
+
+// applyRetry is the wait after the n-th refused write in a row.
+func applyRetry(n int) time.Duration {
+	d := applyRetryFirst
+	for i := 1; i < n && d < applyRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, applyRetryMax)
+}
+
+// boardRefusal says why fulcrumd is degraded while the board refuses mode changes
+// ("" when it does not). Called with c.mu held.
+func (c *Controller) boardRefusal(now time.Time) string {
+	if c.want == nil {
+		return ""
+	}
+	next := c.retryAt.Sub(now).Round(time.Millisecond)
+	if next < 0 {
+		next = 0
+	}
+	return fmt.Sprintf("the board refuses mode changes (%d writes in a row failed since %s; last error: %v): the plan %s is not in force; retrying in %s (check that the board's clock files are writable, e.g. not immutable: lsattr)",
+		c.applyFails, c.applyFailSince.Format(time.RFC3339), c.applyErr, c.want.Mode.Human(), next)
+}

@@ -1,0 +1,174 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// planningRate is the fixed rate, or the measured one once it has been measured for
+// RateWarmup.
+func (c *Controller) planningRate(now time.Time) (float64, bool) {
+	if c.budgets.RateRPS > 0 {
+		return c.budgets.RateRPS, true
+	}
+	return c.rate, c.rateInit && now.Sub(c.pairAt) >= c.cfg.RateWarmup
+}
+
+// profiles returns the stored complete profiles of the pair with the learned power
+// corrections applied and latency-broken configurations left out.
+func (c *Controller) profiles() ([]plan.ModeProfile, error) {
+	if c.board == nil {
+		return nil, nil
+	}
+	ps, err := StoredProfiles(c.store, c.board.Info().Name, *c.pair)
+	if err != nil {
+		return nil, err
+	}
+	if sp := c.board.Space(); sp != nil {
+		ps = slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return !sp.Contains(p.Mode) })
+	}
+	for i := range ps {
+		if k := c.corrP[ps[i].Mode]; k > 1 {
+			ps[i].Train.PowerMW *= k
+			for j := range ps[i].Infer {
+				ps[i].Infer[j].PowerMW *= k
+			}
+		}
+		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.badLat[cfgKey{ps[i].Mode, ip.Batch}] })
+	}
+	return slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return len(p.Infer) == 0 }), nil
+}
+func predictionOf(e plan.Eval, rate float64) Prediction {
+	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
+}
+
+// plan chooses from stored profiles (model v1, budgets shrunk by PlanMargin), or starts
+// a search when too few are stored or one was asked for. Called with c.mu held.
+func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
+	kind := KindReplan
+	if c.cur == nil {
+		kind = KindPlan
+	}
+	ps, err := c.profiles()
+	if err != nil {
+		c.events.Add(Event{Kind: kind, Reason: reason + ": reading stored profiles failed", Err: err.Error()})
+		return
+	}
+	if c.board != nil && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
+		method := c.forceSearch
+		if method == "" {
+			method = c.cfg.Searcher
+		}
+		c.forceSearch = ""
+		c.startSearch(c.base, method, fmt.Sprintf("%s; %d stored profiles (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
+		return
+	}
+	if c.board == nil {
+		return
+	}
+	pl, err := c.choose(ps, modelBudgets(c.budgets, rate), c.cfg.PlanMargin)
+	if err != nil {
+		c.events.Add(Event{Kind: kind, Reason: reason, Err: err.Error()})
+		return
+	}
+	c.planRate = rate
+	c.stepped = false
+	why := reason + ": " + pl.Explain(modelBudgets(c.budgets, rate))
+	c.decide(ctx, kind, why, pl.Best, rate)
+}
+
+// choose is model v1's choice over ps against budgets b shrunk by margin; the
+// prediction is re-scored against the exact budgets.
+func (c *Controller) choose(ps []plan.ModeProfile, b plan.Budgets, margin float64) (plan.Plan, error) {
+	m, err := plan.NewModel(search.Derate(c.admissionBudgets(b), margin), c.cfg.InferBatches)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	pl, err := m.Choose(ps)
+	if err != nil {
+		return pl, fmt.Errorf("no stored profile of this workload pair: run fulcrumctl optimize, or fulcrumctl profile: %w", err)
+	}
+	return pl, nil
+}
+
+// decide applies e and records the decision (kind) and the application.
+func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
+	exact, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	pred := predictionOf(e, rate)
+	if err == nil {
+		if ps, perr := c.profiles(); perr == nil {
+			for _, p := range ps {
+				if p.Mode == e.Mode {
+					for _, ip := range p.Infer {
+						if ip.Batch == e.Batch {
+							pred = predictionOf(exact.Evaluate(p.Mode, p.Train, ip), rate)
+						}
+					}
+				}
+			}
+		}
+	}
+	// A plan judged with the scheduler's admission room (choose) that does not fit in it
+	// is not feasible, whatever the exact model says: training would starve.
+	pred.Feasible = pred.Feasible && e.Feasible
+	if !e.Feasible {
+		pred.Binding = string(e.Binding) // what the decision's reason names
+	}
+	m := e.Mode
+	meas := c.measured
+	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
+	c.apply(ctx, Choice{Mode: e.Mode, Batch: e.Batch, Predicted: pred})
+	// DESIGN §2: when no known configuration meets the budgets with training running,
+	// inference and power come first: training waits until a plan is feasible again.
+	c.setTrainingPaused(!pred.Feasible, reason)
+}
+
+// expectAt tells the scheduler how long the workers' turns take at mode m — the pair's
+// stored profile there, nothing (measure afresh) for other workloads or an unprofiled
+// mode — so that it does not judge admission on the previous mode's times: a slower
+// mode's stale times starved training after a plan (found in the demo: 1–6 samples/s
+// against 270 planned). Called with c.mu held, after a mode change.
+func (c *Controller) expectAt(m powermode.Mode) {
+	var mp *plan.ModeProfile
+	if c.pair != nil {
+		if ps, err := c.profiles(); err == nil {
+			for i := range ps {
+				if ps[i].Mode == m {
+					mp = &ps[i]
+					break
+				}
+			}
+		}
+	}
+	for _, w := range c.sched.Snapshot().Workers {
+		var times map[int]time.Duration
+		switch {
+		case mp != nil && w.Role == proto.RoleTrain && w.Workload == c.pair.Train:
+			times = map[int]time.Duration{mp.Train.Batch: msDur(mp.Train.TimeMS)}
+		case mp != nil && w.Role == proto.RoleInfer && w.Workload == c.pair.Infer:
+			times = map[int]time.Duration{}
+			for _, ip := range mp.Infer {
+				times[ip.Batch] = msDur(ip.TimeMS)
+			}
+		}
+		if err := c.sched.ExpectTimes(w.ID, times); err != nil {
+			c.log.Debug("expected turn times not set", "worker", w.ID, "err", err) // it just left
+		}
+	}
+}
+func (c *Controller) planRateOr() float64 {
+	if c.budgets.RateRPS > 0 {
+		return c.budgets.RateRPS
+	}
+	if c.rate > 0 {
+		return c.rate
+	}
+	return 1
+}

@@ -1,0 +1,305 @@
+package search
+
+import (
+	"math"
+	"slices"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// smooth combines every profiled value with the prediction of a local model fitted to
+// the other profiles (leave-one-out), weighting each by the inverse of its variance:
+// sigma² for a measurement, and for a prediction what the leave-one-out residuals show
+// beyond the measurement noise (model misfit included). A mode whose neighbours predict
+// it well is then known better than one measurement, and needs a smaller margin; where
+// the model fits badly the weight goes back to the measurement and the full margin.
+// It returns the combined profiles and, per profile, the margins (DefaultGMDMarginSigmas
+// standard deviations) for times and for powers.
+func (w *walk) smooth(sigma float64) ([]plan.ModeProfile, []float64, []float64) {
+	n := len(w.known)
+	out := make([]plan.ModeProfile, n)
+	mT, mP := make([]float64, n), make([]float64, n)
+	preds := make([]*plan.ModeProfile, n)
+	var rT, rP float64
+	var nT, nP int
+	var step powermode.Index
+	for k, d := range w.sp.Dims() {
+		step[k] = max(1, (d+2)/4)
+	}
+	s2 := sigma * sigma
+	for i, mp := range w.known {
+		out[i] = mp.Clone()
+		n := float64(w.repeats(mp.Mode))
+		mT[i], mP[i] = DefaultGMDMarginSigmas*sigma/math.Sqrt(n), DefaultGMDMarginSigmas*sigma/math.Sqrt(n)
+		idx, ok := w.sp.Index(mp.Mode)
+		if !ok {
+			continue
+		}
+		f, ok := w.fitAround(idx, step, mp, true)
+		if !ok {
+			continue
+		}
+		pr := f.predict(mp.Mode, mp.Infer)
+		preds[i] = &pr
+		// Residuals beyond what the (averaged) measurement's own noise explains.
+		ex := s2 / n
+		d := math.Log(mp.Train.TimeMS / pr.Train.TimeMS)
+		rT, nT = rT+d*d-ex, nT+1
+		d = mp.Train.PowerMW/pr.Train.PowerMW - 1
+		rP, nP = rP+d*d-ex, nP+1
+		for j, ip := range mp.Infer {
+			d = math.Log(ip.TimeMS / pr.Infer[j].TimeMS)
+			rT, nT = rT+d*d-ex, nT+1
+			d = ip.PowerMW/pr.Infer[j].PowerMW - 1
+			rP, nP = rP+d*d-ex, nP+1
+		}
+	}
+	if nT < 2*nFeat {
+		return out, mT, mP
+	}
+	// What the residuals show beyond the measurement noise, at least a quarter of it:
+	// the residual estimate itself is noisy.
+	predT := math.Max(rT/float64(nT), s2/4)
+	predP := math.Max(rP/float64(nP), s2/4)
+	wt, wp := 1/predT, 1/predP
+	for i, pr := range preds {
+		if pr == nil {
+			continue
+		}
+		// An average of n measurements weighs n times one.
+		wm := float64(w.repeats(out[i].Mode)) / s2
+		ct, cp := 1/math.Sqrt(wm+wt), 1/math.Sqrt(wm+wp)
+		// The blend may raise a value, never lower it below its measurement: a
+		// prediction below the measurement may be the model's bias (its misfit is not
+		// zero-mean), and a measurement above the truth is already on the safe side.
+		blendT := func(meas, pred float64) float64 {
+			return math.Max(meas, math.Exp((wm*math.Log(meas)+wt*math.Log(pred))/(wm+wt)))
+		}
+		blendP := func(meas, pred float64) float64 { return math.Max(meas, (wm*meas+wp*pred)/(wm+wp)) }
+		o := &out[i]
+		o.Train.TimeMS, o.Train.PowerMW = blendT(o.Train.TimeMS, pr.Train.TimeMS), blendP(o.Train.PowerMW, pr.Train.PowerMW)
+		for j := range o.Infer {
+			o.Infer[j].TimeMS = blendT(o.Infer[j].TimeMS, pr.Infer[j].TimeMS)
+			o.Infer[j].PowerMW = blendP(o.Infer[j].PowerMW, pr.Infer[j].PowerMW)
+		}
+		mT[i], mP[i] = DefaultGMDMarginSigmas*ct, DefaultGMDMarginSigmas*cp
+	}
+	return out, mT, mP
+}
+
+// Regression features of a mode. Times scale roughly as 1/clock, so log time is fitted
+// against the log of each knob; board power is a sum of per-component terms, so power
+// is fitted (linearly) against each knob's value relative to its top level.
+func (w *walk) timeFeatures(m powermode.Mode) [powermode.NumKnobs]float64 {
+	return [powermode.NumKnobs]float64{math.Log(float64(m.Cores)), math.Log(float64(m.CPUKHz)), math.Log(float64(m.GPUHz)), math.Log(float64(m.EMCHz))}
+}
+func (w *walk) powerFeatures(m powermode.Mode) [powermode.NumKnobs]float64 {
+	return [powermode.NumKnobs]float64{float64(m.Cores) / w.top.Cores, float64(m.CPUKHz) / w.top.CPUKHz, float64(m.GPUHz) / w.top.GPUHz, float64(m.EMCHz) / w.top.EMCHz}
+}
+
+// localFit is a weighted least-squares fit, around one mode, of every profiled
+// quantity: log times and powers, each affine in its features.
+type localFit struct {
+	w          *walk
+	tc, pc     [powermode.NumKnobs]float64 // feature centres (the current mode)
+	time, powr [][]float64                 // per quantity: intercept then one slope per knob
+	nb         int
+}
+
+// wls solves the ridge-regularised weighted least squares of ys on xs (rows with a
+// leading 1), one coefficient vector per target.
+func wls(xs [][nFeat]float64, ys [][]float64, wts []float64) ([][]float64, bool) {
+	var ata [nFeat][nFeat]float64
+	nq := len(ys[0])
+	atb := make([][nFeat]float64, nq)
+	for r, x := range xs {
+		for i := range nFeat {
+			for j := range nFeat {
+				ata[i][j] += wts[r] * x[i] * x[j]
+			}
+			for q := range nq {
+				atb[q][i] += wts[r] * x[i] * ys[r][q]
+			}
+		}
+	}
+	// A small ridge keeps a knob that has not moved yet (slope unidentified) at zero.
+	for i := 1; i < nFeat; i++ {
+		ata[i][i] += 1e-4
+	}
+	a := mat.NewSymDense(nFeat, nil)
+	for i := range nFeat {
+		for j := i; j < nFeat; j++ {
+			a.SetSym(i, j, ata[i][j])
+		}
+	}
+	var ch mat.Cholesky
+	if !ch.Factorize(a) {
+		return nil, false
+	}
+	out := make([][]float64, nq)
+	for q := range nq {
+		var beta mat.VecDense
+		if err := ch.SolveVecTo(&beta, mat.NewVecDense(nFeat, atb[q][:])); err != nil {
+			return nil, false
+		}
+		out[q] = slices.Clone(beta.RawVector().Data)
+	}
+	return out, true
+}
+
+// fit builds the local model around cur. Points are weighted by their distance from cur
+// in units of the current steps, so the gradient is local but uses every profile.
+func (w *walk) fit(cur powermode.Index, step powermode.Index, curP plan.ModeProfile) (*localFit, bool) {
+	return w.fitAround(cur, step, curP, false)
+}
+
+// fitAround is fit; loo leaves the centre's own profile out and does not anchor the
+// model there (a leave-one-out prediction of it).
+func (w *walk) fitAround(cur powermode.Index, step powermode.Index, curP plan.ModeProfile, loo bool) (*localFit, bool) {
+	f := &localFit{w: w, tc: w.timeFeatures(curP.Mode), pc: w.powerFeatures(curP.Mode), nb: len(curP.Infer)}
+	var xt, xp [][nFeat]float64
+	var yt, yp [][]float64
+	var wts []float64
+	for _, mp := range w.known {
+		if len(mp.Infer) != f.nb || (loo && mp.Mode == curP.Mode) {
+			continue
+		}
+		idx, ok := w.sp.Index(mp.Mode)
+		if !ok {
+			continue
+		}
+		d := 0.0
+		for k := range powermode.NumKnobs {
+			d += math.Abs(float64(idx[k]-cur[k])) / float64(step[k])
+		}
+		wts = append(wts, 1/(1+(d/gmdFitScale)*(d/gmdFitScale)))
+		t, p := w.timeFeatures(mp.Mode), w.powerFeatures(mp.Mode)
+		rt, rp := [nFeat]float64{1}, [nFeat]float64{1}
+		for k := range powermode.NumKnobs {
+			rt[k+1], rp[k+1] = t[k]-f.tc[k], p[k]-f.pc[k]
+		}
+		xt, xp = append(xt, rt), append(xp, rp)
+		qt := []float64{math.Log(mp.Train.TimeMS)}
+		qp := []float64{mp.Train.PowerMW}
+		for _, ip := range mp.Infer {
+			qt, qp = append(qt, math.Log(ip.TimeMS)), append(qp, ip.PowerMW)
+		}
+		yt, yp = append(yt, qt), append(yp, qp)
+	}
+	if len(wts) < 2 || (loo && len(wts) < nFeat+1) {
+		return nil, false
+	}
+	var ok1, ok2 bool
+	f.time, ok1 = wls(xt, yt, wts)
+	f.powr, ok2 = wls(xp, yp, wts)
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	if loo {
+		return f, true
+	}
+	// Anchor the model at the current mode's measurement (a Taylor expansion around
+	// it): the regression estimates the gradient, not the value where we stand, so a
+	// small predicted improvement is not lost in the fit's residual there.
+	f.time[0][0], f.powr[0][0] = math.Log(curP.Train.TimeMS), curP.Train.PowerMW
+	for j, ip := range curP.Infer {
+		f.time[1+j][0], f.powr[1+j][0] = math.Log(ip.TimeMS), ip.PowerMW
+	}
+	return f, true
+}
+
+// predict returns the profile the local model expects at mode m.
+func (f *localFit) predict(m powermode.Mode, batches []plan.InferPoint) plan.ModeProfile {
+	t, p := f.w.timeFeatures(m), f.w.powerFeatures(m)
+	lin := func(c []float64, x, ctr [powermode.NumKnobs]float64) float64 {
+		v := c[0]
+		for k := range powermode.NumKnobs {
+			v += c[k+1] * (x[k] - ctr[k])
+		}
+		return v
+	}
+	// Power cannot fall below a small floor however far the line is extrapolated.
+	pw := func(q int) float64 { return math.Max(lin(f.powr[q], p, f.pc), 100) }
+	out := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{TimeMS: math.Exp(lin(f.time[0], t, f.tc)), PowerMW: pw(0)}, Infer: make([]plan.InferPoint, f.nb)}
+	for j := range f.nb {
+		out.Infer[j] = plan.InferPoint{Batch: batches[j].Batch, TimeMS: math.Exp(lin(f.time[1+j], t, f.tc)), PowerMW: pw(1 + j)}
+	}
+	return out
+}
+
+// predictBest returns the unprofiled mode of the trust region around cur whose predicted
+// objective is highest, if it beats floor.
+func (w *walk) predictBest(cur, step powermode.Index, floor float64) (powermode.Index, bool) {
+	return w.predictBestBy(cur, step, floor, w.objective)
+}
+
+// predictBestBy is predictBest with another objective.
+func (w *walk) predictBestBy(cur, step powermode.Index, floor float64, objective func(plan.ModeProfile) float64) (powermode.Index, bool) {
+	curP, err := w.profileAt(cur)
+	if err != nil {
+		return cur, false
+	}
+	f, ok := w.fit(cur, step, curP)
+	if !ok {
+		return cur, false
+	}
+	dims := w.sp.Dims()
+	best, bestS, found := cur, floor, false
+	seen := map[powermode.Index]bool{}
+	var off powermode.Index
+	var rec func(k int)
+	rec = func(k int) {
+		if k < powermode.NumKnobs {
+			for _, c := range predictSteps {
+				if dims[k] < 2 && c != 0 {
+					continue
+				}
+				off[k] = c
+				rec(k + 1)
+			}
+			return
+		}
+		// Two steps only along one knob: a far jump in several knobs at once lands
+		// where the local model knows least, and confounds the next fit.
+		far, moved := false, 0
+		for j := range powermode.NumKnobs {
+			far = far || off[j] < -1 || off[j] > 1
+			if off[j] != 0 {
+				moved++
+			}
+		}
+		if far && moved > 1 {
+			return
+		}
+		idx := cur
+		for j := range powermode.NumKnobs {
+			idx[j] = min(max(cur[j]+off[j]*step[j], 0), dims[j]-1)
+		}
+		if seen[idx] || !w.sp.ContainsIndex(idx) {
+			return
+		}
+		seen[idx] = true
+		if _, known := w.score[idx]; known || w.isKnown(idx) {
+			return
+		}
+		pred := f.predict(w.sp.Mode(idx), curP.Infer)
+		pred.Train.Batch = curP.Train.Batch
+		if s := objective(pred); s > bestS {
+			best, bestS, found = idx, s, true
+		}
+	}
+	rec(0)
+	return best, found
+}
+
+const nFeat = powermode.NumKnobs + 1
+
+// gmdFitScale is the distance, in steps summed over knobs, at which a profile's weight
+// in the local fit halves.
+const gmdFitScale = 2.0
+
+// predictSteps are the multiples of each knob's step in the trust region.
+var predictSteps = [...]int{-2, -1, 0, 1, 2}
