@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // alsTestTable is a smooth known truth on a 4×6×5×3 grid: times are sums of shares

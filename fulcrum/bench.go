@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/gonum/stat"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // PairLearner is a searcher that learns a workload pair once (an offline campaign, e.g.

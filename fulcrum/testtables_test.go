@@ -6,7 +6,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/benchgen"
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // smallVariant is a 4×6×6×3 = 432-mode synthetic board with one training and one

@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // PairTruth is the noise-free ground truth of one training × inference pair, laid out

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // Runner is how a minibatch is run: the simulator's synthetic runner now, a worker

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 var m30w = powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}

@@ -27,7 +27,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 	bolt "go.etcd.io/bbolt"
 )
 

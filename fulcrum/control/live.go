@@ -16,7 +16,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // LiveOptions tune live profiling. Zero values take the defaults in brackets.
