@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// TestLeaf keeps truth a leaf: the simulator, the profiler and the planner all import
-// it, so any project import beyond powermode's vocabulary (Mode, Space, and the embedded
-// catalog powermode reads) would bring back the import tangle issue 14 removed
-// (powermode/sim → profiler/truth → … → profiler → powermode/sim).
+// TestLeaf keeps truth a leaf: the board simulator, the profiler and the planner all
+// import it, so a project import beyond powermode's vocabulary (Mode, Space, and the
+// embedded catalog powermode reads) would tie those layers together again (issue 14:
+// powermode/sim had to import the profiler's folder to get Row and Role).
 func TestLeaf(t *testing.T) {
 	const module = "github.com/fulcrum-edge/fulcrum"
 	allowed := []string{module + "/truth", module + "/powermode", module + "/configs"}
