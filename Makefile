@@ -133,7 +133,7 @@ package: $(TOOLS)/nfpm ## .deb packages for PACKAGE_ARCHS (amd64 arm64) into DIS
 FUZZTIME ?=
 FUZZ_TARGETS := FuzzDecode:./fulcrum/proto:500000x FuzzPutBudgets:./fulcrum/api:30000x \
 	FuzzPutMode:./fulcrum/api:60000x FuzzOptimize:./fulcrum/api:60000x \
-	FuzzParse:./powermode/nvpmodel:300000x FuzzRead:./profiler/truth:300000x \
+	FuzzParse:./powermode/nvpmodel:300000x FuzzRead:./truth:300000x \
 	FuzzConfig:./cmd/fulcrumd:30000x
 SOAK_MINUTES ?= 10
 

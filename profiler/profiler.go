@@ -12,9 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // Runner is how a minibatch is run: the simulator's synthetic runner now, a worker
@@ -166,7 +167,6 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 	started := clk.Now()
 	smp := startPowerSampler(ctx, p.Backend, o.PowerSampleInterval)
 	var times []float64
-	var sum summary
 	for {
 		d, err := p.Runner.RunMinibatch(ctx, workload, role, batch)
 		if err != nil {
@@ -178,8 +178,8 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 			return store.Profile{}, fmt.Errorf("profile %s: minibatch %d: the runner reported a duration of %s, want a positive one", key, len(times)+1, d)
 		}
 		times = append(times, float64(d)/float64(time.Millisecond))
-		sum = summarize(times)
-		if sum.n >= o.MaxSamples || (sum.n >= o.MinSamples && sum.rse() <= o.TargetRSE) {
+		mean, sd := stats.MeanStddev(times)
+		if n := len(times); n >= o.MaxSamples || (n >= o.MinSamples && stats.RSE(n, mean, sd) <= o.TargetRSE) {
 			break
 		}
 	}
@@ -191,20 +191,21 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 	if powerErr != nil {
 		p.logger().Warn("some power readings failed", "key", key.String(), "ok", len(power), "err", powerErr)
 	}
-	ps := summarize(power)
-	rse := sum.rse()
-	if sum.n < 2 {
+	pMean, pSD := stats.MeanStddev(power)
+	sum := stats.Summarize(times)
+	rse := stats.RSE(sum.N, sum.Mean, sum.Stddev)
+	if sum.N < 2 {
 		rse = 0 // one sample: no spread estimate; MaxSamples 1 asked for exactly that
 	}
 	prof := store.Profile{
 		Board: key.Board, Workload: workload, Role: role, Mode: mode, Batch: batch,
-		TimeMS:  store.TimeStats{Mean: sum.mean, P50: quantile(times, 0.5), P95: quantile(times, 0.95), Stddev: sum.stddev},
-		PowerMW: store.PowerStats{Mean: ps.mean, Stddev: ps.stddev},
-		Samples: sum.n, PowerSamples: ps.n, Warmup: warm,
+		TimeMS:  store.TimeStats{Mean: sum.Mean, P50: sum.P50, P95: sum.P95, Stddev: sum.Stddev},
+		PowerMW: store.PowerStats{Mean: pMean, Stddev: pSD},
+		Samples: sum.N, PowerSamples: len(power), Warmup: warm,
 		StartedAt: started.UTC(), FinishedAt: finished.UTC(), RSE: rse, Source: p.source(),
 	}
-	if sum.n >= o.MaxSamples && rse > o.TargetRSE {
-		p.logger().Warn("sample cap reached before the target precision", "key", key.String(), "samples", sum.n, "rse", rse, "target_rse", o.TargetRSE)
+	if sum.N >= o.MaxSamples && rse > o.TargetRSE {
+		p.logger().Warn("sample cap reached before the target precision", "key", key.String(), "samples", sum.N, "rse", rse, "target_rse", o.TargetRSE)
 	}
 	if err := p.Store.Put(prof); err != nil {
 		return store.Profile{}, fmt.Errorf("profile %s: %w", key, err)

@@ -8,40 +8,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 var m30w = powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
 
-func TestStats(t *testing.T) {
-	tests := []struct {
-		xs            []float64
-		mean, sd      float64
-		p50, p95, rse float64
-		rseInf        bool
-	}{
-		{xs: []float64{7}, mean: 7, sd: 0, p50: 7, p95: 7, rseInf: true},
-		{xs: []float64{1, 2, 3, 4}, mean: 2.5, sd: math.Sqrt(5.0 / 3), p50: 2.5, p95: 3.85, rse: math.Sqrt(5.0/3) / 2 / 2.5},
-		{xs: []float64{10, 10, 10}, mean: 10, sd: 0, p50: 10, p95: 10, rse: 0},
-		{xs: []float64{5, 1, 4, 2, 3}, mean: 3, sd: math.Sqrt(2.5), p50: 3, p95: 4.8, rse: math.Sqrt(2.5) / math.Sqrt(5) / 3},
+// TestStoredQuantilesMatchLive: the profiler stores p50/p95 by the one definition
+// (internal/stats, nearest rank) that the controller's live profiler uses, so two
+// profiles of the same samples agree. Before issue 14 the profiler interpolated: it
+// stored p50 2.5 and p95 3.85 for these times where live profiling stored 2 and 4.
+func TestStoredQuantilesMatchLive(t *testing.T) {
+	times := []float64{4, 1, 3, 2} // ms, in the order the minibatches ran
+	board := newFakeBoard(t)
+	run := &fakeRunner{board: board, warmup: 2, times: func(i int) time.Duration { return time.Duration(times[i] * float64(time.Millisecond)) }}
+	p := &Profiler{Backend: board, Runner: run, Store: newStore(t), Options: Options{PowerSampleInterval: time.Millisecond, MinSamples: 4, MaxSamples: 4, WarmupTime: -1}}
+	prof, err := p.Profile(context.Background(), "resnet18", truth.Train, m30w, 32)
+	if err != nil {
+		t.Fatal(err)
 	}
-	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
-	for _, tc := range tests {
-		s := summarize(tc.xs)
-		if s.n != len(tc.xs) || !near(s.mean, tc.mean) || !near(s.stddev, tc.sd) {
-			t.Errorf("summarize(%v) = %+v, want mean %v sd %v", tc.xs, s, tc.mean, tc.sd)
-		}
-		if got := quantile(tc.xs, 0.5); !near(got, tc.p50) {
-			t.Errorf("p50(%v) = %v, want %v", tc.xs, got, tc.p50)
-		}
-		if got := quantile(tc.xs, 0.95); !near(got, tc.p95) {
-			t.Errorf("p95(%v) = %v, want %v", tc.xs, got, tc.p95)
-		}
-		if got := s.rse(); (tc.rseInf && !math.IsInf(got, 1)) || (!tc.rseInf && !near(got, tc.rse)) {
-			t.Errorf("rse(%v) = %v, want %v (inf %v)", tc.xs, got, tc.rse, tc.rseInf)
-		}
+	want := stats.Summarize(times)
+	if want.P50 != 2 || want.P95 != 4 {
+		t.Fatalf("stats.Summarize(%v) = %+v, want nearest-rank p50 2, p95 4", times, want)
+	}
+	got := prof.TimeMS
+	if got.P50 != want.P50 || got.P95 != want.P95 || got.Mean != want.Mean || got.Stddev != want.Stddev || prof.Samples != want.N {
+		t.Errorf("stored time stats %+v (%d samples), want %+v: what live profiling stores for the same minibatches", got, prof.Samples, want)
 	}
 }
 
@@ -130,9 +124,9 @@ func TestProfileSamplesPowerDuringRuns(t *testing.T) {
 	if prof.PowerSamples != len(got) || prof.PowerSamples < prof.Samples {
 		t.Fatalf("power_samples = %d, board read %d times, %d minibatches: want every reading kept and at least one per minibatch", prof.PowerSamples, len(got), prof.Samples)
 	}
-	want := summarize(got)
-	if prof.PowerMW.Mean != want.mean || prof.PowerMW.Stddev != want.stddev {
-		t.Errorf("power = %+v, want mean %v sd %v of the readings", prof.PowerMW, want.mean, want.stddev)
+	wantMean, wantSD := stats.MeanStddev(got)
+	if prof.PowerMW.Mean != wantMean || prof.PowerMW.Stddev != wantSD {
+		t.Errorf("power = %+v, want mean %v sd %v of the readings", prof.PowerMW, wantMean, wantSD)
 	}
 	for _, v := range got {
 		if v == 99000 {

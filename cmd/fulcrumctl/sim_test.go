@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // simExec runs fulcrumctl in-process with args and returns stdout, stderr and the error.

@@ -15,9 +15,10 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
+	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // LiveOptions tune live profiling. Zero values take the defaults in brackets.
@@ -538,16 +539,14 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		}
 		pw, n = r.TotalMW, 1
 	}
-	mean, sd := meanSD(times)
-	sorted := slices.Clone(times)
-	slices.Sort(sorted)
-	rse := 0.0
-	if len(times) > 1 && mean > 0 {
-		rse = sd / math.Sqrt(float64(len(times))) / mean
+	ts := stats.Summarize(times) // the offline profiler's definitions: profiles agree
+	rse := stats.RSE(ts.N, ts.Mean, ts.Stddev)
+	if math.IsInf(rse, 1) {
+		rse = 0 // one sample (or a zero mean): no precision estimate
 	}
 	prof := store.Profile{
 		Board: k.Board, Workload: k.Workload, Role: k.Role, Mode: k.Mode, Batch: k.Batch,
-		TimeMS:  store.TimeStats{Mean: mean, P50: rankQ(sorted, 0.5), P95: rankQ(sorted, 0.95), Stddev: sd},
+		TimeMS:  store.TimeStats{Mean: ts.Mean, P50: ts.P50, P95: ts.P95, Stddev: ts.Stddev},
 		PowerMW: store.PowerStats{Mean: pw},
 		Samples: len(times), PowerSamples: n, Warmup: o.Warmup,
 		StartedAt: start.UTC(), FinishedAt: end.UTC(), RSE: rse, Source: store.SourceLive,
@@ -611,25 +610,6 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-func meanSD(v []float64) (mean, sd float64) {
-	for _, x := range v {
-		mean += x
-	}
-	mean /= float64(len(v))
-	if len(v) < 2 {
-		return mean, 0
-	}
-	for _, x := range v {
-		sd += (x - mean) * (x - mean)
-	}
-	return mean, math.Sqrt(sd / float64(len(v)-1))
-}
-
-func rankQ(sorted []float64, q float64) float64 {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(i, 0)]
 }
 
 func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.Profile) plan.ModeProfile {

@@ -1,9 +1,10 @@
 package sched
 
 import (
-	"math"
-	"sort"
+	"slices"
 	"time"
+
+	samplestats "github.com/fulcrum-edge/fulcrum/internal/stats" // sched has its own stats type
 )
 
 // window is a bounded sliding window of timestamped values: at most max samples and none
@@ -110,21 +111,15 @@ type Quantiles struct {
 	MaxMS float64 `json:"max_ms"`
 }
 
+// quantiles summarises v, sorting it in place (values hands out a fresh copy, so the
+// window's hot path allocates nothing more). Quantiles are internal/stats' nearest rank,
+// as every profile's p50/p95.
 func quantiles(v []float64) Quantiles {
 	if len(v) == 0 {
 		return Quantiles{}
 	}
-	sort.Float64s(v)
-	return Quantiles{Count: len(v), P50MS: rank(v, 0.50), P95MS: rank(v, 0.95), P99MS: rank(v, 0.99), MaxMS: v[len(v)-1]}
-}
-
-// rank is the nearest-rank quantile of sorted v.
-func rank(v []float64, q float64) float64 {
-	i := int(math.Ceil(q*float64(len(v)))) - 1
-	if i < 0 {
-		i = 0
-	}
-	return v[i]
+	slices.Sort(v)
+	return Quantiles{Count: len(v), P50MS: samplestats.Quantile(v, 0.50), P95MS: samplestats.Quantile(v, 0.95), P99MS: samplestats.Quantile(v, 0.99), MaxMS: v[len(v)-1]}
 }
 
 // ewma is an exponentially weighted moving average with a fallback before any sample.

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // TruthOptions selects what a ground-truth table covers.

@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // Workload is one DNN workload's parametric model (configs/workloads/*.yaml). Work is

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 	bolt "go.etcd.io/bbolt"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // importBody writes n distinct valid profiles in format (about 530 bytes each in JSON,

@@ -12,7 +12,7 @@ import (
 	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // Workload is a synthetic workload. At the fastest mode a minibatch of Batch samples

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 func TestVariantsAreDeterministicAndComplete(t *testing.T) {

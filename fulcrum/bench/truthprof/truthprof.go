@@ -1,4 +1,4 @@
-// Package truthprof replays a ground-truth table (profiler/truth) as a noisy profiler:
+// Package truthprof replays a ground-truth table (truth) as a noisy profiler:
 // PairTruth is one training × inference pair of the table laid out for fast scans, and
 // TruthProfiler answers a searcher's profile requests from it with seeded noise. The
 // benchmark (fulcrum/bench) and the searchers' tests use it.
@@ -13,7 +13,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/truth"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // PairTruth is the noise-free ground truth of one training × inference pair, laid out

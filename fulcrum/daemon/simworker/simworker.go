@@ -23,6 +23,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
+	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
@@ -425,13 +426,8 @@ func (w *worker) summarise(p *pending) {
 	w.rep.Unserved = len(p.arrived)
 	w.rep.DeadlineMisses = p.misses
 	if len(lat) > 0 {
-		w.rep.LatencyP50MS = nearestRank(lat, 0.5)
-		w.rep.LatencyP99MS = nearestRank(lat, 0.99)
+		w.rep.LatencyP50MS = stats.Quantile(lat, 0.5)
+		w.rep.LatencyP99MS = stats.Quantile(lat, 0.99)
 		w.rep.LatencyMaxMS = lat[len(lat)-1]
 	}
-}
-
-func nearestRank(v []float64, q float64) float64 {
-	i := int(math.Ceil(q*float64(len(v)))) - 1
-	return v[max(i, 0)]
 }

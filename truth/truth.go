@@ -2,6 +2,12 @@
 // mode and batch size, the mean minibatch time and the mean board power. The simulator
 // writes them, the profiler exports its store in this format, and the benchmark scores
 // searchers against them.
+//
+// It is vocabulary shared by the board simulator (powermode/sim), the profiler and the
+// planner, so it sits at the top level beside powermode and imports nothing of the
+// project but powermode's Mode and Space (leaf_test.go keeps it that way). The CSV
+// reader and writer stay with the types: the column set is the contract, and they need
+// only the standard library.
 package truth
 
 import (
