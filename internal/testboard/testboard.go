@@ -3,9 +3,9 @@
 // models (configs/workloads) and a simulated board built from them. Each helper fails
 // the test on error, so a test reads as what it checks rather than four if-err blocks.
 //
-// It imports powermode and powermode/sim, so the internal (package powermode, package
-// sim, package faketree) tests of those packages cannot use it; their external _test
-// packages can.
+// It imports powermode, faketree, sim and truth (through sim), so the internal tests of
+// those packages (package powermode, package sim, …) cannot use it without an import
+// cycle; their external _test packages can.
 package testboard
 
 import (
