@@ -7,19 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 )
-
-func loadCatalog(t *testing.T) *powermode.Catalog {
-	t.Helper()
-	c, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // writeTree writes files (in-board path -> content) under a new root.
 func writeTree(t *testing.T, files map[string]string) string {
@@ -58,7 +49,7 @@ func with(m map[string]string, kv ...string) map[string]string {
 }
 
 func TestDetect(t *testing.T) {
-	cat := loadCatalog(t)
+	cat := testboard.Catalog(t)
 	superConf := "< POWER_MODEL ID=0 NAME=15W >\n< POWER_MODEL ID=1 NAME=25W >\n< POWER_MODEL ID=2 NAME=MAXN_SUPER >\n< POWER_MODEL ID=3 NAME=7W >\n"
 	plainConf := "< POWER_MODEL ID=0 NAME=15W >\n< POWER_MODEL ID=1 NAME=7W >\n"
 	nxSuperConf := "< POWER_MODEL ID=0 NAME=MAXN_SUPER >\n< POWER_MODEL ID=1 NAME=10W >\n< POWER_MODEL ID=2 NAME=15W >\n< POWER_MODEL ID=3 NAME=25W >\n< POWER_MODEL ID=4 NAME=40W >\n"
@@ -118,7 +109,7 @@ func TestDetect(t *testing.T) {
 }
 
 func TestDetectErrors(t *testing.T) {
-	cat := loadCatalog(t)
+	cat := testboard.Catalog(t)
 	for _, tc := range []struct {
 		name   string
 		files  map[string]string
@@ -177,7 +168,7 @@ func TestReadL4T(t *testing.T) {
 
 // Every catalog board's fake tree detects as that board, on every layout.
 func TestDetectFaketrees(t *testing.T) {
-	cat := loadCatalog(t)
+	cat := testboard.Catalog(t)
 	if len(cat.Names()) < 7 {
 		t.Errorf("catalog has %d boards (%v), want at least 7", len(cat.Names()), cat.Names())
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -199,14 +200,8 @@ func TestSnap(t *testing.T) {
 }
 
 func TestSnapRealBoard(t *testing.T) {
-	spec, err := loadCatalog(t).Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := spec.Space()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	s := testboard.Space(t, spec)
 	// 2000000 is 41600 kHz above 1958400 and 35200 below 2035200: a cap keeps the
 	// level below, the nearest level is above.
 	m := mode(12, 2000000, 650000000, 3000000000)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -178,18 +178,8 @@ func TestCampaignFailureRestores(t *testing.T) {
 }
 
 func TestSelectModes(t *testing.T) {
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	space, err := spec.Space()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	space := testboard.Space(t, spec)
 	all, err := SelectModes("all", spec, nil, space, 1)
 	if err != nil || len(all) != space.Size() {
 		t.Errorf("all: %d modes, %v", len(all), err)
@@ -214,8 +204,8 @@ func TestSelectModes(t *testing.T) {
 	}
 	// NVIDIA's Xavier caps are not levels (1200000 kHz, 900 MHz): snapped at or below;
 	// MODE_10W (TPC mask 5) needs a reboot from the default MODE_15W_DESKTOP (mask 0).
-	xavier, _ := cat.Board("agx-xavier")
-	xspace, _ := xavier.Space()
+	xavier := testboard.Spec(t, "agx-xavier")
+	xspace := testboard.Space(t, xavier)
 	xp, err := SelectModes("presets", xavier, nil, xspace, 1)
 	if err != nil || len(xp) != 7 || xp[2] != (powermode.Mode{Cores: 8, CPUKHz: 1190400, GPUHz: 828750000, EMCHz: 1600000000}) {
 		t.Errorf("xavier presets = %v, %v", xp, err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
@@ -27,23 +27,10 @@ import (
 func TestProfileSimulatedOrin(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	board, err := sim.New(filepath.Join(t.TempDir(), "orin"), spec, sim.Options{Interval: 10 * time.Millisecond, Workloads: models, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	board := testboard.Sim(t, filepath.Join(t.TempDir(), "orin"), spec, sim.Options{Interval: 10 * time.Millisecond, Workloads: models, Logger: quiet})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = board.Run(ctx) }()

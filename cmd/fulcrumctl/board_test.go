@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra/tegratest"
@@ -229,10 +229,7 @@ func TestBoardNotAJetson(t *testing.T) {
 // Every catalog board, built by faketree in each layout it supports: info reports the
 // catalog's tables, and apply then restore leaves the tree byte-identical.
 func TestBoardEveryCatalogBoardViaFaketree(t *testing.T) {
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat := testboard.Catalog(t)
 	for _, name := range cat.Names() {
 		spec, _ := cat.Board(name)
 		for _, l4t := range spec.L4T {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -26,7 +27,7 @@ func runBundle(t *testing.T, args ...string) (string, string, error) {
 
 func orinTree(t *testing.T, l4t string) string {
 	t.Helper()
-	tr, err := faketree.Build(t.TempDir(), orinSpec(t), faketree.Options{L4T: l4t})
+	tr, err := faketree.Build(t.TempDir(), testboard.Spec(t, testboard.AGXOrin), faketree.Options{L4T: l4t})
 	if err != nil {
 		t.Fatal(err)
 	}

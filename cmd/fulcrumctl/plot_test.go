@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -21,11 +21,7 @@ import (
 // inference workload on the AGX Orin 64GB at 4, 8 and 12 cores (which hold its presets).
 func simStore(t *testing.T) string {
 	t.Helper()
-	spec := orinSpec(t)
-	ws, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, ws := testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)
 	rows, err := sim.TruthRows(spec, ws, sim.TruthOptions{
 		Workloads: []string{"resnet18-train", "mobilenetv3-infer"},
 		Cores:     []int{4, 8, 12},
@@ -159,11 +155,7 @@ func svgTextsOf(t *testing.T, path string) map[string]bool {
 }
 
 func TestBenchPlot(t *testing.T) {
-	spec := orinSpec(t)
-	ws, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec, ws := testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)
 	rows, err := sim.TruthRows(spec, ws, sim.TruthOptions{
 		Workloads: []string{"resnet18-train", "mobilenetv3-infer"}, Cores: []int{4, 8, 12}, Batches: []int{1, 4},
 	})

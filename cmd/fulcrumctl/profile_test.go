@@ -8,21 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
@@ -42,19 +40,6 @@ func runProfile(t *testing.T, args ...string) (string, string, error) {
 	cmd.SetArgs(append([]string{"profile"}, args...))
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
-}
-
-func orinSpec(t *testing.T) *powermode.BoardSpec {
-	t.Helper()
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return spec
 }
 
 func seedStore(t *testing.T, path string) []store.Profile {
@@ -176,7 +161,7 @@ func TestProfileStoreCommands(t *testing.T) {
 
 func TestProfileRunRefusesRealBoard(t *testing.T) {
 	root := t.TempDir()
-	if _, err := faketree.Build(root, orinSpec(t), faketree.Options{}); err != nil {
+	if _, err := faketree.Build(root, testboard.Spec(t, testboard.AGXOrin), faketree.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	db := filepath.Join(t.TempDir(), "p.db")
@@ -190,10 +175,7 @@ func TestProfileRunRefusesRealBoard(t *testing.T) {
 	}
 	// A simulator tree whose physics loop is not running would give power that never
 	// changes: refused too.
-	stopped, err := sim.New(filepath.Join(t.TempDir(), "orin"), orinSpec(t), sim.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stopped := testboard.Sim(t, filepath.Join(t.TempDir(), "orin"), testboard.Spec(t, testboard.AGXOrin), sim.Options{})
 	_, _, err = runProfile(t, "run", "--root", stopped.Root(), "--db", db, "--workload", "lstm-train", "--modes", "presets")
 	if err == nil || !strings.Contains(err.Error(), "physics loop is not running") {
 		t.Errorf("run on a stopped simulator tree: %v", err)
@@ -206,16 +188,9 @@ func TestProfileRunRefusesRealBoard(t *testing.T) {
 // startSim runs a simulated AGX Orin's physics loop in this process until the test ends.
 func startSim(t *testing.T) (root string, spec *powermode.BoardSpec) {
 	t.Helper()
-	spec = orinSpec(t)
-	board, err := sim.New(filepath.Join(t.TempDir(), "orin"), spec, sim.Options{Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = board.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	spec = testboard.Spec(t, testboard.AGXOrin)
+	board := testboard.Sim(t, filepath.Join(t.TempDir(), "orin"), spec, sim.Options{Interval: 10 * time.Millisecond})
+	testboard.Start(t, board)
 	return board.Root(), spec
 }
 

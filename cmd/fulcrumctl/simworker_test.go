@@ -4,30 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
-	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
 
 func TestSimWorkerCommand(t *testing.T) {
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
 	root := filepath.Join(t.TempDir(), "board")
-	if _, err := sim.New(root, spec, sim.Options{Logger: slog.New(slog.DiscardHandler)}); err != nil {
-		t.Fatal(err)
-	}
+	testboard.Sim(t, root, testboard.Spec(t, testboard.AGXOrin), sim.Options{})
 	trace := filepath.Join(t.TempDir(), "trace.txt")
 	if err := os.WriteFile(trace, []byte("0\n0.001\n0.05\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -93,22 +93,9 @@ type env struct {
 
 func newEnv(t *testing.T, clock sched.Clock) *env {
 	t.Helper()
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, err := spec.Space()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
+	sp := testboard.Space(t, spec)
 	st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), store.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -98,18 +98,9 @@ func TestOutsiderCannotChangeDaemon(t *testing.T) {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	log := slog.New(slog.DiscardHandler)
-	if _, err := sim.New(filepath.Join(dir, "board"), spec, sim.Options{Logger: log}); err != nil {
-		t.Fatal(err)
-	}
+	testboard.Sim(t, filepath.Join(dir, "board"), spec, sim.Options{Logger: log})
 	runDir := filepath.Join(dir, "run")
 	ctx := context.Background()
 	d, err := Open(ctx, Options{

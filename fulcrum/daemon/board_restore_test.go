@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
@@ -17,18 +17,9 @@ import (
 func TestBoardSnapshotRestore(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	dir := filepath.Join(t.TempDir(), "board")
-	if _, err := sim.New(dir, spec, sim.Options{Logger: log}); err != nil {
-		t.Fatal(err)
-	}
+	testboard.Sim(t, dir, spec, sim.Options{Logger: log})
 	state := t.TempDir()
 	snapFile := filepath.Join(state, powermode.SnapshotFile)
 	b, err := OpenBoard(ctx, "sim:agx-orin-64gb", dir, state, log)

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -62,29 +62,12 @@ func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live profiling on the simulator takes ~10 s; run without -short")
 	}
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
 	o := campaignDaemonOptions(dir)
-	b, err := sim.New(o.BoardRoot, spec, sim.Options{Workloads: models, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	simCtx, stopSim := context.WithCancel(context.Background())
-	simDone := make(chan struct{})
-	go func() { defer close(simDone); _ = b.Run(simCtx) }()
-	defer func() { stopSim(); <-simDone }()
+	testboard.Start(t, testboard.Sim(t, o.BoardRoot, spec, sim.Options{Workloads: models, Logger: log}))
 	ctx := context.Background()
 	ob, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, log)
 	if err != nil {

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -53,19 +53,10 @@ func reliabilityDaemonOptions(dir string) Options {
 // control file, as a SIGKILL between the backend's truncate and write can in a fake
 // tree: the restore writes the snapshot's values and does not need the damaged file.
 func TestDaemonSIGKILLDuringModeChanges(t *testing.T) {
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	if _, err := sim.New(filepath.Join(dir, "board"), spec, sim.Options{Logger: log}); err != nil {
-		t.Fatal(err)
-	}
+	testboard.Sim(t, filepath.Join(dir, "board"), spec, sim.Options{Logger: log})
 	o := reliabilityDaemonOptions(dir)
 	ctx := context.Background()
 	b, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, log)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
@@ -17,19 +17,10 @@ import (
 // even when the profile store cannot be opened (here: its path is a directory, which
 // fails for root too), because the board is restored before the store opens.
 func TestBoardRestoredWhenStoreCannotOpen(t *testing.T) {
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	if _, err := sim.New(filepath.Join(dir, "board"), spec, sim.Options{Logger: log}); err != nil {
-		t.Fatal(err)
-	}
+	testboard.Sim(t, filepath.Join(dir, "board"), spec, sim.Options{Logger: log})
 	o := reliabilityDaemonOptions(dir)
 	ctx := context.Background()
 	b, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, log)

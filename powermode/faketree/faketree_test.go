@@ -11,28 +11,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 )
-
-func catalog(t *testing.T) *powermode.Catalog {
-	t.Helper()
-	c, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func board(t *testing.T, name string) *powermode.BoardSpec {
-	t.Helper()
-	b, err := catalog(t).Board(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func build(t *testing.T, spec *powermode.BoardSpec, opts faketree.Options) *faketree.Tree {
 	t.Helper()
@@ -99,7 +81,7 @@ func discoverGPU(t *testing.T, tr *faketree.Tree) (devfreqDir, node string) {
 }
 
 func TestBuildEveryBoardAndLayout(t *testing.T) {
-	c := catalog(t)
+	c := testboard.Catalog(t)
 	for _, name := range c.Names() {
 		spec, _ := c.Board(name)
 		layouts := faketree.Layouts(spec)
@@ -250,7 +232,7 @@ func checkTree(t *testing.T, tr *faketree.Tree, spec *powermode.BoardSpec) {
 }
 
 func TestAGXOrinExactFiles(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	for _, tc := range []struct {
 		layout, gpuDev, node, bus, release string
 	}{
@@ -322,7 +304,7 @@ func TestAGXOrinExactFiles(t *testing.T) {
 }
 
 func TestStateOptionsAndReadings(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	st := faketree.BootState(spec)
 	st.OnlineCores = 6
 	st.CPUMaxKHz = 1728000
@@ -379,7 +361,7 @@ func TestStateOptionsAndReadings(t *testing.T) {
 }
 
 func TestSetRailHwmon(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	tr := build(t, spec, faketree.Options{})
 	if err := tr.SetRail("VDD_GPU_SOC", 5096, 4020.4); err != nil {
 		t.Fatal(err)
@@ -422,7 +404,7 @@ func TestSetRailHwmon(t *testing.T) {
 }
 
 func TestSetRailIIO(t *testing.T) {
-	spec := board(t, "agx-xavier")
+	spec := testboard.Spec(t, "agx-xavier")
 	tr := build(t, spec, faketree.Options{})
 	if tr.Layout() != "jp4" {
 		t.Fatalf("xavier layout %s", tr.Layout())
@@ -453,7 +435,7 @@ func TestSetRailIIO(t *testing.T) {
 
 // Two builds of the same board and options are byte-identical; a change shows up.
 func TestDigestDeterministic(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	a := build(t, spec, faketree.Options{})
 	b := build(t, spec, faketree.Options{})
 	da, err := a.Digest()
@@ -481,7 +463,7 @@ func TestDigestDeterministic(t *testing.T) {
 
 // SetRail from several goroutines keeps the sum channel consistent with the channels.
 func TestSetRailConcurrent(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	tr := build(t, spec, faketree.Options{})
 	var wg sync.WaitGroup
 	for i, r := range []string{"VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0"} {
@@ -541,7 +523,7 @@ func TestConfRealLayout(t *testing.T) {
 		}, []string{"CPU_DENVER_1 MAX_FREQ 1200000\nGPU MIN_FREQ 0\nGPU MAX_FREQ 520000000"}},
 	} {
 		t.Run(tc.board, func(t *testing.T) {
-			tr := build(t, board(t, tc.board), faketree.Options{})
+			tr := build(t, testboard.Spec(t, tc.board), faketree.Options{})
 			if got, err := os.Readlink(filepath.Join(tr.Root(), "etc/nvpmodel.conf")); err != nil || got != tc.link {
 				t.Errorf("link = %q (%v), want %q", got, err, tc.link)
 			}

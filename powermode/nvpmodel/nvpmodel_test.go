@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
@@ -194,19 +194,6 @@ EMC MAX_FREQ 0
 < PM_CONFIG DEFAULT=2 >
 `
 
-func board(t *testing.T, name string) *powermode.BoardSpec {
-	t.Helper()
-	c, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Board(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func TestParseRealConf(t *testing.T) {
 	c, err := nvpmodel.Parse(strings.NewReader(agxOrinConf))
 	if err != nil {
@@ -234,7 +221,7 @@ func TestParseRealConf(t *testing.T) {
 		t.Errorf("model 2 VDDIN_OC_LIMIT CRIT = %q", v)
 	}
 
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	ps, err := c.Presets(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +258,7 @@ func TestParseRealConf(t *testing.T) {
 		t.Errorf("unknown current mode: err = %v", err)
 	}
 	// The same conf does not fit a 6-core board.
-	if _, err := c.Presets(board(t, "orin-nano-8gb")); err == nil || !strings.Contains(err.Error(), "CORE_6") {
+	if _, err := c.Presets(testboard.Spec(t, "orin-nano-8gb")); err == nil || !strings.Contains(err.Error(), "CORE_6") {
 		t.Errorf("conf on a 6-core board: err = %v", err)
 	}
 }
@@ -302,7 +289,7 @@ EMC MAX_FREQ -1
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := c.Presets(board(t, "agx-xavier"))
+	ps, err := c.Presets(testboard.Spec(t, "agx-xavier"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +335,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestPresetValueErrors(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	head := "< PARAM TYPE=FILE NAME=CPU_ONLINE >\nCORE_1 /x\nCORE_12 /x\nFOO /x\n< PARAM TYPE=CLOCK NAME=GPU >\nMAX_FREQ /x\n< PARAM TYPE=FILE NAME=TPC_POWER_GATING >\nTPC_PG_MASK /x\n< POWER_MODEL ID=0 NAME=A >\n"
 	for _, tc := range []struct{ line, want string }{
 		{"CPU_ONLINE CORE_1 2", "line 10: POWER_MODEL 0 (A) CPU_ONLINE CORE_1 = \"2\": want 1 or 0"},
@@ -370,10 +357,7 @@ func TestPresetValueErrors(t *testing.T) {
 
 // The conf faketree generates for every catalog board round-trips to its presets.
 func TestFaketreeConfRoundTrip(t *testing.T) {
-	c, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testboard.Catalog(t)
 	for _, name := range c.Names() {
 		spec, _ := c.Board(name)
 		for _, layout := range faketree.Layouts(spec) {
@@ -465,7 +449,7 @@ func TestReadStatus(t *testing.T) {
 // ForBoard: the live conf wins, relative to the mode in the status file; the catalog is
 // the fallback; the reboot rule decides which presets are live.
 func TestForBoard(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	write := func(t *testing.T, root, rel, content string) {
 		t.Helper()
 		p := filepath.Join(root, rel)
@@ -539,7 +523,7 @@ func TestForBoard(t *testing.T) {
 // The catalog's presets agree with a conf that says the same thing: caps snapped at or
 // below, masks and NeedsReboot as the conf gives them.
 func TestCatalogMatchesConf(t *testing.T) {
-	spec := board(t, "agx-orin-64gb")
+	spec := testboard.Spec(t, testboard.AGXOrin)
 	c, err := nvpmodel.Parse(strings.NewReader(agxOrinConf))
 	if err != nil {
 		t.Fatal(err)

@@ -7,33 +7,11 @@ import (
 
 	"gonum.org/v1/gonum/stat/distuv"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
-
-func agxOrin(t testing.TB) *powermode.BoardSpec {
-	t.Helper()
-	c, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := c.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func workloads(t testing.TB) map[string]*sim.Workload {
-	t.Helper()
-	ws, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ws
-}
 
 func preset(t testing.TB, spec *powermode.BoardSpec, name string) powermode.Mode {
 	t.Helper()
@@ -47,7 +25,7 @@ func preset(t testing.TB, spec *powermode.BoardSpec, name string) powermode.Mode
 }
 
 func TestWorkloadCatalog(t *testing.T) {
-	ws := workloads(t)
+	ws := testboard.Workloads(t)
 	var train, infer int
 	for _, w := range ws {
 		switch w.Role {
@@ -73,7 +51,7 @@ func TestWorkloadCatalog(t *testing.T) {
 
 // DESIGN §5 anchors.
 func TestCalibrationAnchors(t *testing.T) {
-	spec, ws := agxOrin(t), workloads(t)
+	spec, ws := testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)
 	h := sim.HardwareFor(spec)
 	maxn, m15 := preset(t, spec, "MAXN"), preset(t, spec, "MODE_15W")
 	r18 := ws["resnet18-train"]
@@ -116,7 +94,7 @@ func ratio(w *sim.Workload, spec *powermode.BoardSpec, slow, fast powermode.Mode
 }
 
 func TestWorkloadCharacters(t *testing.T) {
-	spec, ws := agxOrin(t), workloads(t)
+	spec, ws := testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)
 	maxn := preset(t, spec, "MAXN")
 	lowEMC, lowGPU, lowCPU, fewCores := maxn, maxn, maxn, maxn
 	lowEMC.EMCHz = 665600000
@@ -189,7 +167,7 @@ func TestWorkloadCharacters(t *testing.T) {
 }
 
 func TestNoisyMeanAndSpread(t *testing.T) {
-	w := workloads(t)["resnet18-train"]
+	w := testboard.Workloads(t)["resnet18-train"]
 	rng := newRand(1)
 	const n = 20000
 	var sum, sumLog2 float64
@@ -281,7 +259,7 @@ func (p *v1Pair) optimum(lambda, latS, powMW float64) v1Choice {
 // The point of Fulcrum: under realistic budgets the best mode is neither MAXN nor an
 // nvpmodel preset. If this fails the model is too flat.
 func TestV1OptimumIsNotAPreset(t *testing.T) {
-	spec, ws := agxOrin(t), workloads(t)
+	spec, ws := testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)
 	pairs := [][2]string{
 		{"resnet18-train", "mobilenetv3-infer"},
 		{"bert-small-train", "resnet50-infer"},

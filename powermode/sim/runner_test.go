@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
@@ -17,12 +18,8 @@ import (
 // simBoard builds a tree (the physics loop is not needed to run minibatches).
 func simBoard(t *testing.T) (*sim.Board, *powermode.BoardSpec) {
 	t.Helper()
-	sp := agxOrin(t)
-	b, err := sim.New(filepath.Join(t.TempDir(), "b"), sp, sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, sp
+	sp := testboard.Spec(t, testboard.AGXOrin)
+	return testboard.Sim(t, filepath.Join(t.TempDir(), "b"), sp, sim.Options{}), sp
 }
 
 func setGPU(t *testing.T, b *sim.Board, hz int64) {
@@ -43,7 +40,7 @@ func setGPU(t *testing.T, b *sim.Board, hz int64) {
 
 func TestRunMinibatchFollowsGPUClock(t *testing.T) {
 	b, sp := simBoard(t)
-	w := workloads(t)["resnet50-infer"]
+	w := testboard.Workloads(t)["resnet50-infer"]
 	const batch = 32 // ~80 ms at the top GPU clock, ~280 ms at the bottom
 	low, high := sp.GPU.FreqsHz[0], sp.GPU.FreqsHz[len(sp.GPU.FreqsHz)-1]
 	run := func() time.Duration {
@@ -82,7 +79,7 @@ func TestRunMinibatchFollowsGPUClock(t *testing.T) {
 
 func TestConcurrentMinibatchesShareTheGPU(t *testing.T) {
 	b, sp := simBoard(t)
-	w := workloads(t)["resnet50-infer"]
+	w := testboard.Workloads(t)["resnet50-infer"]
 	const batch = 16
 	alone, err := sim.RunMinibatch(context.Background(), b.Root(), sp, w, batch, newRand(3))
 	if err != nil {
@@ -116,7 +113,7 @@ func TestConcurrentMinibatchesShareTheGPU(t *testing.T) {
 
 func TestRunMinibatchRegistersActivity(t *testing.T) {
 	b, sp := simBoard(t)
-	w := workloads(t)["yolov8n-train"]
+	w := testboard.Workloads(t)["yolov8n-train"]
 	setGPU(t, b, sp.GPU.FreqsHz[0]) // ~1.4 s: long enough to be seen by a slow poll
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -162,7 +159,7 @@ func TestRunMinibatchRegistersActivity(t *testing.T) {
 }
 
 func TestRunMinibatchNeedsATree(t *testing.T) {
-	if _, err := sim.RunMinibatch(context.Background(), t.TempDir(), agxOrin(t), workloads(t)["lstm-train"], 20, newRand(1)); err == nil {
+	if _, err := sim.RunMinibatch(context.Background(), t.TempDir(), testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)["lstm-train"], 20, newRand(1)); err == nil {
 		t.Error("empty root: want an error naming fulcrumctl sim board")
 	}
 }

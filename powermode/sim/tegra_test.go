@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
@@ -34,7 +35,7 @@ func TestTegraBackendDrivesTheSimulator(t *testing.T) {
 	if idle.Mode != m {
 		t.Errorf("idle at pinned clocks: loop runs %s, want %s", idle.Mode, m)
 	}
-	w := workloads(t)["yolov8n-train"] // ~0.7 s at this mode
+	w := testboard.Workloads(t)["yolov8n-train"] // ~0.7 s at this mode
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)

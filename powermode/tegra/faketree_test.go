@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 )
@@ -20,10 +20,7 @@ import (
 // space keeps the kernel's rules and the documented order, a refused write anywhere
 // rolls back exactly, and Restore gives back the original bytes.
 func TestEveryCatalogBoardViaFaketree(t *testing.T) {
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat := testboard.Catalog(t)
 	for _, name := range cat.Names() {
 		spec, _ := cat.Board(name)
 		for _, l4t := range spec.L4T {

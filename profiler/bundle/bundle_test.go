@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/profiler/bundle"
@@ -24,14 +24,7 @@ var t0 = time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 // as fulcrumctl does on a real board.
 func identity(t *testing.T, name, l4t string) bundle.Identity {
 	t.Helper()
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat, spec := testboard.Catalog(t), testboard.Spec(t, name)
 	tr, err := faketree.Build(t.TempDir(), spec, faketree.Options{L4T: l4t})
 	if err != nil {
 		t.Fatal(err)

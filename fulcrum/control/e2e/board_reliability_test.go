@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
@@ -19,6 +18,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
@@ -51,24 +51,12 @@ func railFiles(t *testing.T, root string) []string {
 // control file that vanishes makes an operator's mode change fail with an error naming
 // it, and the board is rolled back to the mode it was in.
 func TestBoardFaultsThroughDaemon(t *testing.T) {
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
 	dir := t.TempDir()
 	root := filepath.Join(dir, "board")
 	// The tree only, no physics loop: the test owns every sensor file.
-	if _, err := sim.New(root, spec, sim.Options{Workloads: models, Logger: slog.New(slog.DiscardHandler)}); err != nil {
-		t.Fatal(err)
-	}
+	testboard.Sim(t, root, spec, sim.Options{Workloads: models})
 	state := filepath.Join(dir, "state")
 	if err := os.MkdirAll(state, 0o755); err != nil {
 		t.Fatal(err)

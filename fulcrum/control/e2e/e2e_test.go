@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
@@ -26,6 +25,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -198,18 +198,8 @@ func TestControllerEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end controller test runs ~40 s; run without -short")
 	}
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
 	dir := t.TempDir()
 	// The operator's tool: budgets are set with the real fulcrumctl binary.
 	ctl := filepath.Join(dir, "fulcrumctl")
@@ -217,14 +207,7 @@ func TestControllerEndToEnd(t *testing.T) {
 		t.Fatalf("build fulcrumctl: %v\n%s", err, out)
 	}
 	root := filepath.Join(dir, "board")
-	board, err := sim.New(root, spec, sim.Options{Workloads: models, Interval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	simCtx, stopSim := context.WithCancel(context.Background())
-	simDone := make(chan struct{})
-	go func() { defer close(simDone); _ = board.Run(simCtx) }()
-	defer func() { stopSim(); <-simDone }()
+	testboard.Start(t, testboard.Sim(t, root, spec, sim.Options{Workloads: models, Interval: 50 * time.Millisecond}))
 
 	state := filepath.Join(dir, "state")
 	if err := os.MkdirAll(state, 0o755); err != nil {

@@ -3,7 +3,6 @@ package simworker_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
@@ -29,27 +28,10 @@ type rig struct {
 // newRig starts a simulated AGX Orin (its physics loop runs until the test ends).
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	cat, err := powermode.LoadCatalog(configs.FS, "boards")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := cat.Board("agx-orin-64gb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	models, err := sim.LoadWorkloads(configs.FS, "workloads")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
 	root := filepath.Join(t.TempDir(), "board")
-	b, err := sim.New(root, spec, sim.Options{Workloads: models, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = b.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testboard.Start(t, testboard.Sim(t, root, spec, sim.Options{Workloads: models}))
 	return &rig{spec: spec, models: models, root: root}
 }
 
