@@ -10,7 +10,7 @@ import (
 )
 
 // BoardSpec is one entry of the board catalog (configs/boards/*.yaml): what a board
-// model has and how its sysfs tree is laid out. Values come from DESIGN §4; the YAML
+// model has and how its sysfs tree is laid out. Values come from docs/design.md §4; the YAML
 // says where one is an assumption.
 type BoardSpec struct {
 	Name       string   `yaml:"name"`       // catalog key, e.g. agx-orin-64gb

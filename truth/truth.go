@@ -1,4 +1,4 @@
-// Package truth reads and writes ground-truth tables (DESIGN §8): per workload, role,
+// Package truth reads and writes ground-truth tables (docs/design.md §8): per workload, role,
 // mode and batch size, the mean minibatch time and the mean board power. The simulator
 // writes them, the profiler exports its store in this format, and the benchmark scores
 // searchers against them.
@@ -26,7 +26,7 @@ import (
 // Role says whether a row is a training or an inference minibatch.
 type Role string
 
-// The two roles of DESIGN §2.
+// The two roles of docs/design.md §2.
 const (
 	Train Role = "train"
 	Infer Role = "infer"

@@ -28,7 +28,7 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench --truth FILE",
 		Short: "Score the searchers against a ground-truth table over a sweep of budgets",
-		Long: `bench sweeps every training × inference pair of a ground-truth table (DESIGN §8) ×
+		Long: `bench sweeps every training × inference pair of a ground-truth table (docs/design.md §8) ×
 arrival rates × latency budgets × power budgets. Each searcher answers each
 configuration through its own profiler, which replays the table with multiplicative
 Gaussian noise (--noise); every answer is then re-evaluated on the noise-free table with

@@ -139,7 +139,7 @@ func listCampaigns(out io.Writer, s *store.Store, asJSON bool) error {
 func newProfileExportCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export",
-		Short: "Export profiles as a ground-truth CSV (DESIGN §8, plus lossless extra columns) or JSON",
+		Short: "Export profiles as a ground-truth CSV (docs/design.md §8, plus lossless extra columns) or JSON",
 		Args:  cobra.NoArgs,
 	}
 	filter := filterFlags(cmd)
@@ -198,7 +198,7 @@ func newProfileImportCmd() *cobra.Command {
 		Long: `import stores every profile of FILE in one transaction: all of them, or none when
 any is invalid or conflicts with a different stored profile (--overwrite replaces those).
 Identical profiles already stored are counted as unchanged. A plain ground-truth CSV
-(DESIGN §8: no board column) needs --board; its profiles get source "import".`,
+(docs/design.md §8: no board column) needs --board; its profiles get source "import".`,
 		Args: cobra.ExactArgs(1),
 	}
 	format := cmd.Flags().String("format", "", "csv or json (default: guessed from the content)")

@@ -58,7 +58,7 @@ func newSimTruthCmd() *cobra.Command {
 		Use:   "truth --board NAME --out FILE",
 		Short: "Write a ground-truth table (time and power per workload, mode and batch) from the models",
 		Long: `truth evaluates the workload models at every mode of a board and writes the
-ground-truth CSV the benchmark and the planner read (DESIGN §8):
+ground-truth CSV the benchmark and the planner read (docs/design.md §8):
 workload,role,cores,cpu_khz,gpu_hz,emc_hz,batch,time_ms,power_mw.
 
 The modes are every CPU, GPU and EMC level of the board at the given core counts

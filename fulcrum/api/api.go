@@ -85,7 +85,7 @@ type Caller struct {
 	Groups []int  `json:"groups,omitempty"` // supplementary groups from /proc/<pid>/status
 }
 
-// Budgets are the operator's targets as the daemon holds them (DESIGN §2). Unlike
+// Budgets are the operator's targets as the daemon holds them (docs/design.md §2). Unlike
 // plan.Budgets they can say "measure the rate" and "no power budget".
 type Budgets struct {
 	// LatencyMS is L, on the Quantile of per-request latency.

@@ -1,4 +1,4 @@
-// Package control is fulcrumd's controller (DESIGN §6): it plans the power mode and the
+// Package control is fulcrumd's controller (docs/design.md §6): it plans the power mode and the
 // inference batch size from stored profiles with model v1 (plan.Model), runs a
 // searcher (GMD or ALS) through a live profiler when too few profiles are stored,
 // and watches the measured arrival rate, latency quantiles and board power, re-planning

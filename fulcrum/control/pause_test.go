@@ -9,7 +9,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 )
 
-// DESIGN §2: when no known configuration meets the budgets, training is paused (inference
+// docs/design.md §2: when no known configuration meets the budgets, training is paused (inference
 // and power first) and resumes once budgets a configuration meets are set.
 func TestTrainingPausedWhileNothingIsFeasible(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())

@@ -1,4 +1,4 @@
-// Package gp is the Gaussian process ALS fits as its surrogate model (DESIGN §3): a
+// Package gp is the Gaussian process ALS fits as its surrogate model (docs/design.md §3): a
 // Matérn 5/2 ARD kernel with hyper-parameters fitted by maximum marginal likelihood.
 package gp
 

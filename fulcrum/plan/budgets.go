@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// Budgets are what the operator asks for (DESIGN §2). It is the one budgets type from
+// Budgets are what the operator asks for (docs/design.md §2). It is the one budgets type from
 // fulcrumd's configuration and the control API (which keeps a wire form of its own) to
 // the controller and the model.
 //

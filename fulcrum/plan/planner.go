@@ -1,4 +1,4 @@
-// Package plan is model v1 of DESIGN §2: the budgets, profiles, the evaluation of a
+// Package plan is model v1 of docs/design.md §2: the budgets, profiles, the evaluation of a
 // configuration against the budgets, the planner's choice over profiled modes, and the
 // Pareto helpers. The searchers (fulcrum/search) and the benchmark (fulcrum/bench) build
 // on it.

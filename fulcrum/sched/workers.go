@@ -84,7 +84,7 @@ func (s *Scheduler) ExpectTimes(id string, times map[int]time.Duration) error {
 
 // SetTrainingPaused stops (or resumes) granting training minibatches. Inference and
 // profile batches are unaffected. The controller pauses training when no known
-// configuration meets the budgets with it running (DESIGN §2: inference and power first).
+// configuration meets the budgets with it running (docs/design.md §2: inference and power first).
 func (s *Scheduler) SetTrainingPaused(paused bool) {
 	s.mu.Lock()
 	defer s.unlockAndDeliver()

@@ -96,7 +96,7 @@ func (o ALSOptions) withDefaults() ALSOptions {
 	return o
 }
 
-// ALS is the active-learning searcher of DESIGN §3: Gaussian-process surrogates of
+// ALS is the active-learning searcher of docs/design.md §3: Gaussian-process surrogates of
 // log time and log power of both workloads over the mode space, a space-filling seed,
 // then ε-PAL sampling of the (time, power) Pareto sets until they are resolved or the
 // budget is spent. The learned model (ALSModel) answers any budgets with at most

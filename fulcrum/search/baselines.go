@@ -10,7 +10,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
-// The baselines are honest comparisons for GMD and ALS (DESIGN §3): what a user gets
+// The baselines are honest comparisons for GMD and ALS (docs/design.md §3): what a user gets
 // without a searcher. They choose with the plain planner against the exact budgets.
 
 // MaxNSearcher profiles the MAXN mode (the top level of every knob) and picks the best

@@ -12,7 +12,7 @@ import (
 )
 
 // GMD is discrete multi-dimensional gradient descent over the level indices of the four
-// knobs (DESIGN §3; docs/benchmarks.md). It starts at the nvpmodel preset whose nominal
+// knobs (docs/design.md §3; docs/benchmarks.md). It starts at the nvpmodel preset whose nominal
 // power is the highest within the power budget, probes one neighbour along each knob a
 // step away (a quarter of the knob's levels), and then repeatedly fits a local model of
 // every profiled quantity around the current mode (the gradient estimate), profiles the
@@ -324,7 +324,7 @@ func (w *walk) neighbour(idx powermode.Index, k powermode.Knob, delta int) (powe
 // walk cut short by the budget has spent it where it counts.
 var knobOrder = [...]powermode.Knob{powermode.KnobGPU, powermode.KnobEMC, powermode.KnobCPU, powermode.KnobCores}
 
-// run walks from start (DESIGN §3, docs/benchmarks.md):
+// run walks from start (docs/design.md §3, docs/benchmarks.md):
 //
 //  1. Profile the start and one neighbour along each knob, a step away (a quarter of
 //     the knob's levels; down first when the start is over the power budget, else up):

@@ -1,4 +1,4 @@
-// Package search holds the searchers that choose which power modes to profile (DESIGN
+// Package search holds the searchers that choose which power modes to profile (docs/design.md
 // §3): the Searcher, Profiler and PairLearner interfaces, GMD (gmd*.go), ALS (als*.go),
 // the baselines, and the registry (registry.go), the one place that knows the
 // searchers' names.

@@ -1,5 +1,5 @@
 // Package faketree materialises a catalog board's sysfs/procfs tree in a directory, with
-// the layout and byte formats of a real Jetson (DESIGN §4), so that the tegra backend,
+// the layout and byte formats of a real Jetson (docs/design.md §4), so that the tegra backend,
 // board detection, the nvpmodel reader and the simulator run their real code paths
 // against it. Everything is plain files and relative symlinks under the root; nothing
 // here behaves like the kernel (no write side-effects, no EAGAIN): the simulator's

@@ -2,7 +2,7 @@
 // current mode it records (/var/lib/nvpmodel/status), and turns the conf's power models
 // into Fulcrum modes on a board's level grid.
 //
-// The conf format (DESIGN §4):
+// The conf format (docs/design.md §4):
 //
 //	< PARAM TYPE=FILE|CLOCK NAME=X >    followed by "ARG_NAME /sys/path" lines
 //	< PARAM TYPE=HWMON NAME=X >         followed by "ARG_NAME /sys/.../hwmon ATTR" lines

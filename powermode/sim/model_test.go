@@ -49,7 +49,7 @@ func TestWorkloadCatalog(t *testing.T) {
 	}
 }
 
-// DESIGN §5 anchors.
+// docs/design.md §5 anchors.
 func TestCalibrationAnchors(t *testing.T) {
 	spec, ws := testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)
 	h := sim.HardwareFor(spec)
@@ -184,7 +184,7 @@ func TestNoisyMeanAndSpread(t *testing.T) {
 	}
 }
 
-// v1 is DESIGN §2's model, written here independently of the planner.
+// v1 is docs/design.md §2's model, written here independently of the planner.
 type v1Choice struct {
 	mode  powermode.Mode
 	batch int

@@ -13,7 +13,7 @@ import (
 )
 
 // In-board paths the simulator reads (control files, written by the tegra backend or a
-// user) and writes (sensor files). DESIGN §4 has the layout.
+// user) and writes (sensor files). docs/design.md §4 has the layout.
 const (
 	cpuDir     = "/sys/devices/system/cpu"
 	emcClkDir  = "/sys/kernel/debug/bpmp/debug/clk/emc"

@@ -71,7 +71,7 @@ func TruthSpace(spec *powermode.BoardSpec, cores []int) (*powermode.Space, error
 	return powermode.NewSpace(l)
 }
 
-// TruthRows computes a ground-truth table (DESIGN §8) for the board from the models.
+// TruthRows computes a ground-truth table (docs/design.md §8) for the board from the models.
 // Rows come workload by workload (sorted by name), then mode by mode in space order,
 // then batch by batch.
 func TruthRows(spec *powermode.BoardSpec, workloads map[string]*Workload, opt TruthOptions) ([]truth.Row, error) {

@@ -27,7 +27,7 @@ import (
 // BackendName is the Snapshot.Backend value of snapshots this package takes.
 const BackendName = "tegra"
 
-// Board paths (DESIGN §4).
+// Board paths (docs/design.md §4).
 const (
 	cpuDir        = "/sys/devices/system/cpu"
 	policyGlob    = cpuDir + "/cpufreq/policy*"

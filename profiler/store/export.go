@@ -23,7 +23,7 @@ type Format string
 
 // The formats Export writes and Import reads.
 const (
-	// CSV is the ground-truth table of DESIGN §8 (its nine columns first, so every tool
+	// CSV is the ground-truth table of docs/design.md §8 (its nine columns first, so every tool
 	// that reads ground truth reads it) followed by the columns that make it lossless.
 	CSV Format = "csv"
 	// JSON is {"schema_version": N, "profiles": [Profile, ...]}.

@@ -67,7 +67,7 @@ func (k Key) String() string {
 	return fmt.Sprintf("%s/%s/%s/%s/batch %d", k.Board, k.Workload, k.Role, k.Mode, k.Batch)
 }
 
-// Row converts a profile to a ground-truth row (DESIGN §8).
+// Row converts a profile to a ground-truth row (docs/design.md §8).
 func (p Profile) Row() truth.Row {
 	return truth.Row{Workload: p.Workload, Role: p.Role, Mode: p.Mode, Batch: p.Batch, TimeMS: p.TimeMS.Mean, PowerMW: p.PowerMW.Mean}
 }

@@ -34,7 +34,7 @@ func Serve(t testing.TB, cfg api.Config, ctl api.Controller) string {
 	return cfg.SocketPath
 }
 
-// OrinLevels are the AGX Orin 64GB knob levels (DESIGN §4), a subset of the CPU ones.
+// OrinLevels are the AGX Orin 64GB knob levels (docs/design.md §4), a subset of the CPU ones.
 func OrinLevels() api.Levels {
 	return api.Levels{
 		Cores:  []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},

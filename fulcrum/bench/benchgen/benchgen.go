@@ -1,4 +1,4 @@
-// Package benchgen generates synthetic ground-truth tables (DESIGN §8) whose shapes
+// Package benchgen generates synthetic ground-truth tables (docs/design.md §8) whose shapes
 // differ from the simulator's: other sensitivities to each knob, plateaus, power that is
 // not monotone in a knob (static leakage at a voltage floor), smaller spaces. The
 // benchmark runs the searchers on them to check that nothing is tuned to one truth.

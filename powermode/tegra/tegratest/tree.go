@@ -1,5 +1,5 @@
 // Package tegratest writes Jetson sysfs trees by hand, from the layout documented in
-// DESIGN §4 (kernel cpufreq/devfreq/hotplug ABI, BPMP debugfs, ina3221 hwmon and
+// docs/design.md §4 (kernel cpufreq/devfreq/hotplug ABI, BPMP debugfs, ina3221 hwmon and
 // ina3221x IIO, thermal zones), for tests of the tegra backend and of fulcrumctl. It
 // is deliberately independent of the board catalog and of powermode/faketree, so
 // that tests written against it check the backend against the documented layout, not
