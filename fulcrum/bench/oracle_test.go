@@ -6,18 +6,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchtest"
+
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 )
 
 func TestOracleMatchesBruteForce(t *testing.T) {
-	pt, _, _ := smallPair(t)
+	pt, _, _ := benchtest.SmallPair(t)
 	infeasible := 0
 	for _, rate := range []float64{2, 20, 80} {
 		for _, l := range []float64{40, 120, 300} {
 			for _, pw := range []float64{9000, 16000, 26000, 40000} {
 				b := plan.Budgets{RateRPS: rate, LatencyMS: l, PowerMW: pw}
-				want, _ := bruteForce(t, pt, b)
+				want, _ := benchtest.BruteForce(t, pt, b)
 				got, err := Oracle(pt, b)
 				if err != nil {
 					t.Fatal(err)
@@ -42,7 +44,7 @@ func TestOracleMatchesBruteForce(t *testing.T) {
 // refuses a profiler without the truth.
 func TestMarginOracle(t *testing.T) {
 	ctx := context.Background()
-	pt := edgePair(t)
+	pt := benchtest.EdgePair(t)
 	p := problemOf(pt)
 	p.Budgets = plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
 	want, err := Oracle(pt, p.Budgets)

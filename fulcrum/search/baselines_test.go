@@ -6,13 +6,15 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchtest"
+
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
 func TestBaselines(t *testing.T) {
-	pt, names, presets := smallPair(t)
+	pt, names, presets := benchtest.SmallPair(t)
 	b := plan.Budgets{RateRPS: 10, LatencyMS: 300, PowerMW: 26000}
 	p := smallProblem(pt, names, presets, b)
 	ctx := context.Background()
@@ -67,7 +69,7 @@ func TestBaselines(t *testing.T) {
 		t.Errorf("random-15 drew %d distinct modes", len(u))
 	}
 	// K above the space size takes the whole space.
-	small := pairFromRows(t, edgeRows(nil))
+	small := benchtest.PairFromRows(t, benchtest.EdgeRows(nil))
 	prof, _ = truthprof.NewPairProfiler(small, 0.01, rand.New(rand.NewPCG(1, 1)))
 	q := problemOf(small)
 	q.Budgets = plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}

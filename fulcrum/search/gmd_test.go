@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchtest"
+	"github.com/fulcrum-edge/fulcrum/truth"
+
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -37,7 +40,7 @@ func (c *countingProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.
 func (c *countingProfiler) Known() []plan.ModeProfile { return c.inner.Known() }
 
 func TestGMDFindsOptimumWithoutNoise(t *testing.T) {
-	pt, names, presets := smallPair(t)
+	pt, names, presets := benchtest.SmallPair(t)
 	for _, rate := range []float64{5, 20} {
 		for _, powW := range []float64{16, 20, 26, 34} {
 			b := plan.Budgets{RateRPS: rate, LatencyMS: 300, PowerMW: powW * 1000}
@@ -62,7 +65,7 @@ func TestGMDFindsOptimumWithoutNoise(t *testing.T) {
 }
 
 func TestGMDRespectsProfileBudgetAndKnownProfiles(t *testing.T) {
-	pt, names, presets := smallPair(t)
+	pt, names, presets := benchtest.SmallPair(t)
 	b := plan.Budgets{RateRPS: 10, LatencyMS: 300, PowerMW: 26000}
 	for _, budget := range []int{1, 3, 6} {
 		prof, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(1, 2)))
@@ -91,43 +94,8 @@ func TestGMDRespectsProfileBudgetAndKnownProfiles(t *testing.T) {
 	}
 }
 
-// edgePair is a crafted two-knob table: the fastest feasible mode draws 99.5% of the
-// power budget, the next one down 90%. Under 3% noise a planner without a margin often
-// believes a mode just over the edge fits. GMD's 2σ margin is a statistical guard, not
-// a certainty (a mode at the edge still passes when its measurement is 2σ low, about
-// 2% of the time), so the test checks rates over 200 seeded searches.
-func edgePair(t *testing.T) *truthprof.PairTruth {
-	t.Helper()
-	return pairFromRows(t, edgeRows(nil))
-}
-
-// edgeRows builds the table; powers are the board power at the four GPU levels with
-// the slow memory clock (nil: budget 20 W, 800 MHz at 99.5%).
-func edgeRows(powers []float64) []truthRow {
-	var rows []truthRow
-	gpus := []int64{400000000, 600000000, 800000000, 1000000000}
-	if powers == nil {
-		powers = []float64{13500, 18000, 19900, 21500}
-	}
-	for gi, g := range gpus {
-		for _, e := range []int64{2133000000, 3199000000} {
-			m := powermode.Mode{Cores: 4, CPUKHz: 1200000, GPUHz: g, EMCHz: e}
-			extra := 0.0
-			if e == 3199000000 {
-				extra = 300
-			}
-			tt := 200 / (1 + float64(gi)) * map[bool]float64{true: 0.97, false: 1}[e == 3199000000]
-			rows = append(rows, truthRow{m, "train", 32, tt, powers[gi] + extra})
-			for _, b := range []int{1, 2} {
-				rows = append(rows, truthRow{m, "infer", b, 2 * float64(b), powers[gi] + extra})
-			}
-		}
-	}
-	return rows
-}
-
 func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
-	pt := edgePair(t)
+	pt := benchtest.EdgePair(t)
 	b := plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
 	model, _ := plan.NewModel(b, pt.Batches)
 	violations := map[string]int{}
@@ -163,7 +131,7 @@ func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
 }
 
 func TestGMDStart(t *testing.T) {
-	pt, names, presets := smallPair(t)
+	pt, names, presets := benchtest.SmallPair(t)
 	idxOf := func(m powermode.Mode) powermode.Index { i, _ := pt.Space.Index(pt.Space.Snap(m)); return i }
 	for _, tc := range []struct {
 		powerW float64
@@ -197,7 +165,7 @@ func names0W(t *testing.T, names []string, i int) float64 {
 }
 
 func TestGMDCancelled(t *testing.T) {
-	pt, names, presets := smallPair(t)
+	pt, names, presets := benchtest.SmallPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	prof, _ := truthprof.NewPairProfiler(pt, 0, nil)
@@ -225,7 +193,7 @@ func smoothPair(t *testing.T, rough bool) *truthprof.PairTruth {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(9, 9))
 	l := benchgen.Small().Board.Levels
-	var rows []truthRow
+	var rows []benchtest.Row
 	for _, c := range l.Cores {
 		for _, f := range l.CPUKHz {
 			for _, g := range l.GPUHz {
@@ -237,12 +205,12 @@ func smoothPair(t *testing.T, rough bool) *truthprof.PairTruth {
 						tm *= math.Exp(0.3 * rng.NormFloat64())
 						pw *= math.Exp(0.3 * rng.NormFloat64())
 					}
-					rows = append(rows, truthRow{m, "train", 32, tm, pw}, truthRow{m, "infer", 1, tm / 10, pw}, truthRow{m, "infer", 4, tm / 4, pw})
+					rows = append(rows, benchtest.Row{Mode: m, Role: truth.Train, Batch: 32, TimeMS: tm, PowerMW: pw}, benchtest.Row{Mode: m, Role: truth.Infer, Batch: 1, TimeMS: tm / 10, PowerMW: pw}, benchtest.Row{Mode: m, Role: truth.Infer, Batch: 4, TimeMS: tm / 4, PowerMW: pw})
 				}
 			}
 		}
 	}
-	return pairFromRows(t, rows)
+	return benchtest.PairFromRows(t, rows)
 }
 
 func TestSmoothMarginsFollowTheFit(t *testing.T) {
@@ -288,7 +256,7 @@ func TestSmoothMarginsFollowTheFit(t *testing.T) {
 // the same search without repeats, still rarely violate the true budget, and count
 // every repeat against the profile budget.
 func TestGMDConfirmRepeatsNearTheEdge(t *testing.T) {
-	pt := pairFromRows(t, edgeRows([]float64{13500, 17000, 19200, 21500}))
+	pt := benchtest.PairFromRows(t, benchtest.EdgeRows([]float64{13500, 17000, 19200, 21500}))
 	b := plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
 	model, _ := plan.NewModel(b, pt.Batches)
 	const runs = 200
@@ -358,7 +326,7 @@ func TestGMDConfirmRepeatsNearTheEdge(t *testing.T) {
 // not claim it; with the default fallbacks it claims it at a reduced margin (1σ after
 // two repeats, or 0.5σ) and says so.
 func TestGMDFallbackMargin(t *testing.T) {
-	pt := pairFromRows(t, edgeRows([]float64{19600, 20400, 21200, 22000}))
+	pt := benchtest.PairFromRows(t, benchtest.EdgeRows([]float64{19600, 20400, 21200, 22000}))
 	b := plan.Budgets{RateRPS: 5, LatencyMS: 1000, PowerMW: 20000}
 	for _, tc := range []struct {
 		name     string
