@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fulcrum-edge/fulcrum/internal/stats"
+
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -60,7 +62,7 @@ func TestTruthProfilerNoiseCountsAndForks(t *testing.T) {
 			rel = append(rel, mp.Infer[j].TimeMS/tr.Infer[j].TimeMS-1, mp.Infer[j].PowerMW/tr.Infer[j].PowerMW-1)
 		}
 	}
-	mean, sd := meanSD(rel)
+	mean, sd := stats.MeanStddev(rel)
 	// 1440 draws of 0.05·N(0,1): the mean is within ±0.005 and the sd within 10%.
 	if math.Abs(mean) > 0.005 || math.Abs(sd-0.05) > 0.005 {
 		t.Errorf("relative noise mean %.4f sd %.4f, want ≈0 and ≈0.05", mean, sd)
@@ -118,18 +120,6 @@ func TestTruthProfilerErrors(t *testing.T) {
 	if _, err := prof.Profile(context.Background(), powermode.Mode{Cores: 3, CPUKHz: 1, GPUHz: 1, EMCHz: 1}); err == nil || prof.Count() != 0 {
 		t.Errorf("profile of a mode outside the table: err %v, count %d", err, prof.Count())
 	}
-}
-
-func meanSD(v []float64) (float64, float64) {
-	var s, ss float64
-	for _, x := range v {
-		s += x
-	}
-	m := s / float64(len(v))
-	for _, x := range v {
-		ss += (x - m) * (x - m)
-	}
-	return m, math.Sqrt(ss / float64(len(v)-1))
 }
 
 // TestTruthProfilerCommonRandomNumbers: the noise of a measurement depends on the
