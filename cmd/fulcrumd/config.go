@@ -139,19 +139,9 @@ type workerKeys struct {
 	HoldMinMS         float64     `mapstructure:"hold_min_ms" opt:"Server.Sched.HoldMin"`
 }
 
-// Budgets are the operator's targets (the planner and controller use them; the scheduler
-// uses the latency budget and quantile).
-type Budgets struct {
-	LatencyMS float64
-	PowerW    float64 // 0: no power budget
-	RateHz    float64 // 0: measure the arrival rate ("auto")
-	Quantile  float64
-}
-
 // Settings is the validated configuration.
 type Settings struct {
-	Daemon    daemon.Options
-	Budgets   Budgets
+	Daemon    daemon.Options // its Budgets are the operator's targets from budgets.*
 	LogFormat string
 	LogLevel  slog.Level
 }
@@ -239,21 +229,20 @@ func settings(v *viper.Viper) (Settings, error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 
+	// The file's budgets in plan's units (power_w is watts in the file, mW in plan); the
+	// ranges are plan's (ValidateTargets below), named here by the file's keys.
 	b := f.Budgets
-	s.Budgets = Budgets{LatencyMS: b.LatencyMS, PowerW: b.PowerW, Quantile: b.Quantile}
-	// budgets.latency_ms is the scheduler's LatencyBudget too: its range check is sched's.
-	if b.PowerW < 0 {
-		bad("budgets.power_w must be 0 (none) or positive, got %v", b.PowerW)
-	}
+	budgets := plan.Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerW * 1000, Quantile: b.Quantile}
 	if r := strings.TrimSpace(b.Rate); r != "auto" {
 		rate, err := strconv.ParseFloat(r, 64)
 		if err != nil || rate <= 0 {
 			bad(`budgets.rate must be "auto" or a positive requests/s, got %q`, r)
 		}
-		s.Budgets.RateHz = rate
+		budgets.RateRPS = rate
 	}
-	if s.Budgets.Quantile <= 0 || s.Budgets.Quantile >= 1 {
-		bad("budgets.quantile must be in (0,1), e.g. 0.99, got %v", s.Budgets.Quantile)
+	if b.Quantile == 0 {
+		// plan reads a zero quantile as "the default"; in the file it is a mistake.
+		bad("budgets.quantile must be in (0,1), e.g. 0.99, got 0")
 	}
 
 	s.LogFormat = f.Log.Format
@@ -280,14 +269,51 @@ func settings(v *viper.Viper) (Settings, error) {
 		}
 		bad("%s %s, got %v", k.name, e.Problem, value)
 	}
-	s.Daemon.Budgets = plan.Budgets{LatencyMS: s.Budgets.LatencyMS, PowerMW: s.Budgets.PowerW * 1000, RateRPS: s.Budgets.RateHz, Quantile: s.Budgets.Quantile}
-	if err := s.Daemon.Budgets.ValidateTargets(); err != nil {
-		bad("budgets: %v", err)
+	s.Daemon.Budgets = budgets
+	if err := budgets.ValidateTargets(); err != nil {
+		for _, e := range unjoin(err) {
+			var re *plan.RangeError
+			switch {
+			case errors.As(e, &re) && re.Field == plan.FieldPower:
+				// The file writes watts; plan's message speaks milliwatts.
+				bad("budgets.power_w must be 0 (no power budget) or %g to %g W, got %v", plan.MinPowerMW/1000, plan.MaxPowerMW/1000, b.PowerW)
+				continue
+			case errors.As(e, &re) && re.Field == plan.FieldLatency && b.LatencyMS <= 0:
+				continue // the scheduler's check already said so
+			case errors.As(e, &re) && budgetKeyOf(re.Field) != "":
+				bad("budgets.%s: %v", budgetKeyOf(re.Field), e)
+				continue
+			}
+			bad("budgets: %v", e)
+		}
 	}
 	if len(errs) > 0 {
 		return Settings{}, fmt.Errorf("invalid configuration: %w", errors.Join(errs...))
 	}
 	return s, nil
+}
+
+// budgetKeyOf names plan's budget fields by the configuration's keys ("" for none).
+func budgetKeyOf(field string) string {
+	switch field {
+	case plan.FieldLatency:
+		return "latency_ms"
+	case plan.FieldPower:
+		return "power_w"
+	case plan.FieldRate:
+		return "rate"
+	case plan.FieldQuantile:
+		return "quantile"
+	}
+	return ""
+}
+
+// unjoin is the errors an errors.Join holds (the error itself otherwise).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // decodeHooks read what the file, environment and flags write into fileConfig's types.

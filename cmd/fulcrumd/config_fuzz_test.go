@@ -41,8 +41,8 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !(s.Budgets.LatencyMS > 0) || s.Budgets.PowerW < 0 || s.Budgets.RateHz < 0 || !(s.Budgets.Quantile > 0 && s.Budgets.Quantile < 1) {
-			t.Fatalf("accepted impossible budgets %+v from %q", s.Budgets, b)
+		if bs := s.Daemon.Budgets; !(bs.LatencyMS > 0) || bs.PowerMW < 0 || bs.RateRPS < 0 || !(bs.Quantile > 0 && bs.Quantile < 1) {
+			t.Fatalf("accepted impossible budgets %+v from %q", bs, b)
 		}
 		if s.Daemon.Server.RuntimeDir == "" {
 			t.Fatalf("accepted an empty runtime_dir from %q", b)

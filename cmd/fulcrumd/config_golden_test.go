@@ -147,7 +147,7 @@ func loadForGolden(t *testing.T, file string, args []string) (Settings, error) {
 func describe(s Settings) string {
 	d := s.Daemon
 	var b strings.Builder
-	fmt.Fprintf(&b, "budgets %+v\nlog %s %v\n", s.Budgets, s.LogFormat, s.LogLevel)
+	fmt.Fprintf(&b, "log %s %v\n", s.LogFormat, s.LogLevel)
 	sv := d.Server
 	fmt.Fprintf(&b, "server runtime_dir=%q socket_mode=%v max_line_bytes=%d max_workers=%d write_timeout=%v register_timeout=%v\n",
 		sv.RuntimeDir, sv.SocketMode, sv.MaxLineBytes, sv.MaxWorkers, sv.WriteTimeout, sv.RegisterTimeout)

@@ -84,8 +84,8 @@ func TestPrecedenceAndValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Budgets.LatencyMS != 55 || s.Budgets.RateHz != 12.5 || s.Daemon.Server.RuntimeDir != "/x" {
-		t.Fatalf("settings %+v: env must beat the file, the file the defaults", s.Budgets)
+	if s.Daemon.Budgets.LatencyMS != 55 || s.Daemon.Budgets.RateRPS != 12.5 || s.Daemon.Server.RuntimeDir != "/x" {
+		t.Fatalf("settings %+v: env must beat the file, the file the defaults", s.Daemon.Budgets)
 	}
 	if s.Daemon.Server.Sched.LatencyBudget != 55*time.Millisecond || s.Daemon.Server.SocketMode != 0o660 {
 		t.Fatalf("daemon options %+v", s.Daemon.Server)

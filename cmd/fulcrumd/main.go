@@ -73,7 +73,7 @@ dots as underscores), then flags. configs/fulcrum.yaml documents every key.`,
 				ctlSock = d.API.SocketPath()
 			}
 			log.Info("fulcrumd started", "pid", os.Getpid(), "socket", d.Server.SocketPath(), "control_socket", ctlSock,
-				"latency_budget_ms", s.Budgets.LatencyMS, "power_budget_w", s.Budgets.PowerW, "board", s.Daemon.Board)
+				"latency_budget_ms", s.Daemon.Budgets.LatencyMS, "power_budget_mw", s.Daemon.Budgets.PowerMW, "board", s.Daemon.Board)
 			// Tell systemd (Type=notify) we are ready; a no-op outside systemd.
 			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
 			startWatchdog(ctx, log, d) // WATCHDOG=1 pings while the scheduler answers (notify.go)
