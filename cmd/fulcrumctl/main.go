@@ -48,6 +48,9 @@ simulated board's tree.`,
 		newGPUCmd(),
 		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(),
 	)
+	// cobra adds its completion command only when the root executes; add it now so that
+	// `completion bogus` fails like every other group.
+	root.InitDefaultCompletionCmd()
 	requireKnownSubcommands(root)
 	return root
 }

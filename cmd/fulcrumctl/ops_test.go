@@ -448,7 +448,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // Unknown subcommands of a command group fail with the usage; a bare group prints help.
 func TestUnknownSubcommand(t *testing.T) {
-	for _, args := range [][]string{{"board", "bogus"}, {"budget", "sett"}, {"profile", "nope"}, {"sim", "x"}} {
+	for _, args := range [][]string{{"board", "bogus"}, {"budget", "sett"}, {"profile", "nope"}, {"sim", "x"}, {"completion", "bogus"}} {
 		_, _, err := fulcrumctl(context.Background(), args...)
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown command %q", args[1])) || !strings.Contains(err.Error(), "Usage:") {
 			t.Errorf("fulcrumctl %s: %v, want an unknown-command error with the usage", strings.Join(args, " "), err)
