@@ -2,7 +2,6 @@ package store
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/truth"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Format is an export/import file format.
@@ -129,85 +127,6 @@ type InputError struct{ Err error }
 
 func (e *InputError) Error() string { return e.Err.Error() }
 func (e *InputError) Unwrap() error { return e.Err }
-
-// Import reads profiles written by Export (or a plain ground-truth CSV) and stores them
-// in one transaction: all of them or, on any error, none. It streams: each profile is
-// decoded, checked and put into the open transaction in turn, so memory is the
-// transaction's pages and a key per profile (for duplicates), not the body and a slice
-// of every profile besides.
-func (s *Store) Import(r io.Reader, opts ImportOptions) (ImportResult, error) {
-	var res ImportResult
-	br := bufio.NewReaderSize(r, 64<<10)
-	format := opts.Format
-	if format == "" {
-		format = sniff(br)
-	}
-	var next func() (Profile, bool, error)
-	var err error
-	switch format {
-	case JSON:
-		next, err = jsonProfiles(br)
-	case CSV:
-		next, err = csvProfiles(br, opts.Board)
-	default:
-		err = fmt.Errorf("unknown format %q: want csv or json", format)
-	}
-	if err != nil {
-		return res, &InputError{fmt.Errorf("import: %w (nothing was stored)", err)}
-	}
-	seen := map[Key]int{}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		for i := 0; ; i++ {
-			p, ok, err := next()
-			if err != nil {
-				return &InputError{err}
-			}
-			if !ok {
-				return nil
-			}
-			if err := p.Validate(); err != nil {
-				return &InputError{fmt.Errorf("entry %d: %w", i+1, err)}
-			}
-			if j, dup := seen[p.Key()]; dup {
-				return &InputError{fmt.Errorf("entries %d and %d are both %s", j+1, i+1, p.Key())}
-			}
-			seen[p.Key()] = i
-			p = p.normalize()
-			if b := modeBucket(tx, p.Key()); b != nil {
-				if old := b.Get(batchKey(p.Batch)); old != nil {
-					raw, err := encodeProfile(p)
-					if err != nil {
-						return err
-					}
-					if bytes.Equal(old, raw) {
-						res.Unchanged++
-						continue
-					}
-					if !opts.Overwrite {
-						return &InputError{fmt.Errorf("%s: a different profile is already stored (pass --overwrite to replace it)", p.Key())}
-					}
-				}
-			}
-			replaced, err := putTx(tx, p, opts.Overwrite)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.Key(), err)
-			}
-			if replaced {
-				res.Replaced++
-			} else {
-				res.Added++
-			}
-		}
-	})
-	var ie *InputError
-	if errors.As(err, &ie) {
-		return ImportResult{}, &InputError{fmt.Errorf("import: %w (nothing was stored)", ie.Err)}
-	}
-	if err != nil {
-		return ImportResult{}, fmt.Errorf("import into %s: %w (nothing was stored)", s.path, err)
-	}
-	return res, nil
-}
 
 func sniff(br *bufio.Reader) Format {
 	for i := 1; ; i++ {

@@ -207,37 +207,41 @@ func eachBucket(b *bolt.Bucket, only string, fn func(name []byte, child *bolt.Bu
 
 // Delete removes the profile under k and the buckets it leaves empty.
 func (s *Store) Delete(k Key) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		chain := []*bolt.Bucket{tx.Bucket(bucketProfiles)}
-		for _, name := range k.path() {
-			c := chain[len(chain)-1].Bucket(name)
-			if c == nil {
-				return ErrNotFound
-			}
-			chain = append(chain, c)
-		}
-		mb := chain[len(chain)-1]
-		if mb.Get(batchKey(k.Batch)) == nil {
-			return ErrNotFound
-		}
-		if err := mb.Delete(batchKey(k.Batch)); err != nil {
-			return err
-		}
-		names := k.path()
-		for i := len(chain) - 1; i > 0; i-- {
-			if k, _ := chain[i].Cursor().First(); k != nil {
-				break
-			}
-			if err := chain[i-1].DeleteBucket(names[i-1]); err != nil {
-				return err
-			}
-		}
-		return addCount(tx, -1)
-	})
+	err := s.db.Update(func(tx *bolt.Tx) error { return deleteTx(tx, k) })
 	if err != nil {
 		return fmt.Errorf("store %s: delete %s: %w", s.path, k, err)
 	}
 	return nil
+}
+
+// deleteTx removes the profile under k in tx and the buckets it leaves empty
+// (ErrNotFound when there is none).
+func deleteTx(tx *bolt.Tx, k Key) error {
+	chain := []*bolt.Bucket{tx.Bucket(bucketProfiles)}
+	for _, name := range k.path() {
+		c := chain[len(chain)-1].Bucket(name)
+		if c == nil {
+			return ErrNotFound
+		}
+		chain = append(chain, c)
+	}
+	mb := chain[len(chain)-1]
+	if mb.Get(batchKey(k.Batch)) == nil {
+		return ErrNotFound
+	}
+	if err := mb.Delete(batchKey(k.Batch)); err != nil {
+		return err
+	}
+	names := k.path()
+	for i := len(chain) - 1; i > 0; i-- {
+		if k, _ := chain[i].Cursor().First(); k != nil {
+			break
+		}
+		if err := chain[i-1].DeleteBucket(names[i-1]); err != nil {
+			return err
+		}
+	}
+	return addCount(tx, -1)
 }
 
 // PutModel stores a searcher's learned model (any JSON) under key, replacing what was

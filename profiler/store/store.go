@@ -67,6 +67,9 @@ type Options struct {
 type Store struct {
 	db   *bolt.DB
 	path string
+	// importFault, when set (tests only), is called in each import write chunk's
+	// transaction with the chunk's index; an error fails that chunk.
+	importFault func(chunk int) error
 }
 
 // migration upgrades the layout from version `from` to from+1, inside the single
