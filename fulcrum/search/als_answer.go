@@ -51,6 +51,23 @@ func (m *ALSModel) Answer(ctx context.Context, b plan.Budgets, prof Profiler) (R
 		return Result{}, err
 	}
 	var res Result
+	// confirm profiles the mode at pos and adds it to the GP data.
+	confirm := func(pos int) error {
+		md := m.modes[pos]
+		mp, err := prof.Profile(ctx, md)
+		if err != nil {
+			return fmt.Errorf("als: confirming mode %s: %w", md, err)
+		}
+		mp.Mode = md
+		if _, ok := outputsOf(mp, m.batches); !ok {
+			return fmt.Errorf("als: the confirming profile of mode %s lacks a batch size of %v or has a non-positive value: fix the profiler", md, m.batches)
+		}
+		measured[pos] = true
+		extra = append(extra, mp)
+		res.Profiled = append(res.Profiled, md)
+		post, err = m.posteriors(extra)
+		return err
+	}
 	for {
 		best, ok := m.bestConfig(model, measured, post, nil)
 		if !ok {
@@ -62,19 +79,7 @@ func (m *ALSModel) Answer(ctx context.Context, b plan.Budgets, prof Profiler) (R
 		if best.measured || len(res.Profiled) >= m.opts.Confirm {
 			break
 		}
-		md := m.modes[best.pos]
-		mp, err := prof.Profile(ctx, md)
-		if err != nil {
-			return Result{}, fmt.Errorf("als: confirming mode %s: %w", md, err)
-		}
-		mp.Mode = md
-		if _, ok := outputsOf(mp, m.batches); !ok {
-			return Result{}, fmt.Errorf("als: the confirming profile of mode %s lacks a batch size of %v or has a non-positive value: fix the profiler", md, m.batches)
-		}
-		measured[best.pos] = true
-		extra = append(extra, mp)
-		res.Profiled = append(res.Profiled, md)
-		if post, err = m.posteriors(extra); err != nil {
+		if err := confirm(best.pos); err != nil {
 			return Result{}, err
 		}
 	}
@@ -90,19 +95,7 @@ func (m *ALSModel) Answer(ctx context.Context, b plan.Budgets, prof Profiler) (R
 		if !ok || c.measured || !c.eval.Better(best.eval) {
 			break
 		}
-		md := m.modes[c.pos]
-		mp, err := prof.Profile(ctx, md)
-		if err != nil {
-			return Result{}, fmt.Errorf("als: confirming mode %s: %w", md, err)
-		}
-		mp.Mode = md
-		if _, ok := outputsOf(mp, m.batches); !ok {
-			return Result{}, fmt.Errorf("als: the confirming profile of mode %s lacks a batch size of %v or has a non-positive value: fix the profiler", md, m.batches)
-		}
-		measured[c.pos] = true
-		extra = append(extra, mp)
-		res.Profiled = append(res.Profiled, md)
-		if post, err = m.posteriors(extra); err != nil {
+		if err := confirm(c.pos); err != nil {
 			return Result{}, err
 		}
 		best, _ = m.bestConfig(model, measured, post, onlyMeasured)
