@@ -37,6 +37,23 @@ func TestReliabilityDaemonProcess(t *testing.T) {
 	_ = d.Run(ctx) // until killed
 }
 
+// openReliabilityBoard builds a simulated AGX Orin under dir and opens it as fulcrumd
+// with reliabilityDaemonOptions would: the options, the open board and the mode it runs.
+func openReliabilityBoard(t *testing.T, dir string, log *slog.Logger) (Options, *Board, powermode.Mode) {
+	t.Helper()
+	testboard.Sim(t, filepath.Join(dir, "board"), testboard.Spec(t, testboard.AGXOrin), sim.Options{Logger: log})
+	o := reliabilityDaemonOptions(dir)
+	b, err := OpenBoard(context.Background(), o.Board, o.BoardRoot, o.StateDir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	original, err := b.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, b, original
+}
+
 func reliabilityDaemonOptions(dir string) Options {
 	return Options{
 		Server:   Config{RuntimeDir: filepath.Join(dir, "run")},
@@ -53,20 +70,10 @@ func reliabilityDaemonOptions(dir string) Options {
 // control file, as a SIGKILL between the backend's truncate and write can in a fake
 // tree: the restore writes the snapshot's values and does not need the damaged file.
 func TestDaemonSIGKILLDuringModeChanges(t *testing.T) {
-	spec := testboard.Spec(t, testboard.AGXOrin)
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	testboard.Sim(t, filepath.Join(dir, "board"), spec, sim.Options{Logger: log})
-	o := reliabilityDaemonOptions(dir)
+	o, _, original := openReliabilityBoard(t, dir, log)
 	ctx := context.Background()
-	b, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	original, err := b.Current(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	modes := []powermode.Mode{
 		{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000},
 		{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000},

@@ -8,29 +8,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
 
 // A run that changed the mode and crashed leaves a snapshot; the next start restores it
 // even when the profile store cannot be opened (here: its path is a directory, which
 // fails for root too), because the board is restored before the store opens.
 func TestBoardRestoredWhenStoreCannotOpen(t *testing.T) {
-	spec := testboard.Spec(t, testboard.AGXOrin)
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	testboard.Sim(t, filepath.Join(dir, "board"), spec, sim.Options{Logger: log})
-	o := reliabilityDaemonOptions(dir)
+	o, b, original := openReliabilityBoard(t, dir, log)
 	ctx := context.Background()
-	b, err := OpenBoard(ctx, o.Board, o.BoardRoot, o.StateDir, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	original, err := b.Current(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	changed := powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}
 	if changed == original {
 		t.Fatal("pick another mode")
@@ -41,7 +29,7 @@ func TestBoardRestoredWhenStoreCannotOpen(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(o.StateDir, "profiles.db"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open(ctx, o)
+	_, err := Open(ctx, o)
 	if err == nil || !strings.Contains(err.Error(), "profile store") {
 		t.Fatalf("Open with a directory as the store: %v, want a profile store error", err)
 	}
