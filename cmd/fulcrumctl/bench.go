@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -32,9 +35,12 @@ func newBenchCmd() *cobra.Command {
 arrival rates × latency budgets × power budgets. Each searcher answers each
 configuration through its own profiler, which replays the table with multiplicative
 Gaussian noise (--noise); every answer is then re-evaluated on the noise-free table with
-model v1 and compared with the oracle (the exhaustive optimum). Percentages and ratios
-are over the configurations the oracle can satisfy. docs/benchmarks.md explains every
-column and has the reference results.
+model v1 and compared with the oracle (the exhaustive optimum). What is scored is what
+fulcrumd would run: after a searcher has profiled, the daemon's decision (the same code,
+with fulcrumd's defaults: --confidence, --admission-margin, --dev-k) chooses from what
+it profiled. Percentages and ratios are over the configurations the oracle can satisfy;
+false claims are over the ones it cannot. docs/benchmarks.md explains every column and
+has the reference results.
 
 Searchers: gmd, als, preset, maxn, random-<K>, oracle, oracle-m<percent> (the oracle
 claiming only what fits with that margin: the ceiling of any searcher keeping it), and
@@ -63,6 +69,13 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 	asJSON := f.Bool("json", false, "print JSON, as every fulcrumctl command's --json does (same as --format json)")
 	maxProfiles := f.Int("max-profiles", 0, "profile budget per searcher run (0: each searcher's default)")
 	quantile := f.Float64("quantile", plan.DefaultQuantile, "latency quantile the budgets apply to")
+	defRules := control.DecisionRules(control.DefaultConfig(), sched.DefaultConfig())
+	defSched := sched.DefaultConfig()
+	confidence := f.Float64("confidence", defRules.Confidence, "claim a choice only when it meets every budget with this probability (fulcrumd's controller.plan_confidence)")
+	admMargin := f.Duration("admission-margin", defSched.Margin, "room kept before every deadline by the scheduler's admission test (fulcrumd's scheduler.margin_ms)")
+	devK := f.Float64("dev-k", defSched.DevK, "deviations of the turn times the admission test adds (fulcrumd's scheduler.dev_k)")
+	decisionNoise := f.Float64("decision-noise", -1, "profiling noise the decision assumes (fulcrumd's controller.noise_rel; default: --noise)")
+	quiet := f.Bool("quiet", false, "no progress lines on stderr")
 	plot := newBenchPlotFlag(f) // plot.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := plot.check(); err != nil {
@@ -82,6 +95,12 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 		}
 		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile}
 		var err error
+		if spec.Rules, err = benchRules(*noise, *decisionNoise, *confidence, *admMargin, *devK); err != nil {
+			return err
+		}
+		if !*quiet {
+			spec.Progress = newProgress(cmd.ErrOrStderr(), time.Now, 3*time.Second)
+		}
 		if spec.RatesRPS, err = parseList(*rates, "--rates", parseRate); err != nil {
 			return err
 		}
@@ -135,6 +154,49 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 		return writeBench(cmd.OutOrStdout(), *format, rep)
 	}
 	return cmd
+}
+
+// benchRules are the decision rules bench decides by: fulcrumd's (control.DecisionRules)
+// for the flags' values.
+func benchRules(noise, decisionNoise, confidence float64, margin time.Duration, devK float64) (plan.Rules, error) {
+	switch {
+	case math.IsNaN(confidence) || confidence < 0.5 || confidence >= 1:
+		return plan.Rules{}, fmt.Errorf("--confidence %v: want a probability from 0.5 to below 1, e.g. 0.99", confidence)
+	case margin < 0:
+		return plan.Rules{}, fmt.Errorf("--admission-margin %v: want 0 or more, e.g. 5ms", margin)
+	case math.IsNaN(devK) || devK < 0:
+		return plan.Rules{}, fmt.Errorf("--dev-k %v: want 0 or more, e.g. 2", devK)
+	}
+	r := control.DecisionRules(control.Config{Confidence: confidence}, sched.Config{Margin: margin, DevK: devK})
+	r.NoiseRel = noise
+	if decisionNoise >= 0 {
+		r.NoiseRel = decisionNoise
+	}
+	if math.IsNaN(r.NoiseRel) || r.NoiseRel > 1 {
+		return plan.Rules{}, fmt.Errorf("--decision-noise %v: want a relative standard deviation from 0 to 1 (0.03 = 3%%)", r.NoiseRel)
+	}
+	return r, nil
+}
+
+// newProgress returns a bench progress callback that writes a line to w at most once
+// a second, once the run has taken longer than after: answers scored, of how many,
+// and the time left at the rate so far.
+func newProgress(w io.Writer, now func() time.Time, after time.Duration) func(done, total int) {
+	var mu sync.Mutex
+	start := now()
+	var last time.Time
+	return func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		t := now()
+		el := t.Sub(start)
+		if el < after || (t.Sub(last) < time.Second && done < total) || total <= 0 {
+			return
+		}
+		last = t
+		left := time.Duration(float64(el) * float64(total-done) / float64(max(done, 1)))
+		fmt.Fprintf(w, "bench: %d/%d answers scored (%.0f%%), %s elapsed, about %s left\n", done, total, 100*float64(done)/float64(total), el.Round(time.Second), left.Round(time.Second))
+	}
 }
 
 func parseList(in []string, flag string, parse func(string) (float64, error)) ([]float64, error) {
@@ -204,19 +266,24 @@ func writeBench(w io.Writer, format string, rep *bench.BenchReport) error {
 		return enc.Encode(rep)
 	case "csv":
 		cw := csv.NewWriter(w)
-		_ = cw.Write([]string{"name", "within_budget_pct", "violation_pct", "no_answer_pct", "mean_opt_ratio", "p5_opt_ratio", "mean_profiles", "max_profiles", "wall_s", "errors"})
+		_ = cw.Write([]string{"name", "within_budget_pct", "violation_pct", "no_answer_pct", "false_claim_pct", "mean_opt_ratio", "p5_opt_ratio", "mean_profiles", "max_profiles", "wall_s", "errors"})
 		for _, s := range rep.Searchers {
-			_ = cw.Write([]string{s.Name, ff(s.WithinBudgetPct, 2), ff(s.ViolationPct, 2), ff(s.NoAnswerPct, 2), ff(s.MeanOptRatio, 4), ff(s.P5OptRatio, 4), ff(s.MeanProfiles, 2), strconv.Itoa(s.MaxProfiles), ff(s.WallS, 2), strconv.Itoa(s.Errors)})
+			_ = cw.Write([]string{s.Name, ff(s.WithinBudgetPct, 2), ff(s.ViolationPct, 2), ff(s.NoAnswerPct, 2), ff(s.FalseClaimPct, 2), ff(s.MeanOptRatio, 4), ff(s.P5OptRatio, 4), ff(s.MeanProfiles, 2), strconv.Itoa(s.MaxProfiles), ff(s.WallS, 2), strconv.Itoa(s.Errors)})
 		}
 		cw.Flush()
 		return cw.Error()
 	}
-	fmt.Fprintf(w, "%d configurations (%d pairs), %d the oracle cannot satisfy; noise %g, seed %d, wall %.1fs\n\n",
+	fmt.Fprintf(w, "%d configurations (%d pairs), %d the oracle cannot satisfy; noise %g, seed %d, wall %.1fs\n",
 		rep.ConfigsTotal, rep.Pairs, rep.ConfigsOracleInfeasible, rep.Noise, rep.Seed, rep.WallS)
+	r := rep.Rules
+	fmt.Fprintf(w, "decided as fulcrumd decides: P(within budgets) ≥ %g at %g%% noise per measurement, admission room %g ms + %g%% of the turn times\n",
+		r.Confidence, 100*r.NoiseRel, r.Admission.MarginMS, 100*r.Admission.DevRel)
+	fmt.Fprintf(w, "within / violation / no answer %% and ratios: over the %d satisfiable configurations; false claim %%: over the %d unsatisfiable\n\n",
+		rep.ConfigsTotal-rep.ConfigsOracleInfeasible, rep.ConfigsOracleInfeasible)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "searcher\twithin %\tviolation %\tno answer %\tmean opt\tp5 opt\tmean profiles\tmax profiles\tsearch s\terrors\t")
+	fmt.Fprintln(tw, "searcher\twithin %\tviolation %\tno answer %\tfalse claim %\tmean opt\tp5 opt\tmean profiles\tmax profiles\tsearch s\terrors\t")
 	for _, s := range rep.Searchers {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t%.1f\t%d\t\n", s.Name, s.WithinBudgetPct, s.ViolationPct, s.NoAnswerPct, s.MeanOptRatio, s.P5OptRatio, s.MeanProfiles, s.MaxProfiles, s.WallS, s.Errors)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t%.1f\t%d\t\n", s.Name, s.WithinBudgetPct, s.ViolationPct, s.NoAnswerPct, s.FalseClaimPct, s.MeanOptRatio, s.P5OptRatio, s.MeanProfiles, s.MaxProfiles, s.WallS, s.Errors)
 	}
 	return tw.Flush()
 }

@@ -107,6 +107,7 @@ type ctrlKeys struct {
 	Searcher          string   `mapstructure:"searcher" opt:"Control.Searcher"`
 	MaxProfiles       int      `mapstructure:"max_profiles" opt:"Control.MaxProfiles"`
 	NoiseRel          float64  `mapstructure:"noise_rel" opt:"Control.NoiseRel"`
+	PlanConfidence    float64  `mapstructure:"plan_confidence" opt:"Control.Confidence"`
 	Events            int      `mapstructure:"events" opt:"Control.Events"`
 	InferBatches      []int    `mapstructure:"infer_batches" opt:"Control.InferBatches"`
 	Live              liveKeys `mapstructure:"live"`

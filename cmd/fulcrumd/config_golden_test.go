@@ -64,6 +64,7 @@ controller:
   drift_rel: 0.5
   drift_hold_ms: 2000
   plan_margin: 0.1
+  plan_confidence: 0.95
   step_margin: 0.2
   hysteresis: 0.05
   hold_ms: 4000

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gonum.org/v1/gonum/stat"
@@ -54,6 +55,16 @@ type BenchSpec struct {
 	// Build overrides search.New for the profiling searchers (tests use it to inject
 	// searchers); the oracles are the benchmark's own and never go through it.
 	Build func(name string) (search.Searcher, error)
+	// Rules are the decision rules (plan.Decider) every answer is decided by, as the
+	// daemon decides: after a searcher has profiled, the decision over what it profiled
+	// (its repeats pooled) is what is scored, not the searcher's own answer. The margin
+	// oracles keep the same admission room. fulcrumctl passes fulcrumd's defaults
+	// (control.DecisionRules); the zero value is model v1 alone with exact profiles.
+	Rules plan.Rules
+	// Progress, when set, is called (from the workers, concurrently) each time a
+	// searcher's answer to a configuration is scored, with the number scored and the
+	// total.
+	Progress func(done, total int)
 }
 
 // SearcherStats is one row of the report. Percentages and ratios are over the
@@ -65,9 +76,12 @@ type SearcherStats struct {
 	WithinBudgetPct float64 `json:"within_budget_pct"`
 	// ViolationPct: claimed feasible, but the truth violates a budget.
 	ViolationPct float64 `json:"violation_pct"`
-	// NoAnswerPct: no choice, or the searcher itself said nothing it saw meets the
-	// budgets (the daemon would then pause training rather than violate), or an error.
+	// NoAnswerPct: no choice, or the decision claimed nothing it saw meets the budgets
+	// (the daemon would then pause training rather than violate), or an error.
 	NoAnswerPct float64 `json:"no_answer_pct"`
+	// FalseClaimPct: over the configurations no choice can satisfy, the share where a
+	// choice was claimed feasible anyway (a violation the other columns cannot show).
+	FalseClaimPct float64 `json:"false_claim_pct"`
 	// MeanOptRatio and P5OptRatio: true throughput of the choice / the oracle's; 0 for
 	// a violating or missing answer.
 	MeanOptRatio float64 `json:"mean_opt_ratio"`
@@ -89,6 +103,7 @@ type BenchReport struct {
 	Pairs                   int             `json:"pairs"`
 	Noise                   float64         `json:"noise"`
 	Seed                    uint64          `json:"seed"`
+	Rules                   plan.Rules      `json:"rules"` // the decision's
 	Searchers               []SearcherStats `json:"searchers"`
 	WallS                   float64         `json:"wall_s"`
 	// Outcomes holds every (searcher, configuration) outcome, in Searchers × config
@@ -98,9 +113,13 @@ type BenchReport struct {
 
 // Outcome is one searcher's answer to one configuration, scored on the truth.
 type Outcome struct {
-	Pair     Pair
-	Budgets  plan.Budgets
-	Status   string // within, violation, no_answer, oracle_infeasible
+	Pair    Pair
+	Budgets plan.Budgets
+	Status  string // within, violation, no_answer, oracle_infeasible, false_claim
+	// Decision is the decision over the searcher's profiles (what is scored); Searcher
+	// is the searcher's own answer.
+	Decision plan.Decision
+	Searcher search.Result
 	Ratio    float64
 	Profiles int       // modes this configuration profiled (a pair learner: confirming ones)
 	Campaign int       // a pair learner's campaign profiles for the pair (0 otherwise)
@@ -214,7 +233,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: oracle: %w", err)
 	}
-	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(pairs), Noise: spec.Noise, Seed: spec.Seed}
+	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(pairs), Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules}
 	for _, c := range cfgs {
 		if !c.oracle.Feasible {
 			rep.ConfigsOracleInfeasible++
@@ -250,6 +269,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		p := problemOf(pts[pi])
 		p.Budgets, p.Presets, p.PresetNames, p.MaxProfiles, p.Seed = b, presets[pi], spec.PresetNames, spec.MaxProfiles, seed
 		p.NoiseRel = spec.Noise
+		p.Rules = spec.Rules
 		return p
 	}
 	profiler := func(pi int, seed uint64) *truthprof.TruthProfiler {
@@ -259,6 +279,38 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	}
 	if _, err := truthprof.NewPairProfiler(pts[0], spec.Noise, rand.New(rand.NewPCG(1, 2))); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if err := spec.Rules.For(cfgs[0].budgets, pts[0].Batches).Validate(); err != nil {
+		return nil, fmt.Errorf("bench: decision rules: %w", err)
+	}
+	var done atomic.Int64
+	total := 0
+	for _, jb := range jobs {
+		if jb.cfg >= 0 {
+			total++
+		} else {
+			total += len(cfgs) / len(pairs)
+		}
+	}
+	// judge decides over what the searcher profiled, as the daemon does after a search,
+	// and scores that decision on the truth. The margin oracles profile nothing and are
+	// scored on their own answer.
+	judge := func(pi int, c *benchConfig, res search.Result, err error, prof *truthprof.TruthProfiler, oracle bool) Outcome {
+		var d plan.Decision
+		decided := res
+		if err == nil && !oracle {
+			d, err = spec.Rules.For(c.budgets, pts[pi].Batches).Decide(prof.Known())
+			if err != nil {
+				err = fmt.Errorf("decide: %w", err)
+			}
+			decided = search.Result{Choice: d.Best, Found: err == nil, Feasible: err == nil && d.Feasible}
+		}
+		o := score(pairs[pi], pts[pi], c, decided, err, prof.Count())
+		o.Decision, o.Searcher = d, res
+		if spec.Progress != nil {
+			spec.Progress(int(done.Add(1)), total)
+		}
+		return o
 	}
 	err = forEach(ctx, workers, len(jobs), func(ji int) error {
 		jb := jobs[ji]
@@ -270,14 +322,15 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			seed := deriveSeed(spec.Seed, name, "config", uint64(jb.cfg))
 			prof := profiler(jb.pair, deriveSeed(spec.Seed, "", "config", uint64(jb.cfg)))
 			s := searchers[jb.s]
-			if m, ok := margins[jb.s]; ok {
-				s = NewMarginOracle(pts[jb.pair], m)
+			m, oracle := margins[jb.s]
+			if oracle {
+				s = &MarginOracle{pt: pts[jb.pair], MarginRel: m, Admission: spec.Rules.Admission}
 			}
 			res, err := s.Search(ctx, problem(jb.pair, c.budgets, seed), prof)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			outcomes[jb.s][jb.cfg] = score(pairs[jb.pair], pts[jb.pair], c, res, err, prof.Count())
+			outcomes[jb.s][jb.cfg] = judge(jb.pair, c, res, err, prof, oracle)
 			return nil
 		}
 		pl := searchers[jb.s].(search.PairLearner) // jobs holds pair-learner jobs for these only
@@ -293,18 +346,20 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 				continue
 			}
 			if lerr != nil {
-				o := score(pairs[jb.pair], pts[jb.pair], c, search.Result{}, fmt.Errorf("learn: %w", lerr), 0)
+				o := judge(jb.pair, c, search.Result{}, fmt.Errorf("learn: %w", lerr), camp, false)
+				o.Profiles = 0
 				o.Campaign = camp.Count()
 				outcomes[jb.s][ci] = o
 				continue
 			}
 			cseed := deriveSeed(spec.Seed, "", "config", uint64(ci))
 			prof := camp.Fork(rand.New(rand.NewPCG(cseed, cseed^0xda942042e4dd58b5)))
-			res, err := ans.Answer(ctx, c.budgets, prof)
+			// Answered inside the admission room, as ALS.Search answers in the daemon.
+			res, err := ans.Answer(ctx, spec.Rules.Admission.Budgets(c.budgets), prof)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			o := score(pairs[jb.pair], pts[jb.pair], c, res, err, prof.Count())
+			o := judge(jb.pair, c, res, err, prof, false)
 			o.Campaign = camp.Count()
 			outcomes[jb.s][ci] = o
 		}
@@ -340,6 +395,8 @@ func problemOf(pt *truthprof.PairTruth) search.Problem {
 func score(p Pair, pt *truthprof.PairTruth, c *benchConfig, res search.Result, err error, profiles int) Outcome {
 	o := Outcome{Pair: p, Budgets: c.budgets, Profiles: profiles, Err: err}
 	switch {
+	case !c.oracle.Feasible && err == nil && res.Found && res.Feasible:
+		o.Status = "false_claim"
 	case !c.oracle.Feasible:
 		o.Status = "oracle_infeasible"
 	case err != nil || !res.Found || !res.Feasible:
@@ -364,7 +421,7 @@ func score(p Pair, pt *truthprof.PairTruth, c *benchConfig, res search.Result, e
 func summarise(name string, outs []Outcome) SearcherStats {
 	st := SearcherStats{Name: name}
 	var ratios []float64
-	var within, viol, none, profiles int
+	var within, viol, none, profiles, unsat, false_ int
 	campaignSeen := map[Pair]bool{}
 	for _, o := range outs {
 		if o.Err != nil {
@@ -379,6 +436,11 @@ func summarise(name string, outs []Outcome) SearcherStats {
 		st.MaxProfiles = max(st.MaxProfiles, o.Campaign+o.Profiles)
 		switch o.Status {
 		case "oracle_infeasible":
+			unsat++
+			continue
+		case "false_claim":
+			unsat++
+			false_++
 			continue
 		case "within":
 			within++
@@ -396,6 +458,9 @@ func summarise(name string, outs []Outcome) SearcherStats {
 		st.MeanOptRatio = stat.Mean(ratios, nil)
 		slices.Sort(ratios)
 		st.P5OptRatio = stat.Quantile(0.05, stat.Empirical, ratios, nil)
+	}
+	if unsat > 0 {
+		st.FalseClaimPct = 100 * float64(false_) / float64(unsat)
 	}
 	if len(outs) > 0 {
 		st.MeanProfiles = float64(profiles) / float64(len(outs))

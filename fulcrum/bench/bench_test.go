@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -142,14 +143,17 @@ func TestBenchHandChecked(t *testing.T) {
 	if rep.ConfigsTotal != 3 || rep.ConfigsOracleInfeasible != 1 || rep.Pairs != 1 {
 		t.Fatalf("configs %d, oracle-infeasible %d, pairs %d; want 3, 1, 1", rep.ConfigsTotal, rep.ConfigsOracleInfeasible, rep.Pairs)
 	}
-	thetaA, thetaB := 0.99*32/0.2, 0.995*32/0.1
+	thetaA, thetaB, thetaC := 0.99*32/0.2, 0.995*32/0.1, 0.98*32/0.4
 	want := map[string]SearcherStats{
 		"oracle": {WithinBudgetPct: 100, MeanOptRatio: 1, P5OptRatio: 1, MeanProfiles: 3, MaxProfiles: 3},
-		// 15 W: B violates; 25 W: B is optimal.
-		"fast": {WithinBudgetPct: 50, ViolationPct: 50, MeanOptRatio: 0.5, P5OptRatio: 0, MeanProfiles: 1, MaxProfiles: 1},
+		// 15 W: B violates, so the decision over {B} withholds it though the searcher
+		// claims it; 25 W: B is optimal.
+		"fast": {WithinBudgetPct: 50, NoAnswerPct: 50, MeanOptRatio: 0.5, P5OptRatio: 0, MeanProfiles: 1, MaxProfiles: 1},
 		// 15 W: A is optimal; 25 W: A fits at θA/θB.
 		"slow": {WithinBudgetPct: 100, MeanOptRatio: (1 + thetaA/thetaB) / 2, P5OptRatio: thetaA / thetaB, MeanProfiles: 1, MaxProfiles: 1},
-		"shy":  {NoAnswerPct: 100, MeanProfiles: 1, MaxProfiles: 1},
+		// shy claims nothing, but the decision over what it profiled claims C, which fits
+		// at 15 W (θC/θA) and 25 W (θC/θB).
+		"shy": {WithinBudgetPct: 100, MeanOptRatio: (thetaC/thetaA + thetaC/thetaB) / 2, P5OptRatio: thetaC / thetaB, MeanProfiles: 1, MaxProfiles: 1},
 		// Campaign of 2 once for the pair + 1 confirming profile per configuration.
 		"learner": {WithinBudgetPct: 100, MeanOptRatio: 1, P5OptRatio: 1, MeanProfiles: (2 + 3) / 3.0, MaxProfiles: 3},
 	}
@@ -159,6 +163,42 @@ func TestBenchHandChecked(t *testing.T) {
 		if !statsNear(s, w) {
 			t.Errorf("%s:\n got %+v\nwant %+v", s.Name, s, w)
 		}
+	}
+}
+
+// TestScoreStatuses checks the scoring of answers the decision claims: a claim the truth
+// violates, and a claim where nothing can fit (false_claim_pct, over the unsatisfiable
+// configurations; not in the other percentages).
+func TestScoreStatuses(t *testing.T) {
+	pt, err := truthprofPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(powerMW float64) *benchConfig {
+		b := plan.Budgets{RateRPS: 1, LatencyMS: 1000, PowerMW: powerMW}.WithDefaults()
+		m, _ := plan.NewModel(b, pt.Batches)
+		o, _ := Oracle(pt, b)
+		return &benchConfig{budgets: b, model: m, oracle: o}
+	}
+	claim := func(m powermode.Mode) search.Result {
+		return search.Result{Choice: plan.Eval{Mode: m, Batch: 1}, Found: true, Feasible: true}
+	}
+	p := Pair{"tr", "in"}
+	outs := []Outcome{
+		score(p, pt, cfg(15000), claim(modeB), nil, 1),                                                        // B draws 20 W: violation
+		score(p, pt, cfg(15000), claim(modeA), nil, 1),                                                        // A is optimal: within
+		score(p, pt, cfg(5000), claim(modeC), nil, 1),                                                         // nothing fits 5 W: false claim
+		score(p, pt, cfg(5000), search.Result{Choice: plan.Eval{Mode: modeC, Batch: 1}, Found: true}, nil, 1), // not claimed
+	}
+	for i, want := range []string{"violation", "within", "false_claim", "oracle_infeasible"} {
+		if outs[i].Status != want {
+			t.Errorf("outcome %d: status %q, want %q", i, outs[i].Status, want)
+		}
+	}
+	got := summarise("x", outs)
+	want := SearcherStats{Name: "x", WithinBudgetPct: 50, ViolationPct: 50, FalseClaimPct: 50, MeanOptRatio: 0.5, P5OptRatio: 0, MeanProfiles: 1, MaxProfiles: 1}
+	if !statsNear(got, want) || got.FalseClaimPct != want.FalseClaimPct {
+		t.Errorf("summary\n got %+v\nwant %+v", got, want)
 	}
 }
 
@@ -239,4 +279,9 @@ func TestBenchErrors(t *testing.T) {
 	if _, err := RunBench(ctx, base); err == nil {
 		t.Error("cancelled run: no error")
 	}
+}
+
+// truthprofPair is the hand-checked table's pair.
+func truthprofPair(t *testing.T) (*truthprof.PairTruth, error) {
+	return truthprof.NewPairTruth(handTable(t), "tr", "in", 0, nil)
 }

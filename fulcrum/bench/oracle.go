@@ -105,6 +105,10 @@ func (o *oracleRate) answer(model *plan.Model) search.Result {
 type MarginOracle struct {
 	pt        *truthprof.PairTruth
 	MarginRel float64
+	// Admission is the scheduler's room the decision keeps (plan.Rules.Admission): the
+	// oracle claims only what fits with it too, so that it is the ceiling of the
+	// daemon's decision, not of model v1 alone. Zero: model v1 alone.
+	Admission plan.Admission
 }
 
 // NewMarginOracle returns the margin oracle of pair pt.
@@ -142,7 +146,8 @@ func (o *MarginOracle) Search(ctx context.Context, p search.Problem, _ search.Pr
 		for _, ip := range infer {
 			raised := ip
 			raised.TimeMS, raised.PowerMW = ip.TimeMS*up, ip.PowerMW*up
-			if !model.Evaluate(m, t, raised).Feasible {
+			re := model.Evaluate(m, t, raised)
+			if !re.Feasible || o.Admission.LatencyMS(model.Budgets().LatencyMS, re.LatencyMS-t.TimeMS-raised.TimeMS, t.TimeMS, raised.TimeMS) > model.Budgets().LatencyMS {
 				continue
 			}
 			// Ranked by the true throughput, as the plain oracle ranks.

@@ -2,11 +2,9 @@ package control
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 )
 
 // reasonBudgets is the re-plan reason after a budget change.
@@ -79,11 +77,5 @@ func budgetsString(b plan.Budgets) string {
 // against (L − margin)/g, which is what is returned. Searches and plans both use it;
 // predictions and reports use the exact budgets.
 func (c *Controller) admissionBudgets(b plan.Budgets) plan.Budgets {
-	sc := c.sched.Config()
-	g := 1 + sc.DevK*sched.ExpectedDevRel
-	if lm := float64(sc.Margin) / float64(time.Millisecond); b.LatencyMS > 2*lm {
-		b.LatencyMS -= lm
-	}
-	b.LatencyMS /= g
-	return b
+	return c.Rules().Admission.Budgets(b)
 }

@@ -28,6 +28,9 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "MinProfiles", c.MinProfiles)
 	optcheck.NonNegative(&ck, "MaxProfiles", c.MaxProfiles)
 	optcheck.Fraction(&ck, "NoiseRel", c.NoiseRel)
+	if c.Confidence < 0.5 || c.Confidence >= 1 {
+		ck.Fail("Confidence", c.Confidence, "must be a probability from 0.5 to below 1 (0.99: claim a plan when it meets every budget with 99% probability)")
+	}
 	optcheck.Positive(&ck, "Events", c.Events)
 	// LiveOptions has no Validate of its own (live.go is the statistics' file); the
 	// three knobs fulcrumd sets are checked here.

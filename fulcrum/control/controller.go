@@ -32,11 +32,17 @@ type Config struct {
 	RateWarmup  time.Duration // measure arrivals this long before the first plan (rate auto)
 	DriftRel    float64       // re-plan when the rate differs from the planned one by more than this…
 	DriftHold   time.Duration // …for this long
-	PlanMargin  float64       // plan against budgets shrunk by this (profiles are a few % noisy)
-	StepMargin  float64       // a power step targets predicted power ≤ budget·(1−StepMargin)
-	Hysteresis  float64       // step back up only while values stay below budget·(1−Hysteresis)…
-	Hold        time.Duration // …for this long
-	Cooldown    time.Duration // least time between two steps
+	// PlanMargin: the step rules keep a stepped-to configuration's predicted latency
+	// under budget·(1−PlanMargin). Plans themselves are decided by Confidence.
+	PlanMargin float64
+	// Confidence: a plan claims a configuration only when the probability that it meets
+	// every budget, with the profiles' noise (NoiseRel, shrinking with repeats) and the
+	// scheduler's admission room, is at least this (plan.Decider).
+	Confidence float64
+	StepMargin float64       // a power step targets predicted power ≤ budget·(1−StepMargin)
+	Hysteresis float64       // step back up only while values stay below budget·(1−Hysteresis)…
+	Hold       time.Duration // …for this long
+	Cooldown   time.Duration // least time between two steps
 	// LatencyCooldown is the least time between latency steps: the latency window must
 	// have forgotten what the previous configuration did (sched's recent window).
 	LatencyCooldown time.Duration
@@ -59,7 +65,7 @@ func DefaultConfig() Config {
 		DriftRel: 0.25, DriftHold: 3 * time.Second,
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
-		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Events: 1000,
+		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(),
 	}
 }
@@ -78,7 +84,7 @@ func (c Config) withDefaults() Config {
 	}
 	flts := []struct{ v, d *float64 }{
 		{&c.DriftRel, &d.DriftRel}, {&c.PlanMargin, &d.PlanMargin}, {&c.StepMargin, &d.StepMargin},
-		{&c.Hysteresis, &d.Hysteresis}, {&c.NoiseRel, &d.NoiseRel},
+		{&c.Hysteresis, &d.Hysteresis}, {&c.NoiseRel, &d.NoiseRel}, {&c.Confidence, &d.Confidence},
 	}
 	for _, x := range flts {
 		if *x.v <= 0 {

@@ -143,7 +143,7 @@ func (c *Controller) stepUp(ctx context.Context, rate float64) {
 	if err != nil || len(ps) == 0 {
 		return
 	}
-	pl, err := c.choose(ps, modelBudgets(c.budgets, rate), c.cfg.PlanMargin)
+	pl, err := c.choose(ps, modelBudgets(c.budgets, rate))
 	if err != nil || !pl.Feasible {
 		return
 	}

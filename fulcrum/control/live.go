@@ -231,9 +231,14 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfil
 		return nil, err
 	}
 	byMode := map[powermode.Mode][]plan.InferPoint{}
+	// A mode's repeats are its least-repeated point's: the decision sizes one σ per mode.
+	reps := map[powermode.Mode]int{}
 	for _, x := range inf {
 		if slices.Contains(pair.Batches, x.Batch) {
 			byMode[x.Mode] = append(byMode[x.Mode], plan.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+			if r, ok := reps[x.Mode]; !ok || max(x.Repeats, 1) < r {
+				reps[x.Mode] = max(x.Repeats, 1)
+			}
 		}
 	}
 	var out []plan.ModeProfile
@@ -243,7 +248,8 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfil
 		}
 		ips := byMode[x.Mode]
 		slices.SortFunc(ips, func(a, b plan.InferPoint) int { return a.Batch - b.Batch })
-		out = append(out, plan.ModeProfile{Mode: x.Mode, Train: plan.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}, Infer: ips})
+		out = append(out, plan.ModeProfile{Mode: x.Mode, Train: plan.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}, Infer: ips,
+			Repeats: min(max(x.Repeats, 1), reps[x.Mode])})
 	}
 	return out, nil
 }
@@ -591,6 +597,7 @@ func combineRepeats(reps []store.Profile) store.Profile {
 		out.PowerMW.Mean = sumP / float64(np)
 	}
 	out.Samples, out.PowerSamples = n, np
+	out.Repeats = len(reps)
 	out.RSE = 0
 	if n > 1 && mean > 0 {
 		out.RSE = sd / math.Sqrt(float64(n)) / mean
@@ -616,6 +623,9 @@ func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.
 	mp := plan.ModeProfile{Mode: m}
 	for _, k := range keys {
 		x := have[k]
+		if r := max(x.Repeats, 1); mp.Repeats == 0 || r < mp.Repeats {
+			mp.Repeats = r
+		}
 		if k.Role == truth.Train {
 			mp.Train = plan.TrainPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
 			continue

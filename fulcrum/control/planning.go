@@ -8,7 +8,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -49,7 +49,7 @@ func predictionOf(e plan.Eval, rate float64) Prediction {
 	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
 }
 
-// plan chooses from stored profiles (model v1, budgets shrunk by PlanMargin), or starts
+// plan chooses from stored profiles (the decision, choose), or starts
 // a search when too few are stored or one was asked for. Called with c.mu held.
 func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 	kind := KindReplan
@@ -73,7 +73,7 @@ func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 	if c.board == nil {
 		return
 	}
-	pl, err := c.choose(ps, modelBudgets(c.budgets, rate), c.cfg.PlanMargin)
+	pl, err := c.choose(ps, modelBudgets(c.budgets, rate))
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: err.Error()})
 		return
@@ -84,18 +84,28 @@ func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 	c.decide(ctx, kind, why, pl.Best, rate)
 }
 
-// choose is model v1's choice over ps against budgets b shrunk by margin; the
-// prediction is re-scored against the exact budgets.
-func (c *Controller) choose(ps []plan.ModeProfile, b plan.Budgets, margin float64) (plan.Plan, error) {
-	m, err := plan.NewModel(search.Derate(c.admissionBudgets(b), margin), c.cfg.InferBatches)
+// choose is the decision (plan.Decider, the one `fulcrumctl bench` scores) over ps
+// against the budgets b, with the controller's decision rules.
+func (c *Controller) choose(ps []plan.ModeProfile, b plan.Budgets) (plan.Decision, error) {
+	d, err := c.Rules().For(b, c.cfg.InferBatches).Decide(ps)
 	if err != nil {
-		return plan.Plan{}, err
+		return d, fmt.Errorf("no stored profile of this workload pair: run fulcrumctl optimize, or fulcrumctl profile: %w", err)
 	}
-	pl, err := m.Choose(ps)
-	if err != nil {
-		return pl, fmt.Errorf("no stored profile of this workload pair: run fulcrumctl optimize, or fulcrumctl profile: %w", err)
-	}
-	return pl, nil
+	return d, nil
+}
+
+// Rules are the controller's decision rules: its configured profiling noise and
+// confidence, and the room its scheduler's admission test needs.
+func (c *Controller) Rules() plan.Rules { return DecisionRules(c.cfg, c.sched.Config()) }
+
+// DecisionRules are the decision rules of a controller configured with cfg over a
+// scheduler configured with sc: the admission room is sc's margin and DevK deviations
+// of sched.ExpectedDevRel each (see admissionBudgets). fulcrumctl bench builds its
+// defaults from the same function over the daemon's default configurations.
+func DecisionRules(cfg Config, sc sched.Config) plan.Rules {
+	cfg = cfg.withDefaults()
+	return plan.Rules{NoiseRel: cfg.NoiseRel, Confidence: cfg.Confidence,
+		Admission: plan.Admission{MarginMS: float64(sc.Margin) / float64(time.Millisecond), DevRel: max(sc.DevK, 0) * sched.ExpectedDevRel}}
 }
 
 // decide applies e and records the decision (kind) and the application.

@@ -64,14 +64,14 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			return
 		}
 		rate := c.planRateOr()
-		pl, err := c.choose(ps, modelBudgets(c.budgets, rate), c.cfg.PlanMargin)
+		pl, err := c.choose(ps, modelBudgets(c.budgets, rate))
 		if err != nil {
 			c.events.Add(Event{Kind: KindPlan, Reason: "planning after the search", Err: err.Error()})
 			return
 		}
 		c.planRate = rate
 		c.stepped = false
-		out.Plan = pl
+		out.Plan = pl.Plan
 		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(modelBudgets(c.budgets, rate))), pl.Best, rate)
 		out.Choice = c.cur
 	}()
@@ -102,7 +102,7 @@ func (c *Controller) search(ctx context.Context, method string, pair Pair, b pla
 			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("profiled mode %s live: training %.1f ms at batch %d, %d inference batch sizes", m.Human(), mp.Train.TimeMS, mp.Train.Batch, len(mp.Infer))})
 		}}
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
-		InferBatches: pair.Batches, Budgets: c.admissionBudgets(modelBudgets(b, rate)), Presets: c.presets, PresetNames: c.pnames,
+		InferBatches: pair.Batches, Budgets: modelBudgets(b, rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
 	s, err := search.New(method, search.Env{Logger: c.log})
 	if err != nil {

@@ -43,6 +43,9 @@ type ModeProfile struct {
 	Mode  powermode.Mode `json:"mode"`
 	Train TrainPoint     `json:"train"`
 	Infer []InferPoint   `json:"infer"`
+	// Repeats is how many measurements each value is the mean of (0 means 1): a mode
+	// measured again to confirm it is known more precisely (Decider).
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // Constraint names a budget.

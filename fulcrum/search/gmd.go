@@ -76,7 +76,8 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	case margin == 0:
 		margin = DefaultGMDMargin
 	}
-	model, err := plan.NewModel(p.Budgets, p.InferBatches)
+	// The walk aims inside the scheduler's admission room, where the decision can claim.
+	model, err := plan.NewModel(p.Rules.Admission.Budgets(p.Budgets), p.InferBatches)
 	if err != nil {
 		return Result{}, fmt.Errorf("gmd: budgets: %w", err)
 	}

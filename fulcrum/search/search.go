@@ -53,6 +53,11 @@ type Problem struct {
 	// profiler knows it (run-to-run spread; 0.03 = 3%), or 0 when unknown. Searchers
 	// size their safety margins from it.
 	NoiseRel float64 `json:"noise_rel,omitempty"`
+	// Rules are the decision rules the answer will be judged by: the daemon and the
+	// benchmark both re-decide over the profiles a search took with
+	// Rules.For(Budgets, InferBatches) (plan.Decider). A searcher aims its profiles
+	// (and repeats) at what that decision can claim.
+	Rules plan.Rules `json:"rules"`
 }
 
 // Result is a searcher's answer.

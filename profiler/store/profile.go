@@ -49,6 +49,10 @@ type Profile struct {
 	FinishedAt   time.Time      `json:"finished_at"`   // UTC
 	RSE          float64        `json:"rse"`           // achieved relative standard error of TimeMS.Mean
 	Source       string         `json:"source"`        // SourceSim, SourceTegra or SourceImport
+	// Repeats is how many separate measurements (runs) the values pool; 0 means one. A
+	// searcher measures a mode again to confirm it, and the decision trusts the pooled
+	// values more (plan.Decider).
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // Key identifies what a profile measures; a store holds at most one profile per key.

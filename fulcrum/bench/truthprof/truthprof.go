@@ -182,6 +182,9 @@ type TruthProfiler struct {
 	base  uint64
 	reps  map[int]uint64 // dense mode -> measurements taken
 	known map[powermode.Mode]plan.ModeProfile
+	// sums holds, per remeasured mode, the sum of this profiler's repeats (Repeats:
+	// how many); known then holds their mean.
+	sums  map[powermode.Mode]plan.ModeProfile
 	order []powermode.Mode
 	count int
 }
@@ -232,8 +235,10 @@ func (p *TruthProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mod
 }
 
 // Remeasure implements Remeasurer: a new measurement of m with fresh noise, counted like
-// a profile. It does not change what Profile and Known return (the first measurement):
-// the searcher that asked keeps and averages its repeats.
+// a profile, returned alone. Afterwards Profile and Known answer with the mean of the
+// repeats this profiler has taken (Repeats set), replacing the first measurement, as the
+// daemon's live profiler stores them (control.LiveProfiler.Remeasure): the first
+// measurement was what made the mode worth confirming, so it keeps its optimism.
 func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	if err := ctx.Err(); err != nil {
 		return plan.ModeProfile{}, err
@@ -244,6 +249,37 @@ func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.M
 	}
 	mp := p.measure(i)
 	p.count++
+	if p.sums == nil {
+		p.sums = map[powermode.Mode]plan.ModeProfile{}
+	}
+	sum, n := p.sums[m], 0
+	if sum.Infer == nil {
+		sum = plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: mp.Train.Batch}, Infer: make([]plan.InferPoint, len(mp.Infer))}
+		for j := range mp.Infer {
+			sum.Infer[j].Batch = mp.Infer[j].Batch
+		}
+	}
+	n = sum.Repeats + 1
+	sum.Repeats = n
+	sum.Train.TimeMS += mp.Train.TimeMS
+	sum.Train.PowerMW += mp.Train.PowerMW
+	for j := range mp.Infer {
+		sum.Infer[j].TimeMS += mp.Infer[j].TimeMS
+		sum.Infer[j].PowerMW += mp.Infer[j].PowerMW
+	}
+	p.sums[m] = sum
+	mean := sum.Clone()
+	k := 1 / float64(n)
+	mean.Train.TimeMS *= k
+	mean.Train.PowerMW *= k
+	for j := range mean.Infer {
+		mean.Infer[j].TimeMS *= k
+		mean.Infer[j].PowerMW *= k
+	}
+	if _, had := p.known[m]; !had {
+		p.order = append(p.order, m)
+	}
+	p.known[m] = mean
 	return mp, nil
 }
 
