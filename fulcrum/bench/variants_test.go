@@ -9,6 +9,9 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 )
 
 // go test ./fulcrum/bench -run TestVariantsReport -variants -v prints the robustness table
@@ -17,6 +20,7 @@ import (
 var variantsFlag = flag.Bool("variants", false, "run the synthetic-variant robustness sweep and print its table")
 var variantsSearchers = flag.String("variants-searchers", "oracle,gmd,gmd-m0,gmd-m2,gmd-m6,preset,maxn,random-15", "searchers for -variants")
 var variantsNoise = flag.String("variants-noise", "0.01,0.03,0.08", "noise levels for -variants")
+var variantsSeed = flag.Uint64("variants-seed", 1, "seed for -variants")
 
 func TestVariantsReport(t *testing.T) {
 	if !*variantsFlag {
@@ -36,7 +40,8 @@ func TestVariantsReport(t *testing.T) {
 			rep, err := bench.RunBench(context.Background(), bench.BenchSpec{
 				Truth: tab, RatesRPS: []float64{5, 15, 30}, LatenciesMS: []float64{50, 100, 200, 400},
 				PowersMW: []float64{15000, 20000, 30000, 40000}, Searchers: splitComma(*variantsSearchers),
-				Noise: noise, Seed: 1, Parallel: 2, Presets: presets, PresetNames: names,
+				Noise: noise, Seed: *variantsSeed, Parallel: 2, Presets: presets, PresetNames: names,
+				Rules: daemonRules(noise),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -47,6 +52,14 @@ func TestVariantsReport(t *testing.T) {
 			}
 		}
 	}
+}
+
+// daemonRules are fulcrumd's decision rules with the decision assuming the sweep's noise,
+// as `fulcrumctl bench` decides by default.
+func daemonRules(noise float64) plan.Rules {
+	r := control.DecisionRules(control.DefaultConfig(), sched.DefaultConfig())
+	r.NoiseRel = noise
+	return r
 }
 
 func splitComma(s string) []string {
