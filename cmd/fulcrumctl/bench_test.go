@@ -5,8 +5,13 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 )
 
 func TestParseBudgetFlags(t *testing.T) {
@@ -138,10 +143,57 @@ func TestBenchCommandRejectsBadInput(t *testing.T) {
 		{[]string{"bench", "--truth", "x.csv", "--pairs", "onlyone"}, "train:infer"},
 		{[]string{"bench", "--truth", "x.csv", "--board", "nano-9000"}, "unknown board"},
 		{[]string{"bench", "--truth", filepath.Join(t.TempDir(), "missing.csv")}, "--truth"},
+		{[]string{"bench", "--truth", "x.csv", "--confidence", "1"}, "--confidence"},
+		{[]string{"bench", "--truth", "x.csv", "--dev-k", "-1"}, "--dev-k"},
+		{[]string{"bench", "--truth", "x.csv", "--admission-margin", "-5ms"}, "--admission-margin"},
+		{[]string{"bench", "--truth", "x.csv", "--decision-noise", "2"}, "--decision-noise"},
 	} {
 		_, _, err := simExec(ctx, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// bench decides with fulcrumd's defaults: its flags' defaults give the rules a daemon
+// with its default options plans with (noise: the daemon's noise_rel, as --noise's
+// default).
+func TestBenchRulesAreTheDaemonDefaults(t *testing.T) {
+	f := newBenchCmd().Flags()
+	get := func(name string) string { return f.Lookup(name).DefValue }
+	conf, _ := strconv.ParseFloat(get("confidence"), 64)
+	devK, _ := strconv.ParseFloat(get("dev-k"), 64)
+	noise, _ := strconv.ParseFloat(get("noise"), 64)
+	margin, err := time.ParseDuration(get("admission-margin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := benchRules(noise, -1, conf, margin, devK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := daemon.DefaultOptions()
+	if want := control.DecisionRules(o.Control, o.Server.Sched); got != want {
+		t.Errorf("bench decides with %+v by default, fulcrumd with %+v", got, want)
+	}
+}
+
+// Progress lines start once the run is longer than the threshold, come at most once a
+// second, and estimate the time left from the rate so far.
+func TestBenchProgress(t *testing.T) {
+	var out strings.Builder
+	now := time.Unix(0, 0)
+	p := newProgress(&out, func() time.Time { return now }, 3*time.Second)
+	now = now.Add(time.Second)
+	p(10, 100) // too early
+	now = now.Add(3 * time.Second)
+	p(40, 100) // 4 s for 40: about 6 s left
+	now = now.Add(500 * time.Millisecond)
+	p(45, 100) // within the second: quiet
+	now = now.Add(time.Second)
+	p(100, 100)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "40/100") || !strings.Contains(lines[0], "about 6s left") || !strings.Contains(lines[1], "100/100") {
+		t.Errorf("progress:\n%s", out.String())
 	}
 }
