@@ -125,13 +125,11 @@ func (a *API) plan() *api.Plan {
 
 func (a *API) binding(ch *Choice) (string, bool) {
 	b := a.C.Budgets().WithDefaults()
-	// First the budgets themselves; then the budgets the plan was made against: shrunk
-	// by the planning margin, latency also by the room the scheduler's admission test
-	// needs (see admissionBudgets).
-	k := 1 - a.C.cfg.PlanMargin
+	// First the budgets themselves; then latency with the room the scheduler's admission
+	// test needs (see admissionBudgets), which the decision keeps.
 	for _, lim := range []struct{ latencyMS, powerMW, rho float64 }{
 		{b.LatencyMS, b.PowerMW, b.RhoMax},
-		{a.C.admissionBudgets(plan.Budgets{LatencyMS: b.LatencyMS}).LatencyMS * k, b.PowerMW * k, b.RhoMax * k},
+		{a.C.admissionBudgets(plan.Budgets{LatencyMS: b.LatencyMS}).LatencyMS, b.PowerMW, b.RhoMax},
 	} {
 		switch {
 		case ch.Predicted.LatencyMS > lim.latencyMS:
