@@ -53,6 +53,10 @@ func RunMinibatch(ctx context.Context, root string, spec *powermode.BoardSpec, w
 
 // Run runs one minibatch (see RunMinibatch). On cancellation it unregisters and returns
 // the time spent with ctx's error.
+// maxRefreshFails is how many clock re-reads in a row may fail mid-run before a
+// minibatch gives up.
+const maxRefreshFails = 20
+
 func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand) (time.Duration, error) {
 	if batch < 1 {
 		return 0, fmt.Errorf("sim: batch size %d must be at least 1", batch)
@@ -96,6 +100,7 @@ func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand
 	defer timer.Stop()
 	<-timer.C
 	progress, last := 0.0, start
+	fails := 0
 	for {
 		// Sleep a tick, or exactly what is left when that is less.
 		left := time.Duration((1 - progress) * tauSec * sharing * float64(time.Second))
@@ -112,8 +117,17 @@ func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand
 			return now.Sub(start), nil
 		}
 		if now.Sub(readAt) >= r.Refresh {
+			// A clock file read while the board's writer rewrites it can come back empty
+			// (the simulated sysfs is plain files, written with truncate-then-write): keep
+			// the clocks read last and try again; only a failure that persists ends the
+			// minibatch. Seen once under load as a failed run mid-way through a mode change.
 			if err := refresh(now); err != nil {
-				return now.Sub(start), err
+				if fails++; fails >= maxRefreshFails {
+					return now.Sub(start), fmt.Errorf("sim: reading the clocks failed %d times in a row: %w", fails, err)
+				}
+				readAt = now
+			} else {
+				fails = 0
 			}
 		}
 		share()

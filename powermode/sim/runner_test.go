@@ -66,11 +66,25 @@ func TestRunMinibatchFollowsGPUClock(t *testing.T) {
 
 	// A clock raised mid-run shortens the rest of the run.
 	setGPU(t, b, low)
-	done := make(chan time.Duration)
-	go func() { done <- run() }()
+	// The run's error comes back on the channel: t.Fatal from this goroutine would end
+	// it without sending, and the test would wait forever (seen once under load: a
+	// 10-minute timeout).
+	type result struct {
+		d   time.Duration
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := sim.RunMinibatch(context.Background(), b.Root(), sp, w, batch, newRand(7))
+		done <- result{d, err}
+	}()
 	time.Sleep(dLow / 3)
 	setGPU(t, b, high)
-	dMixed := <-done
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("run with the clock raised mid-way: %v", r.err)
+	}
+	dMixed := r.d
 	t.Logf("raised after a third: %v", dMixed)
 	if dMixed >= dLow || dMixed <= dHigh {
 		t.Errorf("mid-run change: %v, want between %v and %v", dMixed, dHigh, dLow)
@@ -161,5 +175,34 @@ func TestRunMinibatchRegistersActivity(t *testing.T) {
 func TestRunMinibatchNeedsATree(t *testing.T) {
 	if _, err := sim.RunMinibatch(context.Background(), t.TempDir(), testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)["lstm-train"], 20, newRand(1)); err == nil {
 		t.Error("empty root: want an error naming fulcrumctl sim board")
+	}
+}
+
+// A clock file caught empty mid-rewrite (the simulated sysfs is plain files) does not
+// fail a running minibatch: the runner keeps the clocks it read last and reads again.
+func TestRunMinibatchSurvivesAFileCaughtMidWrite(t *testing.T) {
+	b, sp := simBoard(t)
+	w := testboard.Workloads(t)["resnet50-infer"]
+	setGPU(t, b, sp.GPU.FreqsHz[0])
+	path := b.Tree().Path(b.Tree().GPUDevfreq() + "/max_freq")
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sim.RunMinibatch(context.Background(), b.Root(), sp, w, 32, newRand(7))
+		errc <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(80 * time.Millisecond) // several refreshes (20 ms) see it empty
+	if err := os.WriteFile(path, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("a minibatch failed on a clock file caught empty: %v", err)
 	}
 }
