@@ -85,6 +85,13 @@ type Decision struct {
 	LatencyAdmMS float64 `json:"latency_adm_ms"`
 	// Candidates is how many configurations were claimable.
 	Candidates int `json:"candidates"`
+	// Confidence is the level a claim needed.
+	Confidence float64 `json:"confidence"`
+}
+
+// Explain is Plan.Explain with the probability behind the claim.
+func (d Decision) Explain(b Budgets) string {
+	return fmt.Sprintf("%s; P(every budget met) %.1f%% (a claim needs %g%%)", d.Plan.Explain(b), 100*d.PFeasible, 100*d.Confidence)
 }
 
 // Scored is one configuration as a Decider sees it.
@@ -271,7 +278,7 @@ func (d Decider) decision(s Scored, claimable int) Decision {
 	if !ok {
 		e.Binding = s.BindingAdm
 	}
-	out := Decision{Plan: Plan{Best: e, Feasible: ok}, PFeasible: s.PFeasible, LatencyAdmMS: s.LatencyAdmMS, Candidates: claimable}
+	out := Decision{Plan: Plan{Best: e, Feasible: ok}, PFeasible: s.PFeasible, LatencyAdmMS: s.LatencyAdmMS, Candidates: claimable, Confidence: d.confidence()}
 	if !ok {
 		out.Binding = s.BindingAdm
 	}
