@@ -1,0 +1,423 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// StreamBudget is one inference stream's budgets: its arrival rate and its latency budget
+// (on MultiBudgets.Quantile).
+type StreamBudget struct {
+	Name      string  `json:"name"`
+	RateRPS   float64 `json:"rate_rps"`   // λ_i
+	LatencyMS float64 `json:"latency_ms"` // L_i
+}
+
+// MultiBudgets are the budgets of model v1 for several workloads (docs/design.md §2, "Model
+// v1 for several workloads"): per-stream rates and latency budgets, one power budget, one
+// quantile, one cap on the inference share of GPU time, and the training jobs' weights.
+type MultiBudgets struct {
+	Streams  []StreamBudget `json:"streams"`
+	PowerMW  float64        `json:"power_mw"`
+	Quantile float64        `json:"quantile"` // q, default 0.99
+	RhoMax   float64        `json:"rho_max"`  // cap on Σ ρ_i, default 0.95
+	// TrainWeights are the training jobs' shares of training GPU time, one per job in
+	// the order of MultiProfile.Train (normalised to sum 1). Nil means equal shares.
+	TrainWeights []float64 `json:"train_weights,omitempty"`
+}
+
+// WithDefaults fills a zero Quantile and RhoMax.
+func (b MultiBudgets) WithDefaults() MultiBudgets {
+	if b.Quantile == 0 {
+		b.Quantile = DefaultQuantile
+	}
+	if b.RhoMax == 0 {
+		b.RhoMax = DefaultRhoMax
+	}
+	return b
+}
+
+// Validate rejects budgets the model cannot plan for. Every message names the field
+// (streams[i].rate_rps, train_weights[j], …) and says what is wanted.
+func (b MultiBudgets) Validate() error {
+	var errs []error
+	if len(b.Streams) == 0 {
+		errs = append(errs, errors.New("streams: no inference stream: add at least one with its name, rate_rps and latency_ms"))
+	}
+	seen := make(map[string]int, len(b.Streams))
+	for i, s := range b.Streams {
+		at := fmt.Sprintf("streams[%d]", i)
+		switch prev, dup := seen[s.Name]; {
+		case s.Name == "":
+			errs = append(errs, fmt.Errorf("%s.name is empty: name every stream, so that errors and plans can say which one", at))
+		case dup:
+			errs = append(errs, fmt.Errorf("%s.name %q is also streams[%d].name: give every stream its own name", at, s.Name, prev))
+		default:
+			seen[s.Name] = i
+		}
+		for _, f := range []struct {
+			field string
+			v     float64
+		}{{FieldRate, s.RateRPS}, {FieldLatency, s.LatencyMS}} {
+			if err := CheckField(f.field, f.v); err != nil {
+				errs = append(errs, fmt.Errorf("%s (%q): %w", at, s.Name, err))
+			}
+		}
+	}
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{FieldPower, b.PowerMW}, {FieldQuantile, b.Quantile}, {FieldRhoMax, b.RhoMax}} {
+		if err := CheckField(f.field, f.v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for j, w := range b.TrainWeights {
+		if math.IsNaN(w) || math.IsInf(w, 0) || w <= 0 {
+			errs = append(errs, fmt.Errorf("train_weights[%d] = %v: want a positive share of training time (leave train_weights empty for equal shares; drop a job that should get none)", j, w))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MultiProfile is a mode profiled for several workloads: every training job and every
+// inference stream measured there.
+type MultiProfile struct {
+	Mode  powermode.Mode `json:"mode"`
+	Train []TrainPoint   `json:"train"` // one per training job
+	Infer [][]InferPoint `json:"infer"` // per stream (the order of MultiBudgets.Streams), per batch size
+	// Repeats is how many measurements each value is the mean of (0 means 1).
+	Repeats int `json:"repeats,omitempty"`
+}
+
+// MultiBinding names a constraint and, for a latency budget, its stream.
+type MultiBinding struct {
+	Constraint Constraint `json:"constraint"`
+	Stream     string     `json:"stream,omitempty"`
+}
+
+// StreamEval is one stream's figures in a MultiEval.
+type StreamEval struct {
+	Name      string  `json:"name"`
+	Batch     int     `json:"batch"`
+	Rho       float64 `json:"rho"`        // ρ_i
+	FillMS    float64 `json:"fill_ms"`    // q-quantile of the batch fill time
+	WaitMS    float64 `json:"wait_ms"`    // the longest non-preemptible turn ahead
+	LatencyMS float64 `json:"latency_ms"` // fill + wait + own service
+}
+
+// MultiEval is one configuration (mode, a batch size per stream) scored by model v1 for
+// several workloads.
+type MultiEval struct {
+	Mode    powermode.Mode `json:"mode"`
+	Streams []StreamEval   `json:"streams"`
+	Rho     float64        `json:"rho"` // Σ ρ_i
+	PowerMW float64        `json:"power_mw"`
+	// TrainShares are the jobs' shares of training time s_j; TrainSPS their throughputs θ_j.
+	TrainShares []float64 `json:"train_shares"`
+	TrainSPS    []float64 `json:"train_sps"`
+	// ObjectiveSPS is Θ = Π θ_j^{s_j}, the s-weighted geometric mean of TrainSPS (θ with
+	// one job).
+	ObjectiveSPS float64 `json:"objective_sps"`
+	Feasible     bool    `json:"feasible"`
+	// Violation is the sum of relative excesses over every budget (0 when feasible).
+	Violation float64 `json:"violation"`
+	// Binding is the constraint with the largest relative excess (infeasible), or the
+	// least relative slack (feasible).
+	Binding MultiBinding `json:"binding"`
+}
+
+// Batches returns the batch size of every stream, in stream order.
+func (e MultiEval) Batches() []int {
+	out := make([]int, len(e.Streams))
+	for i, s := range e.Streams {
+		out[i] = s.Batch
+	}
+	return out
+}
+
+// Better reports whether e beats o, by Eval.Better's rules: feasible first, then the
+// higher objective, ties to lower power; among infeasible ones, smaller violation.
+func (e MultiEval) Better(o MultiEval) bool {
+	if e.Feasible != o.Feasible {
+		return e.Feasible
+	}
+	if !e.Feasible {
+		if e.Violation != o.Violation {
+			return e.Violation < o.Violation
+		}
+		return e.PowerMW < o.PowerMW
+	}
+	if e.ObjectiveSPS != o.ObjectiveSPS {
+		return e.ObjectiveSPS > o.ObjectiveSPS
+	}
+	return e.PowerMW < o.PowerMW
+}
+
+// MultiModel evaluates model v1 for several workloads for fixed budgets. It caches the
+// fill quantiles of every stream and batch size. It is immutable and safe for concurrent
+// use.
+type MultiModel struct {
+	b     MultiBudgets
+	fills []map[int]float64 // per stream: batch -> fill quantile in ms
+}
+
+// NewMultiModel validates the budgets (after defaults) and precomputes fill quantiles.
+func NewMultiModel(b MultiBudgets, batches []int) (*MultiModel, error) {
+	b = b.WithDefaults()
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("multi-workload budgets: %w", err)
+	}
+	// Copy what the caller could change under a model that claims to be immutable.
+	b.Streams = slices.Clone(b.Streams)
+	b.TrainWeights = slices.Clone(b.TrainWeights)
+	m := &MultiModel{b: b, fills: make([]map[int]float64, len(b.Streams))}
+	for i, s := range b.Streams {
+		m.fills[i] = make(map[int]float64, len(batches))
+		for _, n := range batches {
+			if n < 1 {
+				return nil, fmt.Errorf("inference batch size %d: must be at least 1", n)
+			}
+			m.fills[i][n] = FillQuantileMS(n, s.RateRPS, b.Quantile)
+		}
+	}
+	return m, nil
+}
+
+// Budgets returns the budgets the model checks against (a copy).
+func (m *MultiModel) Budgets() MultiBudgets {
+	b := m.b
+	b.Streams = slices.Clone(b.Streams)
+	b.TrainWeights = slices.Clone(b.TrainWeights)
+	return b
+}
+
+func (m *MultiModel) fill(stream, b int) float64 {
+	if f, ok := m.fills[stream][b]; ok {
+		return f
+	}
+	return FillQuantileMS(b, m.b.Streams[stream].RateRPS, m.b.Quantile)
+}
+
+// shares returns s_j = w_j / Σ w for jobs training jobs. With one job it is exactly 1, so
+// the model reduces to v1 to the bit.
+func (m *MultiModel) shares(jobs int) []float64 {
+	s := make([]float64, jobs)
+	if len(m.b.TrainWeights) == 0 {
+		for j := range s {
+			s[j] = 1 / float64(jobs)
+		}
+		return s
+	}
+	var sum float64
+	for _, w := range m.b.TrainWeights {
+		sum += w
+	}
+	for j, w := range m.b.TrainWeights {
+		s[j] = w / sum
+	}
+	return s
+}
+
+// CheckProfile rejects a profile the model cannot score: a training point per job (as
+// many as TrainWeights when set), an inference list per stream, positive times and
+// batches.
+func (m *MultiModel) CheckProfile(p MultiProfile) error {
+	var errs []error
+	if len(p.Train) == 0 {
+		errs = append(errs, errors.New("train: no training job: profile at least one (with no training there is nothing to choose for)"))
+	}
+	if w := len(m.b.TrainWeights); w > 0 && w != len(p.Train) {
+		errs = append(errs, fmt.Errorf("train: %d jobs profiled but train_weights has %d: give one weight per job, in the same order, or none", len(p.Train), w))
+	}
+	for j, t := range p.Train {
+		if t.Batch < 1 || !(t.TimeMS > 0) || math.IsInf(t.TimeMS, 0) || math.IsNaN(t.PowerMW) {
+			errs = append(errs, fmt.Errorf("train[%d]: batch %d, time_ms %v, power_mw %v: want batch ≥ 1 and a positive, finite time", j, t.Batch, t.TimeMS, t.PowerMW))
+		}
+	}
+	if len(p.Infer) != len(m.b.Streams) {
+		errs = append(errs, fmt.Errorf("infer: %d streams profiled but the budgets have %d: profile every stream, in the order of streams", len(p.Infer), len(m.b.Streams)))
+	}
+	for i, pts := range p.Infer {
+		for _, ip := range pts {
+			if ip.Batch < 1 || !(ip.TimeMS > 0) || math.IsInf(ip.TimeMS, 0) || math.IsNaN(ip.PowerMW) {
+				errs = append(errs, fmt.Errorf("infer[%d]: batch %d, time_ms %v, power_mw %v: want batch ≥ 1 and a positive, finite time", i, ip.Batch, ip.TimeMS, ip.PowerMW))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("profile at mode %s: %w", p.Mode.Human(), err)
+	}
+	return nil
+}
+
+// Evaluate scores the profile at the given batch size per stream (in stream order).
+func (m *MultiModel) Evaluate(p MultiProfile, batches []int) (MultiEval, error) {
+	if err := m.CheckProfile(p); err != nil {
+		return MultiEval{}, err
+	}
+	if len(batches) != len(m.b.Streams) {
+		return MultiEval{}, fmt.Errorf("evaluate at mode %s: %d batch sizes for %d streams: give one per stream", p.Mode.Human(), len(batches), len(m.b.Streams))
+	}
+	pts := make([]InferPoint, len(batches))
+	for i, n := range batches {
+		found := false
+		for _, ip := range p.Infer[i] {
+			if ip.Batch == n {
+				pts[i], found = ip, true
+				break
+			}
+		}
+		if !found {
+			return MultiEval{}, fmt.Errorf("evaluate at mode %s: stream %q has no profile at batch %d: profile it there or pick a profiled batch", p.Mode.Human(), m.b.Streams[i].Name, n)
+		}
+	}
+	return m.evaluate(p.Mode, p.Train, m.shares(len(p.Train)), pts), nil
+}
+
+// evaluate is the model itself; the order of every operation keeps it identical to
+// Model.Evaluate with one stream and one job.
+func (m *MultiModel) evaluate(mode powermode.Mode, train []TrainPoint, shares []float64, pts []InferPoint) MultiEval {
+	b := m.b
+	e := MultiEval{Mode: mode, Streams: make([]StreamEval, len(pts)), TrainShares: shares, TrainSPS: make([]float64, len(train))}
+	for i, ip := range pts {
+		rho := b.Streams[i].RateRPS * (ip.TimeMS / 1000) / float64(ip.Batch)
+		e.Streams[i] = StreamEval{Name: b.Streams[i].Name, Batch: ip.Batch, Rho: rho, FillMS: m.fill(i, ip.Batch)}
+		e.Rho += rho
+	}
+	// The longest turn that can be running when a stream's batch becomes ready: any
+	// training minibatch, or another stream's batch (EDF, no preemption).
+	var longestTrain float64
+	for _, t := range train {
+		longestTrain = max(longestTrain, t.TimeMS)
+	}
+	for i := range pts {
+		wait := longestTrain
+		for k, ip := range pts {
+			if k != i {
+				wait = max(wait, ip.TimeMS)
+			}
+		}
+		e.Streams[i].WaitMS = wait
+		e.Streams[i].LatencyMS = e.Streams[i].FillMS + wait + pts[i].TimeMS
+	}
+	// Time-weighted power; past ρ = 1 the streams' shares are scaled to sum to 1.
+	share := min(e.Rho, 1)
+	var inferMW, trainMW float64
+	for i, ip := range pts {
+		ri := e.Streams[i].Rho
+		if e.Rho > 1 {
+			ri /= e.Rho
+		}
+		inferMW += ri * ip.PowerMW
+	}
+	for j, t := range train {
+		trainMW += shares[j] * t.PowerMW
+	}
+	e.PowerMW = inferMW + (1-share)*trainMW
+	free := max(0, 1-e.Rho)
+	e.ObjectiveSPS = 1
+	for j, t := range train {
+		e.TrainSPS[j] = free * shares[j] * float64(t.Batch) / (t.TimeMS / 1000)
+		e.ObjectiveSPS *= math.Pow(e.TrainSPS[j], shares[j])
+	}
+	// Excesses in v1's order (latency, power, share), the latencies in stream order; the
+	// first of equal excesses binds.
+	worst := math.Inf(-1)
+	add := func(c Constraint, stream string, x float64) {
+		if x > 0 {
+			e.Violation += x
+		}
+		if x > worst {
+			worst, e.Binding = x, MultiBinding{Constraint: c, Stream: stream}
+		}
+	}
+	for i, s := range e.Streams {
+		add(ConstraintLatency, s.Name, s.LatencyMS/b.Streams[i].LatencyMS-1)
+	}
+	add(ConstraintPower, "", e.PowerMW/b.PowerMW-1)
+	add(ConstraintRho, "", e.Rho/b.RhoMax-1)
+	e.Feasible = e.Violation == 0
+	return e
+}
+
+// MaxMultiCombos caps the batch vectors Choose enumerates at one mode: |𝔅|^k grows fast
+// with the number of streams (3 streams × 6 sizes = 216).
+const MaxMultiCombos = 1 << 16
+
+// MultiPlan is the planner's answer over profiled modes for several workloads.
+type MultiPlan struct {
+	// Best is the feasible configuration with the highest objective, or, when Feasible
+	// is false, the least-violating one.
+	Best     MultiEval `json:"best"`
+	Feasible bool      `json:"feasible"`
+	// Binding names the constraint (and stream) that Best violates most, when infeasible.
+	Binding MultiBinding `json:"binding"`
+}
+
+// BestAtMode returns the best batch vector at a profiled mode, enumerating every
+// combination of the profiled batch sizes of every stream.
+func (m *MultiModel) BestAtMode(p MultiProfile) (MultiEval, error) {
+	if err := m.CheckProfile(p); err != nil {
+		return MultiEval{}, err
+	}
+	combos := 1
+	for i, pts := range p.Infer {
+		if len(pts) == 0 {
+			return MultiEval{}, fmt.Errorf("profile at mode %s: stream %q has no inference points: profile it at least at one batch size", p.Mode.Human(), m.b.Streams[i].Name)
+		}
+		combos *= len(pts)
+		if combos > MaxMultiCombos {
+			return MultiEval{}, fmt.Errorf("profile at mode %s: more than %d batch combinations: profile fewer batch sizes per stream", p.Mode.Human(), MaxMultiCombos)
+		}
+	}
+	shares := m.shares(len(p.Train))
+	idx := make([]int, len(p.Infer))
+	pts := make([]InferPoint, len(p.Infer))
+	var best MultiEval
+	for n := 0; n < combos; n++ {
+		for i := range pts {
+			pts[i] = p.Infer[i][idx[i]]
+		}
+		// evaluate keeps nothing of pts, so one buffer serves every combination.
+		if e := m.evaluate(p.Mode, p.Train, shares, pts); n == 0 || e.Better(best) {
+			best = e
+		}
+		// Odometer: the first stream's batch turns fastest.
+		for i := range idx {
+			if idx[i]++; idx[i] < len(p.Infer[i]) {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	best.TrainShares = slices.Clone(shares) // every combination shared the one slice
+	return best, nil
+}
+
+// Choose returns the best configuration over the profiled modes: every mode and every
+// batch vector, jointly.
+func (m *MultiModel) Choose(profiles []MultiProfile) (MultiPlan, error) {
+	if len(profiles) == 0 {
+		return MultiPlan{}, errNoProfiles
+	}
+	var best MultiEval
+	for n, p := range profiles {
+		e, err := m.BestAtMode(p)
+		if err != nil {
+			return MultiPlan{}, fmt.Errorf("planner: %w", err)
+		}
+		if n == 0 || e.Better(best) {
+			best = e
+		}
+	}
+	pl := MultiPlan{Best: best, Feasible: best.Feasible}
+	if !best.Feasible {
+		pl.Binding = best.Binding
+	}
+	return pl, nil
+}
