@@ -15,11 +15,14 @@ import (
 
 // ALSOptions tune the ALS searcher. Zero values take the defaults in brackets.
 type ALSOptions struct {
-	// MaxProfiles caps the campaign's profiles [50]; Problem.MaxProfiles overrides it.
+	// MaxProfiles caps the profiles of a pair [50], campaign and one answer's
+	// confirming profiles together: the campaign takes at most MaxProfiles − Confirm.
+	// Problem.MaxProfiles overrides it.
 	MaxProfiles int `json:"max_profiles"`
 	// SeedModes is the size of the space-filling initial design [10].
 	SeedModes int `json:"seed_modes"`
-	// Confirm is how many modes an answer may profile to confirm its choice [2].
+	// Confirm is how many profiles (first profiles of modes and repeats) one answer may
+	// take to let the decision claim a better configuration [4].
 	Confirm int `json:"confirm"`
 	// Kappa widens the GP confidence boxes (mean ± Kappa·σ) that decide which modes may
 	// still be Pareto-optimal during the campaign [2].
@@ -33,31 +36,14 @@ type ALSOptions struct {
 	// StableRounds ends the campaign when the predicted Pareto set has not changed for
 	// this many profiles and candidates' Kappa·σ is below 2·StopSigma [6]; <0 disables.
 	StableRounds int `json:"stable_rounds"`
-	// MarginSigmas (k) derates an unprofiled mode's predicted times and powers to
-	// exp(μ + k·σ) when ranking which mode to confirm [1.5].
-	MarginSigmas float64 `json:"margin_sigmas"`
-	// SafetySigmas (z) derates a profiled mode's posterior times and powers to
-	// exp(μ + z·σ) (σ ≥ NoiseFloor): the answer must meet the budgets there, so that it
-	// stays within budget when its measurement was lucky [1.75].
-	SafetySigmas float64 `json:"safety_sigmas"`
-	// FallbackSigmas are the smaller safety margins tried, in order, when nothing
-	// profiled meets the budgets at SafetySigmas [0.75]; say []float64{-1} for none
-	// (negative entries are skipped). On the AGX benchmark adding 0 (the posterior
-	// mean) turned no-answers into violations about as often as into answers.
-	FallbackSigmas []float64 `json:"fallback_sigmas"`
 	// NoiseFloor is the least relative measurement noise assumed [0.02]: the GPs'
 	// fitted noise sd (log units) is bounded below by it (or by Problem.NoiseRel when
-	// larger), and σ at a profiled mode by it. Without it a GP with ~50 points in 4-D can interpolate the noise and then
+	// larger). Without it a GP with ~50 points in 4-D can interpolate the noise and then
 	// trust a lucky measurement.
 	NoiseFloor float64 `json:"noise_floor"`
 	// Restarts are the random L-BFGS restarts of the first and last GP fits [2]
 	// (fits in between warm-start from the previous hyper-parameters).
 	Restarts int `json:"restarts"`
-	// KeepLeftover stops an answer from spending a confirm left over (after the choice
-	// was confirmed) on the unprofiled mode that would beat the choice if its profile
-	// matched the prediction. Spending it was slightly better on every benchmark metric
-	// for ~0.4 more profiles per answer.
-	KeepLeftover bool `json:"keep_leftover"`
 	// Seed is mixed with Problem.Seed to seed the initial design and GP restarts.
 	Seed uint64 `json:"seed"`
 	// Logger receives progress at debug level; nil discards.
@@ -77,19 +63,13 @@ func (o ALSOptions) withDefaults() ALSOptions {
 	}
 	def(&o.MaxProfiles, 50)
 	def(&o.SeedModes, 10)
-	def(&o.Confirm, 2)
+	def(&o.Confirm, 4)
 	def(&o.StableRounds, 6)
 	def(&o.Restarts, 2)
 	deff(&o.Kappa, 2)
 	deff(&o.Epsilon, 0.01)
 	deff(&o.StopSigma, 0.03)
-	deff(&o.MarginSigmas, 1.5)
-	deff(&o.SafetySigmas, 1.75)
 	deff(&o.NoiseFloor, 0.02)
-	if o.FallbackSigmas == nil {
-		o.FallbackSigmas = []float64{0.75}
-	}
-	o.FallbackSigmas = slices.DeleteFunc(slices.Clone(o.FallbackSigmas), func(z float64) bool { return z < 0 })
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -100,7 +80,7 @@ func (o ALSOptions) withDefaults() ALSOptions {
 // log time and log power of both workloads over the mode space, a space-filling seed,
 // then ε-PAL sampling of the (time, power) Pareto sets until they are resolved or the
 // budget is spent. The learned model (ALSModel) answers any budgets with at most
-// Confirm new profiles. ALS itself holds only options and is safe for concurrent use.
+// Confirm new profiles, decided by the problem's Rules. ALS itself holds only options and is safe for concurrent use.
 type ALS struct{ opts ALSOptions }
 
 // NewALS returns an ALS searcher.
@@ -109,16 +89,10 @@ func NewALS(opts ALSOptions) *ALS { return &ALS{opts: opts.withDefaults()} }
 // Name implements Searcher and PairLearner.
 func (a *ALS) Name() string { return "als" }
 
-// Search implements Searcher: a campaign sized so that campaign plus confirmation stay
-// within the problem's profile budget, then an answer for p.Budgets.
+// Search implements Searcher: a campaign, then an answer for p.Budgets; campaign and
+// confirmation stay within the problem's profile budget together.
 func (a *ALS) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
-	budget := p.MaxProfiles
-	if budget == 0 {
-		budget = a.opts.MaxProfiles
-	}
-	lp := p
-	lp.MaxProfiles = max(budget-a.opts.Confirm, 1)
-	m, err := a.LearnModel(ctx, lp, prof)
+	m, err := a.LearnModel(ctx, p, prof)
 	if err != nil {
 		return Result{}, err
 	}
@@ -167,18 +141,20 @@ type ALSModel struct {
 	front      []powermode.Mode
 	stop       string
 	campaign   []powermode.Mode // modes this campaign profiled (not inherited ones)
+	// rules decide every answer (plan.Decider); noiseRel is the relative noise of one
+	// measurement that answers predict repeats with; maxProfiles caps campaign plus one
+	// answer's confirmations.
+	rules       plan.Rules
+	noiseRel    float64
+	maxProfiles int
 
 	modes  []powermode.Mode
 	pos    map[powermode.Mode]int
 	mu, sd []float64 // per mode, nOut values: log τ_T, log π_T, log τ_I(b)…, log π_I(b)…
 	noise  []float64 // per output: fitted relative measurement noise (for reports)
 	in     inputs
-	// Derated values of every mode (as unprofiled, and as profiled where it is in the
-	// campaign data), precomputed because they do not depend on budgets.
-	derUnmeas, derMeas []float64
-	inData             []bool
-	xData              [][]float64 // GP inputs of profiles, in order
-	yData              [][]float64 // log outputs of profiles, in order
+	xData  [][]float64 // GP inputs of profiles, in order
+	yData  [][]float64 // log outputs of profiles, in order
 }
 
 // nOut is the number of predicted quantities per mode.

@@ -2,7 +2,6 @@ package search
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -11,23 +10,22 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 )
 
-// candidate is one (mode, batch) configuration scored by model v1 on derated values.
-type candidate struct {
-	pos      int
-	batch    int
-	eval     plan.Eval // on derated values: what ranks
-	measured bool
-}
-
 // posterior is the prediction at one mode: mean and sd of every log output.
 type posterior struct{ mu, sd []float64 }
 
-// Answer implements Answerer: the best configuration for b by model v1 over the
-// predicted profiles of every mode, derated for their uncertainty, confirming an
-// unprofiled choice by profiling it, at most Confirm times. The answer always rests on
-// a profiled mode.
+// Answer implements Answerer. b are the budgets inside the scheduler's admission room
+// (Rules.Admission.Budgets), as the benchmark and ALS.Search pass them; the answer is
+// the decision of the model's Rules (plan.Decider, over the exact budgets) on every
+// profile the profiler knows, after at most ConfirmBudget confirming profiles chosen to
+// let that decision claim the highest throughput it can: profiles of unprofiled modes
+// the surrogates predict to be claimable, and repeats (Remeasurer) of profiled ones just
+// short of the decision's confidence.
 func (m *ALSModel) Answer(ctx context.Context, b plan.Budgets, prof Profiler) (Result, error) {
-	model, err := plan.NewModel(b, m.batches)
+	dec := m.rules.For(exactBudgets(m.rules.Admission, b.WithDefaults()), m.batches)
+	if err := dec.Validate(); err != nil {
+		return Result{}, fmt.Errorf("als: %w", err)
+	}
+	model, err := plan.NewModel(dec.Budgets, m.batches)
 	if err != nil {
 		return Result{}, fmt.Errorf("als: %w", err)
 	}
@@ -50,73 +48,283 @@ func (m *ALSModel) Answer(ctx context.Context, b plan.Budgets, prof Profiler) (R
 	if err != nil {
 		return Result{}, err
 	}
+	rm, canRepeat := prof.(Remeasurer)
 	var res Result
-	// confirm profiles the mode at pos and adds it to the GP data.
-	confirm := func(pos int) error {
-		md := m.modes[pos]
+	for left := m.ConfirmBudget(); left > 0; left-- {
+		known := prof.Known()
+		claimSPS, err := claimedThroughput(dec, known)
+		if err != nil {
+			return Result{}, fmt.Errorf("als: %w", err)
+		}
+		act, ok := m.nextConfirm(model, dec, known, measured, post, claimSPS, left, canRepeat)
+		if !ok {
+			break
+		}
+		md := m.modes[act.pos]
+		m.opts.Logger.Debug("als confirm", "mode", md.String(), "repeat", act.repeat, "gain_sps", act.gain, "planned", act.steps, "claimed_sps", claimSPS)
+		if act.repeat {
+			if _, err := rm.Remeasure(ctx, md); err != nil {
+				return Result{}, fmt.Errorf("als: measuring mode %s again: %w", md, err)
+			}
+			res.Remeasured = append(res.Remeasured, md)
+			continue
+		}
 		mp, err := prof.Profile(ctx, md)
 		if err != nil {
-			return fmt.Errorf("als: confirming mode %s: %w", md, err)
+			return Result{}, fmt.Errorf("als: confirming mode %s: %w", md, err)
 		}
 		mp.Mode = md
 		if _, ok := outputsOf(mp, m.batches); !ok {
-			return fmt.Errorf("als: the confirming profile of mode %s lacks a batch size of %v or has a non-positive value: fix the profiler", md, m.batches)
+			return Result{}, fmt.Errorf("als: the confirming profile of mode %s lacks a batch size of %v or has a non-positive value: fix the profiler", md, m.batches)
 		}
-		measured[pos] = true
+		measured[act.pos] = true
 		extra = append(extra, mp)
 		res.Profiled = append(res.Profiled, md)
-		post, err = m.posteriors(extra)
-		return err
-	}
-	for {
-		best, ok := m.bestConfig(model, measured, post, nil)
-		if !ok {
-			return Result{}, errors.New("als: no configuration to evaluate: the model has no modes")
-		}
-		// Tight budgets: when nothing is feasible with the margins, the least-violating
-		// candidate is confirmed (Better ranks infeasible ones by violation). Nominating
-		// the best candidate at narrower margins instead was worse on the benchmark.
-		if best.measured || len(res.Profiled) >= m.opts.Confirm {
-			break
-		}
-		if err := confirm(best.pos); err != nil {
+		if post, err = m.posteriors(extra); err != nil {
 			return Result{}, err
 		}
 	}
-	onlyMeasured := func(i int) bool { return measured[i] }
-	best, ok := m.bestConfig(model, measured, post, onlyMeasured)
-	if !ok {
-		return Result{}, errors.New("als: no profiled mode to answer from")
+	d, err := dec.Decide(prof.Known())
+	if err != nil {
+		return Result{}, fmt.Errorf("als: deciding over the profiles: %w", err)
 	}
-	// A confirm left over goes to the unprofiled mode that would beat the answer if
-	// its profile matched the prediction (derated as a profiled mode would be).
-	for len(res.Profiled) < m.opts.Confirm && !m.opts.KeepLeftover {
-		c, ok := m.bestAt(model, measured, post, m.opts.SafetySigmas, 0, m.opts.SafetySigmas*m.opts.NoiseFloor, false)
-		if !ok || c.measured || !c.eval.Better(best.eval) {
-			break
-		}
-		if err := confirm(c.pos); err != nil {
-			return Result{}, err
-		}
-		best, _ = m.bestConfig(model, measured, post, onlyMeasured)
+	res.Found, res.Feasible, res.Choice = true, d.Feasible, d.Best
+	how := fmt.Sprintf("claimed with P(within budgets) %.3f ≥ %g", d.PFeasible, confidenceOf(dec))
+	if !d.Feasible {
+		how = fmt.Sprintf("nothing profiled can be claimed; most likely to fit: P %.3f", d.PFeasible)
 	}
-	how := fmt.Sprintf("feasible with the safety margin (z = %g)", m.opts.SafetySigmas)
-	if !best.eval.Feasible {
-		// Tight budgets: narrow the margin step by step (FallbackSigmas) before giving up.
-		how = "nothing profiled meets the budgets even with the reduced margins; least-violating by the margin"
-		for _, z := range m.opts.FallbackSigmas {
-			if c, ok := m.bestAt(model, measured, post, z, 0, 0, true); ok && c.eval.Feasible {
-				best = c
-				how = fmt.Sprintf("feasible only with a reduced safety margin (z = %g)", z)
-				break
+	res.Stop = fmt.Sprintf("als: decided over the learned pair's profiles (campaign: %d profiles, %s) with %d confirming profile(s) and %d repeat(s); %s",
+		len(m.campaign), m.stop, len(res.Profiled), len(res.Remeasured), how)
+	return res, nil
+}
+
+// ConfirmBudget is how many profiles (first profiles and repeats) one answer may take:
+// Confirm, less what the campaign took beyond MaxProfiles − Confirm, so that campaign
+// and confirmations together stay within MaxProfiles.
+func (m *ALSModel) ConfirmBudget() int {
+	return max(0, min(m.opts.Confirm, m.maxProfiles-len(m.campaign)))
+}
+
+// exactBudgets undoes Admission.Budgets: the budgets whose admission-room budgets are
+// b. Where two latency budgets map to the same room (b.LatencyMS·g between the margin
+// and twice it) it returns the smaller, which can only make the decision stricter.
+func exactBudgets(a plan.Admission, b plan.Budgets) plan.Budgets {
+	l := b.LatencyMS * (1 + a.DevRel)
+	if l > 2*a.MarginMS {
+		l += a.MarginMS
+	}
+	b.LatencyMS = l
+	return b
+}
+
+// claimedThroughput is the training throughput of what the decision claims over the
+// profiles, or 0 when it claims nothing.
+func claimedThroughput(dec plan.Decider, known []plan.ModeProfile) (float64, error) {
+	all, err := dec.ScoreAll(known)
+	if err != nil {
+		return 0, err
+	}
+	var best float64
+	for _, s := range all {
+		if dec.Claims(s) {
+			best = max(best, s.ThroughputSPS)
+		}
+	}
+	return best, nil
+}
+
+// confirmAction is one confirming profile: a first profile of an unprofiled mode, or a
+// repeat of a profiled one.
+type confirmAction struct {
+	pos    int
+	repeat bool
+	gain   float64 // expected throughput gained, samples/s
+	steps  int     // profiles the gain is planned with (this one the first)
+}
+
+// alsMinClaimProb is the least probability of a claim worth a profile: below it a
+// plan only spends profiles where the budgets are out of reach.
+const alsMinClaimProb = 0.01
+
+// alsMaxRepeats caps the repeats of one mode in one answer's planning: past 4, a
+// repeat shrinks the decision's σ by less than 12%.
+const alsMaxRepeats = 4
+
+// nextConfirm returns the confirming profile that starts the plan with the largest
+// expected gain: the throughput a configuration would add over what the decision claims
+// now (claimSPS), times the probability that the decision claims it once measured
+// (claimProb), when k ≤ left profiles are spent on it. For an unprofiled mode that is a
+// first profile and k−1 repeats, predicted by the surrogates (their sd and the
+// measurement noise combined, no floor: the decision, not this ranking, keeps the
+// margin); for a profiled one, k repeats, predicted from the repeats so far or, for a
+// mode measured once, from the surrogates' posterior there (fresh repeats replace the
+// first measurement, which was picked for looking good). Ties go to the shorter plan.
+// Only the first profile is taken: the next call plans again with what it measured.
+// ok is false when no plan is expected to gain.
+func (m *ALSModel) nextConfirm(model *plan.Model, dec plan.Decider, known []plan.ModeProfile, measured map[int]bool, post map[int]posterior, claimSPS float64, left int, canRepeat bool) (confirmAction, bool) {
+	no, nb := m.nOut(), len(m.batches)
+	bud := model.Budgets()
+	noise := m.noiseRel
+	cp := claimParams{
+		bud: bud, trainBatch: m.trainBatch, adm: dec.Admission,
+		z: math.Sqrt2 * math.Erfinv(2*confidenceOf(dec)-1),
+	}
+	cp.fill = make([]float64, nb)
+	for j, b := range m.batches {
+		cp.fill[j] = plan.FillQuantileMS(b, bud.RateRPS, bud.Quantile)
+	}
+	repeats := make(map[int]int, len(known))
+	knownAt := make(map[int]plan.ModeProfile, len(known))
+	for _, mp := range known {
+		if i, ok := m.pos[mp.Mode]; ok {
+			repeats[i] = mp.Repeats
+			knownAt[i] = mp
+		}
+	}
+	var best confirmAction
+	found := false
+	// A gain below this is noise in the ranking, not worth a profile.
+	minGain := 1e-3 * claimSPS
+	vals, spread := make([]float64, no), make([]float64, no)
+	consider := func(pos int, repeat bool, k int, decSD float64) {
+		g := 0.0
+		for j := range m.batches {
+			t := cp.throughput(m.batches[j], vals[0], vals[2+j])
+			if t <= claimSPS {
+				continue
+			}
+			p := cp.claimProb(j, m.batches[j], vals[0], vals[1], vals[2+j], vals[2+nb+j],
+				spread[0], spread[1], spread[2+j], spread[2+nb+j], decSD)
+			if p >= alsMinClaimProb {
+				g = max(g, (t-claimSPS)*p)
 			}
 		}
+		if g > minGain && (!found || g > best.gain*(1+1e-9) || (g >= best.gain*(1-1e-9) && k < best.steps)) {
+			best, found = confirmAction{pos: pos, repeat: repeat, gain: g, steps: k}, true
+		}
 	}
-	res.Found = true
-	res.Feasible = best.eval.Feasible
-	res.Choice = m.meanEval(model, best.pos, best.batch, post)
-	res.Stop = fmt.Sprintf("als: answered from the learned model (campaign: %d profiles, %s) with %d confirming profile(s); %s", len(m.profiles), m.stop, len(res.Profiled), how)
-	return res, nil
+	for i := range m.modes {
+		mu, sd := m.at(i, post)
+		if !measured[i] {
+			// Cheap bound first: at the predicted mean, can any batch beat the claim?
+			if !cp.anyAbove(m.batches, math.Exp(mu[0]), mu[2:2+nb], claimSPS) {
+				continue
+			}
+			// A first profile, then up to left−1 repeats, which replace it.
+			for k := 1; k <= left; k++ {
+				n := float64(max(1, k-1))
+				if !canRepeat && k > 1 {
+					break
+				}
+				for o := range vals {
+					vals[o] = math.Exp(mu[o])
+					spread[o] = math.Hypot(sd[o], noise/math.Sqrt(n))
+				}
+				consider(i, false, k, dec.NoiseRel/math.Sqrt(n))
+			}
+			continue
+		}
+		r := repeats[i]
+		if !canRepeat || r >= alsMaxRepeats {
+			continue
+		}
+		for k := 1; k <= min(left, alsMaxRepeats-r); k++ {
+			if r == 0 {
+				// k fresh repeats replace the first measurement: centred on the
+				// posterior, spread by its sd and the mean of k measurements' noise.
+				for o := range vals {
+					vals[o] = math.Exp(mu[o])
+					spread[o] = math.Hypot(sd[o], noise/math.Sqrt(float64(k)))
+				}
+			} else {
+				// The pooled mean of r repeats moves by the k new ones' share.
+				kp := knownAt[i]
+				fillLinear(vals, kp, m.batches)
+				s := noise * math.Sqrt(float64(k)/float64(r*(r+k)))
+				for o := range spread {
+					spread[o] = s
+				}
+			}
+			consider(i, true, k, dec.NoiseRel/math.Sqrt(float64(r+k)))
+		}
+	}
+	return best, found
+}
+
+// fillLinear writes a profile's values in model order (linear, not log).
+func fillLinear(dst []float64, mp plan.ModeProfile, batches []int) {
+	nb := len(batches)
+	dst[0], dst[1] = mp.Train.TimeMS, mp.Train.PowerMW
+	for _, ip := range mp.Infer {
+		if j, ok := slices.BinarySearch(batches, ip.Batch); ok {
+			dst[2+j], dst[2+nb+j] = ip.TimeMS, ip.PowerMW
+		}
+	}
+}
+
+func confidenceOf(d plan.Decider) float64 {
+	if d.Confidence <= 0 {
+		return plan.DefaultConfidence
+	}
+	return d.Confidence
+}
+
+// claimParams is what claimProb needs of one decision.
+type claimParams struct {
+	bud        plan.Budgets
+	trainBatch int
+	adm        plan.Admission
+	fill       []float64 // per batch index: fill quantile, ms
+	z          float64   // the decision's confidence as a one-sided normal quantile
+}
+
+func (c claimParams) rho(batch int, tI float64) float64 {
+	return c.bud.RateRPS * (tI / 1000) / float64(batch)
+}
+
+// throughput is model v1's training throughput, samples/s.
+func (c claimParams) throughput(batch int, tT, tI float64) float64 {
+	return max(0, 1-c.rho(batch, tI)) * float64(c.trainBatch) / (tT / 1000)
+}
+
+// anyAbove reports whether some batch's throughput at train time tT and log inference
+// times logTI exceeds sps.
+func (c claimParams) anyAbove(batches []int, tT float64, logTI []float64, sps float64) bool {
+	for j, b := range batches {
+		if c.throughput(b, tT, math.Exp(logTI[j])) > sps {
+			return true
+		}
+	}
+	return false
+}
+
+// claimProb approximates the probability that the decision claims a configuration once
+// it is measured: each constraint's measured value must leave the decision's margin
+// (z of its σ, decSD relative per value) below the budget, and the measured value is
+// predicted at vals with relative spreads s (independent per value). The constraints
+// are taken as independent, as the decision takes them.
+func (c claimParams) claimProb(j, batch int, tT, pT, tI, pI, sT, sPT, sI, sPI, decSD float64) float64 {
+	b := c.bud
+	g := 1 + c.adm.DevRel
+	lat := c.adm.LatencyMS(b.LatencyMS, c.fill[j], tT, tI)
+	rho := c.rho(batch, tI)
+	share := min(rho, 1)
+	pow := share*pI + (1-share)*pT
+	pl := phiSlack(b.LatencyMS-lat-c.z*g*decSD*math.Hypot(tT, tI), g*math.Hypot(sT*tT, sI*tI))
+	pp := phiSlack(b.PowerMW-pow-c.z*decSD*math.Hypot(share*pI, (1-share)*pT), math.Hypot(sPI*share*pI, sPT*(1-share)*pT))
+	pr := phiSlack(b.RhoMax-rho-c.z*decSD*rho, sI*rho)
+	return pl * pp * pr
+}
+
+// phiSlack is P(N(slack, sd²) ≥ 0); an exact value (sd 0) holds when slack ≥ 0.
+func phiSlack(slack, sd float64) float64 {
+	if sd <= 0 {
+		if slack >= 0 {
+			return 1
+		}
+		return 0
+	}
+	return 0.5 * math.Erfc(-slack/sd/math.Sqrt2)
 }
 
 // posteriors conditions the GPs on the campaign's data plus extra profiles (at the
@@ -161,141 +369,4 @@ func (m *ALSModel) at(i int, post map[int]posterior) (mu, sd []float64) {
 	}
 	no := m.nOut()
 	return m.mu[i*no : (i+1)*no], m.sd[i*no : (i+1)*no]
-}
-
-// bestConfig ranks every (mode, batch) by model v1 on derated predictions: each time
-// and power is taken at exp(μ + s·σ), with s = SafetySigmas and σ at least NoiseFloor
-// for profiled modes, s = MarginSigmas for the others. A non-nil filter restricts the
-// modes considered.
-func (m *ALSModel) bestConfig(model *plan.Model, measured map[int]bool, post map[int]posterior, filter func(int) bool) (candidate, bool) {
-	no, nb := m.nOut(), len(m.batches)
-	bud := model.Budgets()
-	var best candidate
-	found := false
-	fill := make([]float64, nb)
-	for j, b := range m.batches {
-		fill[j] = plan.FillQuantileMS(b, bud.RateRPS, bud.Quantile)
-	}
-	buf := make([]float64, no)
-	for i := range m.modes {
-		if filter != nil && !filter(i) {
-			continue
-		}
-		isMeas := measured[i]
-		vals := buf
-		_, changed := post[i]
-		switch {
-		case !changed && isMeas && m.campaignMeasured(i):
-			vals = m.derMeas[i*no : (i+1)*no]
-		case !changed && !isMeas:
-			vals = m.derUnmeas[i*no : (i+1)*no]
-		default:
-			mu, sd := m.at(i, post)
-			m.derate(vals, mu, sd, isMeas)
-		}
-		for j, b := range m.batches {
-			if found && best.eval.Feasible && lowerThroughput(bud, m.trainBatch, b, vals[0], vals[2+j], best.eval.ThroughputSPS) {
-				continue // cannot beat a feasible best: skip the constraint checks
-			}
-			e := fastEval(bud, m.trainBatch, b, fill[j], vals[0], vals[1], vals[2+j], vals[2+nb+j])
-			if !found || e.Better(best.eval) {
-				best, found = candidate{pos: i, batch: b, eval: e, measured: isMeas}, true
-			}
-		}
-	}
-	if found {
-		best.eval.Mode = m.modes[best.pos]
-	}
-	return best, found
-}
-
-// bestAt is bestConfig with explicit margins (z for profiled modes, k for the others)
-// and no precomputation: the slow path for tight budgets.
-func (m *ALSModel) bestAt(model *plan.Model, measured map[int]bool, post map[int]posterior, z, k, addU float64, measuredOnly bool) (candidate, bool) {
-	nb, bud := len(m.batches), model.Budgets()
-	var best candidate
-	found := false
-	vals := make([]float64, m.nOut())
-	fills := make([]float64, nb)
-	for j, b := range m.batches {
-		fills[j] = plan.FillQuantileMS(b, bud.RateRPS, bud.Quantile)
-	}
-	for i := range m.modes {
-		isMeas := measured[i]
-		if measuredOnly && !isMeas {
-			continue
-		}
-		mu, sd := m.at(i, post)
-		for o := range vals {
-			if isMeas {
-				vals[o] = math.Exp(mu[o] + z*max(sd[o], m.opts.NoiseFloor))
-			} else {
-				vals[o] = math.Exp(mu[o] + k*sd[o] + addU)
-			}
-		}
-		for j, b := range m.batches {
-			if found && best.eval.Feasible && lowerThroughput(bud, m.trainBatch, b, vals[0], vals[2+j], best.eval.ThroughputSPS) {
-				continue // cannot beat a feasible best: skip the constraint checks
-			}
-			e := fastEval(bud, m.trainBatch, b, fills[j], vals[0], vals[1], vals[2+j], vals[2+nb+j])
-			if !found || e.Better(best.eval) {
-				best, found = candidate{pos: i, batch: b, eval: e, measured: isMeas}, true
-			}
-		}
-	}
-	return best, found
-}
-
-// derate writes exp(μ + s·σ) per output: s = SafetySigmas (σ ≥ NoiseFloor) for a
-// profiled mode, MarginSigmas for an unprofiled one.
-func (m *ALSModel) derate(dst, mu, sd []float64, measured bool) {
-	for o := range dst {
-		if measured {
-			dst[o] = math.Exp(mu[o] + m.opts.SafetySigmas*max(sd[o], m.opts.NoiseFloor))
-		} else {
-			dst[o] = math.Exp(mu[o] + m.opts.MarginSigmas*sd[o])
-		}
-	}
-}
-func (m *ALSModel) campaignMeasured(i int) bool { return m.inData[i] }
-
-// meanEval is model v1 at the posterior mean (no margin): the expected outcome.
-func (m *ALSModel) meanEval(model *plan.Model, i, batch int, post map[int]posterior) plan.Eval {
-	mu, _ := m.at(i, post)
-	nb := len(m.batches)
-	j, _ := slices.BinarySearch(m.batches, batch)
-	return model.Evaluate(m.modes[i],
-		plan.TrainPoint{Batch: m.trainBatch, TimeMS: math.Exp(mu[0]), PowerMW: math.Exp(mu[1])},
-		plan.InferPoint{Batch: batch, TimeMS: math.Exp(mu[2+j]), PowerMW: math.Exp(mu[2+nb+j])})
-}
-
-// lowerThroughput reports whether a configuration's training throughput (as fastEval
-// computes it) is strictly below bestSPS.
-func lowerThroughput(b plan.Budgets, trainBatch, batch int, tT, tI, bestSPS float64) bool {
-	rho := b.RateRPS * (tI / 1000) / float64(batch)
-	return max(0, 1-rho)*float64(trainBatch)/(tT/1000) < bestSPS
-}
-
-// fastEval is Model.Evaluate without the map and the mode, for scanning thousands of
-// modes per answer; a test checks that it agrees with Evaluate.
-func fastEval(b plan.Budgets, trainBatch, batch int, fillMS, tT, pT, tI, pI float64) plan.Eval {
-	rho := b.RateRPS * (tI / 1000) / float64(batch)
-	e := plan.Eval{Batch: batch, Rho: rho}
-	e.LatencyMS = fillMS + tT + tI
-	share := min(rho, 1)
-	e.PowerMW = share*pI + (1-share)*pT
-	e.ThroughputSPS = max(0, 1-rho) * float64(trainBatch) / (tT / 1000)
-	exc := [3]float64{e.LatencyMS/b.LatencyMS - 1, e.PowerMW/b.PowerMW - 1, rho/b.RhoMax - 1}
-	cons := [3]plan.Constraint{plan.ConstraintLatency, plan.ConstraintPower, plan.ConstraintRho}
-	worst := math.Inf(-1)
-	for c, x := range exc {
-		if x > 0 {
-			e.Violation += x
-		}
-		if x > worst {
-			worst, e.Binding = x, cons[c]
-		}
-	}
-	e.Feasible = e.Violation == 0
-	return e
 }

@@ -20,14 +20,18 @@ func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSMod
 	if err != nil {
 		return nil, err
 	}
-	budget := p.MaxProfiles
-	if budget <= 0 {
-		budget = o.MaxProfiles
+	total := p.MaxProfiles
+	if total <= 0 {
+		total = o.MaxProfiles
 	}
+	// The campaign leaves Confirm profiles to each answer, but always takes the two a
+	// surrogate needs.
+	budget := max(total-o.Confirm, min(total, 2))
 	rng := rand.New(rand.NewPCG(p.Seed^o.Seed, 0x616c73))
 	// A profiler that knows its noise (Problem.NoiseRel) bounds the GPs' noise by it.
 	gpNoiseFloor := max(o.NoiseFloor, p.NoiseRel)
-	m := &ALSModel{opts: o, space: p.Space, train: p.Train, infer: p.Infer, trainBatch: p.TrainBatch, batches: batches}
+	m := &ALSModel{opts: o, space: p.Space, train: p.Train, infer: p.Infer, trainBatch: p.TrainBatch, batches: batches,
+		rules: p.Rules, noiseRel: max(p.NoiseRel, p.Rules.NoiseRel), maxProfiles: total}
 	m.index()
 	xs := m.allInputs()
 	measured := map[powermode.Mode]bool{}
@@ -335,16 +339,6 @@ func (m *ALSModel) finish(gps []*gp.GP) {
 		for _, i := range plan.ParetoFront(mx, my) {
 			inFront[i] = true
 		}
-	}
-	m.inData = make([]bool, len(m.modes))
-	for _, mp := range m.profiles {
-		m.inData[m.pos[mp.Mode]] = true
-	}
-	m.derUnmeas, m.derMeas = make([]float64, len(m.mu)), make([]float64, len(m.mu))
-	for i := range m.modes {
-		mu, sd := m.mu[i*no:(i+1)*no], m.sd[i*no:(i+1)*no]
-		m.derate(m.derUnmeas[i*no:(i+1)*no], mu, sd, false)
-		m.derate(m.derMeas[i*no:(i+1)*no], mu, sd, true)
 	}
 	m.front = nil
 	for i, in := range inFront {

@@ -27,6 +27,13 @@ type alsSnapshot struct {
 	Hyper    map[string]gp.Hyper `json:"hyper"`
 	Pareto   []powermode.Mode    `json:"pareto"`
 	Stop     string              `json:"stop"`
+	// Rules decide the answers; NoiseRel is the measurement noise answers predict
+	// repeats with; MaxProfiles caps campaign plus one answer's confirmations. Absent
+	// in models stored before they were kept: then the zero Rules (exact model v1), no
+	// repeats planned, and Confirm profiles per answer.
+	Rules       plan.Rules `json:"rules"`
+	NoiseRel    float64    `json:"noise_rel,omitempty"`
+	MaxProfiles int        `json:"max_profiles,omitempty"`
 }
 
 // MarshalJSON stores the model: profiles, hyper-parameters, space and options.
@@ -35,6 +42,7 @@ func (m *ALSModel) MarshalJSON() ([]byte, error) {
 		Version: alsSnapshotVersion, Train: m.train, Infer: m.infer, TrainBatch: m.trainBatch,
 		InferBatches: m.batches, Levels: m.space.Levels(), Options: m.opts, Profiles: m.profiles,
 		Campaign: m.campaign, Hyper: map[string]gp.Hyper{}, Pareto: m.front, Stop: m.stop,
+		Rules: m.rules, NoiseRel: m.noiseRel, MaxProfiles: m.maxProfiles,
 	}
 	if !m.space.IsGrid() {
 		s.Members = make([]byte, (m.space.GridSize()+7)/8)
@@ -89,7 +97,11 @@ func UnmarshalALSModel(data []byte, logger *slog.Logger) (*ALSModel, error) {
 	}
 	s.Options.Logger = logger
 	m := &ALSModel{opts: s.Options.withDefaults(), space: sp, train: s.Train, infer: s.Infer, trainBatch: s.TrainBatch,
-		batches: batches, profiles: s.Profiles, campaign: s.Campaign, front: s.Pareto, stop: s.Stop}
+		batches: batches, profiles: s.Profiles, campaign: s.Campaign, front: s.Pareto, stop: s.Stop,
+		rules: s.Rules, noiseRel: s.NoiseRel, maxProfiles: s.MaxProfiles}
+	if m.maxProfiles <= 0 {
+		m.maxProfiles = len(m.campaign) + m.opts.Confirm
+	}
 	m.index()
 	var ys [][]float64
 	for _, mp := range s.Profiles {

@@ -130,6 +130,8 @@ func learnTestModel(t *testing.T, noise float64, seed uint64, maxProfiles int) (
 	}
 	p := problemOf(pt)
 	p.Seed, p.MaxProfiles = seed, maxProfiles
+	// Decided as the daemon decides at this noise: P(within budgets) ≥ 0.99.
+	p.NoiseRel, p.Rules = noise, plan.Rules{NoiseRel: noise}
 	m, err := NewALS(ALSOptions{}).LearnModel(context.Background(), p, newStrict(t, prof))
 	if err != nil {
 		t.Fatal(err)
@@ -150,8 +152,8 @@ func TestALSNearOptimalWithNoiseAndFewConfirms(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Profiled) > 2 || fork.Count() != len(res.Profiled) {
-			t.Errorf("budget %d: %d confirming profiles listed, %d taken; want ≤ 2 and equal", k, len(res.Profiled), fork.Count())
+		if len(res.Profiled) > m.ConfirmBudget() || fork.Count() != len(res.Profiled) {
+			t.Errorf("budget %d: %d confirming profiles listed, %d taken; want ≤ %d and equal", k, len(res.Profiled), fork.Count(), m.ConfirmBudget())
 		}
 		opt := alsOracle(t, pt, b)
 		model, _ := plan.NewModel(b, pt.Batches)
@@ -313,27 +315,6 @@ func TestALSRejectsBadProblems(t *testing.T) {
 	}
 }
 
-func TestFastEvalMatchesModelEvaluate(t *testing.T) {
-	rng := rand.New(rand.NewPCG(21, 21))
-	mode := powermode.Mode{Cores: 4, CPUKHz: 1, GPUHz: 1, EMCHz: 1}
-	for k := range 2000 {
-		b := plan.Budgets{RateRPS: 1 + 100*rng.Float64(), LatencyMS: 20 + 500*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
-		model, err := plan.NewModel(b, plan.DefaultInferBatches())
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch := plan.DefaultInferBatches()[rng.IntN(6)]
-		tr := plan.TrainPoint{Batch: 32, TimeMS: 10 + 300*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
-		ip := plan.InferPoint{Batch: batch, TimeMS: 2 + 200*rng.Float64(), PowerMW: 5000 + 40000*rng.Float64()}
-		want := model.Evaluate(mode, tr, ip)
-		got := fastEval(model.Budgets(), 32, batch, plan.FillQuantileMS(batch, b.RateRPS, model.Budgets().Quantile), tr.TimeMS, tr.PowerMW, ip.TimeMS, ip.PowerMW)
-		got.Mode = mode
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("case %d: fastEval %+v, Evaluate %+v", k, got, want)
-		}
-	}
-}
-
 func TestSeedDesignSpreadsAndIncludesExtremes(t *testing.T) {
 	sp, err := powermode.NewSpace(powermode.Levels{Cores: []int{1, 2, 4, 8}, CPUKHz: []int64{1, 2, 3, 4, 5, 6}, GPUHz: []int64{1, 2, 3, 4, 5}, EMCHz: []int64{1, 2, 3}})
 	if err != nil {
@@ -407,8 +388,8 @@ func TestALSReportsImpossibleBudgetsAsInfeasible(t *testing.T) {
 	if res.Choice.Binding != plan.ConstraintPower {
 		t.Errorf("binding constraint %q, want power", res.Choice.Binding)
 	}
-	if len(res.Profiled) > 2 {
-		t.Errorf("%d confirming profiles, want ≤ 2", len(res.Profiled))
+	if n := len(res.Profiled) + len(res.Remeasured); n > m.ConfirmBudget() {
+		t.Errorf("%d confirming profiles, want ≤ %d", n, m.ConfirmBudget())
 	}
 }
 
@@ -421,5 +402,51 @@ func TestALSLearnStopsOnCancel(t *testing.T) {
 	cancel()
 	if _, err := NewALS(ALSOptions{}).LearnModel(ctx, problemOf(pt), prof); err == nil {
 		t.Error("a cancelled campaign returned a model")
+	}
+}
+
+// TestALSPairProfilesCapped checks issue 15's cap: the campaign plus any one
+// configuration's confirming profiles and repeats stay within MaxProfiles, also when the
+// campaign spends its whole share and the answers may remeasure.
+func TestALSPairProfilesCapped(t *testing.T) {
+	for _, total := range []int{0, 20, 50} {
+		pt, camp, err := alsTestProfiler(t, 0.03, rand.New(rand.NewPCG(21, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := problemOf(pt)
+		p.Seed, p.MaxProfiles, p.NoiseRel = 21, total, 0.03
+		p.Rules = plan.Rules{NoiseRel: 0.03, Admission: plan.Admission{MarginMS: 5, DevRel: 0.06}}
+		// Never resolved early: the campaign takes every profile it may.
+		ans, err := NewALS(ALSOptions{StopSigma: 1e-9, StableRounds: -1}).Learn(context.Background(), p, camp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := total
+		if limit == 0 {
+			limit = 50
+		}
+		rng := rand.New(rand.NewPCG(22, 2))
+		budgets := alsTestBudgets(pt, 40, rng)
+		// Tight ones too: where nothing is claimable the answer must not overspend.
+		for _, b := range budgets[:10] {
+			budgets = append(budgets, plan.Budgets{RateRPS: b.RateRPS, LatencyMS: b.LatencyMS * 0.8, PowerMW: b.PowerMW * 0.85})
+		}
+		repeats := 0
+		for k, b := range budgets {
+			fork := camp.Fork(rand.New(rand.NewPCG(uint64(k), 3)))
+			res, err := ans.Answer(context.Background(), p.Rules.Admission.Budgets(b), fork)
+			if err != nil {
+				t.Fatal(err)
+			}
+			repeats += len(res.Remeasured)
+			if n := camp.Count() + fork.Count(); n > limit {
+				t.Errorf("max %d: budget %d: campaign %d + confirmations %d = %d profiles, want ≤ %d", total, k, camp.Count(), fork.Count(), n, limit)
+			}
+			if fork.Count() != len(res.Profiled)+len(res.Remeasured) {
+				t.Errorf("max %d: budget %d: %d profiles taken, result lists %d + %d repeats", total, k, fork.Count(), len(res.Profiled), len(res.Remeasured))
+			}
+		}
+		t.Logf("max %d: campaign %d, %d repeats over %d answers", total, camp.Count(), repeats, len(budgets))
 	}
 }
