@@ -354,8 +354,7 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			}
 			cseed := deriveSeed(spec.Seed, "", "config", uint64(ci))
 			prof := camp.Fork(rand.New(rand.NewPCG(cseed, cseed^0xda942042e4dd58b5)))
-			// Answered inside the admission room, as ALS.Search answers in the daemon.
-			res, err := ans.Answer(ctx, spec.Rules.Admission.Budgets(c.budgets), prof)
+			res, err := ans.Answer(ctx, c.budgets, prof)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

@@ -96,8 +96,7 @@ func (a *ALS) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	// Answered inside the scheduler's admission room, where the decision can claim.
-	res, err := m.Answer(ctx, p.Rules.Admission.Budgets(p.Budgets), prof)
+	res, err := m.Answer(ctx, p.Budgets, prof)
 	if err != nil {
 		return Result{}, err
 	}

@@ -13,15 +13,14 @@ import (
 // posterior is the prediction at one mode: mean and sd of every log output.
 type posterior struct{ mu, sd []float64 }
 
-// Answer implements Answerer. b are the budgets inside the scheduler's admission room
-// (Rules.Admission.Budgets), as the benchmark and ALS.Search pass them; the answer is
-// the decision of the model's Rules (plan.Decider, over the exact budgets) on every
-// profile the profiler knows, after at most ConfirmBudget confirming profiles chosen to
-// let that decision claim the highest throughput it can: profiles of unprofiled modes
-// the surrogates predict to be claimable, and repeats (Remeasurer) of profiled ones just
-// short of the decision's confidence.
+// Answer implements Answerer. b are the exact budgets; the answer is the decision of
+// the model's Rules (plan.Decider) over b on every profile the profiler knows, after at
+// most ConfirmBudget confirming profiles chosen to let that decision claim the highest
+// throughput it can: profiles of unprofiled modes the surrogates predict to be
+// claimable, and repeats (Remeasurer) of profiled ones just short of the decision's
+// confidence.
 func (m *ALSModel) Answer(ctx context.Context, b plan.Budgets, prof Profiler) (Result, error) {
-	dec := m.rules.For(exactBudgets(m.rules.Admission, b.WithDefaults()), m.batches)
+	dec := m.rules.For(b.WithDefaults(), m.batches)
 	if err := dec.Validate(); err != nil {
 		return Result{}, fmt.Errorf("als: %w", err)
 	}
@@ -103,18 +102,6 @@ func (m *ALSModel) Answer(ctx context.Context, b plan.Budgets, prof Profiler) (R
 // and confirmations together stay within MaxProfiles.
 func (m *ALSModel) ConfirmBudget() int {
 	return max(0, min(m.opts.Confirm, m.maxProfiles-len(m.campaign)))
-}
-
-// exactBudgets undoes Admission.Budgets: the budgets whose admission-room budgets are
-// b. Where two latency budgets map to the same room (b.LatencyMS·g between the margin
-// and twice it) it returns the smaller, which can only make the decision stricter.
-func exactBudgets(a plan.Admission, b plan.Budgets) plan.Budgets {
-	l := b.LatencyMS * (1 + a.DevRel)
-	if l > 2*a.MarginMS {
-		l += a.MarginMS
-	}
-	b.LatencyMS = l
-	return b
 }
 
 // claimedThroughput is the training throughput of what the decision claims over the

@@ -435,7 +435,7 @@ func TestALSPairProfilesCapped(t *testing.T) {
 		repeats := 0
 		for k, b := range budgets {
 			fork := camp.Fork(rand.New(rand.NewPCG(uint64(k), 3)))
-			res, err := ans.Answer(context.Background(), p.Rules.Admission.Budgets(b), fork)
+			res, err := ans.Answer(context.Background(), b, fork)
 			if err != nil {
 				t.Fatal(err)
 			}

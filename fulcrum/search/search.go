@@ -106,5 +106,7 @@ type PairLearner interface {
 // taken for one configuration is not visible to the next (results do not depend on
 // scheduling). Result.Profiled lists the confirming profiles only.
 type Answerer interface {
+	// Answer answers the exact budgets b; the Rules of the Problem given to Learn say
+	// how the answer will be decided.
 	Answer(ctx context.Context, b plan.Budgets, prof Profiler) (Result, error)
 }
