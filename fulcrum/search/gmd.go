@@ -99,10 +99,16 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 		// The walk needs its start and a probe along each knob before it can move.
 		reserve = min(reserve, max(0, budget-(1+powermode.NumKnobs)))
 	}
-	w := &walk{ctx: ctx, sp: p.Space, model: model, margin: margin, prof: prof, budget: budget - reserve, penalty: g.opts.Penalty, score: map[powermode.Index]float64{}, reps: map[powermode.Mode]int{}}
-	l := p.Space.Levels()
-	w.top.Cores, w.top.CPUKHz = float64(slices.Max(l.Cores)), float64(slices.Max(l.CPUKHz))
-	w.top.GPUHz, w.top.EMCHz = float64(slices.Max(l.GPUHz)), float64(slices.Max(l.EMCHz))
+	w := &walk{ctx: ctx, sp: p.Space, model: model, margin: margin, prof: prof, budget: budget - reserve, penalty: g.opts.Penalty, score: map[powermode.Index]float64{}, reps: map[powermode.Mode]int{}, sums: map[powermode.Mode]plan.ModeProfile{}}
+	// The decision that will claim a configuration from these profiles (the daemon's,
+	// and the benchmark's judge): confirmation aims at what it can claim. Without a
+	// decision noise it claims whatever fits as measured, and repeats cannot change its
+	// mind, so confirmation falls back to GMD's own margin.
+	if d := p.Rules.For(p.Budgets, p.InferBatches); d.NoiseRel > 0 && d.Validate() == nil {
+		w.dec = &d
+	}
+	w.pdec = w.predictDecider(p)
+	w.setTop()
 	for _, mp := range prof.Known() {
 		if idx, ok := p.Space.Index(mp.Mode); ok {
 			w.known = append(w.known, mp)
@@ -205,12 +211,22 @@ type walk struct {
 	penalty  float64
 	thetaRef float64
 	known    []plan.ModeProfile // one per mode; repeats are averaged in
+	dec      *plan.Decider      // the decision over the profiles; nil: none with noise
+	pdec     plan.Decider       // the decision's test applied to predictions (predictDecider)
 	reps     map[powermode.Mode]int
+	sums     map[powermode.Mode]plan.ModeProfile // per remeasured mode, the sum of its fresh repeats
 	profiled []powermode.Mode
 	// remeasured lists the repeat measurements, in order (a mode once per repeat).
 	remeasured []powermode.Mode
 	score      map[powermode.Index]float64 // NaN: profiled before θ_ref was set
 	top        struct{ Cores, CPUKHz, GPUHz, EMCHz float64 }
+}
+
+// setTop records every knob's top level (the power features' scale).
+func (w *walk) setTop() {
+	l := w.sp.Levels()
+	w.top.Cores, w.top.CPUKHz = float64(slices.Max(l.Cores)), float64(slices.Max(l.CPUKHz))
+	w.top.GPUHz, w.top.EMCHz = float64(slices.Max(l.GPUHz)), float64(slices.Max(l.EMCHz))
 }
 
 // profileAt returns the profile of the mode at idx, measuring it when it is not known.
@@ -268,12 +284,64 @@ func (w *walk) objective(mp plan.ModeProfile) float64 {
 	if w.thetaRef == 0 {
 		w.thetaRef = float64(mp.Train.Batch) / (mp.Train.TimeMS / 1000)
 	}
+	if w.dec != nil {
+		return w.objectiveBy(*w.dec, mp)
+	}
 	s := math.Inf(-1)
 	for _, ip := range mp.Infer {
 		e := w.robustEval(mp, ip)
 		s = math.Max(s, e.ThroughputSPS/w.thetaRef-w.penalty*e.Violation)
 	}
 	return s
+}
+
+// objectiveBy is the objective as decision d sees the profile: the best over inference
+// batch sizes of relative throughput times P(every budget met), less the weighted
+// excess as measured. The walk then heads for the throughput the decision can claim,
+// and still feels the way back from over a budget, where P is nil.
+func (w *walk) objectiveBy(d plan.Decider, mp plan.ModeProfile) float64 {
+	return w.objectivesBy(d, []plan.ModeProfile{mp})[0]
+}
+
+// objectivesBy is objectiveBy for several profiles at once (one decision's set-up).
+func (w *walk) objectivesBy(d plan.Decider, mps []plan.ModeProfile) []float64 {
+	out := make([]float64, len(mps))
+	for i := range out {
+		out[i] = math.Inf(-1)
+	}
+	scored, err := d.ScoreAll(mps)
+	if err != nil {
+		return out
+	}
+	// ScoreAll returns the configurations profile by profile, in order.
+	i, j := 0, 0
+	for _, sc := range scored {
+		for j >= len(mps[i].Infer) {
+			i, j = i+1, 0
+		}
+		out[i] = math.Max(out[i], sc.ThroughputSPS/w.thetaRef*sc.PFeasible-w.penalty*sc.ViolationAdm)
+		j++
+	}
+	return out
+}
+
+// predObjectives is objective for predicted profiles: their spread is the prediction's.
+func (w *walk) predObjectives(mps []plan.ModeProfile) []float64 {
+	if w.dec != nil {
+		return w.objectivesBy(w.pdec, mps)
+	}
+	return each(w.objective)(mps)
+}
+
+// each lifts an objective of one profile to a slice of them.
+func each(f func(plan.ModeProfile) float64) func([]plan.ModeProfile) []float64 {
+	return func(mps []plan.ModeProfile) []float64 {
+		out := make([]float64, len(mps))
+		for i, mp := range mps {
+			out[i] = f(mp)
+		}
+		return out
+	}
 }
 
 // eval returns the penalised score of the mode at idx, profiling it when needed.
@@ -384,8 +452,19 @@ func (w *walk) run(start powermode.Index) (string, error) {
 		}
 	}
 	cur, curS = bestIdx, bestS
+	// Start the trust region at the model's predicted best over the whole space, not
+	// at a preset: the probes have given the model every knob's slope.
+	if g, _, ok := w.globalPick(cur, 0); ok {
+		s, err := w.eval(g)
+		if err != nil {
+			return w.finish(err)
+		}
+		if s > curS {
+			cur, curS = g, s
+		}
+	}
 	// 2–3. Model-guided steps.
-	initial, restarts := step, 0
+	initial, stalls := step, 0
 	for {
 		if err := w.ctx.Err(); err != nil {
 			return "cancelled", err
@@ -396,14 +475,27 @@ func (w *walk) run(start powermode.Index) (string, error) {
 				halve(&step)
 				continue
 			}
-			// Converged at the finest scale. While budget is left, widen the trust
-			// region again (twice at most): the model now knows more than when the
-			// steps first shrank, and may see a trade it missed.
-			if restarts >= 2 || len(w.profiled) >= w.budget {
+			// Converged at the finest scale. While budget is left, take a global
+			// step: profile where the model, which now knows more than when the steps
+			// first shrank, expects the most claimable throughput anywhere; move there
+			// and start a wide trust region again if it really improves. Twice
+			// without improvement and the walk has converged.
+			if stalls >= 2 || len(w.profiled) >= w.budget {
 				return "converged", nil
 			}
-			restarts++
-			step = initial
+			g, _, ok := w.globalPick(cur, w.claimedFloor())
+			if !ok {
+				return "converged", nil
+			}
+			s, err := w.eval(g)
+			if err != nil {
+				return w.finish(err)
+			}
+			if s > curS {
+				cur, curS, step = g, s, initial
+				continue
+			}
+			stalls++
 			continue
 		}
 		s, err := w.eval(next)

@@ -29,6 +29,9 @@ func (w *walk) repeats(m powermode.Mode) int {
 // measurements rather than with a wider margin, which would give up throughput on
 // every configuration near a budget.
 func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
+	if w.dec != nil {
+		return w.confirmForDecision(rm, total)
+	}
 	tried := map[powermode.Mode]bool{}
 	for {
 		left := total - len(w.profiled) - len(w.remeasured)
@@ -130,7 +133,7 @@ func (w *walk) retreat(total int, smooth bool) (int, error) {
 			}
 			return s
 		}
-		next, ok := w.predictBestBy(cur, step, math.Inf(-1), strict)
+		next, ok := w.predictBestBy(cur, step, math.Inf(-1), each(strict))
 		if !ok {
 			// No mode near the best-scored one is predicted to fit: go from the
 			// profiled mode that comes closest to fitting towards the mode predicted to
@@ -154,8 +157,8 @@ func (w *walk) retreat(total int, smooth bool) (int, error) {
 			if !haveNear {
 				return taken, nil
 			}
-			if next, ok = w.predictBestBy(cur, step, math.Inf(-1), strict); !ok {
-				if next, ok = w.predictBestBy(cur, step, math.Inf(-1), closest); !ok {
+			if next, ok = w.predictBestBy(cur, step, math.Inf(-1), each(strict)); !ok {
+				if next, ok = w.predictBestBy(cur, step, math.Inf(-1), each(closest)); !ok {
 					return taken, nil
 				}
 			}
@@ -180,19 +183,33 @@ func cmpIndex(a, b powermode.Index) int {
 	return 0
 }
 
-// replace sets the known profile of a mode to the average of fresh measurements of it
-// (which then count as len(fresh) measurements).
+// replace pools fresh measurements of a mode with its earlier repeats and sets its
+// known profile to their mean (Repeats: how many), leaving out the first measurement,
+// as the profilers store them (control.LiveProfiler.Remeasure, truthprof): the first
+// measurement was what made the mode worth confirming, so it keeps its optimism.
 func (w *walk) replace(fresh []plan.ModeProfile) {
-	avg := fresh[0].Clone()
-	n := float64(len(fresh))
-	for _, mp := range fresh[1:] {
-		avg.Train.TimeMS += mp.Train.TimeMS
-		avg.Train.PowerMW += mp.Train.PowerMW
-		for j := range avg.Infer {
-			avg.Infer[j].TimeMS += mp.Infer[j].TimeMS
-			avg.Infer[j].PowerMW += mp.Infer[j].PowerMW
+	if len(fresh) == 0 {
+		return
+	}
+	m := fresh[0].Mode
+	sum, ok := w.sums[m]
+	if !ok {
+		sum = fresh[0].Clone()
+		sum.Repeats = 1
+		fresh = fresh[1:]
+	}
+	for _, mp := range fresh {
+		sum.Repeats++
+		sum.Train.TimeMS += mp.Train.TimeMS
+		sum.Train.PowerMW += mp.Train.PowerMW
+		for j := range sum.Infer {
+			sum.Infer[j].TimeMS += mp.Infer[j].TimeMS
+			sum.Infer[j].PowerMW += mp.Infer[j].PowerMW
 		}
 	}
+	w.sums[m] = sum
+	avg := sum.Clone()
+	n := float64(sum.Repeats)
 	avg.Train.TimeMS /= n
 	avg.Train.PowerMW /= n
 	for j := range avg.Infer {
@@ -200,10 +217,133 @@ func (w *walk) replace(fresh []plan.ModeProfile) {
 		avg.Infer[j].PowerMW /= n
 	}
 	for i := range w.known {
-		if w.known[i].Mode == avg.Mode {
+		if w.known[i].Mode == m {
 			w.known[i] = avg
-			w.reps[avg.Mode] = len(fresh)
+			w.reps[m] = sum.Repeats
 			return
 		}
 	}
+}
+
+// confirmForDecision spends what is left of the profile budget on repeat measurements
+// aimed at the decision (plan.Decider) that will claim a configuration from these
+// profiles: among the configurations that fit as measured but that it does not claim
+// yet (P(every budget met) below its confidence), the one with the highest training
+// throughput above the best it already claims, whose measured values would be claimed
+// with σ/√n after the fewest repeats the budget still affords, is measured again that
+// many times. Its known profile becomes the mean of the fresh repeats alone (what the
+// profilers store), so a candidate that only looked good drops out, and one that
+// really fits becomes claimable. Repeats continue until no candidate or budget is left.
+func (w *walk) confirmForDecision(rm Remeasurer, total int) error {
+	for {
+		left := total - len(w.profiled) - len(w.remeasured)
+		if left < 1 {
+			return nil
+		}
+		cand, k, ok, err := w.confirmCandidate(left)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Nothing a repeat would turn into a claim: spend the profile where the
+			// model expects more claimable throughput than the decision has now.
+			if took, err := w.globalStep(); err != nil || !took {
+				return err
+			}
+			continue
+		}
+		var fresh []plan.ModeProfile
+		for range k {
+			mp, err := rm.Remeasure(w.ctx, cand)
+			if err != nil {
+				return fmt.Errorf("remeasure %s: %w", cand, err)
+			}
+			w.remeasured = append(w.remeasured, cand)
+			fresh = append(fresh, mp)
+		}
+		w.replace(fresh)
+	}
+}
+
+// confirmCandidate returns the mode to measure again for the decision and how many
+// times (at most left), or ok false when no repeat would let the decision claim more
+// throughput than it claims now.
+func (w *walk) confirmCandidate(left int) (powermode.Mode, int, bool, error) {
+	scored, err := w.dec.ScoreAll(w.known)
+	if err != nil {
+		return powermode.Mode{}, 0, false, fmt.Errorf("decide: %w", err)
+	}
+	floor := 0.0
+	for _, s := range scored {
+		if w.dec.Claims(s) {
+			floor = math.Max(floor, s.ThroughputSPS)
+		}
+	}
+	byMode := map[powermode.Mode]plan.ModeProfile{}
+	for _, mp := range w.known {
+		byMode[mp.Mode] = mp
+	}
+	var best powermode.Mode
+	bestK, bestTheta, found := 0, floor, false
+	for _, s := range scored {
+		if w.dec.Claims(s) || s.ViolationAdm > 0 || s.ThroughputSPS <= bestTheta {
+			continue
+		}
+		mp := byMode[s.Mode]
+		// Fresh repeats replace the first measurement: k of them on a mode measured
+		// once leave a mean of k; on a mode already repeated r times, of r + k.
+		have := 0
+		if n := w.repeats(mp.Mode); n > 1 {
+			have = n
+		}
+		for k := max(1, 2-have); k <= left && have+k <= gmdMaxDecisionRepeats; k++ {
+			c := mp.Clone()
+			c.Repeats = have + k
+			c.Infer = []plan.InferPoint{}
+			for _, ip := range mp.Infer {
+				if ip.Batch == s.Batch {
+					c.Infer = append(c.Infer, ip)
+				}
+			}
+			rs, err := w.dec.ScoreAll([]plan.ModeProfile{c})
+			if err != nil || len(rs) != 1 {
+				break
+			}
+			if w.dec.Claims(rs[0]) {
+				best, bestK, bestTheta, found = s.Mode, k, s.ThroughputSPS, true
+				break
+			}
+		}
+	}
+	return best, bestK, found, nil
+}
+
+// globalStep profiles the global pick (globalPick) around the best-scored mode, if one
+// beats the throughput the decision claims now. It reports whether it took a profile.
+func (w *walk) globalStep() (bool, error) {
+	centre, found := powermode.Index{}, false
+	best := math.Inf(-1)
+	for idx, sc := range w.score {
+		if !math.IsNaN(sc) && (sc > best || sc == best && cmpIndex(idx, centre) < 0) {
+			centre, best, found = idx, sc, true
+		}
+	}
+	if !found {
+		return false, nil
+	}
+	g, _, ok := w.globalPick(centre, w.claimedFloor())
+	if !ok {
+		return false, nil
+	}
+	saved := w.budget
+	w.budget = len(w.profiled) + 1
+	_, err := w.eval(g)
+	w.budget = saved
+	if err != nil {
+		if errors.Is(err, errBudgetSpent) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
 }

@@ -211,16 +211,19 @@ func (w *walk) fitAround(cur powermode.Index, step powermode.Index, curP plan.Mo
 	return f, true
 }
 
+// lin evaluates one fitted quantity (coefficients c) at features x.
+func (f *localFit) lin(c []float64, x, ctr [powermode.NumKnobs]float64) float64 {
+	v := c[0]
+	for k := range powermode.NumKnobs {
+		v += c[k+1] * (x[k] - ctr[k])
+	}
+	return v
+}
+
 // predict returns the profile the local model expects at mode m.
 func (f *localFit) predict(m powermode.Mode, batches []plan.InferPoint) plan.ModeProfile {
 	t, p := f.w.timeFeatures(m), f.w.powerFeatures(m)
-	lin := func(c []float64, x, ctr [powermode.NumKnobs]float64) float64 {
-		v := c[0]
-		for k := range powermode.NumKnobs {
-			v += c[k+1] * (x[k] - ctr[k])
-		}
-		return v
-	}
+	lin := f.lin
 	// Power cannot fall below a small floor however far the line is extrapolated.
 	pw := func(q int) float64 { return math.Max(lin(f.powr[q], p, f.pc), 100) }
 	out := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{TimeMS: math.Exp(lin(f.time[0], t, f.tc)), PowerMW: pw(0)}, Infer: make([]plan.InferPoint, f.nb)}
@@ -233,11 +236,12 @@ func (f *localFit) predict(m powermode.Mode, batches []plan.InferPoint) plan.Mod
 // predictBest returns the unprofiled mode of the trust region around cur whose predicted
 // objective is highest, if it beats floor.
 func (w *walk) predictBest(cur, step powermode.Index, floor float64) (powermode.Index, bool) {
-	return w.predictBestBy(cur, step, floor, w.objective)
+	return w.predictBestBy(cur, step, floor, w.predObjectives)
 }
 
-// predictBestBy is predictBest with another objective.
-func (w *walk) predictBestBy(cur, step powermode.Index, floor float64, objective func(plan.ModeProfile) float64) (powermode.Index, bool) {
+// predictBestBy is predictBest with another objective, scoring every candidate's
+// prediction at once (one decision over them all).
+func (w *walk) predictBestBy(cur, step powermode.Index, floor float64, objective func([]plan.ModeProfile) []float64) (powermode.Index, bool) {
 	curP, err := w.profileAt(cur)
 	if err != nil {
 		return cur, false
@@ -249,6 +253,7 @@ func (w *walk) predictBestBy(cur, step powermode.Index, floor float64, objective
 	dims := w.sp.Dims()
 	best, bestS, found := cur, floor, false
 	seen := map[powermode.Index]bool{}
+	var cands []powermode.Index
 	var off powermode.Index
 	var rec func(k int)
 	rec = func(k int) {
@@ -285,14 +290,64 @@ func (w *walk) predictBestBy(cur, step powermode.Index, floor float64, objective
 		if _, known := w.score[idx]; known || w.isKnown(idx) {
 			return
 		}
-		pred := f.predict(w.sp.Mode(idx), curP.Infer)
-		pred.Train.Batch = curP.Train.Batch
-		if s := objective(pred); s > bestS {
-			best, bestS, found = idx, s, true
-		}
+		cands = append(cands, idx)
 	}
 	rec(0)
+	cands = append(cands, w.edgeMoves(f, cur, curP, step, seen)...)
+	preds := make([]plan.ModeProfile, len(cands))
+	for i, idx := range cands {
+		preds[i] = f.predict(w.sp.Mode(idx), curP.Infer)
+		preds[i].Train.Batch = curP.Train.Batch
+	}
+	for i, s := range objective(preds) {
+		if s > bestS {
+			best, bestS, found = cands[i], s, true
+		}
+	}
 	return best, found
+}
+
+// edgeMoves are the trades along the power edge: one knob up by one or two of its
+// steps and another knob down to the level at which the predicted training power
+// comes back closest to the current mode's (e.g. GPU clock bought with cores or EMC).
+// The trust region's ± steps rarely land on the budget edge itself; these do. seen
+// holds the trust region's candidates and is extended.
+func (w *walk) edgeMoves(f *localFit, cur powermode.Index, curP plan.ModeProfile, step powermode.Index, seen map[powermode.Index]bool) []powermode.Index {
+	dims := w.sp.Dims()
+	pw := func(idx powermode.Index) float64 { return f.lin(f.powr[0], w.powerFeatures(w.sp.Mode(idx)), f.pc) }
+	target := pw(cur)
+	var out []powermode.Index
+	for up := range powermode.NumKnobs {
+		for _, mult := range [...]int{1, 2} {
+			hi := cur
+			hi[up] = min(cur[up]+mult*step[up], dims[up]-1)
+			if hi[up] == cur[up] {
+				continue
+			}
+			for down := range powermode.NumKnobs {
+				if down == up {
+					continue
+				}
+				pick, gap := hi, math.Inf(1)
+				for v := cur[down] - 1; v >= 0; v-- {
+					c := hi
+					c[down] = v
+					if d := math.Abs(pw(c) - target); d < gap {
+						pick, gap = c, d
+					}
+				}
+				if pick == hi || seen[pick] || !w.sp.ContainsIndex(pick) {
+					continue
+				}
+				seen[pick] = true
+				if _, known := w.score[pick]; known || w.isKnown(pick) {
+					continue
+				}
+				out = append(out, pick)
+			}
+		}
+	}
+	return out
 }
 
 const nFeat = powermode.NumKnobs + 1

@@ -29,6 +29,9 @@ const (
 	// gmdMaxRepeats caps the measurements averaged at one mode: past it, another repeat
 	// shrinks the noise too little to be worth a profile.
 	gmdMaxRepeats = 6
+	// gmdMaxDecisionRepeats caps the repeats averaged at one mode when confirming for
+	// the decision: σ/√n shrinks slowly past it, and the profiles do more elsewhere.
+	gmdMaxDecisionRepeats = 8
 )
 
 // DefaultGMDFallbackSigmas are GMD's reduced margins for tight budgets.
