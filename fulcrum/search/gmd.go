@@ -134,6 +134,18 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 		}
 	}
 	res := Result{Profiled: w.profiled, Remeasured: w.remeasured, Stop: stop}
+	// On the daemon's decision path (Rules with a noise) the answer is the decision over
+	// what was profiled — what the controller and the benchmark will apply — so that GMD
+	// never reports a claim the decision would not make.
+	if p.Rules.NoiseRel > 0 {
+		if d, err := p.Rules.For(p.Budgets, p.InferBatches).Decide(prof.Known()); err == nil {
+			res.Found, res.Feasible, res.Choice = true, d.Feasible, d.Best
+			if !d.Feasible {
+				res.Stop += fmt.Sprintf("; the decision claims nothing (%s least likely to hold)", d.Binding)
+			}
+			return res, nil
+		}
+	}
 	// Feasible says the choice fits the budgets with every time and power raised by
 	// the margin: a choice that fits only as measured is reported (Choice) but not
 	// claimed, since the measurement may be a few percent optimistic.
