@@ -21,6 +21,7 @@ var variantsFlag = flag.Bool("variants", false, "run the synthetic-variant robus
 var variantsSearchers = flag.String("variants-searchers", "oracle,gmd,gmd-m0,gmd-m2,gmd-m6,preset,maxn,random-15", "searchers for -variants")
 var variantsNoise = flag.String("variants-noise", "0.01,0.03,0.08", "noise levels for -variants")
 var variantsSeed = flag.Uint64("variants-seed", 1, "seed for -variants")
+var variantsConfidence = flag.Float64("variants-confidence", 0, "decision confidence for -variants (0: fulcrumd's default)")
 
 func TestVariantsReport(t *testing.T) {
 	if !*variantsFlag {
@@ -59,6 +60,9 @@ func TestVariantsReport(t *testing.T) {
 func daemonRules(noise float64) plan.Rules {
 	r := control.DecisionRules(control.DefaultConfig(), sched.DefaultConfig())
 	r.NoiseRel = noise
+	if *variantsConfidence > 0 {
+		r.Confidence = *variantsConfidence
+	}
 	return r
 }
 
