@@ -92,12 +92,16 @@ func (w *walk) smooth(sigma float64) ([]plan.ModeProfile, []float64, []float64) 
 
 // Regression features of a mode. Times scale roughly as 1/clock, so log time is fitted
 // against the log of each knob; board power is a sum of per-component terms, so power
-// is fitted (linearly) against each knob's value relative to its top level.
+// is fitted linearly against the online cores and the square of each clock relative to
+// its top level: dynamic power goes as f·V² and DVFS raises V with f, so power is convex
+// in the clock (between f at the voltage floor and f³ at the top; a line through low
+// clocks underestimates the high ones, TestGMDPowerModelIsConvex).
 func (w *walk) timeFeatures(m powermode.Mode) [powermode.NumKnobs]float64 {
 	return [powermode.NumKnobs]float64{math.Log(float64(m.Cores)), math.Log(float64(m.CPUKHz)), math.Log(float64(m.GPUHz)), math.Log(float64(m.EMCHz))}
 }
 func (w *walk) powerFeatures(m powermode.Mode) [powermode.NumKnobs]float64 {
-	return [powermode.NumKnobs]float64{float64(m.Cores) / w.top.Cores, float64(m.CPUKHz) / w.top.CPUKHz, float64(m.GPUHz) / w.top.GPUHz, float64(m.EMCHz) / w.top.EMCHz}
+	sq := func(x float64) float64 { return x * x }
+	return [powermode.NumKnobs]float64{float64(m.Cores) / w.top.Cores, sq(float64(m.CPUKHz) / w.top.CPUKHz), sq(float64(m.GPUHz) / w.top.GPUHz), sq(float64(m.EMCHz) / w.top.EMCHz)}
 }
 
 // localFit is a weighted least-squares fit, around one mode, of every profiled

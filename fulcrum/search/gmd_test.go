@@ -186,8 +186,9 @@ func TestDerate(t *testing.T) {
 	}
 }
 
-// smoothPair builds a 4×6×6×3 table whose times are exactly log-linear and powers
-// exactly linear in the knobs (what GMD's local model assumes), or, with rough, the
+// smoothPair builds a 4×6×6×3 table whose times are exactly log-linear in the knobs
+// and powers exactly linear in the cores and the squared clocks (what GMD's local model
+// assumes), or, with rough, the
 // same values multiplied by a ±30% factor that no smooth model predicts.
 func smoothPair(t *testing.T, rough bool) *truthprof.PairTruth {
 	t.Helper()
@@ -200,7 +201,8 @@ func smoothPair(t *testing.T, rough bool) *truthprof.PairTruth {
 				for _, e := range l.EMCHz {
 					m := powermode.Mode{Cores: c, CPUKHz: f, GPUHz: g, EMCHz: e}
 					tm := 100 * math.Pow(float64(g)/1.3e9, -0.7) * math.Pow(float64(e)/3.2e9, -0.2) * math.Pow(float64(f)/2.2e6, -0.1)
-					pw := 5000 + 20000*float64(g)/1.3e9 + 6000*float64(f)/2.2e6 + 3000*float64(e)/3.2e9 + 300*float64(c)
+					sq := func(x float64) float64 { return x * x }
+					pw := 5000 + 20000*sq(float64(g)/1.3e9) + 6000*sq(float64(f)/2.2e6) + 3000*sq(float64(e)/3.2e9) + 300*float64(c)
 					if rough {
 						tm *= math.Exp(0.3 * rng.NormFloat64())
 						pw *= math.Exp(0.3 * rng.NormFloat64())
@@ -352,5 +354,70 @@ func TestGMDFallbackMargin(t *testing.T) {
 				t.Errorf("stop %q: mentions the reduced margin %v, want %v", res.Stop, says, tc.feasible)
 			}
 		})
+	}
+}
+
+// TestGMDPowerModelIsConvex: board power rises faster than the clock (dynamic power
+// f·V², the voltage rising with f). Fitted to profiles at the lower GPU clocks, GMD's
+// local model must predict the power of the higher clocks from below by little: a
+// model linear in the clock extrapolates the chord's slope and underestimates them,
+// which sends the walk and the global step to modes that are over the power budget.
+func TestGMDPowerModelIsConvex(t *testing.T) {
+	l := benchgen.Small().Board.Levels
+	top := float64(l.GPUHz[len(l.GPUHz)-1])
+	powerMW := func(g int64) float64 {
+		x := float64(g) / top
+		v := 0.6 + 0.4*x // normalised voltage, rising with the clock
+		return 6000 + 24000*x*v*v
+	}
+	var rows []benchtest.Row
+	for _, c := range l.Cores {
+		for _, f := range l.CPUKHz {
+			for _, g := range l.GPUHz {
+				for _, e := range l.EMCHz {
+					m := powermode.Mode{Cores: c, CPUKHz: f, GPUHz: g, EMCHz: e}
+					tm := 100 * top / float64(g)
+					pw := powerMW(g) + 200*float64(c) + 1000*float64(f)/2.2e6 + 1000*float64(e)/3.2e9
+					rows = append(rows, benchtest.Row{Mode: m, Role: truth.Train, Batch: 32, TimeMS: tm, PowerMW: pw}, benchtest.Row{Mode: m, Role: truth.Infer, Batch: 1, TimeMS: tm / 10, PowerMW: pw})
+				}
+			}
+		}
+	}
+	pt := benchtest.PairFromRows(t, rows)
+	prof, _ := truthprof.NewPairProfiler(pt, 0, nil)
+	model, _ := plan.NewModel(plan.Budgets{RateRPS: 5, LatencyMS: 500, PowerMW: 30000}, pt.Batches)
+	w := &walk{ctx: context.Background(), sp: pt.Space, model: model, prof: prof, budget: 15, penalty: 4, score: map[powermode.Index]float64{}}
+	w.setTop()
+	// The lower three GPU levels, and one step of every other knob around the centre.
+	centre := powermode.Index{1, 2, 2, 1}
+	for _, d := range []powermode.Index{{0, 0, -2, 0}, {0, 0, -1, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 0, 1}} {
+		idx := centre
+		for k := range powermode.NumKnobs {
+			idx[k] += d[k]
+		}
+		if _, err := w.profileAt(idx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, err := w.profileAt(centre)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := w.fit(centre, powermode.Index{1, 1, 1, 1}, cur)
+	if !ok {
+		t.Fatal("no fit")
+	}
+	for gi := 3; gi < len(l.GPUHz); gi++ {
+		idx := centre
+		idx[2] = gi
+		m := pt.Space.Mode(idx)
+		want, err := prof.Profile(context.Background(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := f.predict(m, want.Infer).Train.PowerMW
+		if rel := got/want.Train.PowerMW - 1; rel < -0.03 {
+			t.Errorf("GPU %d MHz: predicted %.0f mW, truth %.0f mW (%.1f%%): the model is not convex in the clock", m.GPUHz/1_000_000, got, want.Train.PowerMW, 100*rel)
+		}
 	}
 }
