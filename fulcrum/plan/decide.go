@@ -123,6 +123,14 @@ func (d Decider) Validate() error {
 	if err := d.Budgets.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, d.Rules.check()...)
+	return errors.Join(errs...)
+}
+
+// check lists what is wrong with the rules themselves.
+func (r Rules) check() []error {
+	var errs []error
+	d := r
 	if c := d.Confidence; math.IsNaN(c) || c < 0 || c >= 1 {
 		errs = append(errs, fmt.Errorf("confidence = %v is out of range: want a probability in (0, 1), e.g. 0.99", c))
 	}
@@ -132,7 +140,7 @@ func (d Decider) Validate() error {
 	if d.Admission.MarginMS < 0 || d.Admission.DevRel < 0 || math.IsNaN(d.Admission.MarginMS+d.Admission.DevRel) {
 		errs = append(errs, fmt.Errorf("admission room margin %v ms, deviation %v: want both ≥ 0", d.Admission.MarginMS, d.Admission.DevRel))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // phi is the standard normal CDF of a slack measured in standard deviations; an exact

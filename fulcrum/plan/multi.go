@@ -362,31 +362,46 @@ type MultiPlan struct {
 // BestAtMode returns the best batch vector at a profiled mode, enumerating every
 // combination of the profiled batch sizes of every stream.
 func (m *MultiModel) BestAtMode(p MultiProfile) (MultiEval, error) {
-	if err := m.CheckProfile(p); err != nil {
+	shares := m.shares(len(p.Train))
+	var best MultiEval
+	n := 0
+	err := m.eachCombo(p, func(pts []InferPoint) {
+		if e := m.evaluate(p.Mode, p.Train, shares, pts); n == 0 || e.Better(best) {
+			best = e
+		}
+		n++
+	})
+	if err != nil {
 		return MultiEval{}, err
+	}
+	best.TrainShares = slices.Clone(shares) // every combination shared the one slice
+	return best, nil
+}
+
+// eachCombo checks the profile and calls f with every combination of the profiled batch
+// sizes of every stream (at most MaxMultiCombos). f must not keep pts: one buffer serves
+// every combination.
+func (m *MultiModel) eachCombo(p MultiProfile, f func(pts []InferPoint)) error {
+	if err := m.CheckProfile(p); err != nil {
+		return err
 	}
 	combos := 1
 	for i, pts := range p.Infer {
 		if len(pts) == 0 {
-			return MultiEval{}, fmt.Errorf("profile at mode %s: stream %q has no inference points: profile it at least at one batch size", p.Mode.Human(), m.b.Streams[i].Name)
+			return fmt.Errorf("profile at mode %s: stream %q has no inference points: profile it at least at one batch size", p.Mode.Human(), m.b.Streams[i].Name)
 		}
 		combos *= len(pts)
 		if combos > MaxMultiCombos {
-			return MultiEval{}, fmt.Errorf("profile at mode %s: more than %d batch combinations: profile fewer batch sizes per stream", p.Mode.Human(), MaxMultiCombos)
+			return fmt.Errorf("profile at mode %s: more than %d batch combinations: profile fewer batch sizes per stream", p.Mode.Human(), MaxMultiCombos)
 		}
 	}
-	shares := m.shares(len(p.Train))
 	idx := make([]int, len(p.Infer))
 	pts := make([]InferPoint, len(p.Infer))
-	var best MultiEval
-	for n := 0; n < combos; n++ {
+	for range combos {
 		for i := range pts {
 			pts[i] = p.Infer[i][idx[i]]
 		}
-		// evaluate keeps nothing of pts, so one buffer serves every combination.
-		if e := m.evaluate(p.Mode, p.Train, shares, pts); n == 0 || e.Better(best) {
-			best = e
-		}
+		f(pts)
 		// Odometer: the first stream's batch turns fastest.
 		for i := range idx {
 			if idx[i]++; idx[i] < len(p.Infer[i]) {
@@ -395,8 +410,7 @@ func (m *MultiModel) BestAtMode(p MultiProfile) (MultiEval, error) {
 			idx[i] = 0
 		}
 	}
-	best.TrainShares = slices.Clone(shares) // every combination shared the one slice
-	return best, nil
+	return nil
 }
 
 // Choose returns the best configuration over the profiled modes: every mode and every
