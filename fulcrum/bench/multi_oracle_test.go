@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/truth"
+)
+
+// streamsTable is the small synthetic board with two more inference workloads: a
+// classifier heavier per request than the detector (net-infer), and a light segmenter.
+func streamsTable(t *testing.T) *truth.Table {
+	t.Helper()
+	v := benchgen.Small()
+	v.Workloads = append(v.Workloads,
+		benchgen.Workload{Name: "cls-infer", Role: truth.Infer, Batches: []int{1, 2, 4, 8}, BaseMS: 14, BatchSlope: 0.5, GPU: 0.7, EMC: 0.2, CPU: 0.1, NeedCores: 2, Activity: 0.85},
+		benchgen.Workload{Name: "seg-infer", Role: truth.Infer, Batches: []int{1, 2, 4, 8}, BaseMS: 4, BatchSlope: 0.3, GPU: 0.5, EMC: 0.3, CPU: 0.1, NeedCores: 2, Activity: 0.7})
+	tab, err := benchgen.Table(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tab
+}
+
+// With one training job and one stream the multi-workload oracle is the pair oracle.
+func TestMultiOracleIsPairOracle(t *testing.T) {
+	tab := streamsTable(t)
+	pt, err := truthprof.NewPairTruth(tab, "net-train", "net-infer", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt, err := truthprof.NewMultiTruth(tab, []string{"net-train"}, []string{"net-infer"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mt.Len() != pt.Len() {
+		t.Fatalf("multi truth has %d modes, the pair %d", mt.Len(), pt.Len())
+	}
+	kinds := map[bool]int{}
+	for _, rate := range []float64{2, 20, 80} {
+		for _, l := range []float64{40, 120, 300} {
+			for _, pw := range []float64{9000, 16000, 26000, 40000} {
+				b := plan.Budgets{RateRPS: rate, LatencyMS: l, PowerMW: pw}
+				want, err := Oracle(pt, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := MultiOracle(mt, plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: "net-infer", RateRPS: rate, LatencyMS: l}}, PowerMW: pw})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Feasible != want.Feasible || got.Best.Mode != want.Choice.Mode || got.Best.Streams[0].Batch != want.Choice.Batch || got.Best.ObjectiveSPS != want.Choice.ThroughputSPS {
+					t.Errorf("%+v: multi %v %s b%v Θ %.3f, pair %v %s b%d θ %.3f", b, got.Feasible, got.Best.Mode, got.Best.Batches(), got.Best.ObjectiveSPS, want.Feasible, want.Choice.Mode, want.Choice.Batch, want.Choice.ThroughputSPS)
+				}
+				kinds[want.Feasible]++
+			}
+		}
+	}
+	if kinds[true] == 0 || kinds[false] == 0 {
+		t.Errorf("feasible/infeasible %d/%d: the sweep should have both", kinds[true], kinds[false])
+	}
+}
+
+// Two streams: the oracle is the best of every mode and batch pair (brute force over the
+// table's rows), and planning for the first stream alone overstates what training gets.
+func TestMultiOracleTwoStreams(t *testing.T) {
+	tab := streamsTable(t)
+	mt, err := truthprof.NewMultiTruth(tab, []string{"net-train"}, []string{"net-infer", "cls-infer"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := truthprof.NewPairTruth(tab, "net-train", "net-infer", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const detMS = 150
+	overstated := 0.0
+	for _, rates := range [][2]float64{{10, 5}, {30, 20}, {60, 40}} {
+		for _, pw := range []float64{16000, 26000, 40000} {
+			b := plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: "det", RateRPS: rates[0], LatencyMS: detMS}, {Name: "cls", RateRPS: rates[1], LatencyMS: 300}}, PowerMW: pw}
+			got, err := MultiOracle(mt, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := plan.NewMultiModel(b, mt.AllBatches())
+			var best plan.MultiEval
+			n := 0
+			for _, p := range mt.Profiles() {
+				for _, b1 := range mt.Batches[0] {
+					for _, b2 := range mt.Batches[1] {
+						e, err := m.Evaluate(p, []int{b1, b2})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if n == 0 || e.Better(best) {
+							best = e
+						}
+						n++
+					}
+				}
+			}
+			if got.Feasible != best.Feasible || got.Best.Mode != best.Mode || got.Best.ObjectiveSPS != best.ObjectiveSPS || got.Best.PowerMW != best.PowerMW {
+				t.Errorf("%v streams, %v mW: oracle %v %s %v Θ %.3f, brute force %v %s %v Θ %.3f", rates, pw, got.Feasible, got.Best.Mode, got.Best.Batches(), got.Best.ObjectiveSPS, best.Feasible, best.Mode, best.Batches(), best.ObjectiveSPS)
+			}
+			// The first stream alone, planned as a pair (what the controller's pairOf does
+			// today): its plan promises training throughput the board does not have once
+			// the second stream takes its share of the GPU.
+			alone, err := Oracle(pt, plan.Budgets{RateRPS: rates[0], LatencyMS: detMS, PowerMW: pw})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if alone.Feasible && got.Feasible {
+				if got.Best.ObjectiveSPS > alone.Choice.ThroughputSPS {
+					t.Errorf("%v streams, %v mW: two streams train faster (%.1f) than the first alone (%.1f)", rates, pw, got.Best.ObjectiveSPS, alone.Choice.ThroughputSPS)
+				}
+				overstated = max(overstated, alone.Choice.ThroughputSPS/got.Best.ObjectiveSPS)
+			}
+		}
+	}
+	t.Logf("the first stream's pair plan overstates training throughput by up to %.2f×", overstated)
+	if overstated < 1.3 {
+		t.Errorf("the pair plan overstated training by at most %.2f×: the budgets should show the second stream's load", overstated)
+	}
+}
+
+// Three streams, every batch vector, and batch sizes restricted as asked; bad input is
+// refused.
+func TestMultiOracleThreeStreams(t *testing.T) {
+	tab := streamsTable(t)
+	infers := []string{"net-infer", "cls-infer", "seg-infer"}
+	mt, err := truthprof.NewMultiTruth(tab, []string{"net-train"}, infers, []int{1, 2, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, bs := range mt.Batches {
+		if !slices.Equal(bs, []int{1, 2, 4}) {
+			t.Fatalf("stream %d batches %v: want the table's sizes restricted to 1, 2, 4", i, bs)
+		}
+	}
+	b := plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: "det", RateRPS: 10, LatencyMS: 200}, {Name: "cls", RateRPS: 5, LatencyMS: 400}, {Name: "seg", RateRPS: 20, LatencyMS: 150}}, PowerMW: 30000}
+	t0 := time.Now()
+	got, err := MultiOracle(mt, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d modes × 27 batch vectors in %v: %v %s %v", mt.Len(), time.Since(t0), got.Feasible, got.Best.Mode, got.Best.Batches())
+	if !got.Feasible || len(got.Best.Streams) != 3 {
+		t.Fatalf("three streams with room: %+v, want a feasible plan for all three", got)
+	}
+	for i, s := range got.Best.Streams {
+		if s.LatencyMS > b.Streams[i].LatencyMS {
+			t.Errorf("stream %s: latency %.1f ms over its %v ms budget in a plan called feasible", s.Name, s.LatencyMS, b.Streams[i].LatencyMS)
+		}
+	}
+	// Bad input: one budget for three streams, an unknown workload, a workload twice.
+	if _, err := MultiOracle(mt, plan.MultiBudgets{Streams: b.Streams[:1], PowerMW: 30000}); err == nil {
+		t.Error("one stream budget for three streams accepted")
+	}
+	if _, err := truthprof.NewMultiTruth(tab, []string{"net-train"}, []string{"nope"}, nil); err == nil {
+		t.Error("unknown inference workload accepted")
+	}
+	if _, err := truthprof.NewMultiTruth(tab, []string{"net-train"}, []string{"cls-infer", "cls-infer"}, nil); err == nil {
+		t.Error("a stream listed twice accepted")
+	}
+}

@@ -1,0 +1,113 @@
+package truthprof
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/truth"
+)
+
+// MultiTruth is the noise-free ground truth of several training jobs and inference
+// streams (model v1 for several workloads, docs/design.md §2): one plan.MultiProfile per
+// mode at which every workload has its rows. It is immutable after construction and safe
+// for concurrent use.
+type MultiTruth struct {
+	Trains []string // training jobs, in the order of MultiProfile.Train
+	Infers []string // inference streams, in the order of MultiProfile.Infer
+	// Batches are the inference batch sizes of each stream, ascending.
+	Batches [][]int
+
+	profiles []plan.MultiProfile
+}
+
+// NewMultiTruth extracts the workloads from a table. Each training workload must have a
+// single batch size in the table; each stream gets the batch sizes the table has for it,
+// restricted to inferBatches when that is not nil. A workload may appear once.
+func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int) (*MultiTruth, error) {
+	if len(trains) == 0 || len(infers) == 0 {
+		return nil, fmt.Errorf("multi-workload truth: %d training and %d inference workloads: want at least one of each", len(trains), len(infers))
+	}
+	for _, list := range [][]string{trains, infers} {
+		for i, w := range list {
+			if slices.Contains(list[:i], w) {
+				return nil, fmt.Errorf("multi-workload truth: workload %q is listed twice: list each once", w)
+			}
+		}
+	}
+	mt := &MultiTruth{Trains: slices.Clone(trains), Infers: slices.Clone(infers)}
+	trainBatch := make([]int, len(trains))
+	for j, w := range trains {
+		if !slices.Contains(tab.Workloads(truth.Train), w) {
+			return nil, fmt.Errorf("ground truth has no training workload %q: it has %v", w, tab.Workloads(truth.Train))
+		}
+		bs := tab.Batches(w, truth.Train)
+		if len(bs) != 1 {
+			return nil, fmt.Errorf("training workload %q has batch sizes %v in the ground truth: want one", w, bs)
+		}
+		trainBatch[j] = bs[0]
+	}
+	for _, w := range infers {
+		if !slices.Contains(tab.Workloads(truth.Infer), w) {
+			return nil, fmt.Errorf("ground truth has no inference workload %q: it has %v", w, tab.Workloads(truth.Infer))
+		}
+		bs := tab.Batches(w, truth.Infer)
+		if inferBatches != nil {
+			bs = slices.DeleteFunc(bs, func(b int) bool { return !slices.Contains(inferBatches, b) })
+		}
+		if len(bs) == 0 {
+			return nil, fmt.Errorf("inference workload %q has no rows at the batch sizes %v", w, inferBatches)
+		}
+		mt.Batches = append(mt.Batches, bs)
+	}
+	for _, m := range tab.Modes() {
+		p, ok := mt.profileAt(tab, m, trainBatch)
+		if ok {
+			mt.profiles = append(mt.profiles, p)
+		}
+	}
+	if len(mt.profiles) == 0 {
+		return nil, fmt.Errorf("ground truth has no mode with rows for every one of %v and %v", trains, infers)
+	}
+	return mt, nil
+}
+
+func (mt *MultiTruth) profileAt(tab *truth.Table, m powermode.Mode, trainBatch []int) (plan.MultiProfile, bool) {
+	p := plan.MultiProfile{Mode: m, Train: make([]plan.TrainPoint, len(mt.Trains)), Infer: make([][]plan.InferPoint, len(mt.Infers))}
+	for j, w := range mt.Trains {
+		r, ok := tab.Lookup(truth.Key{Workload: w, Role: truth.Train, Mode: m, Batch: trainBatch[j]})
+		if !ok {
+			return p, false
+		}
+		p.Train[j] = plan.TrainPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}
+	}
+	for i, w := range mt.Infers {
+		for _, b := range mt.Batches[i] {
+			r, ok := tab.Lookup(truth.Key{Workload: w, Role: truth.Infer, Mode: m, Batch: b})
+			if !ok {
+				return p, false
+			}
+			p.Infer[i] = append(p.Infer[i], plan.InferPoint{Batch: b, TimeMS: r.TimeMS, PowerMW: r.PowerMW})
+		}
+	}
+	return p, true
+}
+
+// Len is the number of modes at which every workload has its rows.
+func (mt *MultiTruth) Len() int { return len(mt.profiles) }
+
+// Profiles returns the noise-free profiles, one per mode. The slice is the truth itself:
+// read it, never write it.
+func (mt *MultiTruth) Profiles() []plan.MultiProfile { return mt.profiles }
+
+// AllBatches is the union of every stream's batch sizes, ascending (the fill quantiles
+// a plan.MultiModel caches).
+func (mt *MultiTruth) AllBatches() []int {
+	var out []int
+	for _, bs := range mt.Batches {
+		out = append(out, bs...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
