@@ -205,7 +205,9 @@ func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (a
 		}
 	}
 	if _, err := c.ApplyMode(ctx, m); err != nil {
-		return api.ModeInfo{}, err
+		// The mode was valid and the board refused it (the backend rolled it back): the
+		// daemon cannot do it now, which is not a bug of the daemon's (500).
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v; fix the cause the board names (fulcrumctl board info shows what it runs) and apply again", err)
 	}
 	c.events.Add(Event{Kind: KindApply, Reason: "operator applied mode " + m.Human(), Mode: &m, Caller: &by})
 	return a.Mode(ctx)

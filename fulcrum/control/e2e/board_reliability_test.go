@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,6 +201,8 @@ func TestBoardFaultsThroughDaemon(t *testing.T) {
 	seq := lastSeq(ctx, t, cl)
 	if _, err := cl.ApplyMode(ctx, target); err == nil || !strings.Contains(err.Error(), "min_freq") {
 		t.Fatalf("apply with the GPU's min_freq gone: err = %v; want an error naming min_freq", err)
+	} else if e := api.AsError(err); e.Status != http.StatusServiceUnavailable || e.Code != api.CodeUnavailable {
+		t.Fatalf("apply refused by the board: HTTP %d %q, want 503 %q", e.Status, e.Code, api.CodeUnavailable)
 	}
 	// The event log carries the cause too.
 	evs, err := cl.Events(ctx, seq)
