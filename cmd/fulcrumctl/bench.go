@@ -48,7 +48,12 @@ GMD variants: gmd-m<percent>
 (another budget margin), gmd-p<penalty>, gmd-b<profiles>, gmd-c<n> (profiles kept back
 for repeat measurements near a budget edge; gmd-c0: none), gmd-f<tenths of σ> (the
 reduced margin tried when nothing fits with the full one; gmd-f0: none), gmd-s0 (no
-smoothing); combinable, e.g. gmd-c0-f0.`,
+smoothing); combinable, e.g. gmd-c0-f0.
+
+--streams k (k ≥ 2) plans k inference streams together with a trainer (model v1 for
+several workloads, docs/design.md §2): every training workload with every set of k
+inference workloads, each stream at the swept rate and latency budget. Only the oracle
+and the baselines (preset, maxn, random-<K>) run there yet; GMD and ALS plan one stream.`,
 		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
   fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \
       --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table`,
@@ -76,6 +81,7 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 	devK := f.Float64("dev-k", defSched.DevK, "deviations of the turn times the admission test adds (fulcrumd's scheduler.dev_k)")
 	decisionNoise := f.Float64("decision-noise", -1, "profiling noise the decision assumes (fulcrumd's controller.noise_rel; default: --noise)")
 	quiet := f.Bool("quiet", false, "no progress lines on stderr")
+	streams := f.Int("streams", 1, "inference streams planned together: 1 sweeps training × inference pairs; k ≥ 2 every training workload with every set of k inference workloads (oracle, preset, maxn and random-<K> only)")
 	plot := newBenchPlotFlag(f) // plot.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := plot.check(); err != nil {
@@ -93,7 +99,16 @@ smoothing); combinable, e.g. gmd-c0-f0.`,
 		if *format != "table" && *format != "json" && *format != "csv" {
 			return fmt.Errorf("--format %q: want table, json or csv", *format)
 		}
-		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile}
+		if *streams < 1 {
+			return fmt.Errorf("--streams %d: want 1 (pairs) or more", *streams)
+		}
+		if *streams > 1 && len(*pairs) > 0 {
+			return errors.New("--pairs and --streams 2 or more: give one (with several streams every training workload is run with every set of inference workloads)")
+		}
+		if *streams > 1 && !f.Changed("searchers") {
+			*searchers = []string{"oracle", "preset", "maxn", "random-15"}
+		}
+		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams}
 		var err error
 		if spec.Rules, err = benchRules(*noise, *decisionNoise, *confidence, *admMargin, *devK); err != nil {
 			return err
@@ -273,8 +288,12 @@ func writeBench(w io.Writer, format string, rep *bench.BenchReport) error {
 		cw.Flush()
 		return cw.Error()
 	}
-	fmt.Fprintf(w, "%d configurations (%d pairs), %d the oracle cannot satisfy; noise %g, seed %d, wall %.1fs\n",
-		rep.ConfigsTotal, rep.Pairs, rep.ConfigsOracleInfeasible, rep.Noise, rep.Seed, rep.WallS)
+	sets := fmt.Sprintf("%d pairs", rep.Pairs)
+	if rep.Streams > 1 {
+		sets = fmt.Sprintf("%d sets of a trainer and %d inference streams, each stream at the rate and latency budget", rep.Pairs, rep.Streams)
+	}
+	fmt.Fprintf(w, "%d configurations (%s), %d the oracle cannot satisfy; noise %g, seed %d, wall %.1fs\n",
+		rep.ConfigsTotal, sets, rep.ConfigsOracleInfeasible, rep.Noise, rep.Seed, rep.WallS)
 	r := rep.Rules
 	fmt.Fprintf(w, "decided as fulcrumd decides: P(within budgets) ≥ %g at %g%% noise per measurement, admission room %g ms + %g%% of the turn times\n",
 		r.Confidence, 100*r.NoiseRel, r.Admission.MarginMS, 100*r.Admission.DevRel)

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,5 +196,55 @@ func TestBenchProgress(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "40/100") || !strings.Contains(lines[0], "about 6s left") || !strings.Contains(lines[1], "100/100") {
 		t.Errorf("progress:\n%s", out.String())
+	}
+}
+
+// --streams 2: a trainer with two inference streams, the baselines and the oracle.
+func TestBenchStreams(t *testing.T) {
+	ctx := context.Background()
+	csvPath := filepath.Join(t.TempDir(), "truth.csv")
+	if _, _, err := simExec(ctx, "sim", "truth", "--board", "agx-orin-64gb", "--workloads", "resnet18-train,mobilenetv3-infer,resnet50-infer",
+		"--cores", "4,12", "--batches", "1,4", "--out", csvPath); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"bench", "--truth", csvPath, "--streams", "2", "--rates", "5,10", "--latency", "200ms,400ms", "--power", "20W,40W", "--parallel", "2", "--quiet"}
+	out, _, err := simExec(ctx, append(args, "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		ConfigsTotal int `json:"configs_total"`
+		Pairs        int `json:"pairs"`
+		Streams      int `json:"streams"`
+		Searchers    []struct {
+			Name string `json:"name"`
+		} `json:"searchers"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("json output: %v\n%s", err, out)
+	}
+	var names []string
+	for _, s := range rep.Searchers {
+		names = append(names, s.Name)
+	}
+	if rep.Streams != 2 || rep.Pairs != 1 || rep.ConfigsTotal != 8 || strings.Join(names, ",") != "oracle,preset,maxn,random-15" {
+		t.Fatalf("streams %d, sets %d, configs %d, searchers %v; want 2, 1, 8 and the default baselines", rep.Streams, rep.Pairs, rep.ConfigsTotal, names)
+	}
+	out, _, err = simExec(ctx, args...)
+	if err != nil || !strings.Contains(out, "1 sets of a trainer and 2 inference streams") {
+		t.Errorf("table: %v %q", err, out)
+	}
+	for _, tc := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"--streams", "0"}, "--streams 0"},
+		{[]string{"--pairs", "resnet18-train:resnet50-infer"}, "--pairs and --streams"},
+		{[]string{"--searchers", "gmd"}, "one inference stream"},
+		{[]string{"--streams", "3"}, "3 streams but the ground truth has 2 inference workloads"},
+	} {
+		if _, _, err := simExec(ctx, append(slices.Clone(args), tc.extra...)...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err %v, want %q", tc.extra, err, tc.want)
+		}
 	}
 }

@@ -61,6 +61,11 @@ type BenchSpec struct {
 	// oracles keep the same admission room. fulcrumctl passes fulcrumd's defaults
 	// (control.DecisionRules); the zero value is model v1 alone with exact profiles.
 	Rules plan.Rules
+	// Streams is the number of inference streams planned together: 0 or 1 sweeps
+	// training × inference pairs; k ≥ 2 sweeps every training workload with every set
+	// of k inference workloads (model v1 for several workloads; baselines and the
+	// oracle only, issue 19).
+	Streams int
 	// Progress, when set, is called (from the workers, concurrently) each time a
 	// searcher's answer to a configuration is scored, with the number scored and the
 	// total.
@@ -100,7 +105,8 @@ type SearcherStats struct {
 type BenchReport struct {
 	ConfigsTotal            int             `json:"configs_total"`
 	ConfigsOracleInfeasible int             `json:"configs_oracle_infeasible"`
-	Pairs                   int             `json:"pairs"`
+	Pairs                   int             `json:"pairs"`             // workload pairs, or sets with Streams ≥ 2
+	Streams                 int             `json:"streams,omitempty"` // inference streams per set (≥ 2), 0 for pairs
 	Noise                   float64         `json:"noise"`
 	Seed                    uint64          `json:"seed"`
 	Rules                   plan.Rules      `json:"rules"` // the decision's
@@ -146,6 +152,12 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	}
 	if len(spec.RatesRPS) == 0 || len(spec.LatenciesMS) == 0 || len(spec.PowersMW) == 0 {
 		return nil, errors.New("bench: give at least one rate, latency and power budget")
+	}
+	if spec.Streams >= 2 {
+		return runMulti(ctx, spec)
+	}
+	if spec.Streams < 0 {
+		return nil, fmt.Errorf("bench: %d streams: want 1 (pairs) or more", spec.Streams)
 	}
 	build := spec.Build
 	if build == nil {

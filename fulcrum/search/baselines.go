@@ -21,13 +21,28 @@ type MaxNSearcher struct{}
 func (MaxNSearcher) Name() string { return "maxn" }
 
 // Search implements Searcher.
-func (MaxNSearcher) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
+func (s MaxNSearcher) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
+	modes, err := s.Modes(p)
+	if err != nil {
+		return Result{}, err
+	}
+	return profileAndChoose(ctx, "maxn", p, prof, modes, "maxn profiled")
+}
+
+// Modes implements ModeLister.
+func (MaxNSearcher) Modes(p Problem) ([]powermode.Mode, error) {
 	if p.Space == nil {
-		return Result{}, errors.New("maxn: the problem has no search space")
+		return nil, errors.New("maxn: the problem has no search space")
 	}
 	d := p.Space.Dims()
-	top := p.Space.Snap(p.Space.Mode(powermode.Index{d[0] - 1, d[1] - 1, d[2] - 1, d[3] - 1}))
-	return profileAndChoose(ctx, "maxn", p, prof, []powermode.Mode{top}, "maxn profiled")
+	return []powermode.Mode{p.Space.Snap(p.Space.Mode(powermode.Index{d[0] - 1, d[1] - 1, d[2] - 1, d[3] - 1}))}, nil
+}
+
+// ModeLister is a baseline: a fixed list of modes to profile for a problem (its space,
+// presets, seed and profile budget), whatever the profiles say. The benchmark for
+// several streams profiles the list itself (fulcrum/bench).
+type ModeLister interface {
+	Modes(p Problem) ([]powermode.Mode, error)
 }
 
 // PresetSearcher profiles each of the board's presets (snapped into the space) and
@@ -38,18 +53,27 @@ type PresetSearcher struct{}
 func (PresetSearcher) Name() string { return "preset" }
 
 // Search implements Searcher.
-func (PresetSearcher) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
+func (s PresetSearcher) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
+	modes, err := s.Modes(p)
+	if err != nil {
+		return Result{}, err
+	}
+	return profileAndChoose(ctx, "preset", p, prof, modes, "all presets profiled")
+}
+
+// Modes implements ModeLister.
+func (PresetSearcher) Modes(p Problem) ([]powermode.Mode, error) {
 	if p.Space == nil {
-		return Result{}, errors.New("preset: the problem has no search space")
+		return nil, errors.New("preset: the problem has no search space")
 	}
 	if len(p.Presets) == 0 {
-		return Result{}, errors.New("preset: the problem lists no presets: pass the board's nvpmodel presets")
+		return nil, errors.New("preset: the problem lists no presets: pass the board's nvpmodel presets")
 	}
 	modes := make([]powermode.Mode, 0, len(p.Presets))
 	for _, m := range p.Presets {
 		modes = append(modes, p.Space.Snap(m))
 	}
-	return profileAndChoose(ctx, "preset", p, prof, modes, "all presets profiled")
+	return modes, nil
 }
 
 // RandomSearcher profiles K distinct modes drawn uniformly from the space (seeded by
@@ -61,11 +85,20 @@ func (r RandomSearcher) Name() string { return fmt.Sprintf("random-%d", r.K) }
 
 // Search implements Searcher.
 func (r RandomSearcher) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
+	modes, err := r.Modes(p)
+	if err != nil {
+		return Result{}, err
+	}
+	return profileAndChoose(ctx, r.Name(), p, prof, modes, "all random modes profiled")
+}
+
+// Modes implements ModeLister.
+func (r RandomSearcher) Modes(p Problem) ([]powermode.Mode, error) {
 	if p.Space == nil {
-		return Result{}, errors.New("random: the problem has no search space")
+		return nil, errors.New("random: the problem has no search space")
 	}
 	if r.K < 1 {
-		return Result{}, fmt.Errorf("random-%d: K must be at least 1", r.K)
+		return nil, fmt.Errorf("random-%d: K must be at least 1", r.K)
 	}
 	k := min(r.K, p.Space.Size())
 	if p.MaxProfiles > 0 {
@@ -85,7 +118,7 @@ func (r RandomSearcher) Search(ctx context.Context, p Problem, prof Profiler) (R
 		seen[o] = true
 		modes = append(modes, p.Space.Mode(idx))
 	}
-	return profileAndChoose(ctx, r.Name(), p, prof, modes, "all random modes profiled")
+	return modes, nil
 }
 
 func profileAndChoose(ctx context.Context, name string, p Problem, prof Profiler, modes []powermode.Mode, stop string) (Result, error) {

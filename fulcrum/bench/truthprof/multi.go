@@ -2,6 +2,8 @@ package truthprof
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -20,6 +22,8 @@ type MultiTruth struct {
 	Batches [][]int
 
 	profiles []plan.MultiProfile
+	byMode   map[powermode.Mode]int
+	space    *powermode.Space
 }
 
 // NewMultiTruth extracts the workloads from a table. Each training workload must have a
@@ -70,7 +74,62 @@ func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int
 	if len(mt.profiles) == 0 {
 		return nil, fmt.Errorf("ground truth has no mode with rows for every one of %v and %v", trains, infers)
 	}
+	mt.byMode = make(map[powermode.Mode]int, len(mt.profiles))
+	modes := make([]powermode.Mode, len(mt.profiles))
+	for i, p := range mt.profiles {
+		mt.byMode[p.Mode], modes[i] = i, p.Mode
+	}
+	sp, err := powermode.NewSubspace(modes)
+	if err != nil {
+		return nil, fmt.Errorf("multi-workload truth %v %v: %w", trains, infers, err)
+	}
+	mt.space = sp
 	return mt, nil
+}
+
+// Space is the workloads' search space: the modes at which every one has its rows.
+func (mt *MultiTruth) Space() *powermode.Space { return mt.space }
+
+// Lookup returns the noise-free profile at mode m.
+func (mt *MultiTruth) Lookup(m powermode.Mode) (plan.MultiProfile, bool) {
+	i, ok := mt.byMode[m]
+	if !ok {
+		return plan.MultiProfile{}, false
+	}
+	return mt.profiles[i], true
+}
+
+// Measure is one noisy measurement of the profile at mode m, as TruthProfiler measures a
+// pair's: every time and power multiplied by 1 + noise·N(0,1) (clamped at 1% of the
+// truth), the draws depending only on (base, m), so that every searcher given the same
+// base sees the same measurement of a mode (common random numbers).
+func (mt *MultiTruth) Measure(m powermode.Mode, noise float64, base uint64) (plan.MultiProfile, error) {
+	if math.IsNaN(noise) || noise < 0 || noise > 0.5 {
+		return plan.MultiProfile{}, fmt.Errorf("profiling noise %v: want a relative standard deviation from 0 to 0.5 (e.g. 0.03)", noise)
+	}
+	i, ok := mt.byMode[m]
+	if !ok {
+		return plan.MultiProfile{}, fmt.Errorf("measure mode %s: not in the ground truth of %v %v; pick a mode of the space", m, mt.Trains, mt.Infers)
+	}
+	t := mt.profiles[i]
+	p := plan.MultiProfile{Mode: m, Train: slices.Clone(t.Train), Infer: make([][]plan.InferPoint, len(t.Infer))}
+	rng := rand.New(rand.NewPCG(base^(uint64(i)*0x9e3779b97f4a7c15), 0))
+	jitter := func(v float64) float64 {
+		if noise == 0 {
+			return v
+		}
+		return v * max(1+noise*rng.NormFloat64(), 0.01)
+	}
+	for j := range p.Train {
+		p.Train[j].TimeMS, p.Train[j].PowerMW = jitter(p.Train[j].TimeMS), jitter(p.Train[j].PowerMW)
+	}
+	for k, pts := range t.Infer {
+		p.Infer[k] = slices.Clone(pts)
+		for j := range p.Infer[k] {
+			p.Infer[k][j].TimeMS, p.Infer[k][j].PowerMW = jitter(p.Infer[k][j].TimeMS), jitter(p.Infer[k][j].PowerMW)
+		}
+	}
+	return p, nil
 }
 
 func (mt *MultiTruth) profileAt(tab *truth.Table, m powermode.Mode, trainBatch []int) (plan.MultiProfile, bool) {

@@ -1,13 +1,17 @@
 package bench
 
 import (
+	"context"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchgen"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -165,5 +169,58 @@ func TestMultiOracleThreeStreams(t *testing.T) {
 	}
 	if _, err := truthprof.NewMultiTruth(tab, []string{"net-train"}, []string{"cls-infer", "cls-infer"}, nil); err == nil {
 		t.Error("a stream listed twice accepted")
+	}
+}
+
+// The several-stream sweep: its layout, a baseline that profiles every mode of the space
+// without noise decides exactly as the oracle, the answers do not depend on the workers,
+// and the searchers that plan one stream are refused.
+func TestMultiBench(t *testing.T) {
+	tab := streamsTable(t)
+	spec := BenchSpec{Truth: tab, Streams: 2, RatesRPS: []float64{5, 20}, LatenciesMS: []float64{150, 400}, PowersMW: []float64{16000, 30000},
+		Searchers: []string{"oracle", "random-432", "preset", "random-5"}, Seed: 3, Parallel: 1,
+		Presets: []powermode.Mode{{Cores: 4, CPUKHz: 1200000, GPUHz: 700000000, EMCHz: 2133000000}, {Cores: 8, CPUKHz: 2200000, GPUHz: 1300000000, EMCHz: 3199000000}}}
+	rep, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One trainer × the three pairs of three inference workloads × 2 × 2 × 2.
+	if rep.Pairs != 3 || rep.Streams != 2 || rep.ConfigsTotal != 24 || len(rep.Searchers) != 4 {
+		t.Fatalf("sets %d, streams %d, configs %d, rows %d; want 3, 2, 24, 4", rep.Pairs, rep.Streams, rep.ConfigsTotal, len(rep.Searchers))
+	}
+	if rep.ConfigsOracleInfeasible == 0 || rep.ConfigsOracleInfeasible == rep.ConfigsTotal {
+		t.Fatalf("%d of %d configurations unsatisfiable: the sweep should have both kinds", rep.ConfigsOracleInfeasible, rep.ConfigsTotal)
+	}
+	all := rep.Searchers[1]
+	if all.WithinBudgetPct != 100 || math.Abs(all.MeanOptRatio-1) > 1e-12 || all.MaxProfiles != 432 || all.FalseClaimPct != 0 {
+		t.Errorf("random-432 without noise: %+v, want every satisfiable configuration at the oracle's optimum", all)
+	}
+	for _, o := range rep.Outcomes[3] {
+		if o.Ratio > 1+1e-12 || (o.Status == "within") != (o.Ratio > 0) {
+			t.Errorf("random-5: status %s with ratio %v", o.Status, o.Ratio)
+		}
+	}
+	spec.Noise, spec.Rules = 0.03, plan.Rules{NoiseRel: 0.03, Confidence: 0.99, Admission: plan.Admission{MarginMS: 5, DevRel: 0.06}}
+	one, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Parallel = 4
+	four, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range one.Outcomes {
+		for c := range one.Outcomes[s] {
+			if a, b := one.Outcomes[s][c], four.Outcomes[s][c]; a.Status != b.Status || a.Ratio != b.Ratio {
+				t.Fatalf("searcher %d config %d: %s %v with one worker, %s %v with four", s, c, a.Status, a.Ratio, b.Status, b.Ratio)
+			}
+		}
+	}
+	for _, bad := range []string{"gmd", "als", "oracle-m3"} {
+		spec.Searchers = []string{bad}
+		if _, err := RunBench(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "one inference stream") {
+			t.Errorf("%s with two streams: err %v, want a refusal naming what runs", bad, err)
+		}
 	}
 }
