@@ -52,8 +52,9 @@ smoothing); combinable, e.g. gmd-c0-f0.
 
 --streams k (k ≥ 2) plans k inference streams together with a trainer (model v1 for
 several workloads, docs/design.md §2): every training workload with every set of k
-inference workloads, each stream at the swept rate and latency budget. Only the oracle
-and the baselines (preset, maxn, random-<K>) run there yet; GMD and ALS plan one stream.`,
+inference workloads, each stream at the swept rate and latency budget. Only the oracles
+(oracle, oracle-m<percent>) and the baselines (preset, maxn, random-<K>) run there yet;
+GMD and ALS plan one stream.`,
 		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
   fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \
       --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table`,
@@ -81,7 +82,7 @@ and the baselines (preset, maxn, random-<K>) run there yet; GMD and ALS plan one
 	devK := f.Float64("dev-k", defSched.DevK, "deviations of the turn times the admission test adds (fulcrumd's scheduler.dev_k)")
 	decisionNoise := f.Float64("decision-noise", -1, "profiling noise the decision assumes (fulcrumd's controller.noise_rel; default: --noise)")
 	quiet := f.Bool("quiet", false, "no progress lines on stderr")
-	streams := f.Int("streams", 1, "inference streams planned together: 1 sweeps training × inference pairs; k ≥ 2 every training workload with every set of k inference workloads (oracle, preset, maxn and random-<K> only)")
+	streams := f.Int("streams", 1, "inference streams planned together: 1 sweeps training × inference pairs; k ≥ 2 every training workload with every set of k inference workloads (oracles, preset, maxn and random-<K> only)")
 	plot := newBenchPlotFlag(f) // plot.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := plot.check(); err != nil {

@@ -27,12 +27,14 @@ type multiConfig struct {
 // workload with every set of spec.Streams inference workloads of the table, each stream
 // at the same rate and latency budget, × power budgets. The baselines (preset, maxn,
 // random-<K>) profile their modes with noise, plan.MultiDecider (spec.Rules) decides over
-// them, and the decision is scored on the truth against MultiOracle. GMD and ALS search
-// for one stream only, so they are refused here.
+// them, and the decision is scored on the truth against MultiOracle; the margin oracles
+// (oracle-m<percent>, MultiMarginOracle) keep the decision's admission room. GMD and ALS
+// search for one stream only, so they are refused here.
 func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	start := time.Now()
 	k := spec.Streams
 	listers := make([]search.ModeLister, len(spec.Searchers))
+	margins := map[int]float64{} // the margin oracles, by searcher index
 	for i, n := range spec.Searchers {
 		if n == "oracle" {
 			continue
@@ -41,7 +43,11 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		refuse := fmt.Errorf("bench: searcher %q plans for one inference stream; with %d streams use oracle, preset, maxn or random-<K> (GMD, ALS and the margin oracles for several streams are issue 19's next step)", n, k)
+		if sp.Kind == search.KindMarginOracle {
+			margins[i] = sp.MarginRel
+			continue
+		}
+		refuse := fmt.Errorf("bench: searcher %q plans for one inference stream; with %d streams use oracle, oracle-m<percent>, preset, maxn or random-<K> (GMD and ALS for several streams are issue 19's next step)", n, k)
 		if sp.Kind != search.KindPreset && sp.Kind != search.KindMaxN && sp.Kind != search.KindRandom {
 			return nil, refuse
 		}
@@ -131,7 +137,7 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	type job struct{ s, cfg int }
 	var jobs []job
 	for si, l := range listers {
-		if l != nil {
+		if _, margin := margins[si]; l != nil || margin {
 			for ci := range cfgs {
 				jobs = append(jobs, job{si, ci})
 			}
@@ -145,7 +151,12 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		s := sets[c.set]
 		p := search.Problem{Space: s.mt.Space(), Presets: presets[c.set], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles,
 			Seed: deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))}
-		o := scoreMulti(s.name, s.mt, c, listers[jb.s], p, spec, deriveSeed(spec.Seed, "", "config", uint64(jb.cfg)))
+		var o Outcome
+		if mr, margin := margins[jb.s]; margin {
+			o = scoreMarginMulti(s.name, s.mt, c, mr, spec.Rules.Admission)
+		} else {
+			o = scoreMulti(s.name, s.mt, c, listers[jb.s], p, spec, deriveSeed(spec.Seed, "", "config", uint64(jb.cfg)))
+		}
 		outcomes[jb.s][jb.cfg] = o
 		wall[jb.s][jb.cfg] = time.Since(t0)
 		if spec.Progress != nil {
@@ -232,6 +243,27 @@ func scoreMulti(name string, mt *truthprof.MultiTruth, c *multiConfig, l search.
 		default:
 			o.Status = "violation"
 		}
+	}
+	return o
+}
+
+// scoreMarginMulti scores the margin oracle's answer: the truth's best configuration
+// that fits with the margin and the admission room, claimed when there is one.
+func scoreMarginMulti(name string, mt *truthprof.MultiTruth, c *multiConfig, marginRel float64, adm plan.Admission) Outcome {
+	o := Outcome{Pair: Pair{Train: name}}
+	best, found, err := MultiMarginOracle(mt, c.budgets, marginRel, adm)
+	o.Err = err
+	switch {
+	case !c.oracle.Feasible && found:
+		o.Status = "false_claim"
+	case !c.oracle.Feasible:
+		o.Status = "oracle_infeasible"
+	case err != nil || !found:
+		o.Status = "no_answer"
+	case best.Feasible:
+		o.Status, o.Ratio = "within", best.ObjectiveSPS/c.oracle.Best.ObjectiveSPS
+	default:
+		o.Status = "violation"
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
@@ -26,4 +27,65 @@ func MultiOracle(mt *truthprof.MultiTruth, b plan.MultiBudgets) (plan.MultiPlan,
 		return plan.MultiPlan{}, fmt.Errorf("multi oracle: %w", err)
 	}
 	return pl, nil
+}
+
+// MultiMarginOracle is MarginOracle for several streams: the truth's best configuration
+// (ranked by the true objective) among those that still meet every budget with every time
+// and power raised by marginRel and every stream's latency kept inside the admission room.
+// It is the ceiling of any decision that keeps that margin and room. found is false when
+// nothing fits so.
+func MultiMarginOracle(mt *truthprof.MultiTruth, b plan.MultiBudgets, marginRel float64, adm plan.Admission) (best plan.MultiEval, found bool, err error) {
+	m, err := plan.NewMultiModel(b, mt.AllBatches())
+	if err != nil {
+		return best, false, fmt.Errorf("multi margin oracle: %w", err)
+	}
+	if len(b.Streams) != len(mt.Infers) {
+		return best, false, fmt.Errorf("multi margin oracle: %d stream budgets for the %d inference workloads %v", len(b.Streams), len(mt.Infers), mt.Infers)
+	}
+	up := 1 + marginRel
+	lim := m.Budgets().Streams
+	for _, p := range mt.Profiles() {
+		raised := plan.MultiProfile{Mode: p.Mode, Train: make([]plan.TrainPoint, len(p.Train)), Infer: make([][]plan.InferPoint, len(p.Infer))}
+		for j, t := range p.Train {
+			raised.Train[j] = plan.TrainPoint{Batch: t.Batch, TimeMS: t.TimeMS * up, PowerMW: t.PowerMW * up}
+		}
+		for i, pts := range p.Infer {
+			raised.Infer[i] = make([]plan.InferPoint, len(pts))
+			for j, ip := range pts {
+				raised.Infer[i][j] = plan.InferPoint{Batch: ip.Batch, TimeMS: ip.TimeMS * up, PowerMW: ip.PowerMW * up}
+			}
+		}
+		var ferr error
+		err := m.EachBatchVector(p, func(batches []int) {
+			if ferr != nil {
+				return
+			}
+			e, err := m.Evaluate(p, batches)
+			if err != nil {
+				ferr = err
+				return
+			}
+			if found && !e.Better(best) {
+				return
+			}
+			r, err := m.Evaluate(raised, batches)
+			if err != nil {
+				ferr = err
+				return
+			}
+			if !r.Feasible {
+				return
+			}
+			for i, s := range r.Streams {
+				if adm.LatencyMS(lim[i].LatencyMS, s.FillMS, s.WaitMS, s.LatencyMS-s.FillMS-s.WaitMS) > lim[i].LatencyMS {
+					return
+				}
+			}
+			best, found = e, true
+		})
+		if err = errors.Join(err, ferr); err != nil {
+			return best, false, fmt.Errorf("multi margin oracle: %w", err)
+		}
+	}
+	return best, found, nil
 }

@@ -217,7 +217,30 @@ func TestMultiBench(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"gmd", "als", "oracle-m3"} {
+	// The margin oracles keep the admission room, so even oracle-m0 may lose
+	// configurations to it; oracle-m3 claims no more than oracle-m0, and neither
+	// violates. Without the room oracle-m0 is the oracle itself.
+	spec.Searchers, spec.Parallel = []string{"oracle-m0", "oracle-m3"}, 2
+	mo, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0, m3 := mo.Searchers[0], mo.Searchers[1]
+	if m3.WithinBudgetPct > m0.WithinBudgetPct || m3.MeanOptRatio > m0.MeanOptRatio || m0.ViolationPct != 0 || m3.ViolationPct != 0 || m0.MeanOptRatio > 1 {
+		t.Errorf("margin oracles: m0 %+v, m3 %+v; want m3 ≤ m0 ≤ the oracle, no violations", m0, m3)
+	}
+	spec.Rules = plan.Rules{}
+	exact, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := exact.Searchers[0]; e.WithinBudgetPct != 100 || math.Abs(e.MeanOptRatio-1) > 1e-12 {
+		t.Errorf("oracle-m0 without the admission room: %+v, want the oracle itself", e)
+	}
+	if exact.Searchers[1].WithinBudgetPct < m3.WithinBudgetPct {
+		t.Errorf("oracle-m3 without the room (%.1f%%) claims less than with it (%.1f%%)", exact.Searchers[1].WithinBudgetPct, m3.WithinBudgetPct)
+	}
+	for _, bad := range []string{"gmd", "als", "gmd-m0"} {
 		spec.Searchers = []string{bad}
 		if _, err := RunBench(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "one inference stream") {
 			t.Errorf("%s with two streams: err %v, want a refusal naming what runs", bad, err)

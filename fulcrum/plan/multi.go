@@ -378,6 +378,18 @@ func (m *MultiModel) BestAtMode(p MultiProfile) (MultiEval, error) {
 	return best, nil
 }
 
+// EachBatchVector calls f with every vector of profiled batch sizes at the profile's mode
+// (one per stream, in stream order; at most MaxMultiCombos). f must not keep the slice.
+func (m *MultiModel) EachBatchVector(p MultiProfile, f func(batches []int)) error {
+	batches := make([]int, len(p.Infer))
+	return m.eachCombo(p, func(pts []InferPoint) {
+		for i, ip := range pts {
+			batches[i] = ip.Batch
+		}
+		f(batches)
+	})
+}
+
 // eachCombo checks the profile and calls f with every combination of the profiled batch
 // sizes of every stream (at most MaxMultiCombos). f must not keep pts: one buffer serves
 // every combination.
