@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -34,6 +35,10 @@ func MultiOracle(mt *truthprof.MultiTruth, b plan.MultiBudgets) (plan.MultiPlan,
 // and power raised by marginRel and every stream's latency kept inside the admission room.
 // It is the ceiling of any decision that keeps that margin and room. found is false when
 // nothing fits so.
+//
+// Modes are visited best first by their unrestricted best (BestAtMode, what MultiOracle
+// computes): once a mode's best cannot beat the answer so far, no later mode can, so only
+// the first few modes pay for the batch vectors under the margin.
 func MultiMarginOracle(mt *truthprof.MultiTruth, b plan.MultiBudgets, marginRel float64, adm plan.Admission) (best plan.MultiEval, found bool, err error) {
 	m, err := plan.NewMultiModel(b, mt.AllBatches())
 	if err != nil {
@@ -42,9 +47,35 @@ func MultiMarginOracle(mt *truthprof.MultiTruth, b plan.MultiBudgets, marginRel 
 	if len(b.Streams) != len(mt.Infers) {
 		return best, false, fmt.Errorf("multi margin oracle: %d stream budgets for the %d inference workloads %v", len(b.Streams), len(mt.Infers), mt.Infers)
 	}
+	profiles := mt.Profiles()
+	type bound struct {
+		i int
+		e plan.MultiEval
+	}
+	bounds := make([]bound, len(profiles))
+	for i, p := range profiles {
+		e, err := m.BestAtMode(p)
+		if err != nil {
+			return best, false, fmt.Errorf("multi margin oracle: %w", err)
+		}
+		bounds[i] = bound{i, e}
+	}
+	slices.SortStableFunc(bounds, func(x, y bound) int {
+		switch {
+		case x.e.Better(y.e):
+			return -1
+		case y.e.Better(x.e):
+			return 1
+		}
+		return 0
+	})
 	up := 1 + marginRel
 	lim := m.Budgets().Streams
-	for _, p := range mt.Profiles() {
+	for _, bd := range bounds {
+		if found && !bd.e.Better(best) {
+			break
+		}
+		p := profiles[bd.i]
 		raised := plan.MultiProfile{Mode: p.Mode, Train: make([]plan.TrainPoint, len(p.Train)), Infer: make([][]plan.InferPoint, len(p.Infer))}
 		for j, t := range p.Train {
 			raised.Train[j] = plan.TrainPoint{Batch: t.Batch, TimeMS: t.TimeMS * up, PowerMW: t.PowerMW * up}
