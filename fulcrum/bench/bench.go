@@ -482,20 +482,27 @@ func summarise(name string, outs []Outcome) SearcherStats {
 // oracleStats is the oracle's row: it always answers optimally where anything is
 // feasible, having looked at every mode of the pair.
 func oracleStats(cfgs []benchConfig, pts []*truthprof.PairTruth) SearcherStats {
+	return oracleRow(len(cfgs), func(i int) (int, bool) { return pts[cfgs[i].pair].Len(), cfgs[i].oracle.Feasible })
+}
+
+// oracleRow is the oracle's row over n configurations; at(i) says how many modes the
+// oracle scanned for configuration i and whether anything was feasible there.
+func oracleRow(n int, at func(i int) (modes int, feasible bool)) SearcherStats {
 	st := SearcherStats{Name: "oracle"}
-	n, modes := 0, 0
-	for _, c := range cfgs {
-		modes += pts[c.pair].Len()
-		st.MaxProfiles = max(st.MaxProfiles, pts[c.pair].Len())
-		if c.oracle.Feasible {
-			n++
+	feasible, modes := 0, 0
+	for i := range n {
+		m, ok := at(i)
+		modes += m
+		st.MaxProfiles = max(st.MaxProfiles, m)
+		if ok {
+			feasible++
 		}
 	}
-	if n > 0 {
+	if feasible > 0 {
 		st.WithinBudgetPct, st.MeanOptRatio, st.P5OptRatio = 100, 1, 1
 	}
-	if len(cfgs) > 0 {
-		st.MeanProfiles = float64(modes) / float64(len(cfgs))
+	if n > 0 {
+		st.MeanProfiles = float64(modes) / float64(n)
 	}
 	return st
 }

@@ -170,19 +170,7 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	for si, name := range spec.Searchers {
 		var st SearcherStats
 		if name == "oracle" {
-			st = SearcherStats{Name: "oracle"}
-			n, modes := 0, 0
-			for _, c := range cfgs {
-				modes += sets[c.set].mt.Len()
-				st.MaxProfiles = max(st.MaxProfiles, sets[c.set].mt.Len())
-				if c.oracle.Feasible {
-					n++
-				}
-			}
-			if n > 0 {
-				st.WithinBudgetPct, st.MeanOptRatio, st.P5OptRatio = 100, 1, 1
-			}
-			st.MeanProfiles = float64(modes) / float64(len(cfgs))
+			st = oracleRow(len(cfgs), func(i int) (int, bool) { return sets[cfgs[i].set].mt.Len(), cfgs[i].oracle.Feasible })
 		} else {
 			st = summarise(name, outcomes[si])
 		}

@@ -237,23 +237,32 @@ func (d Decider) Claims(s Scored) bool { return s.PFeasible >= d.confidence() }
 // fits as measured, then the more likely to fit, then the smaller excess, then lower
 // power.
 func (d Decider) better(a, b Scored) bool {
-	ca, cb := d.Claims(a), d.Claims(b)
+	return ranksAbove(d.Claims(a), d.Claims(b),
+		rankKey{a.ThroughputSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
+		rankKey{b.ThroughputSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
+}
+
+// rankKey is what a decision ranks a configuration by.
+type rankKey struct{ objective, powerMW, violation, pFeasible float64 }
+
+// ranksAbove is the decision's order (Decider.better, MultiDecider.better).
+func ranksAbove(ca, cb bool, a, b rankKey) bool {
 	if ca != cb {
 		return ca
 	}
 	if ca {
-		if a.ThroughputSPS != b.ThroughputSPS {
-			return a.ThroughputSPS > b.ThroughputSPS
+		if a.objective != b.objective {
+			return a.objective > b.objective
 		}
-		return a.PowerMW < b.PowerMW
+		return a.powerMW < b.powerMW
 	}
-	if a.ViolationAdm != b.ViolationAdm {
-		return a.ViolationAdm < b.ViolationAdm
+	if a.violation != b.violation {
+		return a.violation < b.violation
 	}
-	if a.PFeasible != b.PFeasible {
-		return a.PFeasible > b.PFeasible
+	if a.pFeasible != b.pFeasible {
+		return a.pFeasible > b.pFeasible
 	}
-	return a.PowerMW < b.PowerMW
+	return a.powerMW < b.powerMW
 }
 
 // Decide chooses over the profiles. The answer's Best carries model v1's figures

@@ -132,23 +132,9 @@ func (d MultiDecider) Claims(s MultiScored) bool { return s.PFeasible >= d.confi
 
 // better is Decider.better with the training objective in place of the throughput.
 func (d MultiDecider) better(a, b MultiScored) bool {
-	ca, cb := d.Claims(a), d.Claims(b)
-	if ca != cb {
-		return ca
-	}
-	if ca {
-		if a.ObjectiveSPS != b.ObjectiveSPS {
-			return a.ObjectiveSPS > b.ObjectiveSPS
-		}
-		return a.PowerMW < b.PowerMW
-	}
-	if a.ViolationAdm != b.ViolationAdm {
-		return a.ViolationAdm < b.ViolationAdm
-	}
-	if a.PFeasible != b.PFeasible {
-		return a.PFeasible > b.PFeasible
-	}
-	return a.PowerMW < b.PowerMW
+	return ranksAbove(d.Claims(a), d.Claims(b),
+		rankKey{a.ObjectiveSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
+		rankKey{b.ObjectiveSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
 }
 
 // Decide chooses over every profiled mode and every batch vector, jointly. Best carries
