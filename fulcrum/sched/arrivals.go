@@ -37,7 +37,7 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 			continue
 		}
 		at := now.Add(-time.Duration(r.AgeMS * float64(time.Millisecond)))
-		q := &request{id: r.ID, arrived: at, deadline: at.Add(s.cfg.LatencyBudget)}
+		q := &request{id: r.ID, arrived: at, deadline: at.Add(s.budgetOf(w))}
 		w.ids[r.ID] = q
 		i := sort.Search(len(w.queue), func(i int) bool { return w.queue[i].deadline.After(q.deadline) })
 		w.queue = slices.Insert(w.queue, i, q)

@@ -251,7 +251,7 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 		// Empty queue: a request arriving right after the turn starts must still be
 		// served in time after it; if it could not, run anyway only when an arrival
 		// during the turn is unlikely.
-		if s.cfg.LatencyBudget >= exp+s.cfg.Margin+s.expInfer(w, max(n, 1)) {
+		if s.budgetOf(w) >= exp+s.cfg.Margin+s.expInfer(w, max(n, 1)) {
 			continue
 		}
 		if rate*exp.Seconds() < s.cfg.IdleAdmitArrivals {

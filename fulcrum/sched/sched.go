@@ -12,6 +12,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -80,6 +81,10 @@ type Scheduler struct {
 	// trainPaused: training minibatches get no turns (the controller found no
 	// configuration that meets the budgets with training running).
 	trainPaused bool
+	// streamBudget holds per-workload latency budgets (inference workload name → L_i)
+	// that replace cfg.LatencyBudget for that workload's requests; at most
+	// MaxStreamBudgets entries.
+	streamBudget map[string]time.Duration
 
 	turns    uint64
 	overruns uint64
@@ -209,6 +214,39 @@ func (s *Scheduler) SetLatencyBudget(l time.Duration) {
 	s.cfg.LatencyBudget = l
 	s.schedule()
 	s.unlockAndDeliver()
+}
+
+// MaxStreamBudgets bounds the per-workload latency budgets held: they are set by the
+// operator through the controller, one per inference stream planned for.
+const MaxStreamBudgets = 64
+
+// SetStreamLatencyBudgets replaces the per-workload latency budgets (inference workload
+// name → L_i) for requests arriving from now on; a workload not named uses the latency
+// budget (SetLatencyBudget). Entries ≤ 0 are dropped; more than MaxStreamBudgets is an
+// error and changes nothing.
+func (s *Scheduler) SetStreamLatencyBudgets(budgets map[string]time.Duration) error {
+	if len(budgets) > MaxStreamBudgets {
+		return fmt.Errorf("%d per-stream latency budgets: at most %d are held", len(budgets), MaxStreamBudgets)
+	}
+	m := make(map[string]time.Duration, len(budgets))
+	for k, v := range budgets {
+		if v > 0 {
+			m[k] = v
+		}
+	}
+	s.mu.Lock()
+	s.streamBudget = m
+	s.schedule()
+	s.unlockAndDeliver()
+	return nil
+}
+
+// budgetOf is the latency budget of w's requests. Called with s.mu held.
+func (s *Scheduler) budgetOf(w *worker) time.Duration {
+	if l, ok := s.streamBudget[w.spec.Workload]; ok {
+		return l
+	}
+	return s.cfg.LatencyBudget
 }
 
 // unlockAndDeliver releases the lock, then hands out the grants decided under it, so a

@@ -123,6 +123,9 @@ type WorkloadStats struct {
 	// LatencyRecent is Latency over the last Config.RecentWindow only.
 	LatencyRecent Quantiles `json:"latency_recent"`
 	ArrivalRateHz float64   `json:"arrival_rate_hz"`
+	// LatencyBudgetMS is the latency budget the workload's requests get (its own, or
+	// the shared one).
+	LatencyBudgetMS float64 `json:"latency_budget_ms,omitempty"`
 	// ExpectedBatchMS is the expected inference batch time by batch size (measured sizes).
 	ExpectedBatchMS map[int]float64 `json:"expected_batch_ms,omitempty"`
 
@@ -210,7 +213,13 @@ func (s *Scheduler) Snapshot() Snapshot {
 			if wl.train.n > 0 {
 				ws.ExpectedTrainMS = wl.train.guarded(s.cfg.DevK)
 			}
-		} else if len(wl.infer) > 0 {
+		} else {
+			ws.LatencyBudgetMS = ms(s.cfg.LatencyBudget)
+			if l, ok := s.streamBudget[wl.name]; ok {
+				ws.LatencyBudgetMS = ms(l)
+			}
+		}
+		if wl.role != proto.RoleTrain && len(wl.infer) > 0 {
 			ws.ExpectedBatchMS = map[int]float64{}
 			for b, e := range wl.infer {
 				if e.n > 0 {
