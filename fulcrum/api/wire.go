@@ -52,6 +52,9 @@ type WorkloadStats struct {
 	// LatencyRecent is Latency over the scheduler's recent window only.
 	LatencyRecent Quantiles `json:"latency_recent"`
 	ArrivalRateHz float64   `json:"arrival_rate_hz"`
+	// LatencyBudgetMS is the latency budget the workload's requests get: its own
+	// (fulcrumctl budget set --workload) or the shared one.
+	LatencyBudgetMS float64 `json:"latency_budget_ms,omitempty"`
 	// ExpectedBatchMS is the expected inference batch time by batch size (measured sizes).
 	ExpectedBatchMS map[int]float64 `json:"expected_batch_ms,omitempty"`
 
@@ -106,6 +109,7 @@ func WorkloadsFrom(ws []sched.WorkloadStats) []WorkloadStats {
 		out[i] = WorkloadStats{Workload: w.Workload, Role: w.Role, LiveWorkers: w.LiveWorkers,
 			Requests: w.Requests, Served: w.Served, Failed: w.Failed, DeadlineMisses: w.DeadlineMisses,
 			Latency: quantilesFrom(w.Latency), LatencyRecent: quantilesFrom(w.LatencyRecent), ArrivalRateHz: w.ArrivalRateHz,
+			LatencyBudgetMS: w.LatencyBudgetMS,
 			ExpectedBatchMS: maps.Clone(w.ExpectedBatchMS),
 			Minibatches:     w.Minibatches, Samples: w.Samples, ThroughputPerS: w.ThroughputPerS, ExpectedTrainMS: w.ExpectedTrainMS,
 			TurnWait: quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
