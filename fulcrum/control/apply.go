@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -112,8 +113,11 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	c.applyFails, c.want = 0, nil
 	var errs []error
 	for _, w := range c.sched.Snapshot().Workers {
-		if w.Role == proto.RoleInfer && c.pair != nil && w.Workload == c.pair.Infer && w.Batch != ch.Batch {
-			if err := c.sched.SetInferBatch(w.ID, ch.Batch); err != nil {
+		if w.Role != proto.RoleInfer {
+			continue
+		}
+		if b := c.batchFor(ch, w.Workload); b > 0 && w.Batch != b {
+			if err := c.sched.SetInferBatch(w.ID, b); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -121,7 +125,15 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	c.cur = &ch
 	c.forceApply = false
 	c.lastApply = c.clock.Now()
-	ev := Event{Kind: KindApply, Reason: fmt.Sprintf("mode %s and inference batch %d applied in %s", ch.Mode.Human(), ch.Batch, c.lastApply.Sub(start).Round(time.Microsecond)), Mode: &m, Batch: ch.Batch}
+	batches := fmt.Sprintf("inference batch %d", ch.Batch)
+	if len(ch.Streams) > 0 {
+		var bs []string
+		for _, s := range ch.Streams {
+			bs = append(bs, fmt.Sprintf("%s %d", s.Workload, s.Batch))
+		}
+		batches = "inference batches " + strings.Join(bs, ", ")
+	}
+	ev := Event{Kind: KindApply, Reason: fmt.Sprintf("mode %s and %s applied in %s", ch.Mode.Human(), batches, c.lastApply.Sub(start).Round(time.Microsecond)), Mode: &m, Batch: ch.Batch}
 	if err := errors.Join(errs...); err != nil {
 		ev.Err = err.Error()
 	}

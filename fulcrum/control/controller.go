@@ -113,8 +113,11 @@ func (c Config) withDefaults() Config {
 // numbers for it.
 type Choice struct {
 	Mode      powermode.Mode `json:"mode"`
-	Batch     int            `json:"batch"`
+	Batch     int            `json:"batch"` // the pair's stream's (with several: the first stream's)
 	Predicted Prediction     `json:"predicted"`
+	// Streams is every stream's batch and figures when several streams or training
+	// jobs are planned for (nil for a pair).
+	Streams []StreamChoice `json:"streams,omitempty"`
 }
 
 // Options wire a controller.
@@ -161,11 +164,14 @@ type Controller struct {
 	applyFailSince time.Time
 	retryAt        time.Time
 
-	rate      float64
-	rateInit  bool
-	lastReqs  uint64
-	startReqs uint64
-	lastAt    time.Time
+	rate rateMeter // the pair's inference stream
+
+	// Several inference streams or training jobs (issue 19; streams.go): grp is nil
+	// while one of each is registered (the pair above is then the whole plan).
+	grp      *group
+	streamT  map[string]StreamTarget // the operator's per-stream budgets, by workload
+	meters   map[string]*rateMeter   // per-stream arrival rate, by workload
+	badPoint map[streamPoint]bool    // (stream, mode, batch) that broke its stream's budget
 
 	needPlan    string // reason a plan is due ("" none)
 	forceSearch string // searcher to run for the next plan ("" none)
@@ -384,16 +390,22 @@ func (c *Controller) Step(ctx context.Context) {
 	snap := c.sched.Snapshot()
 	now := c.clock.Now()
 	pair, _ := c.pairOf(snap)
+	grp := c.groupOf(snap)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !samePair(pair, c.pair) {
+	if changed := !samePair(pair, c.pair); changed || !sameGroup(grp, c.grp) {
 		if pair != nil {
 			c.needPlan = fmt.Sprintf("workers registered: training %s (batch %d), inference %s", pair.Train, pair.TrainBatch, pair.Infer)
-			c.pairAt = now
-			c.rateInit = false
+			if grp != nil {
+				c.needPlan = "workers registered: " + grp.String()
+			}
+			if changed {
+				c.pairAt = now
+				c.rate = rateMeter{since: now}
+			}
 		}
-		c.pair = pair
+		c.pair, c.grp = pair, grp
 	}
 	var pn int
 	if c.board != nil {
@@ -404,25 +416,11 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	// Arrival rate: EWMA of the request counter's slope.
 	if wl, ok := snap.Workload(proto.RoleInfer, c.pair.Infer); ok {
-		switch {
-		case !c.rateInit:
-			c.rateInit, c.startReqs = true, wl.Requests
-			c.rate = 0
-		case now.Sub(c.pairAt) <= c.cfg.RateWarmup && now.After(c.pairAt):
-			// Warm-up: the mean since the workers registered (an EWMA started at 0
-			// would under-estimate the rate the first plan is made for).
-			c.rate = float64(wl.Requests-c.startReqs) / now.Sub(c.pairAt).Seconds()
-		case now.After(c.lastAt):
-			dt := now.Sub(c.lastAt).Seconds()
-			inst := float64(wl.Requests-c.lastReqs) / dt
-			a := 1 - math.Exp(-dt/c.cfg.RateTau.Seconds())
-			c.rate += a * (inst - c.rate)
-		}
-		c.lastReqs, c.lastAt = wl.Requests, now
+		c.rate.observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
 		c.measured.LatencyP99MS = wl.LatencyRecent.P99MS
 		c.latCount = wl.LatencyRecent.Count
 	}
-	c.measured.RateRPS = c.rate
+	c.measured.RateRPS = c.rate.rate
 	if c.job {
 		return
 	}
@@ -440,6 +438,10 @@ func (c *Controller) Step(ctx context.Context) {
 		if c.want == nil {
 			c.needPlan = "the board accepts mode changes again"
 		}
+		return
+	}
+	if c.grp != nil {
+		c.stepMulti(ctx, snap, now)
 		return
 	}
 	rate, ready := c.planningRate(now)
@@ -490,12 +492,12 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	// Rate drift: re-plan from stored profiles.
 	if b.RateRPS == 0 && c.planRate > 0 && !c.held {
-		if math.Abs(c.rate-c.planRate)/c.planRate > c.cfg.DriftRel {
+		if math.Abs(c.rate.rate-c.planRate)/c.planRate > c.cfg.DriftRel {
 			if c.driftSince.IsZero() {
 				c.driftSince = now
 			} else if now.Sub(c.driftSince) >= c.cfg.DriftHold {
 				c.driftSince = time.Time{}
-				c.plan(ctx, fmt.Sprintf("arrival rate drifted from %.1f/s to %.1f/s (over %.0f%% for %s)", c.planRate, c.rate, c.cfg.DriftRel*100, c.cfg.DriftHold), c.rate)
+				c.plan(ctx, fmt.Sprintf("arrival rate drifted from %.1f/s to %.1f/s (over %.0f%% for %s)", c.planRate, c.rate.rate, c.cfg.DriftRel*100, c.cfg.DriftHold), c.rate.rate)
 				return
 			}
 		} else {

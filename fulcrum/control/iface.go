@@ -32,6 +32,8 @@ type Scheduler interface {
 	Snapshot() sched.Snapshot
 	SetInferBatch(workerID string, batch int) error
 	SetLatencyBudget(l time.Duration)
+	// SetStreamLatencyBudgets sets per-stream latency budgets (workload → L_i).
+	SetStreamLatencyBudgets(budgets map[string]time.Duration) error
 	SetTrainingPaused(paused bool)
 	// Config is the scheduler's configuration (its admission margins).
 	Config() sched.Config

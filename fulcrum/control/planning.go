@@ -18,7 +18,7 @@ func (c *Controller) planningRate(now time.Time) (float64, bool) {
 	if c.budgets.RateRPS > 0 {
 		return c.budgets.RateRPS, true
 	}
-	return c.rate, c.rateInit && now.Sub(c.pairAt) >= c.cfg.RateWarmup
+	return c.rate.rate, c.rate.ready(now, c.cfg.RateWarmup)
 }
 
 // profiles returns the stored complete profiles of the pair with the learned power
@@ -146,6 +146,10 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 // mode's stale times starved training after a plan (found in the demo: 1–6 samples/s
 // against 270 planned). Called with c.mu held, after a mode change.
 func (c *Controller) expectAt(m powermode.Mode) {
+	if c.grp != nil {
+		c.expectAtMulti(m)
+		return
+	}
 	var mp *plan.ModeProfile
 	if c.pair != nil {
 		if ps, err := c.profiles(); err == nil {
@@ -177,8 +181,8 @@ func (c *Controller) planRateOr() float64 {
 	if c.budgets.RateRPS > 0 {
 		return c.budgets.RateRPS
 	}
-	if c.rate > 0 {
-		return c.rate
+	if c.rate.rate > 0 {
+		return c.rate.rate
 	}
 	return 1
 }

@@ -18,6 +18,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 	c.job, c.jobDone, c.jobMethod = true, done, method
 	c.held = false
 	pair := *c.pair
+	grp := c.grp // never changed in place: Step replaces it
 	rate := c.planRateOr()
 	b := c.budgets
 	out := &Outcome{Method: method}
@@ -31,6 +32,15 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		defer cancel()
 		defer stop()
 		res, counts, err := c.search(ctx, method, pair, b, rate, maxProfiles)
+		if err == nil && grp != nil {
+			// The searcher walked the pair's space; the other streams and jobs are
+			// profiled at the modes it stored, so the joint decision has them all.
+			more, cerr := c.completeStreams(ctx, grp, b.PowerMW)
+			counts = addCounts(counts, more)
+			if cerr != nil {
+				err = fmt.Errorf("profiling the further streams and jobs: %w", cerr)
+			}
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.job, c.jobMethod = false, ""
@@ -55,8 +65,13 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("%s search done: %d modes profiled live, %d answered from the store, %d abandoned over the power budget, %d remeasured; stopped: %s",
 				method, counts.Profiled, counts.FromStore, counts.Abandoned, counts.Remeasured, res.Stop)})
 		}
-		if !samePair(c.pair, &pair) {
+		if !samePair(c.pair, &pair) || !sameGroup(c.grp, grp) {
 			return // the workers changed meanwhile: the next step plans for the new ones
+		}
+		if grp != nil {
+			c.planMulti(c.base, fmt.Sprintf("after %s (%s)", method, reason), false)
+			out.Choice = c.cur
+			return
 		}
 		ps, perr := c.profiles()
 		if perr != nil || len(ps) == 0 {

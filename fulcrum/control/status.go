@@ -1,6 +1,7 @@
 package control
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -38,12 +39,18 @@ type Status struct {
 	Live LiveCounts `json:"live"`
 	// LastSearch is the last searcher's result.
 	LastSearch *search.Result `json:"last_search,omitempty"`
+	// Streams is every inference stream planned for: its budget, batch, planned rate,
+	// predicted and measured p99 (one for a pair).
+	Streams []StreamStatus `json:"streams,omitempty"`
+	// Train is every training job planned for when there are several or several streams.
+	Train []TrainJob `json:"train,omitempty"`
 	// LastEvent is the sequence number of the newest event.
 	LastEvent uint64 `json:"last_event"`
 }
 
 // Status returns the controller's state.
 func (c *Controller) Status() Status {
+	snap := c.sched.Snapshot()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{Budgets: c.budgets, Stepped: c.stepped, Degraded: c.degraded, Searching: c.job,
@@ -58,6 +65,13 @@ func (c *Controller) Status() Status {
 		p := *c.pair
 		s.Pair = &p
 		if ps, err := c.profiles(); err == nil {
+			s.StoredProfiles = len(ps)
+		}
+	}
+	s.Streams = c.streamStatus(snap)
+	if c.grp != nil {
+		s.Train = slices.Clone(c.grp.Train)
+		if ps, err := c.multiProfiles(); err == nil {
 			s.StoredProfiles = len(ps)
 		}
 	}

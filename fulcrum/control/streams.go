@@ -1,0 +1,690 @@
+package control
+
+// Several inference streams and training jobs (issue 19, docs/design.md §2 "Model v1 for
+// several workloads"): while more than one inference workload or training workload is
+// registered, the controller plans the mode and every stream's batch size jointly with
+// plan.MultiDecider, holds each stream to its own latency budget and rate, and watches
+// each stream's p99. One of each is the pair (controller.go), planned as before.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/truth"
+)
+
+// TrainJob is a training workload planned for, at its registered minibatch.
+type TrainJob struct {
+	Workload string `json:"workload"`
+	Batch    int    `json:"batch"`
+}
+
+// StreamSpec is an inference workload planned for, with the batch sizes it may serve.
+type StreamSpec struct {
+	Workload string `json:"workload"`
+	Batches  []int  `json:"batches"`
+}
+
+// group is every workload planned for when there are several: training jobs and
+// inference streams in order of first registration.
+type group struct {
+	Train   []TrainJob
+	Streams []StreamSpec
+}
+
+func sameGroup(a, b *group) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Train, b.Train) && slices.EqualFunc(a.Streams, b.Streams, func(x, y StreamSpec) bool {
+		return x.Workload == y.Workload && slices.Equal(x.Batches, y.Batches)
+	})
+}
+
+// String names the group's workloads for an event.
+func (g *group) String() string {
+	var tr, st []string
+	for _, j := range g.Train {
+		tr = append(tr, fmt.Sprintf("%s (batch %d)", j.Workload, j.Batch))
+	}
+	for _, s := range g.Streams {
+		st = append(st, s.Workload)
+	}
+	return fmt.Sprintf("training %s; inference streams %s", strings.Join(tr, ", "), strings.Join(st, ", "))
+}
+
+// groupOf returns every distinct training and inference workload with a live worker
+// (the first worker of each gives the training minibatch and the batch sizes), or nil
+// when there is at most one of each: the pair plans that.
+func (c *Controller) groupOf(snap sched.Snapshot) *group {
+	g := &group{}
+	for _, w := range snap.Workers {
+		switch w.Role {
+		case proto.RoleTrain:
+			if !slices.ContainsFunc(g.Train, func(j TrainJob) bool { return j.Workload == w.Workload }) {
+				g.Train = append(g.Train, TrainJob{Workload: w.Workload, Batch: w.Batch})
+			}
+		case proto.RoleInfer:
+			if !slices.ContainsFunc(g.Streams, func(s StreamSpec) bool { return s.Workload == w.Workload }) {
+				g.Streams = append(g.Streams, StreamSpec{Workload: w.Workload, Batches: c.batchesFor(w.BatchSizes)})
+			}
+		}
+	}
+	if len(g.Train) == 0 || len(g.Streams) == 0 || (len(g.Train) == 1 && len(g.Streams) == 1) {
+		return nil
+	}
+	return g
+}
+
+// batchesFor is the batch sizes planned over for a worker that serves sizes (all of
+// InferBatches when it listed none; its own sizes when none of InferBatches is among them).
+func (c *Controller) batchesFor(sizes []int) []int {
+	batches := slices.Clone(c.cfg.InferBatches)
+	if len(sizes) > 0 {
+		batches = slices.DeleteFunc(batches, func(b int) bool { return !slices.Contains(sizes, b) })
+		if len(batches) == 0 {
+			batches = slices.Clone(sizes)
+		}
+	}
+	slices.Sort(batches)
+	return batches
+}
+
+// StreamTarget is an operator's budgets for one inference stream: its own latency budget
+// and arrival rate. Zero fields use the shared budgets (plan.Budgets): the shared
+// latency budget, and the shared fixed rate or, without one, the stream's measured rate.
+type StreamTarget struct {
+	LatencyMS float64 `json:"latency_ms,omitempty"`
+	RateRPS   float64 `json:"rate_rps,omitempty"`
+}
+
+// MaxStreamTargets bounds the per-stream budgets held (the scheduler holds as many).
+const MaxStreamTargets = sched.MaxStreamBudgets
+
+// StreamTargets returns the per-stream budgets set, by workload.
+func (c *Controller) StreamTargets() map[string]StreamTarget {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]StreamTarget, len(c.streamT))
+	for k, v := range c.streamT {
+		out[k] = v
+	}
+	return out
+}
+
+// SetStreamTarget installs the budgets of one inference stream (workload), replacing what
+// was set for it; the zero StreamTarget drops them (the stream uses the shared budgets).
+// Invalid values change nothing. The next step re-plans.
+func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Caller) error {
+	if workload == "" || len(workload) > proto.MaxNameLen {
+		return fmt.Errorf("stream budgets not changed: the workload name must be 1 to %d bytes (the name its inference worker registered)", proto.MaxNameLen)
+	}
+	if t.LatencyMS != 0 {
+		if err := plan.CheckField(plan.FieldLatency, t.LatencyMS); err != nil {
+			return fmt.Errorf("stream budgets not changed: %w", err)
+		}
+	}
+	if t.RateRPS != 0 {
+		if err := plan.CheckField(plan.FieldRate, t.RateRPS); err != nil {
+			return fmt.Errorf("stream budgets not changed: %w", err)
+		}
+	}
+	c.mu.Lock()
+	old, had := c.streamT[workload]
+	if _, ok := c.streamT[workload]; !ok && t != (StreamTarget{}) && len(c.streamT) >= MaxStreamTargets {
+		c.mu.Unlock()
+		return fmt.Errorf("stream budgets not changed: %d streams have budgets of their own (the limit); drop one first (fulcrumctl budget set --workload NAME --shared)", MaxStreamTargets)
+	}
+	if c.streamT == nil {
+		c.streamT = map[string]StreamTarget{}
+	}
+	if t == (StreamTarget{}) {
+		delete(c.streamT, workload)
+	} else {
+		c.streamT[workload] = t
+	}
+	lat := make(map[string]time.Duration, len(c.streamT))
+	for k, v := range c.streamT {
+		if v.LatencyMS > 0 {
+			lat[k] = msDur(v.LatencyMS)
+		}
+	}
+	c.held = false
+	for k := range c.badPoint {
+		if k.stream == workload {
+			delete(c.badPoint, k)
+		}
+	}
+	if c.cur != nil || c.pair != nil {
+		c.needPlan = reasonBudgets
+	}
+	c.mu.Unlock()
+	if err := c.sched.SetStreamLatencyBudgets(lat); err != nil {
+		return fmt.Errorf("stream budgets: %w", err) // cannot happen: bounded above
+	}
+	from, to := "shared", "shared"
+	if had {
+		from = old.String()
+	}
+	if t != (StreamTarget{}) {
+		to = t.String()
+	}
+	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
+	return nil
+}
+
+// String is the target in an event's words.
+func (t StreamTarget) String() string {
+	l, r := "shared", "shared"
+	if t.LatencyMS > 0 {
+		l = fmt.Sprintf("%.0f ms", t.LatencyMS)
+	}
+	if t.RateRPS > 0 {
+		r = fmt.Sprintf("%.1f/s", t.RateRPS)
+	}
+	return fmt.Sprintf("{latency %s, rate %s}", l, r)
+}
+
+// streamPoint is one stream's batch at one mode.
+type streamPoint struct {
+	stream string
+	m      powermode.Mode
+	b      int
+}
+
+// StoredMultiProfiles returns the stored profiles of every workload of g on board, one
+// per mode where every training job has a profile at its minibatch and every stream at
+// one or more of its batch sizes. Each profile's repeats are its least-repeated point's.
+func StoredMultiProfiles(st *store.Store, board string, g *group) ([]plan.MultiProfile, error) {
+	type slot struct {
+		train []plan.TrainPoint
+		infer [][]plan.InferPoint
+		reps  int
+	}
+	modes := map[powermode.Mode]*slot{}
+	get := func(m powermode.Mode) *slot {
+		s := modes[m]
+		if s == nil {
+			s = &slot{train: make([]plan.TrainPoint, len(g.Train)), infer: make([][]plan.InferPoint, len(g.Streams))}
+			modes[m] = s
+		}
+		return s
+	}
+	note := func(s *slot, r int) {
+		if r = max(r, 1); s.reps == 0 || r < s.reps {
+			s.reps = r
+		}
+	}
+	for j, job := range g.Train {
+		ps, err := st.List(store.Filter{Board: board, Workload: job.Workload, Role: truth.Train})
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range ps {
+			if x.Batch == job.Batch {
+				s := get(x.Mode)
+				s.train[j] = plan.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
+				note(s, x.Repeats)
+			}
+		}
+	}
+	for i, sp := range g.Streams {
+		ps, err := st.List(store.Filter{Board: board, Workload: sp.Workload, Role: truth.Infer})
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range ps {
+			if slices.Contains(sp.Batches, x.Batch) {
+				s := get(x.Mode)
+				s.infer[i] = append(s.infer[i], plan.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+				note(s, x.Repeats)
+			}
+		}
+	}
+	var out []plan.MultiProfile
+	for m, s := range modes {
+		if slices.ContainsFunc(s.train, func(t plan.TrainPoint) bool { return t.Batch == 0 }) ||
+			slices.ContainsFunc(s.infer, func(ips []plan.InferPoint) bool { return len(ips) == 0 }) {
+			continue
+		}
+		for _, ips := range s.infer {
+			slices.SortFunc(ips, func(a, b plan.InferPoint) int { return a.Batch - b.Batch })
+		}
+		out = append(out, plan.MultiProfile{Mode: m, Train: s.train, Infer: s.infer, Repeats: s.reps})
+	}
+	// Map order is random; the decision's ties must not be.
+	slices.SortFunc(out, func(a, b plan.MultiProfile) int { return strings.Compare(a.Mode.String(), b.Mode.String()) })
+	return out, nil
+}
+
+// multiProfiles is StoredMultiProfiles of the group on the board's space, with the power
+// corrections learned and the (stream, mode, batch) points that broke a budget left out.
+// Called with c.mu held.
+func (c *Controller) multiProfiles() ([]plan.MultiProfile, error) {
+	if c.board == nil || c.grp == nil {
+		return nil, nil
+	}
+	ps, err := StoredMultiProfiles(c.store, c.board.Info().Name, c.grp)
+	if err != nil {
+		return nil, err
+	}
+	if sp := c.board.Space(); sp != nil {
+		ps = slices.DeleteFunc(ps, func(p plan.MultiProfile) bool { return !sp.Contains(p.Mode) })
+	}
+	for pi := range ps {
+		p := &ps[pi]
+		k := c.corrP[p.Mode]
+		for j := range p.Train {
+			if k > 1 {
+				p.Train[j].PowerMW *= k
+			}
+		}
+		for i := range p.Infer {
+			if k > 1 {
+				for x := range p.Infer[i] {
+					p.Infer[i][x].PowerMW *= k
+				}
+			}
+			name := c.grp.Streams[i].Workload
+			p.Infer[i] = slices.DeleteFunc(p.Infer[i], func(ip plan.InferPoint) bool { return c.badPoint[streamPoint{name, p.Mode, ip.Batch}] })
+		}
+	}
+	return slices.DeleteFunc(ps, func(p plan.MultiProfile) bool {
+		return slices.ContainsFunc(p.Infer, func(ips []plan.InferPoint) bool { return len(ips) == 0 })
+	}), nil
+}
+
+// streamRates is each stream's planning rate: its own fixed rate, the shared fixed rate,
+// or its measured one; ready is false while a measured rate is still warming up.
+// Called with c.mu held.
+func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
+	ready = true
+	for _, s := range c.grp.Streams {
+		t := c.streamT[s.Workload]
+		switch {
+		case t.RateRPS > 0:
+			rates = append(rates, t.RateRPS)
+		case c.budgets.RateRPS > 0:
+			rates = append(rates, c.budgets.RateRPS)
+		default:
+			m := c.meter(s.Workload, now)
+			rates = append(rates, m.rate)
+			ready = ready && m.ready(now, c.cfg.RateWarmup)
+		}
+	}
+	return rates, ready
+}
+
+// meter is the stream's rate meter, started now when new. Called with c.mu held.
+func (c *Controller) meter(workload string, now time.Time) *rateMeter {
+	if c.meters == nil {
+		c.meters = map[string]*rateMeter{}
+	}
+	m := c.meters[workload]
+	if m == nil {
+		m = &rateMeter{since: now}
+		c.meters[workload] = m
+	}
+	return m
+}
+
+// multiBudgets are model v1's budgets for the group at the given rates.
+func (c *Controller) multiBudgets(rates []float64) plan.MultiBudgets {
+	b := modelBudgets(c.budgets, 1)
+	mb := plan.MultiBudgets{PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
+	for i, s := range c.grp.Streams {
+		mb.Streams = append(mb.Streams, plan.StreamBudget{Name: s.Workload, RateRPS: max(rates[i], 1e-3),
+			LatencyMS: cmp.Or(c.streamT[s.Workload].LatencyMS, c.budgets.LatencyMS)})
+	}
+	return mb
+}
+
+// StreamChoice is one stream's part of a configuration planned for several streams.
+type StreamChoice struct {
+	Workload        string  `json:"workload"`
+	Batch           int     `json:"batch"`
+	LatencyBudgetMS float64 `json:"latency_budget_ms"`
+	RateRPS         float64 `json:"rate_rps"` // the rate planned for
+	PredLatencyMS   float64 `json:"predicted_latency_ms"`
+	Rho             float64 `json:"rho"`
+}
+
+// batchFor is the batch ch plans for an inference workload's workers (0: none).
+func (c *Controller) batchFor(ch Choice, workload string) int {
+	for _, s := range ch.Streams {
+		if s.Workload == workload {
+			return s.Batch
+		}
+	}
+	if len(ch.Streams) == 0 && c.pair != nil && workload == c.pair.Infer {
+		return ch.Batch
+	}
+	return 0
+}
+
+// planMulti decides from stored profiles for every stream and job, or, with search,
+// starts a search when too few are stored. Called with c.mu held.
+func (c *Controller) planMulti(ctx context.Context, reason string, search bool) {
+	kind := KindReplan
+	if c.cur == nil {
+		kind = KindPlan
+	}
+	ps, err := c.multiProfiles()
+	if err != nil {
+		c.events.Add(Event{Kind: kind, Reason: reason + ": reading stored profiles failed", Err: err.Error()})
+		return
+	}
+	if c.board == nil {
+		return
+	}
+	if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
+		method := cmp.Or(c.forceSearch, c.cfg.Searcher)
+		c.forceSearch = ""
+		c.startSearch(c.base, method, fmt.Sprintf("%s; %d modes stored for every stream and job (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
+		return
+	}
+	rates, _ := c.streamRates(c.clock.Now())
+	mb := c.multiBudgets(rates)
+	d, err := c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(ps)
+	if err != nil {
+		c.events.Add(Event{Kind: kind, Reason: reason, Err: fmt.Sprintf("no stored profile of every stream: run fulcrumctl optimize: %v", err)})
+		return
+	}
+	c.stepped = false
+	c.planRate = rates[0]
+	for i, s := range c.grp.Streams {
+		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
+	}
+	c.decideMulti(ctx, kind, reason+": "+explainMulti(d, mb), d, mb)
+}
+
+// explainMulti is a decision in an event's words.
+func explainMulti(d plan.MultiDecision, mb plan.MultiBudgets) string {
+	e := d.Best
+	var st []string
+	for i, s := range e.Streams {
+		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
+	}
+	head := fmt.Sprintf("mode %s, %s; %.1f W, GPU share %.2f, training %.1f samples/s (P(every budget) %.3f, %d claimable)",
+		e.Mode.Human(), strings.Join(st, ", "), e.PowerMW/1000, e.Rho, e.ObjectiveSPS, d.PFeasible, d.Candidates)
+	if !d.Feasible {
+		b := string(d.Binding.Constraint)
+		if d.Binding.Stream != "" {
+			b += " of stream " + d.Binding.Stream
+		}
+		return "no known configuration meets every budget with training running (" + b + " binds); least violating: " + head
+	}
+	return head
+}
+
+// decideMulti applies the decision d and records it. Called with c.mu held.
+func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, d plan.MultiDecision, mb plan.MultiBudgets) {
+	e := d.Best
+	ch := Choice{Mode: e.Mode, Predicted: Prediction{ThroughputSPS: e.ObjectiveSPS, PowerMW: e.PowerMW, Rho: e.Rho, Feasible: d.Feasible}}
+	if !d.Feasible {
+		ch.Predicted.Binding = string(d.Binding.Constraint)
+	}
+	for i, s := range e.Streams {
+		ch.Streams = append(ch.Streams, StreamChoice{Workload: s.Name, Batch: s.Batch, LatencyBudgetMS: mb.Streams[i].LatencyMS,
+			RateRPS: mb.Streams[i].RateRPS, PredLatencyMS: s.LatencyMS, Rho: s.Rho})
+		if c.pair != nil && s.Name == c.pair.Infer {
+			ch.Batch, ch.Predicted.LatencyMS, ch.Predicted.RateRPS = s.Batch, s.LatencyMS, mb.Streams[i].RateRPS
+		}
+	}
+	m := e.Mode
+	meas := c.measured
+	pred := ch.Predicted
+	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch, Predicted: &pred, Measured: &meas})
+	c.apply(ctx, ch)
+	c.setTrainingPaused(!d.Feasible, reason)
+}
+
+// stepMulti is Step's watch while several streams or jobs are planned for: each stream's
+// rate and p99 against its own budget, board power against the power budget. A broken
+// budget is acted on at once by re-deciding with what was learned (the power correction
+// at the mode, the stream's broken batch left out); a drifted rate re-plans after
+// DriftHold. Called with c.mu held.
+func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now time.Time) {
+	for _, s := range c.grp.Streams {
+		if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
+			c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
+		}
+	}
+	_, ready := c.streamRates(now)
+	b := c.budgets
+	settled := c.lastApply.Add(c.cfg.PowerSettle)
+	if c.cur != nil && b.PowerMW > 0 && now.Sub(settled) >= c.cfg.PowerWindow/2 && now.Sub(c.lastStep) >= c.cfg.Cooldown {
+		from := now.Add(-c.cfg.PowerWindow)
+		if from.Before(settled) {
+			from = settled
+		}
+		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerMW {
+			c.measured.PowerMW = avg
+			c.violations["power"]++
+			c.lastStep = now
+			k := 1.0
+			if c.cur.Predicted.PowerMW > 0 {
+				k = max(1, avg/c.cur.Predicted.PowerMW)
+				c.corrP[c.cur.Mode] = max(c.corrP[c.cur.Mode], k*max(c.corrP[c.cur.Mode], 1))
+			}
+			c.needPlan = ""
+			c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction",
+				avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k), false)
+			c.stepped = true
+			return
+		}
+	}
+	if c.needPlan != "" && ready {
+		reason := c.needPlan
+		c.needPlan = ""
+		c.planMulti(ctx, reason, true)
+		return
+	}
+	if c.cur == nil {
+		return
+	}
+	// A worker that (re)registered since the last decision serves its stream's batch.
+	for _, w := range snap.Workers {
+		if w.Role != proto.RoleInfer {
+			continue
+		}
+		if want := c.batchFor(*c.cur, w.Workload); want > 0 && w.Batch != want && (len(w.BatchSizes) == 0 || slices.Contains(w.BatchSizes, want)) {
+			if err := c.sched.SetInferBatch(w.ID, want); err != nil {
+				c.log.Warn("set the planned inference batch on a new worker", "worker", w.ID, "err", err)
+			}
+		}
+	}
+	// A stream's latency broken: leave its batch at this mode out and decide again.
+	if now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown {
+		for _, s := range c.cur.Streams {
+			wl, ok := snap.Workload(proto.RoleInfer, s.Workload)
+			if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency || wl.LatencyRecent.P99MS <= s.LatencyBudgetMS {
+				continue
+			}
+			c.violations["latency"]++
+			c.lastStep, c.lastLatStep = now, now
+			if c.badPoint == nil {
+				c.badPoint = map[streamPoint]bool{}
+			}
+			c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
+			c.planMulti(ctx, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms); leaving that batch out there and re-deciding",
+				s.Workload, wl.LatencyRecent.P99MS, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS), false)
+			c.stepped = true
+			return
+		}
+	}
+	// A measured rate drifted: re-plan.
+	if c.held {
+		return
+	}
+	var drifted []string
+	for _, s := range c.grp.Streams {
+		m := c.meters[s.Workload]
+		if m == nil || m.planned <= 0 || c.streamT[s.Workload].RateRPS > 0 || b.RateRPS > 0 {
+			continue
+		}
+		if math.Abs(m.rate-m.planned)/m.planned > c.cfg.DriftRel {
+			drifted = append(drifted, fmt.Sprintf("%s from %.1f/s to %.1f/s", s.Workload, m.planned, m.rate))
+		}
+	}
+	switch {
+	case len(drifted) == 0:
+		c.driftSince = time.Time{}
+	case c.driftSince.IsZero():
+		c.driftSince = now
+	case now.Sub(c.driftSince) >= c.cfg.DriftHold:
+		c.driftSince = time.Time{}
+		c.planMulti(ctx, fmt.Sprintf("arrival rate drifted: %s (over %.0f%% for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, c.cfg.DriftHold), false)
+	}
+}
+
+// completeStreams profiles, through the live profiler, every workload of g at the modes
+// the pair's search stored: each stream with the first training job, each further job
+// with the first stream (what is stored already is reused, so a mode costs only the
+// missing points). It stops at the first error (the daemon ending, a worker leaving).
+func (c *Controller) completeStreams(ctx context.Context, g *group, budgetMW float64) (LiveCounts, error) {
+	first := Pair{Train: g.Train[0].Workload, TrainBatch: g.Train[0].Batch, Infer: g.Streams[0].Workload, Batches: g.Streams[0].Batches}
+	ps, err := StoredProfiles(c.store, c.board.Info().Name, first)
+	if err != nil {
+		return LiveCounts{}, err
+	}
+	var pairs []Pair
+	for _, s := range g.Streams[1:] {
+		pairs = append(pairs, Pair{Train: first.Train, TrainBatch: first.TrainBatch, Infer: s.Workload, Batches: s.Batches})
+	}
+	for _, j := range g.Train[1:] {
+		pairs = append(pairs, Pair{Train: j.Workload, TrainBatch: j.Batch, Infer: first.Infer, Batches: first.Batches})
+	}
+	var total LiveCounts
+	for _, pr := range pairs {
+		lp := &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
+			Pair: pr, Options: c.cfg.Live, BudgetMW: budgetMW}
+		for _, p := range ps {
+			if _, err := lp.Profile(ctx, p.Mode); err != nil {
+				if errors.Is(err, context.Canceled) || errors.Is(err, ErrNoWorker) {
+					return addCounts(total, lp.Counts()), err
+				}
+				c.log.Warn("profiling a further stream", "train", pr.Train, "infer", pr.Infer, "mode", p.Mode.Human(), "err", err)
+			}
+		}
+		total = addCounts(total, lp.Counts())
+	}
+	return total, nil
+}
+
+func addCounts(a, b LiveCounts) LiveCounts {
+	return LiveCounts{Profiled: a.Profiled + b.Profiled, FromStore: a.FromStore + b.FromStore, Abandoned: a.Abandoned + b.Abandoned,
+		Points: a.Points + b.Points, Remeasured: a.Remeasured + b.Remeasured}
+}
+
+// StreamStatus is one inference stream as the controller plans and measures it.
+type StreamStatus struct {
+	Workload        string  `json:"workload"`
+	Batch           int     `json:"batch"` // planned (0 before a plan)
+	LatencyBudgetMS float64 `json:"latency_budget_ms"`
+	OwnBudget       bool    `json:"own_budget"` // set for this stream (else the shared one)
+	RateRPS         float64 `json:"rate_rps"`   // measured (EWMA), or the fixed rate
+	RateFixed       bool    `json:"rate_fixed"`
+	PlanRateRPS     float64 `json:"plan_rate_rps,omitempty"`
+	PredLatencyMS   float64 `json:"predicted_latency_ms,omitempty"`
+	MeasuredP99MS   float64 `json:"measured_p99_ms"` // over the scheduler's recent window
+	Served          int     `json:"served_recent"`   // requests the p99 is over
+	Rho             float64 `json:"rho,omitempty"`   // planned share of GPU time
+}
+
+// streamStatus returns every inference stream planned for (the pair's one, or the
+// group's). Called with c.mu held.
+func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
+	var names []string
+	switch {
+	case c.grp != nil:
+		for _, s := range c.grp.Streams {
+			names = append(names, s.Workload)
+		}
+	case c.pair != nil:
+		names = []string{c.pair.Infer}
+	}
+	var out []StreamStatus
+	for _, n := range names {
+		t, own := c.streamT[n]
+		s := StreamStatus{Workload: n, LatencyBudgetMS: cmp.Or(t.LatencyMS, c.budgets.LatencyMS), OwnBudget: own}
+		switch {
+		case t.RateRPS > 0:
+			s.RateRPS, s.RateFixed = t.RateRPS, true
+		case c.budgets.RateRPS > 0:
+			s.RateRPS, s.RateFixed = c.budgets.RateRPS, true
+		case c.grp == nil:
+			s.RateRPS = c.rate.rate
+		case c.meters[n] != nil:
+			s.RateRPS = c.meters[n].rate
+		}
+		if wl, ok := snap.Workload(proto.RoleInfer, n); ok {
+			s.MeasuredP99MS, s.Served = wl.LatencyRecent.P99MS, wl.LatencyRecent.Count
+		}
+		if ch := c.cur; ch != nil {
+			s.Batch = c.batchFor(*ch, n)
+			for _, sc := range ch.Streams {
+				if sc.Workload == n {
+					s.PlanRateRPS, s.PredLatencyMS, s.Rho = sc.RateRPS, sc.PredLatencyMS, sc.Rho
+				}
+			}
+			if len(ch.Streams) == 0 {
+				s.PlanRateRPS, s.PredLatencyMS, s.Rho = ch.Predicted.RateRPS, ch.Predicted.LatencyMS, ch.Predicted.Rho
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// expectAtMulti is expectAt for several streams and jobs: every worker of the group
+// expects its workload's stored times at mode m (nothing stored: measured afresh).
+// Called with c.mu held.
+func (c *Controller) expectAtMulti(m powermode.Mode) {
+	var mp *plan.MultiProfile
+	if ps, err := c.multiProfiles(); err == nil {
+		for i := range ps {
+			if ps[i].Mode == m {
+				mp = &ps[i]
+				break
+			}
+		}
+	}
+	for _, w := range c.sched.Snapshot().Workers {
+		var times map[int]time.Duration
+		if mp != nil {
+			switch w.Role {
+			case proto.RoleTrain:
+				for j, job := range c.grp.Train {
+					if job.Workload == w.Workload {
+						times = map[int]time.Duration{mp.Train[j].Batch: msDur(mp.Train[j].TimeMS)}
+					}
+				}
+			case proto.RoleInfer:
+				for i, s := range c.grp.Streams {
+					if s.Workload == w.Workload {
+						times = map[int]time.Duration{}
+						for _, ip := range mp.Infer[i] {
+							times[ip.Batch] = msDur(ip.TimeMS)
+						}
+					}
+				}
+			}
+		}
+		if err := c.sched.ExpectTimes(w.ID, times); err != nil {
+			c.log.Debug("expected turn times not set", "worker", w.ID, "err", err) // it just left
+		}
+	}
+}

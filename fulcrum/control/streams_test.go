@@ -1,0 +1,151 @@
+package control
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/truth"
+)
+
+const tInfer2 = "yolov8n-infer"
+
+// seedStream stores noise-free profiles of a further inference workload at the env's modes.
+func (e *env) seedStream(name string) {
+	e.t.Helper()
+	now := time.Now().UTC()
+	w := e.models[name]
+	for _, m := range e.modes {
+		for _, b := range []int{1, 2, 4, 8} {
+			ms, mw := w.TimeMS(e.spec, m, b), w.PowerMW(e.spec, m, b)
+			if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: name, Role: truth.Infer, Mode: m, Batch: b,
+				TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+				Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
+func (e *env) registerInfer(name string) string {
+	e.t.Helper()
+	id, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: name, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, func(sched.Grant) {})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+func batchOf(t *testing.T, s *sched.Scheduler, id string) int {
+	t.Helper()
+	for _, w := range s.Snapshot().Workers {
+		if w.ID == id {
+			return w.Batch
+		}
+	}
+	t.Fatalf("worker %s not registered", id)
+	return 0
+}
+
+// With two inference streams the controller decides the mode and both batches jointly
+// (the same decision plan.MultiDecider makes over the stored profiles), holds each stream
+// to its own budget, re-plans when a stream joins or leaves, and shows every stream.
+func TestPlanSeveralStreams(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	e.seedStream(tInfer2)
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	if err := c.SetStreamTarget(tInfer2, StreamTarget{LatencyMS: 160, RateRPS: 30}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetStreamTarget(tInfer2, StreamTarget{LatencyMS: 0.05}, nil); err == nil || !strings.Contains(err.Error(), "latency_ms") {
+		t.Fatalf("a 0.05 ms stream budget accepted: %v", err)
+	}
+	e.board.set(20000, nil)
+	_, in1 := e.register(nil)
+	in2 := e.registerInfer(tInfer2)
+	e.tick(c, 100*time.Millisecond)
+
+	st := c.Status()
+	if st.Current == nil || len(st.Current.Streams) != 2 || len(st.Streams) != 2 {
+		t.Fatalf("status %+v: want a plan for both streams", st)
+	}
+	// The decision is plan.MultiDecider's over the stored profiles.
+	g := &group{Train: []TrainJob{{tTrain, 32}}, Streams: []StreamSpec{{tInfer, []int{1, 2, 4, 8}}, {tInfer2, []int{1, 2, 4, 8}}}}
+	ps, err := StoredMultiProfiles(e.store, e.spec.Name, g)
+	if err != nil || len(ps) != len(e.modes) {
+		t.Fatalf("stored multi profiles: %d, %v; want one per seeded mode", len(ps), err)
+	}
+	mb := plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: tInfer, RateRPS: 20, LatencyMS: 400}, {Name: tInfer2, RateRPS: 30, LatencyMS: 160}}, PowerMW: 35000}
+	d, err := c.Rules().ForMulti(mb, c.Config().InferBatches).Decide(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Feasible || st.Current.Mode != d.Best.Mode || !slices.Equal([]int{st.Current.Streams[0].Batch, st.Current.Streams[1].Batch}, d.Best.Batches()) {
+		t.Fatalf("applied %s %+v; the decision is %s %v (feasible %v)", st.Current.Mode.Human(), st.Current.Streams, d.Best.Mode.Human(), d.Best.Batches(), d.Feasible)
+	}
+	if e.board.current() != d.Best.Mode || batchOf(t, e.sched, in1) != d.Best.Streams[0].Batch || batchOf(t, e.sched, in2) != d.Best.Streams[1].Batch {
+		t.Fatalf("board %s, batches %d %d: the plan is not in force", e.board.current().Human(), batchOf(t, e.sched, in1), batchOf(t, e.sched, in2))
+	}
+	for i, s := range st.Streams {
+		want := []float64{400, 160}[i]
+		if s.LatencyBudgetMS != want || s.PredLatencyMS <= 0 || s.PredLatencyMS > want || s.Batch != d.Best.Streams[i].Batch {
+			t.Fatalf("stream %d status %+v: want budget %v ms and a predicted p99 within it", i, s, want)
+		}
+	}
+	if !st.Streams[1].OwnBudget || st.Streams[0].OwnBudget || st.Streams[1].RateRPS != 30 || st.Streams[0].RateRPS != 20 {
+		t.Fatalf("stream budgets in the status: %+v", st.Streams)
+	}
+	// The tight stream's requests get its own deadline in the scheduler.
+	if wl, _ := e.sched.Snapshot().Workload(proto.RoleInfer, tInfer2); wl.LatencyBudgetMS != 160 {
+		t.Fatalf("scheduler holds %v ms for %s, want 160", wl.LatencyBudgetMS, tInfer2)
+	}
+	// The second stream's load is counted: the pair alone gets a higher training rate.
+	pairOnly, err := c.Rules().For(modelBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 35000}, 20), c.Config().InferBatches).Decide(mustProfiles(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Current.Predicted.ThroughputSPS >= pairOnly.Best.ThroughputSPS {
+		t.Fatalf("two streams predict %.1f samples/s, the pair alone %.1f: the second stream's GPU share is not counted",
+			st.Current.Predicted.ThroughputSPS, pairOnly.Best.ThroughputSPS)
+	}
+
+	// The second stream leaves: the pair is planned again.
+	seq := c.Status().LastEvent
+	e.sched.Unregister(in2)
+	e.tick(c, 100*time.Millisecond)
+	evs := c.Events().List(seq)
+	st = c.Status()
+	if countKind(evs, KindReplan) != 1 || st.Current.Streams != nil || len(st.Streams) != 1 {
+		t.Fatalf("after the second stream left: %v, streams %+v", kinds(evs), st.Streams)
+	}
+	// A further stream joins: all three are planned jointly.
+	e.seedStream("mobilenetv3-infer")
+	seq = c.Status().LastEvent
+	in3 := e.registerInfer("mobilenetv3-infer")
+	e.tick(c, 100*time.Millisecond)
+	evs = c.Events().List(seq)
+	st = c.Status()
+	if countKind(evs, KindReplan) != 1 || !strings.Contains(evs[0].Reason, "mobilenetv3-infer") || len(st.Current.Streams) != 2 || len(st.Streams) != 2 {
+		t.Fatalf("after a stream joined: %v, streams %+v", evs, st.Streams)
+	}
+	if batchOf(t, e.sched, in3) != st.Current.Streams[1].Batch {
+		t.Fatalf("the joining stream serves batch %d, planned %d", batchOf(t, e.sched, in3), st.Current.Streams[1].Batch)
+	}
+}
+
+func mustProfiles(t *testing.T, c *Controller) []plan.ModeProfile {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ps, err := c.profiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
