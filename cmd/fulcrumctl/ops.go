@@ -121,6 +121,14 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
+// dash is v when ok, else "-".
+func dash(ok bool, v string) string {
+	if ok {
+		return v
+	}
+	return "-"
+}
+
 func watts(mw float64) string { return strconv.FormatFloat(mw/1000, 'f', 1, 64) + "W" }
 
 func uptime(s float64) string {
@@ -210,6 +218,31 @@ func writeStatus(w io.Writer, st api.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(st.Streams) > 1 || (len(st.Streams) == 1 && st.Streams[0].OwnBudget) {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "STREAM\tBATCH\tBUDGET_MS\tRATE_RPS\tPLANNED_RPS\tPRED_P99_MS\tP99_MS\tGPU_SHARE")
+		for _, s := range st.Streams {
+			budget := fmt.Sprintf("%.0f", s.LatencyBudgetMS)
+			if s.OwnBudget {
+				budget += " (own)"
+			}
+			rate := fmt.Sprintf("%.1f", s.RateRPS)
+			if s.RateFixed {
+				rate += " (fixed)"
+			}
+			p99 := "-"
+			if s.ServedRecent > 0 {
+				p99 = fmt.Sprintf("%.1f", s.MeasuredP99MS)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Workload, dash(s.Batch > 0, strconv.Itoa(s.Batch)), budget, rate,
+				dash(s.PlanRateRPS > 0, fmt.Sprintf("%.1f", s.PlanRateRPS)), dash(s.PredLatencyMS > 0, fmt.Sprintf("%.1f", s.PredLatencyMS)),
+				p99, dash(s.Rho > 0, fmt.Sprintf("%.0f%%", 100*s.Rho)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(st.Workloads) > 0 {
 		b.WriteString("\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -267,7 +300,9 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 		Short: "Change budgets (only the flags given); fulcrumd re-plans from stored profiles",
 		Example: `  fulcrumctl budget set --latency 80ms --power 30W
   fulcrumctl budget set --rate 40 --quantile p99
-  fulcrumctl budget set --power none`,
+  fulcrumctl budget set --power none
+  fulcrumctl budget set --workload yolov8n-infer --latency 50ms --rate 30
+  fulcrumctl budget set --workload yolov8n-infer --shared`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -276,13 +311,25 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	rate := f.String("rate", "", `inference arrival rate to plan for: requests/s, or "auto" to measure it`)
 	quantile := f.String("quantile", "", "latency quantile: 0.99 or p99")
 	rho := f.Float64("rho-max", 0, "cap on inference's share of GPU time (0.05 to 1)")
+	workload := f.String("workload", "", "set one inference stream's own budgets (the workload name its worker registers): only --latency, --rate and --shared apply")
+	shared := f.Bool("shared", false, "with --workload: drop the stream's own budgets; it uses the shared ones again")
 	asJSON := f.Bool("json", false, "print the resulting budgets as JSON")
 	_ = cmd.RegisterFlagCompletionFunc("rate", cobra.FixedCompletions([]string{"auto"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("power", cobra.FixedCompletions([]string{"none", "15W", "30W", "50W"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("latency", cobra.FixedCompletions([]string{"50ms", "100ms", "200ms"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("quantile", cobra.FixedCompletions([]string{"p50", "p95", "p99", "p99.9"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		var u api.BudgetsUpdate
+		u := api.BudgetsUpdate{Workload: *workload, Shared: *shared}
+		if *shared && *workload == "" {
+			return errors.New("budget set: --shared drops one stream's own budgets: give --workload NAME")
+		}
+		if *workload != "" {
+			for _, fl := range []string{"power", "quantile", "rho-max"} {
+				if f.Changed(fl) {
+					return fmt.Errorf("budget set: --%s is shared by every workload, not one stream's: set it without --workload", fl)
+				}
+			}
+		}
 		if f.Changed("latency") {
 			v, err := units.LatencyMS(*latency)
 			if err != nil {
@@ -319,6 +366,9 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 			u.RhoMax = rho
 		}
 		if u.Empty() {
+			if *workload != "" {
+				return errors.New("budget set --workload: give --latency, --rate or --shared")
+			}
 			return errors.New("budget set: give at least one of --latency, --power, --rate, --quantile, --rho-max")
 		}
 		c := client()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -48,20 +49,20 @@ func TestBudgetCommands(t *testing.T) {
 		t.Fatalf("budget set printed %q", out)
 	}
 	want := api.Budgets{LatencyMS: 80, PowerMW: 25000, RateRPS: 40, Quantile: 0.95, RhoMax: 0.95}
-	if b, _ := fake.Budgets(context.Background()); b != want {
+	if b, _ := fake.Budgets(context.Background()); !reflect.DeepEqual(b, want) {
 		t.Fatalf("budgets %+v, want %+v", b, want)
 	}
 	// Only the flags given change; milliwatts and "auto" are understood.
 	mustRun(t, "budget", "set", "--socket", sock, "--power", "30000mW", "--rate", "auto", "--latency", "0.1s")
 	want = api.Budgets{LatencyMS: 100, PowerMW: 30000, RateAuto: true, Quantile: 0.95, RhoMax: 0.95}
-	if b, _ := fake.Budgets(context.Background()); b != want {
+	if b, _ := fake.Budgets(context.Background()); !reflect.DeepEqual(b, want) {
 		t.Fatalf("budgets %+v, want %+v", b, want)
 	}
 	if out := mustRun(t, "budget", "get", "--socket", sock); strings.TrimSpace(out) != "latency 100ms (p95), power 30W, rate auto" {
 		t.Fatalf("budget get printed %q", out)
 	}
 	var b api.Budgets
-	if err := json.Unmarshal([]byte(mustRun(t, "budget", "get", "--socket", sock, "--json")), &b); err != nil || b != want {
+	if err := json.Unmarshal([]byte(mustRun(t, "budget", "get", "--socket", sock, "--json")), &b); err != nil || !reflect.DeepEqual(b, want) {
 		t.Fatalf("budget get --json: %+v %v", b, err)
 	}
 
@@ -87,8 +88,41 @@ func TestBudgetCommands(t *testing.T) {
 			t.Errorf("budget set %v: error shows JSON: %v", tc.args, err)
 		}
 	}
-	if b, _ := fake.Budgets(context.Background()); b != want {
+	if b, _ := fake.Budgets(context.Background()); !reflect.DeepEqual(b, want) {
 		t.Fatalf("a rejected set changed the budgets: %+v", b)
+	}
+}
+
+// Per-stream budgets: set through --workload, shown by budget get, dropped by --shared;
+// board-wide flags with --workload are refused before asking the daemon.
+func TestBudgetSetWorkload(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, allowAll, fake)
+	mustRun(t, "budget", "set", "--socket", sock, "--workload", "cam", "--latency", "50ms", "--rate", "30")
+	if out := mustRun(t, "budget", "get", "--socket", sock); !strings.Contains(out, "stream cam: latency 50ms, rate 30 req/s") {
+		t.Fatalf("budget get printed %q", out)
+	}
+	b, _ := fake.Budgets(context.Background())
+	if !reflect.DeepEqual(b.Streams, []api.StreamBudgets{{Workload: "cam", LatencyMS: 50, RateRPS: 30}}) {
+		t.Fatalf("streams %+v", b.Streams)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workload", "cam", "--power", "20W"}, "--power is shared by every workload"},
+		{[]string{"--shared"}, "give --workload NAME"},
+		{[]string{"--workload", "cam"}, "give --latency, --rate or --shared"},
+		{[]string{"--workload", "cam", "--shared", "--latency", "50ms"}, "shared = true drops the stream's own budgets"},
+	} {
+		_, _, err := fulcrumctl(context.Background(), append([]string{"budget", "set", "--socket", sock}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("budget set %v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	mustRun(t, "budget", "set", "--socket", sock, "--workload", "cam", "--shared")
+	if b, _ := fake.Budgets(context.Background()); b.Streams != nil {
+		t.Fatalf("after --shared: streams %+v", b.Streams)
 	}
 }
 

@@ -98,10 +98,29 @@ type Budgets struct {
 	RateRPS  float64 `json:"rate_rps"`
 	Quantile float64 `json:"quantile"`
 	RhoMax   float64 `json:"rho_max"`
+	// Streams are the inference streams with budgets of their own (by workload name);
+	// every other stream uses the latency and rate above.
+	Streams []StreamBudgets `json:"streams,omitempty"`
 }
+
+// StreamBudgets are one inference stream's own budgets (docs/design.md §2, "Model v1
+// for several workloads"). A zero field uses the shared budget: the shared latency, and
+// the shared fixed rate or, where the rate is auto, the stream's own measured rate.
+type StreamBudgets struct {
+	Workload  string  `json:"workload"`
+	LatencyMS float64 `json:"latency_ms,omitempty"`
+	RateRPS   float64 `json:"rate_rps,omitempty"`
+}
+
+// MaxStreamBudgets is how many streams may have budgets of their own.
+const MaxStreamBudgets = 64
 
 // BudgetsUpdate is the body of PUT /v1/budgets: nil fields keep their value.
 // Setting rate_rps turns rate_auto off; rate_auto true drops the set rate.
+//
+// With Workload set the update is that inference stream's own budgets: only latency_ms,
+// rate_rps and rate_auto (back to the shared rate) apply, and shared drops the stream's
+// own budgets altogether.
 type BudgetsUpdate struct {
 	LatencyMS *float64 `json:"latency_ms,omitempty"`
 	PowerMW   *float64 `json:"power_mw,omitempty"`
@@ -109,6 +128,8 @@ type BudgetsUpdate struct {
 	RateAuto  *bool    `json:"rate_auto,omitempty"`
 	Quantile  *float64 `json:"quantile,omitempty"`
 	RhoMax    *float64 `json:"rho_max,omitempty"`
+	Workload  string   `json:"workload,omitempty"`
+	Shared    bool     `json:"shared,omitempty"`
 }
 
 // Rail is one power rail's reading.
@@ -162,6 +183,10 @@ type Status struct {
 	Power     *Power          `json:"power,omitempty"` // nil without power sensors
 	Workers   []Worker        `json:"workers"`
 	Workloads []WorkloadStats `json:"workloads"`
+	// Streams is every inference stream planned for, with its budget, its planned batch,
+	// and its predicted and measured p99 (empty until a training and an inference
+	// worker are registered).
+	Streams []StreamStatus `json:"streams,omitempty"`
 	// TrainingPaused: training gets no turns (infeasible plan, violation, optimize).
 	TrainingPaused bool `json:"training_paused"`
 	// Degraded: the daemon is running but not as planned; DegradedReason says why and
@@ -174,6 +199,21 @@ type Status struct {
 	Profiles       int       `json:"profiles"` // stored profiles
 	StartedAt      time.Time `json:"started_at"`
 	UptimeS        float64   `json:"uptime_s"`
+}
+
+// StreamStatus is one inference stream as fulcrumd plans and measures it.
+type StreamStatus struct {
+	Workload        string  `json:"workload"`
+	Batch           int     `json:"batch"` // planned (0 before a plan)
+	LatencyBudgetMS float64 `json:"latency_budget_ms"`
+	OwnBudget       bool    `json:"own_budget"` // its own budgets (else the shared ones)
+	RateRPS         float64 `json:"rate_rps"`   // measured (EWMA), or the fixed rate
+	RateFixed       bool    `json:"rate_fixed"`
+	PlanRateRPS     float64 `json:"plan_rate_rps,omitempty"`        // the rate the plan was made for
+	PredLatencyMS   float64 `json:"predicted_latency_ms,omitempty"` // model v1's p99 for the plan
+	MeasuredP99MS   float64 `json:"measured_p99_ms"`                // over the scheduler's recent window
+	ServedRecent    int     `json:"served_recent"`                  // requests that p99 is over
+	Rho             float64 `json:"rho,omitempty"`                  // planned share of GPU time
 }
 
 // ModeInfo is GET/PUT /v1/mode.

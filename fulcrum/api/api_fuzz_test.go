@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +88,7 @@ func FuzzPutBudgets(f *testing.F) {
 		status, e := r.do(t, http.MethodPut, "/v1/budgets", body)
 		after, _ := r.fake.Budgets(context.Background())
 		if e != nil {
-			if after != before {
+			if !reflect.DeepEqual(after, before) {
 				t.Fatalf("rejected PUT %q (%s) changed the budgets: %+v -> %+v", body, e.Message, before, after)
 			}
 			if e.Code == api.CodeBadBudget && e.Field == "" && !strings.Contains(e.Message, "no budget given") {
@@ -201,7 +202,7 @@ func TestImpossibleBudgetsNameTheFieldAndChangeNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if after != before {
+		if !reflect.DeepEqual(after, before) {
 			t.Fatalf("rejected PUT %+v changed the budgets: %+v -> %+v", tc.u, before, after)
 		}
 	}

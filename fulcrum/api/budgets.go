@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 )
@@ -53,18 +54,49 @@ func (b Budgets) Validate() error {
 	if e := checkRange("rho_max", b.RhoMax, hintRho); e != nil {
 		return e
 	}
+	if len(b.Streams) > MaxStreamBudgets {
+		return Errorf(http.StatusBadRequest, CodeBadBudget, "streams", "%d streams with budgets of their own: at most %d", len(b.Streams), MaxStreamBudgets)
+	}
+	for _, s := range b.Streams {
+		if e := checkWorkload(s.Workload); e != nil {
+			return e
+		}
+		if s.LatencyMS != 0 {
+			if e := checkRange("latency_ms", s.LatencyMS, hintLatency); e != nil {
+				return e
+			}
+		}
+		if s.RateRPS != 0 {
+			if e := checkRange("rate_rps", s.RateRPS, hintRate); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// maxWorkloadLen is the longest workload name a worker may register (proto.MaxNameLen).
+const maxWorkloadLen = 128
+
+func checkWorkload(w string) *Error {
+	if w == "" || len(w) > maxWorkloadLen {
+		return Errorf(http.StatusBadRequest, CodeBadBudget, "workload", "workload must be the name an inference worker registers (1 to %d bytes)", maxWorkloadLen)
+	}
 	return nil
 }
 
 // Empty reports an update that changes nothing.
 func (u BudgetsUpdate) Empty() bool {
 	return u.LatencyMS == nil && u.PowerMW == nil && u.RateRPS == nil && u.RateAuto == nil &&
-		u.Quantile == nil && u.RhoMax == nil
+		u.Quantile == nil && u.RhoMax == nil && !u.Shared
 }
 
 // Apply returns cur with u applied, or an *Error (400 bad_budget) naming the first field
 // out of range; cur is never changed.
 func (u BudgetsUpdate) Apply(cur Budgets) (Budgets, error) {
+	if u.Workload != "" || u.Shared {
+		return u.applyStream(cur)
+	}
 	b := cur
 	if u.RateRPS != nil && u.RateAuto != nil && *u.RateAuto {
 		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "rate_rps",
@@ -115,6 +147,85 @@ func (u BudgetsUpdate) Apply(cur Budgets) (Budgets, error) {
 	return b, nil
 }
 
+// applyStream is Apply for one stream's own budgets (u.Workload).
+func (u BudgetsUpdate) applyStream(cur Budgets) (Budgets, error) {
+	if e := checkWorkload(u.Workload); e != nil {
+		return cur, e
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"power_mw", u.PowerMW != nil}, {"quantile", u.Quantile != nil}, {"rho_max", u.RhoMax != nil}} {
+		if f.set {
+			return cur, Errorf(http.StatusBadRequest, CodeBadBudget, f.name,
+				"%s is shared by every workload, not one stream's: set it without workload", f.name)
+		}
+	}
+	if u.Shared && (u.LatencyMS != nil || u.RateRPS != nil || u.RateAuto != nil) {
+		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "shared",
+			"shared = true drops the stream's own budgets; give it alone, or give latency_ms / rate_rps without it")
+	}
+	if u.RateRPS != nil && u.RateAuto != nil && *u.RateAuto {
+		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "rate_rps",
+			"rate_rps = %v and rate_auto = true contradict each other: set one", *u.RateRPS)
+	}
+	if u.RateAuto != nil && !*u.RateAuto && u.RateRPS == nil {
+		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "rate_auto",
+			"rate_auto = false needs rate_rps: give the stream's arrival rate to plan for")
+	}
+	sb := StreamBudgets{Workload: u.Workload}
+	i := slices.IndexFunc(cur.Streams, func(s StreamBudgets) bool { return s.Workload == u.Workload })
+	if i >= 0 {
+		sb = cur.Streams[i]
+	}
+	if u.Shared {
+		sb = StreamBudgets{Workload: u.Workload}
+	}
+	if u.LatencyMS != nil {
+		if e := checkRange("latency_ms", *u.LatencyMS, hintLatency); e != nil {
+			return cur, e
+		}
+		sb.LatencyMS = *u.LatencyMS
+	}
+	if u.RateAuto != nil && *u.RateAuto {
+		sb.RateRPS = 0
+	}
+	if u.RateRPS != nil {
+		if e := checkRange("rate_rps", *u.RateRPS, hintRate); e != nil {
+			return cur, e
+		}
+		sb.RateRPS = *u.RateRPS
+	}
+	b := cur
+	b.Streams = slices.Clone(cur.Streams)
+	switch {
+	case sb == StreamBudgets{Workload: u.Workload} && i >= 0:
+		b.Streams = slices.Delete(b.Streams, i, i+1)
+	case sb == StreamBudgets{Workload: u.Workload}:
+	case i >= 0:
+		b.Streams[i] = sb
+	case len(b.Streams) >= MaxStreamBudgets:
+		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "workload",
+			"%d streams have budgets of their own (the limit): drop one first (shared = true)", MaxStreamBudgets)
+	default:
+		b.Streams = append(b.Streams, sb)
+	}
+	if len(b.Streams) == 0 {
+		b.Streams = nil
+	}
+	return b, nil
+}
+
+// StreamOf returns the stream's own budgets in b (zero fields: shared).
+func (b Budgets) StreamOf(workload string) StreamBudgets {
+	for _, s := range b.Streams {
+		if s.Workload == workload {
+			return s
+		}
+	}
+	return StreamBudgets{Workload: workload}
+}
+
 // String is a one-line readable form, e.g. "latency 80ms (p99), power 30W, rate auto".
 func (b Budgets) String() string {
 	power := "none"
@@ -128,7 +239,18 @@ func (b Budgets) String() string {
 			rate = fmt.Sprintf("auto (measured %.3g req/s)", b.RateRPS)
 		}
 	}
-	return fmt.Sprintf("latency %gms (p%g), power %s, rate %s", b.LatencyMS, b.Quantile*100, power, rate)
+	out := fmt.Sprintf("latency %gms (p%g), power %s, rate %s", b.LatencyMS, b.Quantile*100, power, rate)
+	for _, s := range b.Streams {
+		l, r := "shared latency", "shared rate"
+		if s.LatencyMS > 0 {
+			l = fmt.Sprintf("latency %gms", s.LatencyMS)
+		}
+		if s.RateRPS > 0 {
+			r = fmt.Sprintf("rate %g req/s", s.RateRPS)
+		}
+		out += fmt.Sprintf("; stream %s: %s, %s", s.Workload, l, r)
+	}
+	return out
 }
 
 // Plan returns the budgets as the controller holds them: rate 0 where the rate is auto

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -34,12 +35,12 @@ func TestBudgetsApply(t *testing.T) {
 			if !errors.As(err, &ae) || ae.Field != tc.field || ae.Code != api.CodeBadBudget || ae.Status != 400 {
 				t.Errorf("%s: %v, want a bad_budget on %s", tc.name, err, tc.field)
 			}
-			if got != cur {
+			if !reflect.DeepEqual(got, cur) {
 				t.Errorf("%s: a rejected update returned %+v", tc.name, got)
 			}
 			continue
 		}
-		if err != nil || got != tc.want {
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}
 		if err := got.Validate(); err != nil {
@@ -51,5 +52,64 @@ func TestBudgetsApply(t *testing.T) {
 	}
 	if err := (api.Budgets{LatencyMS: 80, Quantile: 0.99, RhoMax: 0.95}).Validate(); err == nil || !strings.Contains(err.Error(), "rate_rps") {
 		t.Errorf("a set rate of 0 validated: %v", err)
+	}
+}
+
+// A stream's own budgets: set, changed field by field, dropped; board-wide fields and
+// contradictions are refused naming the field, changing nothing.
+func TestStreamBudgetsApply(t *testing.T) {
+	cur := api.Budgets{LatencyMS: 100, PowerMW: 30000, RateAuto: true, Quantile: 0.99, RhoMax: 0.95}
+	b, err := api.BudgetsUpdate{Workload: "cam", LatencyMS: ptr(50.0)}.Apply(cur)
+	if err != nil || !reflect.DeepEqual(b.Streams, []api.StreamBudgets{{Workload: "cam", LatencyMS: 50}}) || b.LatencyMS != 100 {
+		t.Fatalf("set cam's latency: %+v, %v", b, err)
+	}
+	b, err = api.BudgetsUpdate{Workload: "cam", RateRPS: ptr(30.0)}.Apply(b)
+	if err != nil || !reflect.DeepEqual(b.Streams, []api.StreamBudgets{{Workload: "cam", LatencyMS: 50, RateRPS: 30}}) {
+		t.Fatalf("set cam's rate: %+v, %v", b, err)
+	}
+	if err := b.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "stream cam: latency 50ms, rate 30 req/s") {
+		t.Fatalf("String() = %q", b.String())
+	}
+	b2, err := api.BudgetsUpdate{Workload: "cls", LatencyMS: ptr(200.0)}.Apply(b)
+	if err != nil || len(b2.Streams) != 2 || len(b.Streams) != 1 {
+		t.Fatalf("a second stream: %+v (the first budgets changed to %+v), %v", b2, b, err)
+	}
+	b3, err := api.BudgetsUpdate{Workload: "cam", RateAuto: ptr(true)}.Apply(b2)
+	if err != nil || b3.StreamOf("cam") != (api.StreamBudgets{Workload: "cam", LatencyMS: 50}) {
+		t.Fatalf("cam back to the shared rate: %+v, %v", b3, err)
+	}
+	b4, err := api.BudgetsUpdate{Workload: "cam", Shared: true}.Apply(b3)
+	if err != nil || !reflect.DeepEqual(b4.Streams, []api.StreamBudgets{{Workload: "cls", LatencyMS: 200}}) {
+		t.Fatalf("cam shared again: %+v, %v", b4, err)
+	}
+	for _, tc := range []struct {
+		u     api.BudgetsUpdate
+		field string
+	}{
+		{api.BudgetsUpdate{Workload: "cam", PowerMW: ptr(20000.0)}, "power_mw"},
+		{api.BudgetsUpdate{Workload: "cam", Quantile: ptr(0.95)}, "quantile"},
+		{api.BudgetsUpdate{Workload: "cam", RhoMax: ptr(0.5)}, "rho_max"},
+		{api.BudgetsUpdate{Workload: "cam", LatencyMS: ptr(0.01)}, "latency_ms"},
+		{api.BudgetsUpdate{Workload: "cam", RateRPS: ptr(-1.0)}, "rate_rps"},
+		{api.BudgetsUpdate{Workload: "cam", Shared: true, LatencyMS: ptr(50.0)}, "shared"},
+		{api.BudgetsUpdate{Workload: "cam", RateAuto: ptr(false)}, "rate_auto"},
+		{api.BudgetsUpdate{Shared: true}, "workload"},
+		{api.BudgetsUpdate{Workload: strings.Repeat("x", 129), LatencyMS: ptr(50.0)}, "workload"},
+	} {
+		got, err := tc.u.Apply(b2)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Field != tc.field || ae.Status != 400 || !reflect.DeepEqual(got, b2) {
+			t.Errorf("%+v: %v (%+v); want a bad_budget on %s changing nothing", tc.u, err, got, tc.field)
+		}
+	}
+	full := cur
+	for i := range api.MaxStreamBudgets {
+		full.Streams = append(full.Streams, api.StreamBudgets{Workload: strings.Repeat("s", i+1), LatencyMS: 50})
+	}
+	if _, err := (api.BudgetsUpdate{Workload: "one-more", LatencyMS: ptr(50.0)}).Apply(full); err == nil {
+		t.Fatal("a stream budget past MaxStreamBudgets accepted")
 	}
 }

@@ -339,7 +339,7 @@ func (s *Server) putBudgets(w http.ResponseWriter, r *http.Request, by Caller) {
 		return
 	}
 	if u.Empty() {
-		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadBudget, "", "no budget given: set at least one of latency_ms, power_mw, rate_rps, rate_auto, quantile, rho_max"))
+		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadBudget, "", "no budget given: set at least one of latency_ms, power_mw, rate_rps, rate_auto, quantile, rho_max (with workload: latency_ms, rate_rps, rate_auto or shared)"))
 		return
 	}
 	cur, err := s.ctl.Budgets(r.Context())

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -75,10 +76,10 @@ func TestBudgetsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := api.Budgets{LatencyMS: 80, PowerMW: 30000, RateRPS: 40, Quantile: 0.99, RhoMax: 0.95}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("SetBudgets = %+v, want %+v", got, want)
 	}
-	if b, _ := c.Budgets(ctx); b != want {
+	if b, _ := c.Budgets(ctx); !reflect.DeepEqual(b, want) {
 		t.Fatalf("Budgets after set = %+v", b)
 	}
 	// The change is logged with the caller: this process.
@@ -148,7 +149,7 @@ func TestBadRequests(t *testing.T) {
 			if e.Code != tc.code || e.Field != tc.field || !strings.Contains(e.Message, tc.msg) {
 				t.Fatalf("error = %+v, want code %q field %q message containing %q", e, tc.code, tc.field, tc.msg)
 			}
-			if after, _ := fake.Budgets(context.Background()); after != before {
+			if after, _ := fake.Budgets(context.Background()); !reflect.DeepEqual(after, before) {
 				t.Fatalf("a rejected request changed the budgets: %+v -> %+v", before, after)
 			}
 		})

@@ -25,7 +25,8 @@ func goldenStatus() Status {
 	q := Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}
 	return Status{
 		Version: "v1.2.3", Board: "sim:agx-orin-64gb", Mode: mode, ModeHeld: true,
-		Budgets: Budgets{LatencyMS: 100, PowerMW: 30000, RateRPS: 12.5, RateAuto: true, Quantile: 0.99, RhoMax: 0.95},
+		Budgets: Budgets{LatencyMS: 100, PowerMW: 30000, RateRPS: 12.5, RateAuto: true, Quantile: 0.99, RhoMax: 0.95,
+			Streams: []StreamBudgets{{Workload: "mobilenet", LatencyMS: 50, RateRPS: 30}}},
 		Plan: &Plan{Mode: mode, InferBatch: 4, Feasible: false, Binding: "power", PredLatencyMS: 80.5, PredPowerMW: 29000,
 			PredThroughputSamplesPerS: 310.25, Rho: 0.3, Source: "gmd", Reason: "after gmd", At: at, ApplyError: "ina3221: busy"},
 		Power:   &Power{TotalMW: 31000, Avg1sMW: 30500, Avg1sSamples: 10, Rails: []Rail{{Name: "VDD_GPU_SOC", PowerMW: 9000}}, At: at},
@@ -33,7 +34,9 @@ func goldenStatus() Status {
 		Workloads: []WorkloadStats{{Workload: "mobilenet", Role: "infer", LiveWorkers: 1, Requests: 1200, Served: 1190, Failed: 2,
 			DeadlineMisses: 8, Latency: q, LatencyRecent: q, ArrivalRateHz: 40.2, ExpectedBatchMS: map[int]float64{1: 5.5, 4: 12},
 			Minibatches: 7, Samples: 224, ThroughputPerS: 99.5, ExpectedTrainMS: 101, TurnWait: q, Overruns: 1, StarvedAdmits: 2,
-			DurationsClamped: 3, HoldExpired: 4}},
+			DurationsClamped: 3, HoldExpired: 4, LatencyBudgetMS: 50}},
+		Streams: []StreamStatus{{Workload: "mobilenet", Batch: 4, LatencyBudgetMS: 50, OwnBudget: true, RateRPS: 30, RateFixed: true,
+			PlanRateRPS: 30, PredLatencyMS: 44.5, MeasuredP99MS: 41.25, ServedRecent: 800, Rho: 0.2}},
 		TrainingPaused: true, Degraded: true, DegradedReason: "power unreadable", Optimizing: "gmd",
 		Turns: 5000, Overruns: 3, Profiles: 42, StartedAt: at, UptimeS: 3600.5,
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +37,12 @@ func (a *API) toAPIBudgets(b plan.Budgets) api.Budgets {
 	if b.RateRPS == 0 {
 		measured = a.C.Status().Measured.RateRPS
 	}
-	return api.BudgetsFrom(b, measured)
+	out := api.BudgetsFrom(b, measured)
+	ts := a.C.StreamTargets()
+	for _, w := range slices.Sorted(maps.Keys(ts)) {
+		out.Streams = append(out.Streams, api.StreamBudgets{Workload: w, LatencyMS: ts[w].LatencyMS, RateRPS: ts[w].RateRPS})
+	}
+	return out
 }
 
 // Status implements api.Controller.
@@ -67,6 +74,11 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 			}
 			s.Power = p
 		}
+	}
+	for _, x := range st.Streams {
+		s.Streams = append(s.Streams, api.StreamStatus{Workload: x.Workload, Batch: x.Batch, LatencyBudgetMS: x.LatencyBudgetMS,
+			OwnBudget: x.OwnBudget, RateRPS: x.RateRPS, RateFixed: x.RateFixed, PlanRateRPS: x.PlanRateRPS, PredLatencyMS: x.PredLatencyMS,
+			MeasuredP99MS: x.MeasuredP99MS, ServedRecent: x.Served, Rho: x.Rho})
 	}
 	s.Plan = a.plan()
 	// An evaluated plan that meets no budget set is degraded running (docs/operations.md):
@@ -156,6 +168,13 @@ func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) 
 	nb, err := u.Apply(cur)
 	if err != nil {
 		return cur, err
+	}
+	if u.Workload != "" {
+		sb := nb.StreamOf(u.Workload)
+		if err := a.C.SetStreamTarget(u.Workload, StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS}, &by); err != nil {
+			return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "workload", "%v", err)
+		}
+		return a.toAPIBudgets(a.C.Budgets()), nil
 	}
 	if err := a.C.SetBudgetsBy(nb.Plan(), &by); err != nil {
 		return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "", "%v", err)
