@@ -396,9 +396,13 @@ func (c *Controller) Step(ctx context.Context) {
 	defer c.mu.Unlock()
 	if changed := !samePair(pair, c.pair); changed || !sameGroup(grp, c.grp) {
 		if pair != nil {
-			c.needPlan = fmt.Sprintf("workers registered: training %s (batch %d), inference %s", pair.Train, pair.TrainBatch, pair.Infer)
+			verb := "workers registered"
+			if c.pair != nil {
+				verb = "workers changed" // one joined or left: plan for the ones there now
+			}
+			c.needPlan = fmt.Sprintf("%s: training %s (batch %d), inference %s", verb, pair.Train, pair.TrainBatch, pair.Infer)
 			if grp != nil {
-				c.needPlan = "workers registered: " + grp.String()
+				c.needPlan = verb + ": " + grp.String()
 			}
 			if changed {
 				c.pairAt = now

@@ -1,0 +1,258 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/truth"
+)
+
+// The second stream of the two-stream test: a detector at a higher rate with a tighter
+// budget of its own than the classifier (inferWL), which keeps the shared one.
+const (
+	streamWL   = "yolov8n-infer"
+	streamRate = 20.0
+	streamLat  = 300.0 // ms, its own budget
+	classRate  = 8.0   // inferWL's rate; it keeps the shared latencyMS
+	streamEnd  = 20 * time.Second
+	classEnd   = 26 * time.Second
+)
+
+// Two inference streams with different rates and budgets and one trainer on the
+// simulated board: fulcrumd plans the mode and both batch sizes jointly, every request is
+// answered, each stream's p99 stays within its own budget, training progresses, and the
+// stream that leaves first triggers a re-plan for the one that stays (issue 19).
+func TestTwoStreamsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two-stream end-to-end test runs ~30 s; run without -short")
+	}
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
+	dir := t.TempDir()
+	ctl := filepath.Join(dir, "fulcrumctl")
+	if out, err := exec.Command("go", "build", "-o", ctl, "github.com/fulcrum-edge/fulcrum/cmd/fulcrumctl").CombinedOutput(); err != nil {
+		t.Fatalf("build fulcrumctl: %v\n%s", err, out)
+	}
+	root := filepath.Join(dir, "board")
+	testboard.Start(t, testboard.Sim(t, root, spec, sim.Options{Workloads: models, Interval: 50 * time.Millisecond}))
+	state := filepath.Join(dir, "state")
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(state, "profiles.db")
+	seeded := seed(t, db, spec, models)
+	seedStream(t, db, spec, models[streamWL])
+
+	var logBuf strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logBuf.Write(b)
+	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctlCfg := control.DefaultConfig()
+	ctlCfg.Period = 100 * time.Millisecond
+	ctlCfg.PowerSample = 50 * time.Millisecond
+	ctlCfg.RateTau = 1500 * time.Millisecond
+	ctlCfg.RateWarmup = 1500 * time.Millisecond
+	ctlCfg.DriftHold = 2 * time.Second
+	ctlCfg.Cooldown = 500 * time.Millisecond
+	ctlCfg.LatencyCooldown = 3 * time.Second
+	ctx := context.Background()
+	d, err := daemon.Open(ctx, daemon.Options{
+		Server: daemon.Config{RuntimeDir: filepath.Join(dir, "run"),
+			Sched: sched.Config{LatencyBudget: time.Duration(latencyMS) * time.Millisecond, DefaultTrain: 150 * time.Millisecond,
+				DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 60 * time.Millisecond,
+				Window: 12 * time.Second, RecentWindow: 3 * time.Second}},
+		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
+		Control: ctlCfg, Budgets: plan.Budgets{LatencyMS: latencyMS, PowerMW: powerW * 1000},
+		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := d.Board.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, stopDaemon := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(dctx) }()
+	defer func() {
+		stopDaemon()
+		if err := <-ran; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		if after, err := d.Board.Backend.Current(context.Background()); err != nil || after != before {
+			t.Errorf("board after stop: %s (%v), want it restored to %s", after, err, before)
+		}
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("fulcrumd log:\n%s", logBuf.String())
+			logMu.Unlock()
+		}
+	}()
+	sock := filepath.Join(dir, "run", api.SocketName)
+	// The detector's own budget, with the operator's tool.
+	if out, err := exec.Command(ctl, "budget", "set", "--socket", sock, "--workload", streamWL, "--latency", fmt.Sprintf("%gms", streamLat)).CombinedOutput(); err != nil {
+		t.Fatalf("fulcrumctl budget set --workload: %v\n%s", err, out)
+	}
+	cl := api.NewClient(sock)
+	defer cl.Close()
+
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	var wg sync.WaitGroup
+	var trainRep, classRep, streamRep simworker.Report
+	var trainErr, classErr, streamErr error
+	t0 := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		trainRep, trainErr = simworker.Run(wctx, simworker.Options{Role: proto.RoleTrain, Workload: models[trainWL], Spec: spec, Root: root,
+			Socket: d.Server.SocketPath(), Seed: 1})
+	}()
+	var inferWG sync.WaitGroup
+	inferWG.Add(2)
+	go func() {
+		defer inferWG.Done()
+		classRep, classErr = simworker.Run(wctx, simworker.Options{Role: proto.RoleInfer, Workload: models[inferWL], Spec: spec, Root: root,
+			Socket: d.Server.SocketPath(), Batch: 1, Trace: trace(classRate, classEnd, 5),
+			LatencyBudget: time.Duration(latencyMS) * time.Millisecond, Seed: 2})
+	}()
+	go func() {
+		defer inferWG.Done()
+		streamRep, streamErr = simworker.Run(wctx, simworker.Options{Role: proto.RoleInfer, Workload: models[streamWL], Spec: spec, Root: root,
+			Socket: d.Server.SocketPath(), Batch: 1, Trace: trace(streamRate, streamEnd, 6),
+			LatencyBudget: time.Duration(streamLat) * time.Millisecond, Seed: 3})
+	}()
+	defer func() {
+		stopWorkers()
+		wg.Wait()
+		inferWG.Wait()
+	}()
+
+	// 1. One joint plan for both streams from the stored profiles.
+	pe, ok := waitEvent(ctx, t, cl, 0, string(control.KindPlan), t0.Add(8*time.Second), func(e api.Event) bool {
+		return strings.Contains(e.Message, streamWL) && strings.Contains(e.Message, inferWL)
+	})
+	if !ok {
+		t.Fatalf("no plan for both streams within 8 s of the workers starting")
+	}
+	t.Logf("plan after %.1fs: %s", pe.Time.Sub(t0).Seconds(), pe.Message)
+	time.Sleep(500 * time.Millisecond)
+	st := d.Controller.Status()
+	if st.Live.Profiled != 0 || st.StoredProfiles != seeded {
+		t.Errorf("planning profiled %d modes live and saw %d stored profiles; want 0 and %d", st.Live.Profiled, st.StoredProfiles, seeded)
+	}
+	if st.Current == nil || !st.Current.Predicted.Feasible || len(st.Current.Streams) != 2 {
+		t.Fatalf("the plan is not a feasible plan for two streams: %+v", st.Current)
+	}
+	for _, s := range st.Current.Streams {
+		want := map[string]float64{inferWL: latencyMS, streamWL: streamLat}[s.Workload]
+		if s.LatencyBudgetMS != want || s.PredLatencyMS > want {
+			t.Errorf("stream %+v: want its own budget %v ms and a predicted p99 within it", s, want)
+		}
+	}
+
+	// 2. Both streams running: each p99 within its own budget (the scheduler's window),
+	// training progresses; the control API shows every stream.
+	time.Sleep(time.Until(t0.Add(streamEnd - 500*time.Millisecond)))
+	as, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as.Streams) != 2 {
+		t.Fatalf("control API shows %d streams: %+v", len(as.Streams), as.Streams)
+	}
+	for _, s := range as.Streams {
+		wl, _ := d.Server.Snapshot().Workload(proto.RoleInfer, s.Workload)
+		t.Logf("stream %s: batch %d, budget %.0f ms (own %v), rate %.1f/s planned %.1f/s, predicted p99 %.1f ms, recent p99 %.1f ms; over %s: %d served, p99 %.1f ms, %d misses",
+			s.Workload, s.Batch, s.LatencyBudgetMS, s.OwnBudget, s.RateRPS, s.PlanRateRPS, s.PredLatencyMS, s.MeasuredP99MS,
+			12*time.Second, wl.Latency.Count, wl.Latency.P99MS, wl.DeadlineMisses)
+		if s.PredLatencyMS <= 0 || s.Batch == 0 || wl.Latency.Count < 50 {
+			t.Errorf("stream %s: status %+v, %d served in the window", s.Workload, s, wl.Latency.Count)
+		}
+		if wl.Latency.P99MS > s.LatencyBudgetMS {
+			t.Errorf("stream %s: p99 %.1f ms over its %.0f ms budget", s.Workload, wl.Latency.P99MS, s.LatencyBudgetMS)
+		}
+	}
+	if tr, _ := d.Server.Snapshot().Workload(proto.RoleTrain, trainWL); tr.Minibatches < 20 {
+		t.Errorf("training ran %d minibatches; it must progress", tr.Minibatches)
+	} else {
+		t.Logf("training: %d minibatches, %.1f samples/s (predicted %.1f)", tr.Minibatches, tr.ThroughputPerS, st.Current.Predicted.ThroughputSPS)
+	}
+
+	// 3. The detector's trace ends and its worker leaves: a re-plan for the pair.
+	since := lastSeq(ctx, t, cl)
+	rp, ok := waitEvent(ctx, t, cl, since, string(control.KindReplan), t0.Add(streamEnd+5*time.Second), nil)
+	if !ok {
+		t.Fatalf("no re-plan within 5 s of the detector leaving")
+	}
+	t.Logf("re-plan %.1fs after the detector's trace ended: %s", rp.Time.Sub(t0.Add(streamEnd)).Seconds(), rp.Message)
+	if cur := d.Controller.Status().Current; cur == nil || cur.Streams != nil {
+		t.Errorf("after the detector left the plan is %+v; want the pair's", cur)
+	}
+
+	// 4. Every request of both streams answered.
+	inferWG.Wait()
+	t.Logf("classifier worker %+v (err %v)", classRep, classErr)
+	t.Logf("detector worker %+v (err %v)", streamRep, streamErr)
+	for _, r := range []struct {
+		rep simworker.Report
+		err error
+	}{{classRep, classErr}, {streamRep, streamErr}} {
+		if r.err != nil || r.rep.Requests == 0 || r.rep.Served != r.rep.Requests || r.rep.Unserved != 0 {
+			t.Errorf("%s: %d requests, %d served, %d unserved (%v): every request must be answered", r.rep.Workload, r.rep.Requests, r.rep.Served, r.rep.Unserved, r.err)
+		}
+	}
+	stopWorkers()
+	wg.Wait()
+	t.Logf("train worker %+v (err %v)", trainRep, trainErr)
+	if r, err := cl.Events(ctx, 0); err == nil {
+		for _, e := range r.Events {
+			t.Logf("event %d +%.2fs %s: %s", e.Seq, e.Time.Sub(t0).Seconds(), e.Kind, e.Message)
+		}
+	}
+}
+
+// seedStream stores the simulator's noise-free profiles of a further inference workload
+// at the seeded modes.
+func seedStream(t *testing.T, dbPath string, spec *powermode.BoardSpec, w *sim.Workload) {
+	t.Helper()
+	st, err := store.Open(dbPath, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	for _, m := range seedModes(spec) {
+		for _, b := range w.BatchSizes() {
+			ms, mw := w.TimeMS(spec, m, b), w.PowerMW(spec, m, b)
+			if err := st.Put(store.Profile{Board: spec.Name, Workload: w.Name, Role: truth.Infer, Mode: m, Batch: b,
+				TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+				Samples: 1, PowerSamples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
