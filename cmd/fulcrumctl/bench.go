@@ -52,9 +52,10 @@ smoothing); combinable, e.g. gmd-c0-f0.
 
 --streams k (k ≥ 2) plans k inference streams together with a trainer (model v1 for
 several workloads, docs/design.md §2): every training workload with every set of k
-inference workloads, each stream at the swept rate and latency budget. Only the oracles
-(oracle, oracle-m<percent>) and the baselines (preset, maxn, random-<K>) run there yet;
-GMD and ALS plan one stream.`,
+inference workloads, each stream at the swept rate and latency budget. GMD and ALS run
+as fulcrumd runs them there: the search walks the trainer and the first stream, every
+other stream is profiled at the modes it profiled, and the joint decision chooses the
+mode and every batch (docs/benchmarks.md "Several streams").`,
 		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
   fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \
       --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table`,
@@ -105,9 +106,6 @@ GMD and ALS plan one stream.`,
 		}
 		if *streams > 1 && len(*pairs) > 0 {
 			return errors.New("--pairs and --streams 2 or more: give one (with several streams every training workload is run with every set of inference workloads)")
-		}
-		if *streams > 1 && !f.Changed("searchers") {
-			*searchers = []string{"oracle", "preset", "maxn", "random-15"}
 		}
 		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams}
 		var err error

@@ -227,7 +227,7 @@ func TestBenchStreams(t *testing.T) {
 	for _, s := range rep.Searchers {
 		names = append(names, s.Name)
 	}
-	if rep.Streams != 2 || rep.Pairs != 1 || rep.ConfigsTotal != 8 || strings.Join(names, ",") != "oracle,preset,maxn,random-15" {
+	if rep.Streams != 2 || rep.Pairs != 1 || rep.ConfigsTotal != 8 || strings.Join(names, ",") != "oracle,gmd,preset,maxn,random-15" {
 		t.Fatalf("streams %d, sets %d, configs %d, searchers %v; want 2, 1, 8 and the default baselines", rep.Streams, rep.Pairs, rep.ConfigsTotal, names)
 	}
 	out, _, err = simExec(ctx, args...)
@@ -240,7 +240,7 @@ func TestBenchStreams(t *testing.T) {
 	}{
 		{[]string{"--streams", "0"}, "--streams 0"},
 		{[]string{"--pairs", "resnet18-train:resnet50-infer"}, "--pairs and --streams"},
-		{[]string{"--searchers", "gmd"}, "one inference stream"},
+		{[]string{"--searchers", "nope"}, "nope"},
 		{[]string{"--streams", "3"}, "3 streams but the ground truth has 2 inference workloads"},
 	} {
 		if _, _, err := simExec(ctx, append(slices.Clone(args), tc.extra...)...); err == nil || !strings.Contains(err.Error(), tc.want) {

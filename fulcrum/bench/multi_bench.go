@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -28,13 +29,23 @@ type multiConfig struct {
 // at the same rate and latency budget, × power budgets. The baselines (preset, maxn,
 // random-<K>) profile their modes with noise, plan.MultiDecider (spec.Rules) decides over
 // them, and the decision is scored on the truth against MultiOracle; the margin oracles
-// (oracle-m<percent>, MultiMarginOracle) keep the decision's admission room. GMD and ALS
-// search for one stream only, so they are refused here.
+// (oracle-m<percent>, MultiMarginOracle) keep the decision's admission room.
+//
+// GMD and ALS run as fulcrumd runs them with several streams (docs/controller.md
+// "Several streams and training jobs"): the searcher walks the pair of the training job
+// and the first stream, against that stream's budgets and the power budget; every other
+// stream is then profiled at each mode the search profiled; the decision is
+// plan.MultiDecider over those profiles (repeats: the least-repeated workload's).
 func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	start := time.Now()
 	k := spec.Streams
 	listers := make([]search.ModeLister, len(spec.Searchers))
-	margins := map[int]float64{} // the margin oracles, by searcher index
+	pairSearch := make([]search.Searcher, len(spec.Searchers)) // GMD and ALS, by searcher index
+	margins := map[int]float64{}                               // the margin oracles, by searcher index
+	build := spec.Build
+	if build == nil {
+		build = func(name string) (search.Searcher, error) { return search.New(name, search.Env{}) }
+	}
 	for i, n := range spec.Searchers {
 		if n == "oracle" {
 			continue
@@ -47,17 +58,17 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			margins[i] = sp.MarginRel
 			continue
 		}
-		refuse := fmt.Errorf("bench: searcher %q plans for one inference stream; with %d streams use oracle, oracle-m<percent>, preset, maxn or random-<K> (GMD and ALS for several streams are issue 19's next step)", n, k)
-		if sp.Kind != search.KindPreset && sp.Kind != search.KindMaxN && sp.Kind != search.KindRandom {
-			return nil, refuse
-		}
-		s, err := search.New(n, search.Env{})
+		s, err := build(n)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
+		if sp.Kind == search.KindGMD || sp.Kind == search.KindALS {
+			pairSearch[i] = s
+			continue
+		}
 		ml, ok := s.(search.ModeLister)
 		if !ok {
-			return nil, refuse
+			return nil, fmt.Errorf("bench: searcher %q: with %d streams use oracle, oracle-m<percent>, gmd, als, preset, maxn or random-<K>", n, k)
 		}
 		listers[i] = ml
 	}
@@ -71,6 +82,7 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	type set struct {
 		name string
 		mt   *truthprof.MultiTruth
+		pt   *truthprof.PairTruth // the job and the first stream, where GMD and ALS search
 	}
 	var sets []set
 	for _, t := range spec.Truth.Workloads(truth.Train) {
@@ -79,7 +91,11 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s with %v: %w", t, comb, err)
 			}
-			sets = append(sets, set{t + ":" + strings.Join(comb, "+"), mt})
+			pt, err := truthprof.NewPairTruth(spec.Truth, t, comb[0], mt.Profiles()[0].Train[0].Batch, mt.Batches[0])
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s with %s: %w", t, comb[0], err)
+			}
+			sets = append(sets, set{t + ":" + strings.Join(comb, "+"), mt, pt})
 		}
 	}
 	var cfgs []multiConfig
@@ -134,34 +150,109 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	for i := range outcomes {
 		outcomes[i], wall[i] = make([]Outcome, len(cfgs)), make([]time.Duration, len(cfgs))
 	}
-	type job struct{ s, cfg int }
+	// A job is one configuration (cfg ≥ 0), or, for a pair learner (ALS), one set: its
+	// campaign, then an answer per configuration of the set.
+	type job struct{ s, cfg, set int }
 	var jobs []job
-	for si, l := range listers {
-		if _, margin := margins[si]; l != nil || margin {
-			for ci := range cfgs {
-				jobs = append(jobs, job{si, ci})
+	total := 0
+	for si := range spec.Searchers {
+		_, margin := margins[si]
+		if _, learner := pairSearch[si].(search.PairLearner); learner {
+			for i := range sets {
+				jobs = append(jobs, job{si, -1, i})
 			}
+			total += len(cfgs)
+			continue
+		}
+		if listers[si] != nil || margin || pairSearch[si] != nil {
+			for ci := range cfgs {
+				jobs = append(jobs, job{si, ci, cfgs[ci].set})
+			}
+			total += len(cfgs)
 		}
 	}
+	pairProblem := func(c *multiConfig, seed uint64) search.Problem {
+		s := sets[c.set]
+		p := problemOf(s.pt)
+		p.Budgets = plan.Budgets{RateRPS: c.budgets.Streams[0].RateRPS, LatencyMS: c.budgets.Streams[0].LatencyMS, PowerMW: c.budgets.PowerMW,
+			Quantile: c.budgets.Quantile}.WithDefaults()
+		p.Presets, p.PresetNames, p.MaxProfiles, p.Seed = presets[c.set], spec.PresetNames, spec.MaxProfiles, seed
+		p.NoiseRel, p.Rules = spec.Noise, spec.Rules
+		return p
+	}
+	pairProfiler := func(si int, seed uint64) *truthprof.TruthProfiler {
+		tp, _ := truthprof.NewPairProfiler(sets[si].pt, spec.Noise, rand.New(rand.NewPCG(seed, seed^0xda942042e4dd58b5)))
+		return tp
+	}
+	if _, err := truthprof.NewPairProfiler(sets[0].pt, spec.Noise, rand.New(rand.NewPCG(1, 2))); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
 	var done atomic.Int64
+	progress := func() {
+		if spec.Progress != nil {
+			spec.Progress(int(done.Add(1)), total)
+		}
+	}
 	err := forEach(ctx, workers, len(jobs), func(ji int) error {
 		jb := jobs[ji]
 		t0 := time.Now()
+		s := sets[jb.set]
+		if jb.cfg < 0 { // ALS: one campaign for the set's pair, an answer per configuration
+			pl := pairSearch[jb.s].(search.PairLearner)
+			camp := pairProfiler(jb.set, deriveSeed(spec.Seed, "", "pair", uint64(jb.set)))
+			lp := pairProblem(&cfgs[firstCfg(cfgs, jb.set)], deriveSeed(spec.Seed, spec.Searchers[jb.s], "pair", uint64(jb.set)))
+			lp.Budgets = plan.Budgets{} // a campaign is for every budget
+			ans, lerr := pl.Learn(ctx, lp, camp)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			for ci := range cfgs {
+				c := &cfgs[ci]
+				if c.set != jb.set {
+					continue
+				}
+				t1 := time.Now()
+				var o Outcome
+				if lerr != nil {
+					o = Outcome{Pair: Pair{Train: s.name}, Status: "no_answer", Err: fmt.Errorf("learn: %w", lerr)}
+				} else {
+					cseed := deriveSeed(spec.Seed, "", "config", uint64(ci))
+					prof := camp.Fork(rand.New(rand.NewPCG(cseed, cseed^0xda942042e4dd58b5)))
+					_, aerr := ans.Answer(ctx, pairProblem(c, 0).Budgets, prof)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					o = scorePairThenStreams(s.name, s.mt, c, prof, aerr, spec, cseed)
+				}
+				o.Campaign = camp.Count()
+				outcomes[jb.s][ci] = o
+				wall[jb.s][ci] = time.Since(t1)
+				progress()
+			}
+			wall[jb.s][firstCfg(cfgs, jb.set)] += time.Since(t0)
+			return nil
+		}
 		c := &cfgs[jb.cfg]
-		s := sets[c.set]
-		p := search.Problem{Space: s.mt.Space(), Presets: presets[c.set], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles,
-			Seed: deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))}
+		noiseBase := deriveSeed(spec.Seed, "", "config", uint64(jb.cfg))
 		var o Outcome
-		if mr, margin := margins[jb.s]; margin {
+		switch mr, margin := margins[jb.s]; {
+		case margin:
 			o = scoreMarginMulti(s.name, s.mt, c, mr, spec.Rules.Admission)
-		} else {
-			o = scoreMulti(s.name, s.mt, c, listers[jb.s], p, spec, deriveSeed(spec.Seed, "", "config", uint64(jb.cfg)))
+		case pairSearch[jb.s] != nil:
+			prof := pairProfiler(jb.set, noiseBase)
+			_, serr := pairSearch[jb.s].Search(ctx, pairProblem(c, deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))), prof)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			o = scorePairThenStreams(s.name, s.mt, c, prof, serr, spec, noiseBase)
+		default:
+			p := search.Problem{Space: s.mt.Space(), Presets: presets[c.set], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles,
+				Seed: deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))}
+			o = scoreMulti(s.name, s.mt, c, listers[jb.s], p, spec, noiseBase)
 		}
 		outcomes[jb.s][jb.cfg] = o
 		wall[jb.s][jb.cfg] = time.Since(t0)
-		if spec.Progress != nil {
-			spec.Progress(int(done.Add(1)), len(jobs))
-		}
+		progress()
 		return ctx.Err()
 	})
 	if err != nil {
@@ -187,7 +278,6 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 // scoreMulti profiles a baseline's modes with noise, decides over them as the daemon
 // would (plan.MultiDecider) and scores the decision on the truth.
 func scoreMulti(name string, mt *truthprof.MultiTruth, c *multiConfig, l search.ModeLister, p search.Problem, spec BenchSpec, noiseBase uint64) Outcome {
-	o := Outcome{Pair: Pair{Train: name}}
 	modes, err := l.Modes(p)
 	var profiles []plan.MultiProfile
 	seen := map[powermode.Mode]bool{}
@@ -201,7 +291,15 @@ func scoreMulti(name string, mt *truthprof.MultiTruth, c *multiConfig, l search.
 			profiles = append(profiles, mp)
 		}
 	}
+	o := scoreMultiProfiles(name, mt, c, profiles, err, spec)
 	o.Profiles = len(profiles)
+	return o
+}
+
+// scoreMultiProfiles decides over profiles as the daemon would (plan.MultiDecider) and
+// scores the decision on the truth; err is what went wrong getting them (no decision).
+func scoreMultiProfiles(name string, mt *truthprof.MultiTruth, c *multiConfig, profiles []plan.MultiProfile, err error, spec BenchSpec) Outcome {
+	o := Outcome{Pair: Pair{Train: name}}
 	var dec plan.MultiDecision
 	if err == nil {
 		dec, err = spec.Rules.ForMulti(c.budgets, mt.AllBatches()).Decide(profiles)
@@ -232,6 +330,40 @@ func scoreMulti(name string, mt *truthprof.MultiTruth, c *multiConfig, l search.
 			o.Status = "violation"
 		}
 	}
+	return o
+}
+
+// firstCfg is the index of the first configuration of set si.
+func firstCfg(cfgs []multiConfig, si int) int {
+	return slices.IndexFunc(cfgs, func(c multiConfig) bool { return c.set == si })
+}
+
+// scorePairThenStreams completes what a pair search profiled (prof: the job and the
+// first stream) with a noisy measurement of every other stream at each of those modes,
+// as fulcrumd's live search does, decides over the result with plan.MultiDecider, and
+// scores the decision on the truth. Profiles counts the pair's (repeats included) plus
+// one per further stream and mode.
+func scorePairThenStreams(name string, mt *truthprof.MultiTruth, c *multiConfig, prof *truthprof.TruthProfiler, serr error, spec BenchSpec, noiseBase uint64) Outcome {
+	known := prof.Known()
+	profiles := make([]plan.MultiProfile, 0, len(known))
+	var err error
+	for _, kp := range known {
+		var mp plan.MultiProfile
+		if mp, err = mt.Measure(kp.Mode, spec.Noise, noiseBase^0x5bd1e995); err != nil {
+			break
+		}
+		// The pair's own measurement (with its repeats) for the job and the first
+		// stream; the other streams measured once.
+		mp.Train[0] = kp.Train
+		mp.Infer[0] = slices.Clone(kp.Infer)
+		mp.Repeats = 1
+		profiles = append(profiles, mp)
+	}
+	if err != nil {
+		return Outcome{Pair: Pair{Train: name}, Status: "no_answer", Err: err}
+	}
+	o := scoreMultiProfiles(name, mt, c, profiles, serr, spec)
+	o.Profiles = prof.Count() + (len(mt.Infers)-1)*len(known)
 	return o
 }
 

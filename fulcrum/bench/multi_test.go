@@ -240,10 +240,57 @@ func TestMultiBench(t *testing.T) {
 	if exact.Searchers[1].WithinBudgetPct < m3.WithinBudgetPct {
 		t.Errorf("oracle-m3 without the room (%.1f%%) claims less than with it (%.1f%%)", exact.Searchers[1].WithinBudgetPct, m3.WithinBudgetPct)
 	}
-	for _, bad := range []string{"gmd", "als", "gmd-m0"} {
-		spec.Searchers = []string{bad}
-		if _, err := RunBench(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "one inference stream") {
-			t.Errorf("%s with two streams: err %v, want a refusal naming what runs", bad, err)
+	spec.Searchers = []string{"nope"}
+	if _, err := RunBench(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("an unknown searcher with two streams: err %v", err)
+	}
+}
+
+// GMD and ALS with several streams run as fulcrumd runs them: the pair search, the other
+// streams profiled at its modes, the joint decision. Their answers are the decision's
+// (never above the oracle; within exactly when scored so), their profiles are the pair's
+// plus one per further stream and mode, and the results do not depend on the workers.
+func TestMultiBenchGMDALS(t *testing.T) {
+	tab := streamsTable(t)
+	spec := BenchSpec{Truth: tab, Streams: 2, RatesRPS: []float64{5, 20}, LatenciesMS: []float64{150, 400}, PowersMW: []float64{16000, 30000},
+		Searchers: []string{"oracle", "gmd", "als", "random-432"}, Seed: 3, Parallel: 1, Noise: 0.03,
+		Rules:   plan.Rules{NoiseRel: 0.03, Confidence: 0.99, Admission: plan.Admission{MarginMS: 5, DevRel: 0.06}},
+		Presets: []powermode.Mode{{Cores: 4, CPUKHz: 1200000, GPUHz: 700000000, EMCHz: 2133000000}, {Cores: 8, CPUKHz: 2200000, GPUHz: 1300000000, EMCHz: 3199000000}}}
+	one, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for si, name := range []string{"gmd", "als"} {
+		st := one.Searchers[si+1]
+		if st.Name != name || st.WithinBudgetPct == 0 {
+			t.Errorf("%s with two streams: %+v, want answers within the budgets", name, st)
+		}
+		for _, o := range one.Outcomes[si+1] {
+			if o.Ratio > 1+1e-12 || (o.Status == "within") != (o.Ratio > 0) {
+				t.Errorf("%s: status %s with ratio %v", name, o.Status, o.Ratio)
+			}
+			if o.Err != nil {
+				t.Errorf("%s: %v", name, o.Err)
+			}
+		}
+	}
+	// GMD profiles ≤ 15 modes of the pair (repeats included); the second stream is
+	// measured once at each mode the pair has, so at most 15 more.
+	for _, o := range one.Outcomes[1] {
+		if o.Profiles < 2 || o.Profiles > 30 {
+			t.Errorf("gmd with two streams counted %d profiles, want the pair's ≤ 15 plus one per mode for the second stream", o.Profiles)
+		}
+	}
+	spec.Parallel = 4
+	four, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range one.Outcomes {
+		for c := range one.Outcomes[s] {
+			if a, b := one.Outcomes[s][c], four.Outcomes[s][c]; a.Status != b.Status || a.Ratio != b.Ratio || a.Profiles != b.Profiles {
+				t.Fatalf("searcher %d config %d: %s %v %d with one worker, %s %v %d with four", s, c, a.Status, a.Ratio, a.Profiles, b.Status, b.Ratio, b.Profiles)
+			}
 		}
 	}
 }
