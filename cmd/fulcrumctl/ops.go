@@ -302,7 +302,8 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
   fulcrumctl budget set --rate 40 --quantile p99
   fulcrumctl budget set --power none
   fulcrumctl budget set --workload yolov8n-infer --latency 50ms --rate 30
-  fulcrumctl budget set --workload yolov8n-infer --shared`,
+  fulcrumctl budget set --workload yolov8n-infer --shared
+  fulcrumctl budget set --workload resnet18-train --weight 2`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -311,8 +312,9 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	rate := f.String("rate", "", `inference arrival rate to plan for: requests/s, or "auto" to measure it`)
 	quantile := f.String("quantile", "", "latency quantile: 0.99 or p99")
 	rho := f.Float64("rho-max", 0, "cap on inference's share of GPU time (0.05 to 1)")
-	workload := f.String("workload", "", "set one inference stream's own budgets (the workload name its worker registers): only --latency, --rate and --shared apply")
-	shared := f.Bool("shared", false, "with --workload: drop the stream's own budgets; it uses the shared ones again")
+	workload := f.String("workload", "", "set one workload's own budgets (the name its worker registers): --latency and --rate for an inference stream, --weight for a training job, --shared to drop them")
+	shared := f.Bool("shared", false, "with --workload: drop the workload's own budgets; it uses the shared ones again")
+	weight := f.Float64("weight", 0, "with --workload naming a training workload: its share weight of training GPU time with several training jobs (default 1)")
 	asJSON := f.Bool("json", false, "print the resulting budgets as JSON")
 	_ = cmd.RegisterFlagCompletionFunc("rate", cobra.FixedCompletions([]string{"auto"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("power", cobra.FixedCompletions([]string{"none", "15W", "30W", "50W"}, cobra.ShellCompDirectiveNoFileComp))
@@ -320,8 +322,11 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("quantile", cobra.FixedCompletions([]string{"p50", "p95", "p99", "p99.9"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		u := api.BudgetsUpdate{Workload: *workload, Shared: *shared}
-		if *shared && *workload == "" {
-			return errors.New("budget set: --shared drops one stream's own budgets: give --workload NAME")
+		if (*shared || f.Changed("weight")) && *workload == "" {
+			return errors.New("budget set: --shared and --weight are one workload's: give --workload NAME")
+		}
+		if f.Changed("weight") {
+			u.TrainWeight = weight
 		}
 		if *workload != "" {
 			for _, fl := range []string{"power", "quantile", "rho-max"} {
@@ -367,7 +372,7 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 		}
 		if u.Empty() {
 			if *workload != "" {
-				return errors.New("budget set --workload: give --latency, --rate or --shared")
+				return errors.New("budget set --workload: give --latency, --rate, --weight or --shared")
 			}
 			return errors.New("budget set: give at least one of --latency, --power, --rate, --quantile, --rho-max")
 		}

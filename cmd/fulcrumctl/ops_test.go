@@ -112,15 +112,22 @@ func TestBudgetSetWorkload(t *testing.T) {
 	}{
 		{[]string{"--workload", "cam", "--power", "20W"}, "--power is shared by every workload"},
 		{[]string{"--shared"}, "give --workload NAME"},
-		{[]string{"--workload", "cam"}, "give --latency, --rate or --shared"},
-		{[]string{"--workload", "cam", "--shared", "--latency", "50ms"}, "shared = true drops the stream's own budgets"},
+		{[]string{"--weight", "2"}, "give --workload NAME"},
+		{[]string{"--workload", "trainer", "--weight", "0"}, "train_weight = 0 is out of range"},
+		{[]string{"--workload", "cam"}, "give --latency, --rate, --weight or --shared"},
+		{[]string{"--workload", "cam", "--shared", "--latency", "50ms"}, "shared = true drops the workload's own budgets"},
 	} {
 		_, _, err := fulcrumctl(context.Background(), append([]string{"budget", "set", "--socket", sock}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("budget set %v: %v, want %q", tc.args, err, tc.want)
 		}
 	}
+	mustRun(t, "budget", "set", "--socket", sock, "--workload", "trainer", "--weight", "2")
+	if out := mustRun(t, "budget", "get", "--socket", sock); !strings.Contains(out, "trainer: training weight 2") {
+		t.Fatalf("budget get printed %q", out)
+	}
 	mustRun(t, "budget", "set", "--socket", sock, "--workload", "cam", "--shared")
+	mustRun(t, "budget", "set", "--socket", sock, "--workload", "trainer", "--shared")
 	if b, _ := fake.Budgets(context.Background()); b.Streams != nil {
 		t.Fatalf("after --shared: streams %+v", b.Streams)
 	}

@@ -106,10 +106,14 @@ type Budgets struct {
 // StreamBudgets are one inference stream's own budgets (docs/design.md §2, "Model v1
 // for several workloads"). A zero field uses the shared budget: the shared latency, and
 // the shared fixed rate or, where the rate is auto, the stream's own measured rate.
+//
+// TrainWeight is a training workload's share weight instead: with several training jobs,
+// each gets the share w_j/Σw of the GPU time training gets (default 1).
 type StreamBudgets struct {
-	Workload  string  `json:"workload"`
-	LatencyMS float64 `json:"latency_ms,omitempty"`
-	RateRPS   float64 `json:"rate_rps,omitempty"`
+	Workload    string  `json:"workload"`
+	LatencyMS   float64 `json:"latency_ms,omitempty"`
+	RateRPS     float64 `json:"rate_rps,omitempty"`
+	TrainWeight float64 `json:"train_weight,omitempty"`
 }
 
 // MaxStreamBudgets is how many streams may have budgets of their own.
@@ -118,9 +122,9 @@ const MaxStreamBudgets = 64
 // BudgetsUpdate is the body of PUT /v1/budgets: nil fields keep their value.
 // Setting rate_rps turns rate_auto off; rate_auto true drops the set rate.
 //
-// With Workload set the update is that inference stream's own budgets: only latency_ms,
-// rate_rps and rate_auto (back to the shared rate) apply, and shared drops the stream's
-// own budgets altogether.
+// With Workload set the update is that workload's own budgets: latency_ms, rate_rps and
+// rate_auto (back to the shared rate) for an inference stream, train_weight for a
+// training job; shared drops the workload's own budgets altogether.
 type BudgetsUpdate struct {
 	LatencyMS *float64 `json:"latency_ms,omitempty"`
 	PowerMW   *float64 `json:"power_mw,omitempty"`
@@ -130,6 +134,8 @@ type BudgetsUpdate struct {
 	RhoMax    *float64 `json:"rho_max,omitempty"`
 	Workload  string   `json:"workload,omitempty"`
 	Shared    bool     `json:"shared,omitempty"`
+	// TrainWeight (with Workload, a training workload) is its time-share weight.
+	TrainWeight *float64 `json:"train_weight,omitempty"`
 }
 
 // Rail is one power rail's reading.

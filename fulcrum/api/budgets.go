@@ -71,6 +71,23 @@ func (b Budgets) Validate() error {
 				return e
 			}
 		}
+		if s.TrainWeight != 0 {
+			if e := checkWeight(s.TrainWeight); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// MaxTrainWeight is the largest training weight (weights are relative: 1000:1 is
+// already all of the time).
+const MaxTrainWeight = 1000
+
+func checkWeight(w float64) *Error {
+	if !(w > 0) || w > MaxTrainWeight {
+		return Errorf(http.StatusBadRequest, CodeBadBudget, "train_weight",
+			"train_weight = %v is out of range: want a share weight above 0 and at most %d (default 1; weights are relative)", w, MaxTrainWeight)
 	}
 	return nil
 }
@@ -88,13 +105,13 @@ func checkWorkload(w string) *Error {
 // Empty reports an update that changes nothing.
 func (u BudgetsUpdate) Empty() bool {
 	return u.LatencyMS == nil && u.PowerMW == nil && u.RateRPS == nil && u.RateAuto == nil &&
-		u.Quantile == nil && u.RhoMax == nil && !u.Shared
+		u.Quantile == nil && u.RhoMax == nil && !u.Shared && u.TrainWeight == nil
 }
 
 // Apply returns cur with u applied, or an *Error (400 bad_budget) naming the first field
 // out of range; cur is never changed.
 func (u BudgetsUpdate) Apply(cur Budgets) (Budgets, error) {
-	if u.Workload != "" || u.Shared {
+	if u.Workload != "" || u.Shared || u.TrainWeight != nil {
 		return u.applyStream(cur)
 	}
 	b := cur
@@ -161,9 +178,9 @@ func (u BudgetsUpdate) applyStream(cur Budgets) (Budgets, error) {
 				"%s is shared by every workload, not one stream's: set it without workload", f.name)
 		}
 	}
-	if u.Shared && (u.LatencyMS != nil || u.RateRPS != nil || u.RateAuto != nil) {
+	if u.Shared && (u.LatencyMS != nil || u.RateRPS != nil || u.RateAuto != nil || u.TrainWeight != nil) {
 		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "shared",
-			"shared = true drops the stream's own budgets; give it alone, or give latency_ms / rate_rps without it")
+			"shared = true drops the workload's own budgets; give it alone, or give latency_ms / rate_rps / train_weight without it")
 	}
 	if u.RateRPS != nil && u.RateAuto != nil && *u.RateAuto {
 		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "rate_rps",
@@ -195,6 +212,15 @@ func (u BudgetsUpdate) applyStream(cur Budgets) (Budgets, error) {
 			return cur, e
 		}
 		sb.RateRPS = *u.RateRPS
+	}
+	if u.TrainWeight != nil {
+		if e := checkWeight(*u.TrainWeight); e != nil {
+			return cur, e
+		}
+		sb.TrainWeight = *u.TrainWeight
+		if sb.TrainWeight == 1 {
+			sb.TrainWeight = 0 // the default
+		}
 	}
 	b := cur
 	b.Streams = slices.Clone(cur.Streams)
@@ -248,7 +274,14 @@ func (b Budgets) String() string {
 		if s.RateRPS > 0 {
 			r = fmt.Sprintf("rate %g req/s", s.RateRPS)
 		}
+		if s.LatencyMS == 0 && s.RateRPS == 0 {
+			out += fmt.Sprintf("; %s: training weight %g", s.Workload, s.TrainWeight)
+			continue
+		}
 		out += fmt.Sprintf("; stream %s: %s, %s", s.Workload, l, r)
+		if s.TrainWeight > 0 {
+			out += fmt.Sprintf(", training weight %g", s.TrainWeight)
+		}
 	}
 	return out
 }

@@ -97,6 +97,9 @@ func TestStreamBudgetsApply(t *testing.T) {
 		{api.BudgetsUpdate{Workload: "cam", Shared: true, LatencyMS: ptr(50.0)}, "shared"},
 		{api.BudgetsUpdate{Workload: "cam", RateAuto: ptr(false)}, "rate_auto"},
 		{api.BudgetsUpdate{Shared: true}, "workload"},
+		{api.BudgetsUpdate{TrainWeight: ptr(2.0)}, "workload"},
+		{api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(0.0)}, "train_weight"},
+		{api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(1001.0)}, "train_weight"},
 		{api.BudgetsUpdate{Workload: strings.Repeat("x", 129), LatencyMS: ptr(50.0)}, "workload"},
 	} {
 		got, err := tc.u.Apply(b2)
@@ -104,6 +107,16 @@ func TestStreamBudgetsApply(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Field != tc.field || ae.Status != 400 || !reflect.DeepEqual(got, b2) {
 			t.Errorf("%+v: %v (%+v); want a bad_budget on %s changing nothing", tc.u, err, got, tc.field)
 		}
+	}
+	bw, err := api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(2.5)}.Apply(b2)
+	if err != nil || bw.StreamOf("trainer") != (api.StreamBudgets{Workload: "trainer", TrainWeight: 2.5}) || bw.Validate() != nil {
+		t.Fatalf("a training weight: %+v, %v", bw, err)
+	}
+	if !strings.Contains(bw.String(), "trainer: training weight 2.5") {
+		t.Fatalf("String() = %q", bw.String())
+	}
+	if b1, _ := (api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(1.0)}).Apply(bw); len(b1.Streams) != len(b2.Streams) {
+		t.Fatalf("weight 1 (the default) kept an entry: %+v", b1.Streams)
 	}
 	full := cur
 	for i := range api.MaxStreamBudgets {

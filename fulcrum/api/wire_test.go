@@ -26,7 +26,7 @@ func goldenStatus() Status {
 	return Status{
 		Version: "v1.2.3", Board: "sim:agx-orin-64gb", Mode: mode, ModeHeld: true,
 		Budgets: Budgets{LatencyMS: 100, PowerMW: 30000, RateRPS: 12.5, RateAuto: true, Quantile: 0.99, RhoMax: 0.95,
-			Streams: []StreamBudgets{{Workload: "mobilenet", LatencyMS: 50, RateRPS: 30}}},
+			Streams: []StreamBudgets{{Workload: "mobilenet", LatencyMS: 50, RateRPS: 30}, {Workload: "resnet18", TrainWeight: 2}}},
 		Plan: &Plan{Mode: mode, InferBatch: 4, Feasible: false, Binding: "power", PredLatencyMS: 80.5, PredPowerMW: 29000,
 			PredThroughputSamplesPerS: 310.25, Rho: 0.3, Source: "gmd", Reason: "after gmd", At: at, ApplyError: "ina3221: busy"},
 		Power:   &Power{TotalMW: 31000, Avg1sMW: 30500, Avg1sSamples: 10, Rails: []Rail{{Name: "VDD_GPU_SOC", PowerMW: 9000}}, At: at},

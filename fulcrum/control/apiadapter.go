@@ -40,7 +40,7 @@ func (a *API) toAPIBudgets(b plan.Budgets) api.Budgets {
 	out := api.BudgetsFrom(b, measured)
 	ts := a.C.StreamTargets()
 	for _, w := range slices.Sorted(maps.Keys(ts)) {
-		out.Streams = append(out.Streams, api.StreamBudgets{Workload: w, LatencyMS: ts[w].LatencyMS, RateRPS: ts[w].RateRPS})
+		out.Streams = append(out.Streams, api.StreamBudgets{Workload: w, LatencyMS: ts[w].LatencyMS, RateRPS: ts[w].RateRPS, TrainWeight: ts[w].TrainWeight})
 	}
 	return out
 }
@@ -171,7 +171,7 @@ func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) 
 	}
 	if u.Workload != "" {
 		sb := nb.StreamOf(u.Workload)
-		if err := a.C.SetStreamTarget(u.Workload, StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS}, &by); err != nil {
+		if err := a.C.SetStreamTarget(u.Workload, StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS, TrainWeight: sb.TrainWeight}, &by); err != nil {
 			return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "workload", "%v", err)
 		}
 		return a.toAPIBudgets(a.C.Budgets()), nil

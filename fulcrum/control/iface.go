@@ -34,6 +34,8 @@ type Scheduler interface {
 	SetLatencyBudget(l time.Duration)
 	// SetStreamLatencyBudgets sets per-stream latency budgets (workload → L_i).
 	SetStreamLatencyBudgets(budgets map[string]time.Duration) error
+	// SetTrainWeights sets the training workloads' time-share weights.
+	SetTrainWeights(weights map[string]float64) error
 	SetTrainingPaused(paused bool)
 	// Config is the scheduler's configuration (its admission margins).
 	Config() sched.Config

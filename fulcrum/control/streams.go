@@ -105,9 +105,14 @@ func (c *Controller) batchesFor(sizes []int) []int {
 // StreamTarget is an operator's budgets for one inference stream: its own latency budget
 // and arrival rate. Zero fields use the shared budgets (plan.Budgets): the shared
 // latency budget, and the shared fixed rate or, without one, the stream's measured rate.
+//
+// TrainWeight is a training workload's time-share weight instead (0: 1): with several
+// training jobs, job j gets the share w_j/Σw of the GPU time training gets, in the plan
+// (plan.MultiBudgets.TrainWeights) and in the scheduler's turns (sched.SetTrainWeights).
 type StreamTarget struct {
-	LatencyMS float64 `json:"latency_ms,omitempty"`
-	RateRPS   float64 `json:"rate_rps,omitempty"`
+	LatencyMS   float64 `json:"latency_ms,omitempty"`
+	RateRPS     float64 `json:"rate_rps,omitempty"`
+	TrainWeight float64 `json:"train_weight,omitempty"`
 }
 
 // MaxStreamTargets bounds the per-stream budgets held (the scheduler holds as many).
@@ -141,6 +146,9 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 			return fmt.Errorf("stream budgets not changed: %w", err)
 		}
 	}
+	if t.TrainWeight != 0 && (!(t.TrainWeight > 0) || t.TrainWeight > api.MaxTrainWeight) {
+		return fmt.Errorf("training weight not changed: train_weight = %v: want above 0 and at most %d", t.TrainWeight, api.MaxTrainWeight)
+	}
 	c.mu.Lock()
 	old, had := c.streamT[workload]
 	if _, ok := c.streamT[workload]; !ok && t != (StreamTarget{}) && len(c.streamT) >= MaxStreamTargets {
@@ -156,9 +164,13 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 		c.streamT[workload] = t
 	}
 	lat := make(map[string]time.Duration, len(c.streamT))
+	weights := map[string]float64{}
 	for k, v := range c.streamT {
 		if v.LatencyMS > 0 {
 			lat[k] = msDur(v.LatencyMS)
+		}
+		if v.TrainWeight > 0 {
+			weights[k] = v.TrainWeight
 		}
 	}
 	c.held = false
@@ -171,8 +183,8 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 		c.needPlan = reasonBudgets
 	}
 	c.mu.Unlock()
-	if err := c.sched.SetStreamLatencyBudgets(lat); err != nil {
-		return fmt.Errorf("stream budgets: %w", err) // cannot happen: bounded above
+	if err := errors.Join(c.sched.SetStreamLatencyBudgets(lat), c.sched.SetTrainWeights(weights)); err != nil {
+		return fmt.Errorf("stream budgets: %w", err) // cannot happen: bounded and checked above
 	}
 	from, to := "shared", "shared"
 	if had {
@@ -193,6 +205,9 @@ func (t StreamTarget) String() string {
 	}
 	if t.RateRPS > 0 {
 		r = fmt.Sprintf("%.1f/s", t.RateRPS)
+	}
+	if t.TrainWeight > 0 {
+		return fmt.Sprintf("{latency %s, rate %s, training weight %g}", l, r, t.TrainWeight)
 	}
 	return fmt.Sprintf("{latency %s, rate %s}", l, r)
 }
@@ -347,6 +362,9 @@ func (c *Controller) multiBudgets(rates []float64) plan.MultiBudgets {
 	for i, s := range c.grp.Streams {
 		mb.Streams = append(mb.Streams, plan.StreamBudget{Name: s.Workload, RateRPS: max(rates[i], 1e-3),
 			LatencyMS: cmp.Or(c.streamT[s.Workload].LatencyMS, c.budgets.LatencyMS)})
+	}
+	for _, j := range c.grp.Train {
+		mb.TrainWeights = append(mb.TrainWeights, cmp.Or(c.streamT[j.Workload].TrainWeight, 1))
 	}
 	return mb
 }

@@ -149,3 +149,55 @@ func mustProfiles(t *testing.T, c *Controller) []plan.ModeProfile {
 	}
 	return ps
 }
+
+// Two training jobs and one stream: the plan is the joint decision with the jobs'
+// weights (the operator's, else 1), and the scheduler gets the same weights.
+func TestPlanTwoTrainingJobs(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	const tTrain2 = "mobilenetv3-train"
+	now := time.Now().UTC()
+	w := e.models[tTrain2]
+	for _, m := range e.modes {
+		ms, mw := w.TimeMS(e.spec, m, w.Batch), w.PowerMW(e.spec, m, w.Batch)
+		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: tTrain2, Role: truth.Train, Mode: m, Batch: w.Batch,
+			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	if err := c.SetStreamTarget(tTrain2, StreamTarget{TrainWeight: 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetStreamTarget(tTrain2, StreamTarget{TrainWeight: -1}, nil); err == nil {
+		t.Fatal("a negative training weight accepted")
+	}
+	e.board.set(20000, nil)
+	e.register(nil)
+	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain2, Batch: w.Batch}, func(sched.Grant) {}); err != nil {
+		t.Fatal(err)
+	}
+	e.tick(c, 100*time.Millisecond)
+	st := c.Status()
+	if st.Current == nil || len(st.Current.Streams) != 1 || len(st.Train) != 2 {
+		t.Fatalf("status %+v: want a joint plan for two jobs and one stream", st)
+	}
+	g := &group{Train: []TrainJob{{tTrain, 32}, {tTrain2, w.Batch}}, Streams: []StreamSpec{{tInfer, []int{1, 2, 4, 8}}}}
+	ps, err := StoredMultiProfiles(e.store, e.spec.Name, g)
+	if err != nil || len(ps) != len(e.modes) {
+		t.Fatalf("stored multi profiles: %d, %v", len(ps), err)
+	}
+	mb := plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: tInfer, RateRPS: 20, LatencyMS: 400}}, PowerMW: 35000, TrainWeights: []float64{1, 3}}
+	d, err := c.Rules().ForMulti(mb, c.Config().InferBatches).Decide(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Current.Mode != d.Best.Mode || st.Current.Streams[0].Batch != d.Best.Streams[0].Batch || st.Current.Predicted.ThroughputSPS != d.Best.ObjectiveSPS {
+		t.Fatalf("applied %s batch %d (%.1f), the weighted decision is %s batch %d (%.1f)", st.Current.Mode.Human(), st.Current.Streams[0].Batch,
+			st.Current.Predicted.ThroughputSPS, d.Best.Mode.Human(), d.Best.Streams[0].Batch, d.Best.ObjectiveSPS)
+	}
+	if sh := d.Best.TrainShares; len(sh) != 2 || sh[0] != 0.25 || sh[1] != 0.75 {
+		t.Fatalf("training shares %v, want [0.25 0.75]", sh)
+	}
+}

@@ -130,7 +130,16 @@ func (s *Scheduler) schedule() {
 		s.grant(w, proto.KindProfile, p.batch, nil, exp, now, p)
 		return
 	}
-	if w := s.nextTrainer(); w != nil && !s.trainPaused {
+	w := s.nextTrainer()
+	if h := s.trainHold; h != nil && w != nil {
+		switch {
+		case h.wantTurn || !now.Before(s.trainHoldUntil) || s.workers[h.id] != h:
+			s.trainHold = nil
+		case s.vtime(w.workload) > s.vtime(h.workload):
+			w = nil // the least-served workload's worker is re-acquiring: wait for it
+		}
+	}
+	if w != nil && !s.trainPaused {
 		exp := s.expTrain(w)
 		blocker := s.admit(now, exp)
 		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= w.train.starveAfter(s.cfg.Starve) && s.inferenceIdle()
@@ -162,6 +171,9 @@ func (s *Scheduler) schedule() {
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
+	}
+	if s.trainHold != nil && s.trainHoldUntil.After(now) && (next.IsZero() || s.trainHoldUntil.Before(next)) {
+		next = s.trainHoldUntil
 	}
 	if s.cfg.ProfileWait > 0 {
 		for _, p := range s.profiles {
@@ -205,25 +217,31 @@ func (s *Scheduler) serveBlocker(w *worker, now time.Time) bool {
 	return true
 }
 
-// nextTrainer is the training worker waiting for a turn that comes after the one granted
-// last, in registration order (round-robin).
+// nextTrainer is the waiting training worker whose workload has used the least GPU time
+// per unit of weight (time shares, docs/design.md §2 "Model v1 for several workloads");
+// ties go round-robin in registration order after the one granted last.
 func (s *Scheduler) nextTrainer() *worker {
-	var first, after *worker
-	for _, w := range s.order {
+	var best *worker
+	var bestVT float64
+	consider := func(w *worker) {
 		if w.spec.Role != proto.RoleTrain || !w.wantTurn {
-			continue
+			return
 		}
-		if first == nil {
-			first = w
-		}
-		if after == nil && w.reg > s.rrLast {
-			after = w
+		if vt := s.vtime(w.workload); best == nil || vt < bestVT {
+			best, bestVT = w, vt
 		}
 	}
-	if after != nil {
-		return after
+	for _, w := range s.order {
+		if w.reg > s.rrLast {
+			consider(w)
+		}
 	}
-	return first
+	for _, w := range s.order {
+		if w.reg <= s.rrLast {
+			consider(w)
+		}
+	}
+	return best
 }
 
 // admit checks that a turn of expected length exp starting now leaves every inference

@@ -53,6 +53,8 @@ func (s *Scheduler) Release(id string, r Release) error {
 		// Warm-up (allocator, cuDNN autotuning, lazy init) is the estimate's: it follows
 		// the latest minibatch until the times settle.
 		w.train.add(ms)
+		w.trainUsed += d
+		s.trainHold, s.trainHoldUntil = w, now.Add(TrainRejoinGrace)
 		n := r.Samples
 		if n <= 0 {
 			n = w.spec.Batch

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -85,6 +86,15 @@ type Scheduler struct {
 	// that replace cfg.LatencyBudget for that workload's requests; at most
 	// MaxStreamBudgets entries.
 	streamBudget map[string]time.Duration
+	// trainWeight holds the training workloads' time-share weights (name → w_j, default
+	// 1); at most MaxStreamBudgets entries.
+	trainWeight map[string]float64
+	// trainHold is the training worker that just released a minibatch while its
+	// workload was the least served: another training workload's minibatch waits for
+	// its next acquire until trainHoldUntil, or a worker that releases and re-acquires
+	// at once would always find the other one granted first (shares would be turns).
+	trainHold      *worker
+	trainHoldUntil time.Time
 
 	turns    uint64
 	overruns uint64
@@ -127,6 +137,9 @@ type workload struct {
 	infer      map[int]*estimate // expected inference batch time by size (ms)
 	prof       map[int]*estimate // expected profile batch time by size (ms)
 	st         *stats
+	// trainUsed is the GPU time the workload's training minibatches held: training
+	// turns go to the waiting workload with the least trainUsed/weight (time shares).
+	trainUsed time.Duration
 }
 
 // MaxIdleWorkloads bounds the workloads remembered without a live worker; beyond it the
@@ -216,6 +229,11 @@ func (s *Scheduler) SetLatencyBudget(l time.Duration) {
 	s.unlockAndDeliver()
 }
 
+// TrainRejoinGrace is how long a training worker that released the least-served
+// workload's minibatch keeps its claim on the next training turn while its acquire is on
+// its way (a local worker's release and acquire are two messages, microseconds apart).
+const TrainRejoinGrace = 5 * time.Millisecond
+
 // MaxStreamBudgets bounds the per-workload latency budgets held: they are set by the
 // operator through the controller, one per inference stream planned for.
 const MaxStreamBudgets = 64
@@ -239,6 +257,46 @@ func (s *Scheduler) SetStreamLatencyBudgets(budgets map[string]time.Duration) er
 	s.schedule()
 	s.unlockAndDeliver()
 	return nil
+}
+
+// SetTrainWeights replaces the training workloads' weights (name → w_j > 0): training
+// turns give workload j the share w_j/Σw of the GPU time training gets. A workload not
+// named has weight 1. The shares count from the change. More than MaxStreamBudgets entries, or a weight that is not a
+// positive number, is an error and changes nothing.
+func (s *Scheduler) SetTrainWeights(weights map[string]float64) error {
+	if len(weights) > MaxStreamBudgets {
+		return fmt.Errorf("%d training weights: at most %d are held", len(weights), MaxStreamBudgets)
+	}
+	m := make(map[string]float64, len(weights))
+	for k, v := range weights {
+		if !(v > 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("training weight of %s = %v: want a positive number", k, v)
+		}
+		m[k] = v
+	}
+	s.mu.Lock()
+	s.trainWeight = m
+	// Shares count from the change: history at the old weights would otherwise buy one
+	// workload a run of catch-up turns.
+	for _, wl := range s.wlOrder {
+		wl.trainUsed = 0
+	}
+	s.schedule()
+	s.unlockAndDeliver()
+	return nil
+}
+
+// weightOf is a training workload's weight. Called with s.mu held.
+func (s *Scheduler) weightOf(wl *workload) float64 {
+	if v, ok := s.trainWeight[wl.name]; ok {
+		return v
+	}
+	return 1
+}
+
+// vtime is a training workload's GPU time used per unit of weight. Called with s.mu held.
+func (s *Scheduler) vtime(wl *workload) float64 {
+	return float64(wl.trainUsed) / s.weightOf(wl)
 }
 
 // budgetOf is the latency budget of w's requests. Called with s.mu held.

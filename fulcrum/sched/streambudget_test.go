@@ -54,3 +54,62 @@ func TestStreamLatencyBudgets(t *testing.T) {
 		t.Fatalf("a refused update changed cam's budget to %v ms", st.LatencyBudgetMS)
 	}
 }
+
+// Training turns are time shares: with equal weights a workload whose minibatch takes 3×
+// as long gets a third of the minibatches (equal GPU time); weight 3 gives it as many
+// minibatches (3× the time). A workload that joins late starts level, without catching up
+// on the time it was away; a worker that does not come back within TrainRejoinGrace does
+// not hold the others up.
+func TestTrainingTimeShares(t *testing.T) {
+	run := func(h *harness, ids []string, durs map[string]time.Duration, n int) map[string]int {
+		counts := map[string]int{}
+		for range n {
+			g := h.one()
+			counts[g.Worker]++
+			h.release(g.Worker, g, durs[g.Worker])
+			h.must(h.s.Acquire(g.Worker, 0))
+		}
+		return counts
+	}
+	h := newHarness(t, cfg(100*msec, 10*msec, 10*msec))
+	fast, slow := h.register(proto.RoleTrain, "fast", 8), h.register(proto.RoleTrain, "slow", 8)
+	durs := map[string]time.Duration{fast: 10 * msec, slow: 30 * msec}
+	h.must(h.s.Acquire(fast, 0))
+	h.must(h.s.Acquire(slow, 0))
+	if c := run(h, nil, durs, 40); c[fast] != 30 || c[slow] != 10 {
+		t.Fatalf("equal weights: %v minibatches, want 30 fast and 10 slow (equal GPU time)", c)
+	}
+	h.must(h.s.SetTrainWeights(map[string]float64{"slow": 3}))
+	if c := run(h, nil, durs, 40); c[fast] != 20 || c[slow] != 20 {
+		t.Fatalf("slow weighted 3: %v minibatches, want 20 each (GPU time 1:3)", c)
+	}
+	if err := h.s.SetTrainWeights(map[string]float64{"slow": 0}); err == nil {
+		t.Fatal("a zero weight accepted")
+	}
+	// The least-served worker releases and does not acquire again: after the grace the
+	// other workload's minibatch runs.
+	h.must(h.s.SetTrainWeights(nil))
+	g := h.one() // granted before the reset
+	for g.Worker != fast {
+		h.release(g.Worker, g, durs[g.Worker])
+		h.must(h.s.Acquire(g.Worker, 0))
+		g = h.one()
+	}
+	h.release(fast, g, 10*msec) // fast 10 ms, slow 30 ms since the reset
+	h.none()                    // fast is the least served: its acquire is awaited
+	h.clock.Advance(TrainRejoinGrace)
+	if g = h.one(); g.Worker != slow {
+		t.Fatalf("after the grace: grant to %s, want slow", g.Worker)
+	}
+	h.release(slow, g, 30*msec)
+	h.must(h.s.Acquire(fast, 0))
+	h.must(h.s.Acquire(slow, 0))
+	// A late joiner gets its share from now on, not the time it missed.
+	late := h.register(proto.RoleTrain, "late", 8)
+	durs[late] = 10 * msec
+	h.must(h.s.Acquire(late, 0))
+	c := run(h, nil, durs, 70)
+	if c[late] < 25 || c[late] > 35 || c[fast] < 25 || c[fast] > 35 {
+		t.Fatalf("after a third workload joined: %v minibatches, want fast and late about level (30 each) and slow a third of that", c)
+	}
+}

@@ -128,6 +128,19 @@ func (s *Scheduler) Register(spec WorkerSpec, deliver Deliver) (id, token string
 		deliver:  deliver,
 		ids:      map[string]*request{},
 	}
+	if w.live == 0 && spec.Role == proto.RoleTrain {
+		// A training workload (re)joining does not catch up on the time it was away:
+		// it starts level with the least-served one running.
+		lift := -1.0
+		for _, o := range s.wlOrder {
+			if o != w.workload && o.role == proto.RoleTrain && o.live > 0 && (lift < 0 || s.vtime(o) < lift) {
+				lift = s.vtime(o)
+			}
+		}
+		if used := time.Duration(lift * s.weightOf(w.workload)); lift >= 0 && used > w.trainUsed {
+			w.trainUsed = used
+		}
+	}
 	w.live++
 	s.workers[w.id] = w
 	s.order = append(s.order, w)
