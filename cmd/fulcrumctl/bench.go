@@ -55,7 +55,8 @@ several workloads, docs/design.md §2): every training workload with every set o
 inference workloads, each stream at the swept rate and latency budget. GMD and ALS run
 as fulcrumd runs them there: the search walks the trainer and the first stream, every
 other stream is profiled at the modes it profiled, and the joint decision chooses the
-mode and every batch (docs/benchmarks.md "Several streams").`,
+mode and every batch (docs/benchmarks.md "Several streams"). --jobs m (m ≥ 2) does the
+same with every set of m training workloads sharing the training time equally.`,
 		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
   fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \
       --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table`,
@@ -83,7 +84,8 @@ mode and every batch (docs/benchmarks.md "Several streams").`,
 	devK := f.Float64("dev-k", defSched.DevK, "deviations of the turn times the admission test adds (fulcrumd's scheduler.dev_k)")
 	decisionNoise := f.Float64("decision-noise", -1, "profiling noise the decision assumes (fulcrumd's controller.noise_rel; default: --noise)")
 	quiet := f.Bool("quiet", false, "no progress lines on stderr")
-	streams := f.Int("streams", 1, "inference streams planned together: 1 sweeps training × inference pairs; k ≥ 2 every training workload with every set of k inference workloads (oracles, preset, maxn and random-<K> only)")
+	streams := f.Int("streams", 1, "inference streams planned together: 1 sweeps training × inference pairs; k ≥ 2 every training workload with every set of k inference workloads")
+	jobs := f.Int("jobs", 1, "training jobs planned together: m ≥ 2 sweeps every set of m training workloads (equal time shares) with every set of --streams inference workloads")
 	plot := newBenchPlotFlag(f) // plot.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := plot.check(); err != nil {
@@ -104,10 +106,13 @@ mode and every batch (docs/benchmarks.md "Several streams").`,
 		if *streams < 1 {
 			return fmt.Errorf("--streams %d: want 1 (pairs) or more", *streams)
 		}
-		if *streams > 1 && len(*pairs) > 0 {
+		if *jobs < 1 {
+			return fmt.Errorf("--jobs %d: want 1 or more", *jobs)
+		}
+		if (*streams > 1 || *jobs > 1) && len(*pairs) > 0 {
 			return errors.New("--pairs and --streams 2 or more: give one (with several streams every training workload is run with every set of inference workloads)")
 		}
-		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams}
+		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams, Jobs: *jobs}
 		var err error
 		if spec.Rules, err = benchRules(*noise, *decisionNoise, *confidence, *admMargin, *devK); err != nil {
 			return err
@@ -288,7 +293,10 @@ func writeBench(w io.Writer, format string, rep *bench.BenchReport) error {
 		return cw.Error()
 	}
 	sets := fmt.Sprintf("%d pairs", rep.Pairs)
-	if rep.Streams > 1 {
+	switch {
+	case rep.Jobs > 1:
+		sets = fmt.Sprintf("%d sets of %d training jobs and %d inference streams, each stream at the rate and latency budget", rep.Pairs, rep.Jobs, rep.Streams)
+	case rep.Streams > 1:
 		sets = fmt.Sprintf("%d sets of a trainer and %d inference streams, each stream at the rate and latency budget", rep.Pairs, rep.Streams)
 	}
 	fmt.Fprintf(w, "%d configurations (%s), %d the oracle cannot satisfy; noise %g, seed %d, wall %.1fs\n",

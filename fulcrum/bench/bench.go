@@ -63,9 +63,12 @@ type BenchSpec struct {
 	Rules plan.Rules
 	// Streams is the number of inference streams planned together: 0 or 1 sweeps
 	// training × inference pairs; k ≥ 2 sweeps every training workload with every set
-	// of k inference workloads (model v1 for several workloads; baselines and the
-	// oracle only, issue 19).
+	// of k inference workloads (model v1 for several workloads, issue 19).
 	Streams int
+	// Jobs is the number of training jobs planned together (0 or 1: one); m ≥ 2 sweeps
+	// every set of m training workloads (equal time shares) with every set of Streams
+	// inference workloads.
+	Jobs int
 	// Progress, when set, is called (from the workers, concurrently) each time a
 	// searcher's answer to a configuration is scored, with the number scored and the
 	// total.
@@ -107,6 +110,7 @@ type BenchReport struct {
 	ConfigsOracleInfeasible int             `json:"configs_oracle_infeasible"`
 	Pairs                   int             `json:"pairs"`             // workload pairs, or sets with Streams ≥ 2
 	Streams                 int             `json:"streams,omitempty"` // inference streams per set (≥ 2), 0 for pairs
+	Jobs                    int             `json:"jobs,omitempty"`    // training jobs per set, 0 for pairs
 	Noise                   float64         `json:"noise"`
 	Seed                    uint64          `json:"seed"`
 	Rules                   plan.Rules      `json:"rules"` // the decision's
@@ -153,11 +157,11 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	if len(spec.RatesRPS) == 0 || len(spec.LatenciesMS) == 0 || len(spec.PowersMW) == 0 {
 		return nil, errors.New("bench: give at least one rate, latency and power budget")
 	}
-	if spec.Streams >= 2 {
-		return runMulti(ctx, spec)
+	if spec.Streams < 0 || spec.Jobs < 0 {
+		return nil, fmt.Errorf("bench: %d streams, %d training jobs: want 1 (pairs) or more", spec.Streams, spec.Jobs)
 	}
-	if spec.Streams < 0 {
-		return nil, fmt.Errorf("bench: %d streams: want 1 (pairs) or more", spec.Streams)
+	if spec.Streams >= 2 || spec.Jobs >= 2 {
+		return runMulti(ctx, spec)
 	}
 	build := spec.Build
 	if build == nil {

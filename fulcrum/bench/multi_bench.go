@@ -24,21 +24,22 @@ type multiConfig struct {
 	oracle  plan.MultiPlan
 }
 
-// runMulti is RunBench for spec.Streams ≥ 2 inference streams (issue 19): every training
-// workload with every set of spec.Streams inference workloads of the table, each stream
-// at the same rate and latency budget, × power budgets. The baselines (preset, maxn,
+// runMulti is RunBench for spec.Streams ≥ 2 inference streams or spec.Jobs ≥ 2 training
+// jobs (issue 19): every set of spec.Jobs training workloads (equal time shares) with every
+// set of spec.Streams inference workloads of the table, each stream at the same rate and
+// latency budget, × power budgets. The baselines (preset, maxn,
 // random-<K>) profile their modes with noise, plan.MultiDecider (spec.Rules) decides over
 // them, and the decision is scored on the truth against MultiOracle; the margin oracles
 // (oracle-m<percent>, MultiMarginOracle) keep the decision's admission room.
 //
 // GMD and ALS run as fulcrumd runs them with several streams (docs/controller.md
-// "Several streams and training jobs"): the searcher walks the pair of the training job
-// and the first stream, against that stream's budgets and the power budget; every other
-// stream is then profiled at each mode the search profiled; the decision is
+// "Several streams and training jobs"): the searcher walks the pair of the first training
+// job and the first stream, against that stream's budgets and the power budget; every
+// other stream and job is then profiled at each mode the search profiled; the decision is
 // plan.MultiDecider over those profiles (repeats: the least-repeated workload's).
 func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	start := time.Now()
-	k := spec.Streams
+	k, m := max(spec.Streams, 1), max(spec.Jobs, 1)
 	listers := make([]search.ModeLister, len(spec.Searchers))
 	pairSearch := make([]search.Searcher, len(spec.Searchers)) // GMD and ALS, by searcher index
 	margins := map[int]float64{}                               // the margin oracles, by searcher index
@@ -75,9 +76,12 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	if len(spec.Pairs) > 0 {
 		return nil, errors.New("bench: pairs and several streams: choose the workloads by --streams alone (every training workload with every set of that many inference workloads)")
 	}
-	infers := spec.Truth.Workloads(truth.Infer)
+	infers, trains := spec.Truth.Workloads(truth.Infer), spec.Truth.Workloads(truth.Train)
 	if len(infers) < k {
 		return nil, fmt.Errorf("bench: %d streams but the ground truth has %d inference workloads (%v)", k, len(infers), infers)
+	}
+	if len(trains) < m {
+		return nil, fmt.Errorf("bench: %d training jobs but the ground truth has %d training workloads (%v)", m, len(trains), trains)
 	}
 	type set struct {
 		name string
@@ -85,17 +89,17 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		pt   *truthprof.PairTruth // the job and the first stream, where GMD and ALS search
 	}
 	var sets []set
-	for _, t := range spec.Truth.Workloads(truth.Train) {
+	for _, ts := range combinations(trains, m) {
 		for _, comb := range combinations(infers, k) {
-			mt, err := truthprof.NewMultiTruth(spec.Truth, []string{t}, comb, nil)
+			mt, err := truthprof.NewMultiTruth(spec.Truth, ts, comb, nil)
 			if err != nil {
-				return nil, fmt.Errorf("bench: %s with %v: %w", t, comb, err)
+				return nil, fmt.Errorf("bench: %v with %v: %w", ts, comb, err)
 			}
-			pt, err := truthprof.NewPairTruth(spec.Truth, t, comb[0], mt.Profiles()[0].Train[0].Batch, mt.Batches[0])
+			pt, err := truthprof.NewPairTruth(spec.Truth, ts[0], comb[0], mt.Profiles()[0].Train[0].Batch, mt.Batches[0])
 			if err != nil {
-				return nil, fmt.Errorf("bench: %s with %s: %w", t, comb[0], err)
+				return nil, fmt.Errorf("bench: %s with %s: %w", ts[0], comb[0], err)
 			}
-			sets = append(sets, set{t + ":" + strings.Join(comb, "+"), mt, pt})
+			sets = append(sets, set{strings.Join(ts, "+") + ":" + strings.Join(comb, "+"), mt, pt})
 		}
 	}
 	var cfgs []multiConfig
@@ -132,7 +136,7 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("bench: oracle: %w", err)
 	}
-	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(sets), Streams: k, Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules}
+	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(sets), Streams: k, Jobs: m, Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules}
 	for _, c := range cfgs {
 		if !c.oracle.Feasible {
 			rep.ConfigsOracleInfeasible++
@@ -342,7 +346,7 @@ func firstCfg(cfgs []multiConfig, si int) int {
 // first stream) with a noisy measurement of every other stream at each of those modes,
 // as fulcrumd's live search does, decides over the result with plan.MultiDecider, and
 // scores the decision on the truth. Profiles counts the pair's (repeats included) plus
-// one per further stream and mode.
+// one per further stream or job and mode.
 func scorePairThenStreams(name string, mt *truthprof.MultiTruth, c *multiConfig, prof *truthprof.TruthProfiler, serr error, spec BenchSpec, noiseBase uint64) Outcome {
 	known := prof.Known()
 	profiles := make([]plan.MultiProfile, 0, len(known))
@@ -352,18 +356,21 @@ func scorePairThenStreams(name string, mt *truthprof.MultiTruth, c *multiConfig,
 		if mp, err = mt.Measure(kp.Mode, spec.Noise, noiseBase^0x5bd1e995); err != nil {
 			break
 		}
-		// The pair's own measurement (with its repeats) for the job and the first
-		// stream; the other streams measured once.
+		// The pair's own measurement (with its repeats) for the first job and the first
+		// stream; the other jobs and streams measured once.
 		mp.Train[0] = kp.Train
 		mp.Infer[0] = slices.Clone(kp.Infer)
 		mp.Repeats = 1
+		if len(mt.Trains) == 1 && len(mt.Infers) == 1 {
+			mp.Repeats = kp.Repeats
+		}
 		profiles = append(profiles, mp)
 	}
 	if err != nil {
 		return Outcome{Pair: Pair{Train: name}, Status: "no_answer", Err: err}
 	}
 	o := scoreMultiProfiles(name, mt, c, profiles, serr, spec)
-	o.Profiles = prof.Count() + (len(mt.Infers)-1)*len(known)
+	o.Profiles = prof.Count() + (len(mt.Infers)-1+len(mt.Trains)-1)*len(known)
 	return o
 }
 

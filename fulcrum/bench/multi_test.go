@@ -294,3 +294,36 @@ func TestMultiBenchGMDALS(t *testing.T) {
 		}
 	}
 }
+
+// Two training jobs sharing the training time with two streams: GMD (pair search of the
+// first job and stream, the others profiled at its modes) and a baseline that profiles
+// every mode without noise, against the oracle.
+func TestMultiBenchJobs(t *testing.T) {
+	v := benchgen.Small()
+	v.Workloads = append(v.Workloads, benchgen.Workload{Name: "lm-train", Role: truth.Train, Batches: []int{16}, BaseMS: 60, BatchSlope: 1, GPU: 0.6, EMC: 0.3, CPU: 0.1, NeedCores: 2, Activity: 0.9},
+		benchgen.Workload{Name: "cls-infer", Role: truth.Infer, Batches: []int{1, 2, 4, 8}, BaseMS: 14, BatchSlope: 0.5, GPU: 0.7, EMC: 0.2, CPU: 0.1, NeedCores: 2, Activity: 0.85})
+	tab, err := benchgen.Table(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := BenchSpec{Truth: tab, Streams: 2, Jobs: 2, RatesRPS: []float64{5, 20}, LatenciesMS: []float64{150, 400}, PowersMW: []float64{16000, 30000},
+		Searchers: []string{"oracle", "random-432", "gmd"}, Seed: 3, Parallel: 2}
+	rep, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Pairs != 1 || rep.Jobs != 2 || rep.Streams != 2 || rep.ConfigsTotal != 8 {
+		t.Fatalf("sets %d, jobs %d, streams %d, configs %d; want 1, 2, 2, 8", rep.Pairs, rep.Jobs, rep.Streams, rep.ConfigsTotal)
+	}
+	if all := rep.Searchers[1]; all.WithinBudgetPct != 100 || math.Abs(all.MeanOptRatio-1) > 1e-12 {
+		t.Errorf("random-432 without noise: %+v, want the oracle", all)
+	}
+	for _, o := range rep.Outcomes[2] {
+		if o.Ratio > 1+1e-12 || (o.Status == "within") != (o.Ratio > 0) || o.Err != nil {
+			t.Errorf("gmd: status %s ratio %v err %v", o.Status, o.Ratio, o.Err)
+		}
+	}
+	if _, err := RunBench(context.Background(), BenchSpec{Truth: tab, Jobs: 3, RatesRPS: []float64{5}, LatenciesMS: []float64{150}, PowersMW: []float64{16000}, Searchers: []string{"oracle"}}); err == nil || !strings.Contains(err.Error(), "3 training jobs") {
+		t.Errorf("3 jobs from a table with 2: %v", err)
+	}
+}
