@@ -44,6 +44,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 			}
 		}
 	}
+	c.keepStreams(&ch)
 	mode := m
 	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
 	c.forceApply = true

@@ -134,7 +134,9 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 	m := e.Mode
 	meas := c.measured
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
-	c.apply(ctx, Choice{Mode: e.Mode, Batch: e.Batch, Predicted: pred})
+	ch := Choice{Mode: e.Mode, Batch: e.Batch, Predicted: pred}
+	c.keepStreams(&ch)
+	c.apply(ctx, ch)
 	// docs/design.md §2: when no known configuration meets the budgets with training running,
 	// inference and power come first: training waits until a plan is feasible again.
 	c.setTrainingPaused(!pred.Feasible, reason)

@@ -706,3 +706,20 @@ func (c *Controller) expectAtMulti(m powermode.Mode) {
 		}
 	}
 }
+
+// keepStreams carries the other streams' batches of the configuration in force into ch,
+// a choice made for the pair alone (an operator's mode, the degraded fallback) while
+// several streams are planned for: they keep serving their batch, and status keeps
+// showing it. Called with c.mu held.
+func (c *Controller) keepStreams(ch *Choice) {
+	if c.grp == nil || c.cur == nil || len(c.cur.Streams) == 0 || len(ch.Streams) > 0 {
+		return
+	}
+	ch.Streams = slices.Clone(c.cur.Streams)
+	for i := range ch.Streams {
+		if c.pair != nil && ch.Streams[i].Workload == c.pair.Infer && ch.Batch > 0 {
+			ch.Streams[i].Batch = ch.Batch
+		}
+		ch.Streams[i].PredLatencyMS, ch.Streams[i].Rho = 0, 0 // not predicted for this mode
+	}
+}

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -114,6 +115,20 @@ func TestPlanSeveralStreams(t *testing.T) {
 		t.Fatalf("two streams predict %.1f samples/s, the pair alone %.1f: the second stream's GPU share is not counted",
 			st.Current.Predicted.ThroughputSPS, pairOnly.Best.ThroughputSPS)
 	}
+
+	// An operator's mode keeps every stream's batch.
+	if _, err := c.ApplyMode(context.Background(), e.modes[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range c.Status().Streams {
+		if s.Batch == 0 || batchOf(t, e.sched, map[string]string{tInfer: in1, tInfer2: in2}[s.Workload]) != s.Batch {
+			t.Fatalf("after an operator's mode: stream %+v", s)
+		}
+	}
+	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20}); err != nil { // releases the hold
+		t.Fatal(err)
+	}
+	e.tick(c, 100*time.Millisecond)
 
 	// The second stream leaves: the pair is planned again.
 	seq := c.Status().LastEvent
