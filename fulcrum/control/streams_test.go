@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -214,5 +215,69 @@ func TestPlanTwoTrainingJobs(t *testing.T) {
 	}
 	if sh := d.Best.TrainShares; len(sh) != 2 || sh[0] != 0.25 || sh[1] != 0.75 {
 		t.Fatalf("training shares %v, want [0.25 0.75]", sh)
+	}
+}
+
+// A stream whose p99 breaks its own budget: its batch at the mode is left out and the
+// decision is taken again, naming the stream; the other stream's budget is not judged
+// against it.
+func TestStreamLatencyViolationRedecides(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	e.seedStream(tInfer2)
+	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	if err := c.SetStreamTarget(tInfer2, StreamTarget{LatencyMS: 160, RateRPS: 20}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.board.set(20000, nil)
+	e.register(nil)
+	grants := make(chan sched.Grant, 64)
+	in2, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer2, Batch: 1, BatchSizes: []int{1, 2, 4, 8}},
+		func(g sched.Grant) { grants <- g })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tick(c, 100*time.Millisecond)
+	first := c.Status().Current
+	if first == nil || len(first.Streams) != 2 {
+		t.Fatalf("no joint plan: %+v", first)
+	}
+	seq := c.Status().LastEvent
+	// Serve 15 of the detector's requests 300 ms after they arrive: over its 160 ms.
+	for i := range 15 {
+		if err := e.sched.Acquire(in2, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.sched.Arrivals(in2, []proto.Request{{ID: fmt.Sprint("r", i), AgeMS: 250}}); err != nil {
+			t.Fatal(err)
+		}
+		var g sched.Grant
+		select {
+		case g = <-grants:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no grant for an overdue request")
+		}
+		e.clock.Advance(50 * time.Millisecond)
+		if err := e.sched.Release(in2, sched.Release{Grant: g.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.tick(c, 100*time.Millisecond)
+	evs := c.Events().List(seq)
+	var redecided *Event
+	for i := range evs {
+		if evs[i].Kind == KindReplan && strings.Contains(evs[i].Reason, "stream "+tInfer2+": p99 latency") {
+			redecided = &evs[i]
+		}
+	}
+	if redecided == nil {
+		t.Fatalf("no re-decision naming the stream after its p99 broke its budget: %v", evs)
+	}
+	st := c.Status()
+	if st.Current.Mode == first.Mode && st.Current.Streams[1].Batch == first.Streams[1].Batch {
+		t.Fatalf("the broken configuration (%s, batch %d) was decided again", first.Mode.Human(), first.Streams[1].Batch)
+	}
+	if v, _ := c.Counters(); v["latency"] != 1 {
+		t.Fatalf("latency violations counted: %d, want 1", v["latency"])
 	}
 }
