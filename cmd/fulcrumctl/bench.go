@@ -53,9 +53,10 @@ smoothing); combinable, e.g. gmd-c0-f0.
 --streams k (k ≥ 2) plans k inference streams together with a trainer (model v1 for
 several workloads, docs/design.md §2): every training workload with every set of k
 inference workloads, each stream at the swept rate and latency budget. GMD and ALS run
-as fulcrumd runs them there: the search walks the trainer and the first stream, every
-other stream is profiled at the modes it profiled, and the joint decision chooses the
-mode and every batch (docs/benchmarks.md "Several streams"). --jobs m (m ≥ 2) does the
+as fulcrumd runs them there: the search walks one pooled stream standing for all of them
+(their rate-weighted times and share-weighted powers) while every workload is measured at
+each mode it asks for, and the joint decision chooses the mode and every batch
+(docs/benchmarks.md "Several streams"). --jobs m (m ≥ 2) does the
 same with every set of m training workloads sharing the training time equally.`,
 		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
   fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \

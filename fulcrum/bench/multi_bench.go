@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -33,10 +32,10 @@ type multiConfig struct {
 // (oracle-m<percent>, MultiMarginOracle) keep the decision's admission room.
 //
 // GMD and ALS run as fulcrumd runs them with several streams (docs/controller.md
-// "Several streams and training jobs"): the searcher walks the pair of the first training
-// job and the first stream, against that stream's budgets and the power budget; every
-// other stream and job is then profiled at each mode the search profiled; the decision is
-// plan.MultiDecider over those profiles (repeats: the least-repeated workload's).
+// "Several streams and training jobs"): the searcher walks the pooled pair
+// (plan.PooledPair: the first training job and one stream standing for all of them, at
+// plan.PooledBudgets) while every workload is measured at each mode it asks for
+// (truthprof.PooledProfiler); the decision is plan.MultiDecider over those measurements.
 func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	start := time.Now()
 	k, m := max(spec.Streams, 1), max(spec.Jobs, 1)
@@ -184,13 +183,6 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		p.NoiseRel, p.Rules = spec.Noise, spec.Rules
 		return p
 	}
-	pairProfiler := func(si int, seed uint64) *truthprof.TruthProfiler {
-		tp, _ := truthprof.NewPairProfiler(sets[si].pt, spec.Noise, rand.New(rand.NewPCG(seed, seed^0xda942042e4dd58b5)))
-		return tp
-	}
-	if _, err := truthprof.NewPairProfiler(sets[0].pt, spec.Noise, rand.New(rand.NewPCG(1, 2))); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
 	var done atomic.Int64
 	progress := func() {
 		if spec.Progress != nil {
@@ -201,10 +193,19 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		jb := jobs[ji]
 		t0 := time.Now()
 		s := sets[jb.set]
-		if jb.cfg < 0 { // ALS: one campaign for the set's pair, an answer per configuration
+		if jb.cfg < 0 { // ALS: one campaign for the set's pooled pair, an answer per configuration
 			pl := pairSearch[jb.s].(search.PairLearner)
-			camp := pairProfiler(jb.set, deriveSeed(spec.Seed, "", "pair", uint64(jb.set)))
-			lp := pairProblem(&cfgs[firstCfg(cfgs, jb.set)], deriveSeed(spec.Seed, spec.Searchers[jb.s], "pair", uint64(jb.set)))
+			// Every stream runs at the swept rate, so the pooled pair depends on no
+			// configuration's rates: equal weights serve the whole campaign.
+			ones := make([]float64, len(s.mt.Infers))
+			for i := range ones {
+				ones[i] = 1
+			}
+			camp, err := truthprof.NewPooledProfiler(s.mt, spec.Noise, deriveSeed(spec.Seed, "", "pair", uint64(jb.set)), ones)
+			if err != nil {
+				return err
+			}
+			lp := pooledProblem(s.mt, pairProblem(&cfgs[firstCfg(cfgs, jb.set)], deriveSeed(spec.Seed, spec.Searchers[jb.s], "pair", uint64(jb.set))), nil)
 			lp.Budgets = plan.Budgets{} // a campaign is for every budget
 			ans, lerr := pl.Learn(ctx, lp, camp)
 			if ctx.Err() != nil {
@@ -220,13 +221,13 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 				if lerr != nil {
 					o = Outcome{Pair: Pair{Train: s.name}, Status: "no_answer", Err: fmt.Errorf("learn: %w", lerr)}
 				} else {
-					cseed := deriveSeed(spec.Seed, "", "config", uint64(ci))
-					prof := camp.Fork(rand.New(rand.NewPCG(cseed, cseed^0xda942042e4dd58b5)))
-					_, aerr := ans.Answer(ctx, pairProblem(c, 0).Budgets, prof)
+					prof := camp.Fork(deriveSeed(spec.Seed, "", "config", uint64(ci)))
+					_, aerr := ans.Answer(ctx, plan.PooledBudgets(c.budgets), prof)
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					o = scorePairThenStreams(s.name, s.mt, c, prof, aerr, spec, cseed)
+					o = scoreMultiProfiles(s.name, s.mt, c, prof.Multi(), aerr, spec)
+					o.Profiles = prof.Count()
 				}
 				o.Campaign = camp.Count()
 				outcomes[jb.s][ci] = o
@@ -243,12 +244,10 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		case margin:
 			o = scoreMarginMulti(s.name, s.mt, c, mr, spec.Rules.Admission)
 		case pairSearch[jb.s] != nil:
-			prof := pairProfiler(jb.set, noiseBase)
-			_, serr := pairSearch[jb.s].Search(ctx, pairProblem(c, deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))), prof)
+			o = scorePooled(ctx, s.name, s.mt, c, pairSearch[jb.s], pairProblem(c, deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))), spec, noiseBase)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			o = scorePairThenStreams(s.name, s.mt, c, prof, serr, spec, noiseBase)
 		default:
 			p := search.Problem{Space: s.mt.Space(), Presets: presets[c.set], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles,
 				Seed: deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))}
@@ -337,41 +336,48 @@ func scoreMultiProfiles(name string, mt *truthprof.MultiTruth, c *multiConfig, p
 	return o
 }
 
-// firstCfg is the index of the first configuration of set si.
-func firstCfg(cfgs []multiConfig, si int) int {
-	return slices.IndexFunc(cfgs, func(c multiConfig) bool { return c.set == si })
-}
-
-// scorePairThenStreams completes what a pair search profiled (prof: the job and the
-// first stream) with a noisy measurement of every other stream at each of those modes,
-// as fulcrumd's live search does, decides over the result with plan.MultiDecider, and
-// scores the decision on the truth. Profiles counts the pair's (repeats included) plus
-// one per further stream or job and mode.
-func scorePairThenStreams(name string, mt *truthprof.MultiTruth, c *multiConfig, prof *truthprof.TruthProfiler, serr error, spec BenchSpec, noiseBase uint64) Outcome {
-	known := prof.Known()
-	profiles := make([]plan.MultiProfile, 0, len(known))
-	var err error
-	for _, kp := range known {
-		var mp plan.MultiProfile
-		if mp, err = mt.Measure(kp.Mode, spec.Noise, noiseBase^0x5bd1e995); err != nil {
-			break
-		}
-		// The pair's own measurement (with its repeats) for the first job and the first
-		// stream; the other jobs and streams measured once.
-		mp.Train[0] = kp.Train
-		mp.Infer[0] = slices.Clone(kp.Infer)
-		mp.Repeats = 1
-		if len(mt.Trains) == 1 && len(mt.Infers) == 1 {
-			mp.Repeats = kp.Repeats
-		}
-		profiles = append(profiles, mp)
+// scorePooled runs a pair searcher over the pooled pair (plan.PooledPair: the first job
+// and one stream standing for all, at their rates) with every workload measured at each
+// mode it asks for, decides jointly over those measurements and scores the decision.
+func scorePooled(ctx context.Context, name string, mt *truthprof.MultiTruth, c *multiConfig, s search.Searcher, p search.Problem, spec BenchSpec, noiseBase uint64) Outcome {
+	rates := make([]float64, len(c.budgets.Streams))
+	for i, sb := range c.budgets.Streams {
+		rates[i] = sb.RateRPS
 	}
+	pp, err := truthprof.NewPooledProfiler(mt, spec.Noise, noiseBase, rates)
 	if err != nil {
 		return Outcome{Pair: Pair{Train: name}, Status: "no_answer", Err: err}
 	}
-	o := scoreMultiProfiles(name, mt, c, profiles, serr, spec)
-	o.Profiles = prof.Count() + (len(mt.Infers)-1+len(mt.Trains)-1)*len(known)
+	_, serr := s.Search(ctx, pooledProblem(mt, p, &c.budgets), pp)
+	o := scoreMultiProfiles(name, mt, c, pp.Multi(), serr, spec)
+	o.Profiles = pp.Count()
 	return o
+}
+
+// pooledProblem is p (the first job and stream's problem) over the pooled pair: every
+// workload's space, the batch sizes every stream has, and, for b, the pooled budgets.
+func pooledProblem(mt *truthprof.MultiTruth, p search.Problem, b *plan.MultiBudgets) search.Problem {
+	p.Space = mt.Space()
+	p.Infer = "pooled:" + strings.Join(mt.Infers, "+")
+	p.InferBatches = commonBatches(mt.Batches)
+	if b != nil {
+		p.Budgets = plan.PooledBudgets(*b)
+	}
+	return p
+}
+
+// commonBatches are the batch sizes every stream has.
+func commonBatches(bs [][]int) []int {
+	out := slices.Clone(bs[0])
+	for _, b := range bs[1:] {
+		out = slices.DeleteFunc(out, func(x int) bool { return !slices.Contains(b, x) })
+	}
+	return out
+}
+
+// firstCfg is the index of the first configuration of set si.
+func firstCfg(cfgs []multiConfig, si int) int {
+	return slices.IndexFunc(cfgs, func(c multiConfig) bool { return c.set == si })
 }
 
 // scoreMarginMulti scores the margin oracle's answer: the truth's best configuration

@@ -246,10 +246,11 @@ func TestMultiBench(t *testing.T) {
 	}
 }
 
-// GMD and ALS with several streams run as fulcrumd runs them: the pair search, the other
-// streams profiled at its modes, the joint decision. Their answers are the decision's
-// (never above the oracle; within exactly when scored so), their profiles are the pair's
-// plus one per further stream and mode, and the results do not depend on the workers.
+// GMD and ALS with several streams run as fulcrumd runs them: the search walks the pooled
+// pair while every workload is measured at each mode, then the joint decision. Their
+// answers are the decision's (never above the oracle; within exactly when scored so),
+// each mode costs one profile per workload beyond the pair, and the results do not depend
+// on the workers.
 func TestMultiBenchGMDALS(t *testing.T) {
 	tab := streamsTable(t)
 	spec := BenchSpec{Truth: tab, Streams: 2, RatesRPS: []float64{5, 20}, LatenciesMS: []float64{150, 400}, PowersMW: []float64{16000, 30000},
@@ -274,11 +275,10 @@ func TestMultiBenchGMDALS(t *testing.T) {
 			}
 		}
 	}
-	// GMD profiles ≤ 15 modes of the pair (repeats included); the second stream is
-	// measured once at each mode the pair has, so at most 15 more.
+	// GMD asks for ≤ 15 modes (repeats included), each measured for both streams.
 	for _, o := range one.Outcomes[1] {
-		if o.Profiles < 2 || o.Profiles > 30 {
-			t.Errorf("gmd with two streams counted %d profiles, want the pair's ≤ 15 plus one per mode for the second stream", o.Profiles)
+		if o.Profiles < 2 || o.Profiles > 30 || o.Profiles%2 != 0 {
+			t.Errorf("gmd with two streams counted %d profiles, want 2 per mode asked for, ≤ 15 modes", o.Profiles)
 		}
 	}
 	spec.Parallel = 4
@@ -295,9 +295,9 @@ func TestMultiBenchGMDALS(t *testing.T) {
 	}
 }
 
-// Two training jobs sharing the training time with two streams: GMD (pair search of the
-// first job and stream, the others profiled at its modes) and a baseline that profiles
-// every mode without noise, against the oracle.
+// Two training jobs sharing the training time with two streams: GMD (over the pooled
+// pair, every workload measured) and a baseline that profiles every mode without noise,
+// against the oracle.
 func TestMultiBenchJobs(t *testing.T) {
 	v := benchgen.Small()
 	v.Workloads = append(v.Workloads, benchgen.Workload{Name: "lm-train", Role: truth.Train, Batches: []int{16}, BaseMS: 60, BatchSlope: 1, GPU: 0.6, EMC: 0.3, CPU: 0.1, NeedCores: 2, Activity: 0.9},

@@ -430,6 +430,11 @@ func (w *scriptedWorkers) deliver(g sched.Grant) {
 		if strings.HasPrefix(g.Worker, proto.RoleTrain) {
 			wl = w.e.models[tTrain]
 		}
+		for _, x := range w.e.sched.Snapshot().Workers {
+			if x.ID == g.Worker && w.e.models[x.Workload] != nil {
+				wl = w.e.models[x.Workload]
+			}
+		}
 		_ = w.power.Sample(context.Background(), w.e.board, time.Now())
 		time.Sleep(time.Millisecond)
 		d := time.Duration(wl.TimeMS(w.e.spec, m, g.Batch) * float64(time.Millisecond))

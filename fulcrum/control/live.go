@@ -111,6 +111,10 @@ type LiveProfiler struct {
 	Options LiveOptions
 	// BudgetMW is the power budget the guard enforces (0: none).
 	BudgetMW float64
+	// Only, when truth.Train or truth.Infer, limits the points profiled (and answered)
+	// to that workload of the pair: with several streams (pooledLive) the training point
+	// is measured once per mode, not once per stream.
+	Only truth.Role
 	// OnProfile, when set, is told of every mode measured live (over is set when the
 	// mode was abandoned as over budget). It must not block.
 	OnProfile func(m powermode.Mode, mp plan.ModeProfile, over *OverBudget)
@@ -375,9 +379,14 @@ func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.Mo
 // keys are the store keys of a mode's points for the pair.
 func (p *LiveProfiler) keys(m powermode.Mode) []store.Key {
 	board := p.board()
-	keys := []store.Key{{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}}
-	for _, b := range p.Pair.Batches {
-		keys = append(keys, store.Key{Board: board, Workload: p.Pair.Infer, Role: truth.Infer, Mode: m, Batch: b})
+	var keys []store.Key
+	if p.Only != truth.Infer {
+		keys = append(keys, store.Key{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch})
+	}
+	if p.Only != truth.Train {
+		for _, b := range p.Pair.Batches {
+			keys = append(keys, store.Key{Board: board, Workload: p.Pair.Infer, Role: truth.Infer, Mode: m, Batch: b})
+		}
 	}
 	return keys
 }

@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // startSearch runs a searcher in its own goroutine through a live profiler, then plans
@@ -19,6 +22,11 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 	c.held = false
 	pair := *c.pair
 	grp := c.grp // never changed in place: Step replaces it
+	var mb plan.MultiBudgets
+	if grp != nil {
+		rates, _ := c.streamRates(c.clock.Now())
+		mb = c.multiBudgets(rates)
+	}
 	rate := c.planRateOr()
 	b := c.budgets
 	out := &Outcome{Method: method}
@@ -31,15 +39,13 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		defer close(done)
 		defer cancel()
 		defer stop()
-		res, counts, err := c.search(ctx, method, pair, b, rate, maxProfiles)
-		if err == nil && grp != nil {
-			// The searcher walked the pair's space; the other streams and jobs are
-			// profiled at the modes it stored, so the joint decision has them all.
-			more, cerr := c.completeStreams(ctx, grp, b.PowerMW)
-			counts = addCounts(counts, more)
-			if cerr != nil {
-				err = fmt.Errorf("profiling the further streams and jobs: %w", cerr)
-			}
+		var res search.Result
+		var counts LiveCounts
+		var err error
+		if grp != nil {
+			res, counts, err = c.searchPooled(ctx, method, grp, mb, maxProfiles)
+		} else {
+			res, counts, err = c.search(ctx, method, pair, b, rate, maxProfiles)
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -104,18 +110,64 @@ type Outcome struct {
 	Err      error
 }
 
-// search runs one searcher over the board's space through a live profiler.
-func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Budgets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
-	lp := &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
-		Pair: pair, Options: c.cfg.Live, BudgetMW: b.PowerMW,
+// searchPooled runs one searcher over the board's space for several streams and jobs:
+// it walks the pooled pair (plan.PooledPair at plan.PooledBudgets) while every workload is
+// profiled live at each mode it asks for (pooledLive).
+func (c *Controller) searchPooled(ctx context.Context, method string, g *group, mb plan.MultiBudgets, maxProfiles int) (search.Result, LiveCounts, error) {
+	rates := make([]float64, len(mb.Streams))
+	for i, s := range mb.Streams {
+		rates[i] = s.RateRPS
+	}
+	pl := newPooledLive(g, rates, c.store, c.board.Info().Name, func(pr Pair, only truth.Role) *LiveProfiler {
+		return c.liveProfiler(pr, mb.PowerMW, only)
+	})
+	batches := slices.Clone(g.Streams[0].Batches)
+	for _, s := range g.Streams[1:] {
+		batches = slices.DeleteFunc(batches, func(b int) bool { return !slices.Contains(s.Batches, b) })
+	}
+	if len(batches) == 0 {
+		return search.Result{}, LiveCounts{}, fmt.Errorf("live search: the streams %v share no batch size (set controller.infer_batches so that they do)", g)
+	}
+	names := make([]string, len(g.Streams))
+	for i, s := range g.Streams {
+		names[i] = s.Workload
+	}
+	p := search.Problem{Space: c.board.Space(), Train: g.Train[0].Workload, Infer: "pooled:" + strings.Join(names, "+"), TrainBatch: g.Train[0].Batch,
+		InferBatches: batches, Budgets: plan.PooledBudgets(mb), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
+		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
+	s, err := search.New(method, search.Env{Logger: c.log})
+	if err != nil {
+		return search.Result{}, LiveCounts{}, fmt.Errorf("live search: %w", err)
+	}
+	res, err := s.Search(ctx, p, pl)
+	return res, pl.Counts(), err
+}
+
+// liveProfiler is a live profiler of pair (only one role's points when only is set)
+// guarded at budgetMW, announcing what it profiles as events.
+func (c *Controller) liveProfiler(pair Pair, budgetMW float64, only truth.Role) *LiveProfiler {
+	return &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
+		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, Only: only,
 		OnProfile: func(m powermode.Mode, mp plan.ModeProfile, over *OverBudget) {
 			mode := m
 			if over != nil {
 				c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("abandoned profiling mode %s: the 1 s average power %.1f W went over the %.1f W budget; recorded as over budget", m.Human(), over.PowerMW/1000, over.BudgetMW/1000)})
 				return
 			}
-			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("profiled mode %s live: training %.1f ms at batch %d, %d inference batch sizes", m.Human(), mp.Train.TimeMS, mp.Train.Batch, len(mp.Infer))})
+			what := fmt.Sprintf("training %.1f ms at batch %d, %d inference batch sizes", mp.Train.TimeMS, mp.Train.Batch, len(mp.Infer))
+			switch only {
+			case truth.Infer:
+				what = fmt.Sprintf("%s at %d batch sizes", pair.Infer, len(mp.Infer))
+			case truth.Train:
+				what = fmt.Sprintf("%s %.1f ms at batch %d", pair.Train, mp.Train.TimeMS, mp.Train.Batch)
+			}
+			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("profiled mode %s live: %s", m.Human(), what)})
 		}}
+}
+
+// search runs one searcher over the board's space through a live profiler.
+func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Budgets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
+	lp := c.liveProfiler(pair, b.PowerMW, "")
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
 		InferBatches: pair.Batches, Budgets: modelBudgets(b, rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}

@@ -20,6 +20,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -568,38 +569,119 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 	}
 }
 
-// completeStreams profiles, through the live profiler, every workload of g at the modes
-// the pair's search stored: each stream with the first training job, each further job
-// with the first stream (what is stored already is reused, so a mode costs only the
-// missing points). It stops at the first error (the daemon ending, a worker leaving).
-func (c *Controller) completeStreams(ctx context.Context, g *group, budgetMW float64) (LiveCounts, error) {
-	first := Pair{Train: g.Train[0].Workload, TrainBatch: g.Train[0].Batch, Infer: g.Streams[0].Workload, Batches: g.Streams[0].Batches}
-	ps, err := StoredProfiles(c.store, c.board.Info().Name, first)
-	if err != nil {
-		return LiveCounts{}, err
-	}
-	var pairs []Pair
-	for _, s := range g.Streams[1:] {
-		pairs = append(pairs, Pair{Train: first.Train, TrainBatch: first.TrainBatch, Infer: s.Workload, Batches: s.Batches})
+// pooledLive is the search.Profiler a searcher walks while several streams or jobs are
+// planned for (docs/controller.md "Several streams and training jobs"): every mode it asks
+// for is profiled live for every workload — the first job and stream by one live
+// profiler, each further stream's inference points and each further job's training point
+// by their own — and answered as plan.PooledPair at the streams' rates, so that the
+// searcher walks the GPU share and power mix of all of them. What is stored is never
+// measured again. The bench's truthprof.PooledProfiler is the same over a ground truth.
+type pooledLive struct {
+	g       *group
+	rates   []float64
+	store   *store.Store
+	board   string
+	streams []*LiveProfiler // (first job, stream i); streams[0] measures both
+	jobs    []*LiveProfiler // (job j, first stream), training point only, j ≥ 1
+}
+
+var (
+	_ search.Profiler   = (*pooledLive)(nil)
+	_ search.Remeasurer = (*pooledLive)(nil)
+)
+
+// newPooledLive builds the live profilers of g with mk (a live profiler of a pair,
+// limited to one role's points when only is set).
+func newPooledLive(g *group, rates []float64, st *store.Store, board string, mk func(pr Pair, only truth.Role) *LiveProfiler) *pooledLive {
+	p := &pooledLive{g: g, rates: rates, store: st, board: board}
+	first := g.Train[0]
+	for i, s := range g.Streams {
+		var only truth.Role
+		if i > 0 {
+			only = truth.Infer
+		}
+		p.streams = append(p.streams, mk(Pair{Train: first.Workload, TrainBatch: first.Batch, Infer: s.Workload, Batches: s.Batches}, only))
 	}
 	for _, j := range g.Train[1:] {
-		pairs = append(pairs, Pair{Train: j.Workload, TrainBatch: j.Batch, Infer: first.Infer, Batches: first.Batches})
+		p.jobs = append(p.jobs, mk(Pair{Train: j.Workload, TrainBatch: j.Batch, Infer: g.Streams[0].Workload, Batches: g.Streams[0].Batches}, truth.Train))
 	}
-	var total LiveCounts
-	for _, pr := range pairs {
-		lp := &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
-			Pair: pr, Options: c.cfg.Live, BudgetMW: budgetMW}
-		for _, p := range ps {
-			if _, err := lp.Profile(ctx, p.Mode); err != nil {
-				if errors.Is(err, context.Canceled) || errors.Is(err, ErrNoWorker) {
-					return addCounts(total, lp.Counts()), err
-				}
-				c.log.Warn("profiling a further stream", "train", pr.Train, "infer", pr.Infer, "mode", p.Mode.Human(), "err", err)
-			}
+	return p
+}
+
+// each asks every live profiler for mode m (f: Profile or Remeasure) and puts the answers
+// together.
+func (p *pooledLive) each(m powermode.Mode, f func(*LiveProfiler) (plan.ModeProfile, error)) (plan.MultiProfile, error) {
+	mp := plan.MultiProfile{Mode: m, Train: make([]plan.TrainPoint, len(p.g.Train)), Infer: make([][]plan.InferPoint, len(p.g.Streams))}
+	for i, lp := range p.streams {
+		x, err := f(lp)
+		if err != nil {
+			return mp, err
 		}
-		total = addCounts(total, lp.Counts())
+		mp.Infer[i] = x.Infer
+		if i == 0 {
+			mp.Train[0], mp.Repeats = x.Train, x.Repeats
+		}
 	}
-	return total, nil
+	for j, lp := range p.jobs {
+		x, err := f(lp)
+		if err != nil {
+			return mp, err
+		}
+		mp.Train[j+1] = x.Train
+	}
+	return mp, nil
+}
+
+// Profile implements search.Profiler.
+func (p *pooledLive) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
+	mp, err := p.each(m, func(lp *LiveProfiler) (plan.ModeProfile, error) { return lp.Profile(ctx, m) })
+	if err != nil {
+		return plan.ModeProfile{}, err
+	}
+	return plan.PooledPair(mp, p.rates), nil
+}
+
+// Remeasure implements search.Remeasurer: every workload's points at m measured again.
+func (p *pooledLive) Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
+	mp, err := p.each(m, func(lp *LiveProfiler) (plan.ModeProfile, error) { return lp.Remeasure(ctx, m) })
+	if err != nil {
+		return plan.ModeProfile{}, err
+	}
+	return plan.PooledPair(mp, p.rates), nil
+}
+
+// Known implements search.Profiler: every mode stored for every workload, pooled, and
+// the modes the first pair's guard abandoned as over the power budget (their estimates).
+func (p *pooledLive) Known() []plan.ModeProfile {
+	ps, err := StoredMultiProfiles(p.store, p.board, p.g)
+	if err != nil {
+		p.streams[0].logger().Warn("reading stored profiles", "err", err)
+	}
+	out := make([]plan.ModeProfile, 0, len(ps))
+	have := map[powermode.Mode]bool{}
+	for _, mp := range ps {
+		out = append(out, plan.PooledPair(mp, p.rates))
+		have[mp.Mode] = true
+	}
+	over := map[powermode.Mode]bool{}
+	for _, r := range p.streams[0].OverBudgetModes() {
+		over[r.Mode] = true
+	}
+	for _, e := range p.streams[0].Known() {
+		if over[e.Mode] && !have[e.Mode] {
+			out = append(out, e) // an estimate: every power at what the board drew there
+		}
+	}
+	return out
+}
+
+// Counts sums what the live profilers did.
+func (p *pooledLive) Counts() LiveCounts {
+	var c LiveCounts
+	for _, lp := range append(slices.Clone(p.streams), p.jobs...) {
+		c = addCounts(c, lp.Counts())
+	}
+	return c
 }
 
 func addCounts(a, b LiveCounts) LiveCounts {

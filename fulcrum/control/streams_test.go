@@ -281,3 +281,55 @@ func TestStreamLatencyViolationRedecides(t *testing.T) {
 		t.Fatalf("latency violations counted: %d, want 1", v["latency"])
 	}
 }
+
+// With two streams and an empty store, the search walks the pooled pair while every
+// stream is profiled live at each mode it asks for; the plan is then the joint decision.
+func TestSearchSeveralStreams(t *testing.T) {
+	e, c := newLiveEnv(t, Config{MaxProfiles: 4, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}},
+		plan.Budgets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
+	defer e.sched.Close()
+	sw := &scriptedWorkers{e: e, power: c.power, grants: map[string]int{}}
+	in2, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer2, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, sw.deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sched.Acquire(in2, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Step(context.Background())
+	if !c.Status().Searching {
+		t.Fatalf("no search started with an empty store: %v", kinds(c.Events().List(0)))
+	}
+	for deadline := time.Now().Add(60 * time.Second); c.Status().Searching; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("search did not finish in 60 s")
+		}
+	}
+	st := c.Status()
+	evs := c.Events().List(0)
+	if st.Current == nil || len(st.Current.Streams) != 2 || countKind(evs, KindPlan) != 1 {
+		t.Fatalf("after the search: current %+v, events %v", st.Current, evs)
+	}
+	modes := st.StoredProfiles // modes stored for both streams and the job
+	if modes == 0 || modes > 4 || st.Live.Profiled != 2*modes {
+		t.Fatalf("%d modes stored for every workload, %d live profiles: want ≤ 4 modes, each profiled for both streams", modes, st.Live.Profiled)
+	}
+	ys, err := e.store.List(store.Filter{Board: e.spec.Name, Workload: tInfer2})
+	if err != nil || len(ys) != 4*modes {
+		t.Fatalf("%d profiles of %s stored (%v), want 4 batch sizes × %d modes", len(ys), tInfer2, err, modes)
+	}
+	trains, err := e.store.List(store.Filter{Board: e.spec.Name, Workload: tTrain})
+	if err != nil || len(trains) != modes {
+		t.Fatalf("%d training profiles stored (%v), want one per mode (measured once, not per stream)", len(trains), err)
+	}
+	var named bool
+	for _, ev := range evs {
+		named = named || (ev.Kind == KindProfile && strings.Contains(ev.Reason, tInfer2+" at 4 batch sizes"))
+	}
+	if !named {
+		t.Fatalf("no event for the second stream's live profiles: %v", evs)
+	}
+	if e.board.current() != st.Current.Mode {
+		t.Fatalf("board at %s, plan %s", e.board.current().Human(), st.Current.Mode.Human())
+	}
+}

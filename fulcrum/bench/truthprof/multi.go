@@ -104,6 +104,12 @@ func (mt *MultiTruth) Lookup(m powermode.Mode) (plan.MultiProfile, bool) {
 // truth), the draws depending only on (base, m), so that every searcher given the same
 // base sees the same measurement of a mode (common random numbers).
 func (mt *MultiTruth) Measure(m powermode.Mode, noise float64, base uint64) (plan.MultiProfile, error) {
+	return mt.MeasureRep(m, noise, base, 0)
+}
+
+// MeasureRep is the r-th measurement of mode m (Measure is the 0-th): independent noise
+// per repeat, the same for the same (base, m, r).
+func (mt *MultiTruth) MeasureRep(m powermode.Mode, noise float64, base, r uint64) (plan.MultiProfile, error) {
 	if math.IsNaN(noise) || noise < 0 || noise > 0.5 {
 		return plan.MultiProfile{}, fmt.Errorf("profiling noise %v: want a relative standard deviation from 0 to 0.5 (e.g. 0.03)", noise)
 	}
@@ -113,7 +119,7 @@ func (mt *MultiTruth) Measure(m powermode.Mode, noise float64, base uint64) (pla
 	}
 	t := mt.profiles[i]
 	p := plan.MultiProfile{Mode: m, Train: slices.Clone(t.Train), Infer: make([][]plan.InferPoint, len(t.Infer))}
-	rng := rand.New(rand.NewPCG(base^(uint64(i)*0x9e3779b97f4a7c15), 0))
+	rng := rand.New(rand.NewPCG(base^(uint64(i)*0x9e3779b97f4a7c15), r))
 	jitter := func(v float64) float64 {
 		if noise == 0 {
 			return v
