@@ -452,22 +452,14 @@ func (c *Controller) Step(ctx context.Context) {
 	b := c.budgets
 	// Power broken (judged on readings taken since the last change only): step down now,
 	// before anything else — also when a lowered budget is what broke it.
-	settled := c.lastApply.Add(c.cfg.PowerSettle)
-	if c.cur != nil && b.PowerMW > 0 && c.board != nil && now.Sub(settled) >= c.cfg.PowerWindow/2 &&
-		now.Sub(c.lastStep) >= c.cfg.Cooldown {
-		from := now.Add(-c.cfg.PowerWindow)
-		if from.Before(settled) {
-			from = settled
+	if avg, over := c.powerOver(now); over {
+		c.measured.PowerMW = avg
+		c.violations["power"]++
+		if strings.HasPrefix(c.needPlan, reasonBudgets) {
+			c.needPlan = "" // the step is chosen against the new budgets; step_up re-plans later
 		}
-		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerMW {
-			c.measured.PowerMW = avg
-			c.violations["power"]++
-			if strings.HasPrefix(c.needPlan, reasonBudgets) {
-				c.needPlan = "" // the step is chosen against the new budgets; step_up re-plans later
-			}
-			c.stepDownPower(ctx, rate)
-			return
-		}
+		c.stepDownPower(ctx, rate)
+		return
 	}
 	if c.needPlan != "" && ready {
 		reason := c.needPlan
@@ -523,4 +515,22 @@ func (c *Controller) Step(ctx context.Context) {
 			c.stepUp(ctx, rate)
 		}
 	}
+}
+
+// powerOver reports the board's mean power since the configuration in force settled
+// (over the last PowerWindow), and whether it breaks the power budget — judged once half
+// a window of settled readings exists and the step cool-down has passed. Called with c.mu
+// held.
+func (c *Controller) powerOver(now time.Time) (avgMW float64, over bool) {
+	settled := c.lastApply.Add(c.cfg.PowerSettle)
+	if c.cur == nil || c.budgets.PowerMW <= 0 || c.board == nil || now.Sub(settled) < c.cfg.PowerWindow/2 ||
+		now.Sub(c.lastStep) < c.cfg.Cooldown {
+		return 0, false
+	}
+	from := now.Add(-c.cfg.PowerWindow)
+	if from.Before(settled) {
+		from = settled
+	}
+	avg, n := c.power.Mean(from, now)
+	return avg, n > 0 && avg > c.budgets.PowerMW
 }

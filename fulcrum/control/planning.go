@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
@@ -142,42 +141,34 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 	c.setTrainingPaused(!pred.Feasible, reason)
 }
 
-// expectAt tells the scheduler how long the workers' turns take at mode m — the pair's
-// stored profile there, nothing (measure afresh) for other workloads or an unprofiled
-// mode — so that it does not judge admission on the previous mode's times: a slower
+// expectAt tells the scheduler how long the workers' turns take at mode m — the stored
+// profile there of the workloads planned for (the pair, or every stream and job), nothing
+// (measure afresh) for other workloads or an unprofiled mode — so that it does not judge admission on the previous mode's times: a slower
 // mode's stale times starved training after a plan (found in the demo: 1–6 samples/s
 // against 270 planned). Called with c.mu held, after a mode change.
 func (c *Controller) expectAt(m powermode.Mode) {
 	if c.grp != nil {
-		c.expectAtMulti(m)
+		var mp *plan.MultiProfile
+		if ps, err := c.multiProfiles(); err == nil {
+			if i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == m }); i >= 0 {
+				mp = &ps[i]
+			}
+		}
+		c.expectAtGroup(c.grp, mp)
 		return
 	}
-	var mp *plan.ModeProfile
+	// The pair as a group of one job and one stream.
+	var g *group
+	var mp *plan.MultiProfile
 	if c.pair != nil {
+		g = &group{Train: []TrainJob{{c.pair.Train, c.pair.TrainBatch}}, Streams: []StreamSpec{{c.pair.Infer, c.pair.Batches}}}
 		if ps, err := c.profiles(); err == nil {
-			for i := range ps {
-				if ps[i].Mode == m {
-					mp = &ps[i]
-					break
-				}
+			if i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == m }); i >= 0 {
+				mp = &plan.MultiProfile{Mode: m, Train: []plan.TrainPoint{ps[i].Train}, Infer: [][]plan.InferPoint{ps[i].Infer}}
 			}
 		}
 	}
-	for _, w := range c.sched.Snapshot().Workers {
-		var times map[int]time.Duration
-		switch {
-		case mp != nil && w.Role == proto.RoleTrain && w.Workload == c.pair.Train:
-			times = map[int]time.Duration{mp.Train.Batch: msDur(mp.Train.TimeMS)}
-		case mp != nil && w.Role == proto.RoleInfer && w.Workload == c.pair.Infer:
-			times = map[int]time.Duration{}
-			for _, ip := range mp.Infer {
-				times[ip.Batch] = msDur(ip.TimeMS)
-			}
-		}
-		if err := c.sched.ExpectTimes(w.ID, times); err != nil {
-			c.log.Debug("expected turn times not set", "worker", w.ID, "err", err) // it just left
-		}
-	}
+	c.expectAtGroup(g, mp)
 }
 func (c *Controller) planRateOr() float64 {
 	if c.budgets.RateRPS > 0 {

@@ -483,27 +483,20 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 	}
 	_, ready := c.streamRates(now)
 	b := c.budgets
-	settled := c.lastApply.Add(c.cfg.PowerSettle)
-	if c.cur != nil && b.PowerMW > 0 && now.Sub(settled) >= c.cfg.PowerWindow/2 && now.Sub(c.lastStep) >= c.cfg.Cooldown {
-		from := now.Add(-c.cfg.PowerWindow)
-		if from.Before(settled) {
-			from = settled
+	if avg, over := c.powerOver(now); over {
+		c.measured.PowerMW = avg
+		c.violations["power"]++
+		c.lastStep = now
+		k := 1.0
+		if c.cur.Predicted.PowerMW > 0 {
+			k = max(1, avg/c.cur.Predicted.PowerMW)
+			c.corrP[c.cur.Mode] = max(c.corrP[c.cur.Mode], k*max(c.corrP[c.cur.Mode], 1))
 		}
-		if avg, n := c.power.Mean(from, now); n > 0 && avg > b.PowerMW {
-			c.measured.PowerMW = avg
-			c.violations["power"]++
-			c.lastStep = now
-			k := 1.0
-			if c.cur.Predicted.PowerMW > 0 {
-				k = max(1, avg/c.cur.Predicted.PowerMW)
-				c.corrP[c.cur.Mode] = max(c.corrP[c.cur.Mode], k*max(c.corrP[c.cur.Mode], 1))
-			}
-			c.needPlan = ""
-			c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction",
-				avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k), false)
-			c.stepped = true
-			return
-		}
+		c.needPlan = ""
+		c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction",
+			avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k), false)
+		c.stepped = true
+		return
 	}
 	if c.needPlan != "" && ready {
 		reason := c.needPlan
@@ -749,31 +742,22 @@ func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
 	return out
 }
 
-// expectAtMulti is expectAt for several streams and jobs: every worker of the group
-// expects its workload's stored times at mode m (nothing stored: measured afresh).
+// expectAtGroup tells every worker of g the stored times of its workload at mode m
+// (mp: the profile there, nil when none is stored: everything is measured afresh).
 // Called with c.mu held.
-func (c *Controller) expectAtMulti(m powermode.Mode) {
-	var mp *plan.MultiProfile
-	if ps, err := c.multiProfiles(); err == nil {
-		for i := range ps {
-			if ps[i].Mode == m {
-				mp = &ps[i]
-				break
-			}
-		}
-	}
+func (c *Controller) expectAtGroup(g *group, mp *plan.MultiProfile) {
 	for _, w := range c.sched.Snapshot().Workers {
 		var times map[int]time.Duration
-		if mp != nil {
+		if mp != nil && g != nil {
 			switch w.Role {
 			case proto.RoleTrain:
-				for j, job := range c.grp.Train {
+				for j, job := range g.Train {
 					if job.Workload == w.Workload {
 						times = map[int]time.Duration{mp.Train[j].Batch: msDur(mp.Train[j].TimeMS)}
 					}
 				}
 			case proto.RoleInfer:
-				for i, s := range c.grp.Streams {
+				for i, s := range g.Streams {
 					if s.Workload == w.Workload {
 						times = map[int]time.Duration{}
 						for _, ip := range mp.Infer[i] {
