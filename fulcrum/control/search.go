@@ -118,7 +118,7 @@ func (c *Controller) searchPooled(ctx context.Context, method string, g *group, 
 	for i, s := range mb.Streams {
 		rates[i] = s.RateRPS
 	}
-	pl := newPooledLive(g, rates, c.store, c.board.Info().Name, func(pr Pair, only truth.Role) *LiveProfiler {
+	pl := newPooledLive(g, rates, mb.TrainWeights, c.store, c.board.Info().Name, func(pr Pair, only truth.Role) *LiveProfiler {
 		return c.liveProfiler(pr, mb.PowerMW, only)
 	})
 	batches := slices.Clone(g.Streams[0].Batches)

@@ -571,7 +571,8 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 // measured again. The bench's truthprof.PooledProfiler is the same over a ground truth.
 type pooledLive struct {
 	g       *group
-	rates   []float64
+	rates   []float64 // per stream
+	weights []float64 // per job
 	store   *store.Store
 	board   string
 	streams []*LiveProfiler // (first job, stream i); streams[0] measures both
@@ -585,8 +586,8 @@ var (
 
 // newPooledLive builds the live profilers of g with mk (a live profiler of a pair,
 // limited to one role's points when only is set).
-func newPooledLive(g *group, rates []float64, st *store.Store, board string, mk func(pr Pair, only truth.Role) *LiveProfiler) *pooledLive {
-	p := &pooledLive{g: g, rates: rates, store: st, board: board}
+func newPooledLive(g *group, rates, weights []float64, st *store.Store, board string, mk func(pr Pair, only truth.Role) *LiveProfiler) *pooledLive {
+	p := &pooledLive{g: g, rates: rates, weights: weights, store: st, board: board}
 	first := g.Train[0]
 	for i, s := range g.Streams {
 		var only truth.Role
@@ -631,7 +632,7 @@ func (p *pooledLive) Profile(ctx context.Context, m powermode.Mode) (plan.ModePr
 	if err != nil {
 		return plan.ModeProfile{}, err
 	}
-	return plan.PooledPair(mp, p.rates), nil
+	return plan.PooledPair(mp, p.rates, p.weights), nil
 }
 
 // Remeasure implements search.Remeasurer: every workload's points at m measured again.
@@ -640,7 +641,7 @@ func (p *pooledLive) Remeasure(ctx context.Context, m powermode.Mode) (plan.Mode
 	if err != nil {
 		return plan.ModeProfile{}, err
 	}
-	return plan.PooledPair(mp, p.rates), nil
+	return plan.PooledPair(mp, p.rates, p.weights), nil
 }
 
 // Known implements search.Profiler: every mode stored for every workload, pooled, and
@@ -653,7 +654,7 @@ func (p *pooledLive) Known() []plan.ModeProfile {
 	out := make([]plan.ModeProfile, 0, len(ps))
 	have := map[powermode.Mode]bool{}
 	for _, mp := range ps {
-		out = append(out, plan.PooledPair(mp, p.rates))
+		out = append(out, plan.PooledPair(mp, p.rates, p.weights))
 		have[mp.Mode] = true
 	}
 	over := map[powermode.Mode]bool{}

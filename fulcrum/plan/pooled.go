@@ -1,19 +1,40 @@
 package plan
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // PooledPair is the pair a pair searcher (GMD, ALS) walks when several inference streams
-// share the board (docs/design.md §2, "Searching for several streams"): the first training
-// job with one pooled stream standing for all of them at the given rates. At a batch size
-// b every stream profiles, the pooled stream's time is the rate-weighted mean of the
-// streams' times, so at the total rate Λ = Σλ_i its GPU share Λ·τ̄(b)/b is Σρ_i when every
-// stream serves b; its power is the streams' share-weighted mean, so the power mix is
-// theirs too. Repeats carry over. rates has one rate per stream; b sizes not profiled
-// for every stream are left out.
-func PooledPair(p MultiProfile, rates []float64) ModeProfile {
+// or training jobs share the board (docs/design.md §2, "Searching for several streams"):
+// one training job and one stream standing for all of them.
+//
+// At a batch size b every stream profiles, the pooled stream's time is the rate-weighted
+// mean of the streams' times, so at the total rate Λ = Σλ_i its GPU share Λ·τ̄(b)/b is Σρ_i
+// when every stream serves b; its power is the streams' share-weighted mean, so the power
+// mix is theirs too. b sizes not profiled for every stream are left out.
+//
+// The pooled job has the first job's minibatch B_0 and the time B_0 / Π_j (B_j/τ_j)^{s_j},
+// so that its throughput is the jobs' s-weighted geometric mean (the objective Θ up to the
+// constant Π s_j^{s_j}), and the power Σ s_j π_j, the jobs' training power mix. rates has
+// one rate per stream; weights one per job (nil: equal). Repeats carry over.
+func PooledPair(p MultiProfile, rates, weights []float64) ModeProfile {
 	out := ModeProfile{Mode: p.Mode, Repeats: p.Repeats}
 	if len(p.Train) > 0 {
 		out.Train = p.Train[0]
+	}
+	if len(p.Train) > 1 && (weights == nil || len(weights) == len(p.Train)) {
+		var sum, logG, pw float64
+		for j := range p.Train {
+			sum += weightAt(weights, j)
+		}
+		for j, t := range p.Train {
+			s := weightAt(weights, j) / sum
+			logG += s * math.Log(float64(t.Batch)/t.TimeMS)
+			pw += s * t.PowerMW
+		}
+		out.Train.TimeMS = float64(out.Train.Batch) / math.Exp(logG)
+		out.Train.PowerMW = pw
 	}
 	if len(p.Infer) == 0 || len(rates) != len(p.Infer) {
 		return out
@@ -57,4 +78,11 @@ func PooledBudgets(b MultiBudgets) Budgets {
 		}
 	}
 	return out.WithDefaults()
+}
+
+func weightAt(w []float64, j int) float64 {
+	if w == nil {
+		return 1
+	}
+	return w[j]
 }

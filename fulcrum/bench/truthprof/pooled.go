@@ -21,11 +21,13 @@ type PooledProfiler struct {
 	noise float64
 	base  uint64
 	rates []float64
-	reps  map[powermode.Mode]uint64
-	sums  map[powermode.Mode]plan.MultiProfile
-	known map[powermode.Mode]plan.MultiProfile
-	order []powermode.Mode
-	count int
+	// weights are the jobs' time-share weights (nil: equal, as the bench shares them).
+	weights []float64
+	reps    map[powermode.Mode]uint64
+	sums    map[powermode.Mode]plan.MultiProfile
+	known   map[powermode.Mode]plan.MultiProfile
+	order   []powermode.Mode
+	count   int
 }
 
 // NewPooledProfiler measures mt's workloads with noise (relative standard deviation)
@@ -46,7 +48,7 @@ func (p *PooledProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mo
 		return plan.ModeProfile{}, err
 	}
 	if mp, ok := p.known[m]; ok {
-		return plan.PooledPair(mp, p.rates), nil
+		return plan.PooledPair(mp, p.rates, p.weights), nil
 	}
 	mp, err := p.measure(m)
 	if err != nil {
@@ -54,7 +56,7 @@ func (p *PooledProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mo
 	}
 	p.known[m] = mp
 	p.order = append(p.order, m)
-	return plan.PooledPair(mp, p.rates), nil
+	return plan.PooledPair(mp, p.rates, p.weights), nil
 }
 
 // Remeasure implements search.Remeasurer: a new measurement of every workload at m,
@@ -81,7 +83,7 @@ func (p *PooledProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.
 		p.order = append(p.order, m)
 	}
 	p.known[m] = mean
-	return plan.PooledPair(mp, p.rates), nil
+	return plan.PooledPair(mp, p.rates, p.weights), nil
 }
 
 func (p *PooledProfiler) measure(m powermode.Mode) (plan.MultiProfile, error) {
@@ -99,7 +101,7 @@ func (p *PooledProfiler) measure(m powermode.Mode) (plan.MultiProfile, error) {
 func (p *PooledProfiler) Known() []plan.ModeProfile {
 	out := make([]plan.ModeProfile, 0, len(p.order))
 	for _, m := range p.order {
-		out = append(out, plan.PooledPair(p.known[m], p.rates))
+		out = append(out, plan.PooledPair(p.known[m], p.rates, p.weights))
 	}
 	return out
 }

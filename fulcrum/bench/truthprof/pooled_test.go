@@ -37,7 +37,7 @@ func TestPooledProfiler(t *testing.T) {
 	if len(multi) != 1 || pp.Count() != 2 {
 		t.Fatalf("after one mode: %d multi profiles, count %d; want 1 and 2 (two streams)", len(multi), pp.Count())
 	}
-	want := plan.PooledPair(multi[0], rates)
+	want := plan.PooledPair(multi[0], rates, nil)
 	if got.Train != want.Train || len(got.Infer) != len(want.Infer) || got.Infer[0] != want.Infer[0] {
 		t.Fatalf("Profile answered %+v, want the pooled pair %+v", got, want)
 	}
