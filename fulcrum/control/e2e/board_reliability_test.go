@@ -3,12 +3,10 @@ package e2e_test
 import (
 	"context"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,13 +62,7 @@ func TestBoardFaultsThroughDaemon(t *testing.T) {
 	}
 	seed(t, filepath.Join(state, "profiles.db"), spec, models)
 
-	var logBuf strings.Builder
-	var logMu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logBuf.Write(b)
-	}), nil))
+	log, logs := captureLog(nil)
 	cfg := control.DefaultConfig()
 	cfg.Period = 50 * time.Millisecond
 	cfg.PowerSample = 20 * time.Millisecond
@@ -95,9 +87,7 @@ func TestBoardFaultsThroughDaemon(t *testing.T) {
 			t.Errorf("daemon: %v", err)
 		}
 		if t.Failed() {
-			logMu.Lock()
-			t.Logf("fulcrumd log:\n%s", logBuf.String())
-			logMu.Unlock()
+			t.Logf("fulcrumd log:\n%s", logs)
 		}
 	}()
 	cl := api.NewClient(filepath.Join(dir, "run", api.SocketName))

@@ -65,26 +65,26 @@ func seed(t *testing.T, dbPath string, spec *powermode.BoardSpec, models map[str
 		t.Fatal(err)
 	}
 	defer st.Close()
-	now := time.Now().UTC()
-	n := 0
-	put := func(w *sim.Workload, role truth.Role, m powermode.Mode, b int) {
-		ms, mw := w.TimeMS(spec, m, b), w.PowerMW(spec, m, b)
-		p := store.Profile{Board: spec.Name, Workload: w.Name, Role: role, Mode: m, Batch: b,
-			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-			Samples: 1, PowerSamples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}
-		if err := st.Put(p); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
 	modes := seedModes(spec)
 	for _, m := range modes {
-		put(models[trainWL], truth.Train, m, models[trainWL].Batch)
+		putTruth(t, st, spec, models[trainWL], truth.Train, m, models[trainWL].Batch)
 		for _, b := range models[inferWL].BatchSizes() {
-			put(models[inferWL], truth.Infer, m, b)
+			putTruth(t, st, spec, models[inferWL], truth.Infer, m, b)
 		}
 	}
 	return len(modes)
+}
+
+// putTruth stores the simulator's noise-free profile of w at mode m and batch b.
+func putTruth(t *testing.T, st *store.Store, spec *powermode.BoardSpec, w *sim.Workload, role truth.Role, m powermode.Mode, b int) {
+	t.Helper()
+	now := time.Now().UTC()
+	ms, mw := w.TimeMS(spec, m, b), w.PowerMW(spec, m, b)
+	if err := st.Put(store.Profile{Board: spec.Name, Workload: w.Name, Role: role, Mode: m, Batch: b,
+		TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+		Samples: 1, PowerSamples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // powerLog samples board power like the controller does, independently of it.
@@ -215,13 +215,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	}
 	seeded := seed(t, filepath.Join(state, "profiles.db"), spec, models)
 
-	var logBuf strings.Builder
-	var logMu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logBuf.Write(b)
-	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, logs := captureLog(&slog.HandlerOptions{Level: slog.LevelInfo})
 	ctlCfg := control.DefaultConfig()
 	ctlCfg.Period = 100 * time.Millisecond
 	ctlCfg.PowerSample = 50 * time.Millisecond
@@ -265,9 +259,7 @@ func TestControllerEndToEnd(t *testing.T) {
 			t.Errorf("board after stop: %s (%v), want it restored to %s", after, err, before)
 		}
 		if t.Failed() {
-			logMu.Lock()
-			t.Logf("fulcrumd log:\n%s", logBuf.String())
-			logMu.Unlock()
+			t.Logf("fulcrumd log:\n%s", logs)
 		}
 	}()
 
@@ -429,6 +421,26 @@ func TestControllerEndToEnd(t *testing.T) {
 	}
 }
 
-type writerFunc func([]byte) (int, error)
+// daemonLog keeps fulcrumd's log, shown when a test fails.
+type daemonLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
 
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+func (l *daemonLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *daemonLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// captureLog is a text logger into a daemonLog (opts may be nil).
+func captureLog(opts *slog.HandlerOptions) (*slog.Logger, *daemonLog) {
+	l := &daemonLog{}
+	return slog.New(slog.NewTextHandler(l, opts)), l
+}

@@ -62,13 +62,7 @@ func TestTwoStreamsEndToEnd(t *testing.T) {
 	seeded := seed(t, db, spec, models)
 	seedStream(t, db, spec, models[streamWL])
 
-	var logBuf strings.Builder
-	var logMu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logBuf.Write(b)
-	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, logs := captureLog(&slog.HandlerOptions{Level: slog.LevelInfo})
 	ctlCfg := control.DefaultConfig()
 	ctlCfg.Period = 100 * time.Millisecond
 	ctlCfg.PowerSample = 50 * time.Millisecond
@@ -106,9 +100,7 @@ func TestTwoStreamsEndToEnd(t *testing.T) {
 			t.Errorf("board after stop: %s (%v), want it restored to %s", after, err, before)
 		}
 		if t.Failed() {
-			logMu.Lock()
-			t.Logf("fulcrumd log:\n%s", logBuf.String())
-			logMu.Unlock()
+			t.Logf("fulcrumd log:\n%s", logs)
 		}
 	}()
 	sock := filepath.Join(dir, "run", api.SocketName)
@@ -244,15 +236,9 @@ func seedStream(t *testing.T, dbPath string, spec *powermode.BoardSpec, w *sim.W
 		t.Fatal(err)
 	}
 	defer st.Close()
-	now := time.Now().UTC()
 	for _, m := range seedModes(spec) {
 		for _, b := range w.BatchSizes() {
-			ms, mw := w.TimeMS(spec, m, b), w.PowerMW(spec, m, b)
-			if err := st.Put(store.Profile{Board: spec.Name, Workload: w.Name, Role: truth.Infer, Mode: m, Batch: b,
-				TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-				Samples: 1, PowerSamples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
-				t.Fatal(err)
-			}
+			putTruth(t, st, spec, w, truth.Infer, m, b)
 		}
 	}
 }
