@@ -503,3 +503,41 @@ func TestUnknownSubcommand(t *testing.T) {
 		t.Errorf("bare group: %v\n%s", err, out)
 	}
 }
+
+// With several streams, status prints a line per stream: batch, budget (own or shared),
+// rate, planned rate, predicted and measured p99, GPU share.
+func TestStatusStreamsTable(t *testing.T) {
+	st := api.Status{Board: "sim:agx-orin-64gb", Budgets: api.Budgets{LatencyMS: 400, Quantile: 0.99, RhoMax: 0.95, RateAuto: true},
+		Streams: []api.StreamStatus{
+			{Workload: "yolov8n-infer", Batch: 2, LatencyBudgetMS: 300, OwnBudget: true, RateRPS: 20.4, PlanRateRPS: 20.3, PredLatencyMS: 137.5, MeasuredP99MS: 245, ServedRecent: 60, Rho: 0.14},
+			{Workload: "resnet50-infer", LatencyBudgetMS: 400, RateRPS: 8, RateFixed: true},
+		}}
+	var b strings.Builder
+	if err := writeStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	rows := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows[f[0]] = strings.Join(f[1:], " ")
+		}
+	}
+	for name, want := range map[string]string{
+		"STREAM":         "BATCH BUDGET_MS RATE_RPS PLANNED_RPS PRED_P99_MS P99_MS GPU_SHARE",
+		"yolov8n-infer":  "2 300 (own) 20.4 20.3 137.5 245.0 14%",
+		"resnet50-infer": "- 400 8.0 (fixed) - - - -",
+	} {
+		if rows[name] != want {
+			t.Errorf("status row %s = %q, want %q:\n%s", name, rows[name], want, out)
+		}
+	}
+	st.Streams = st.Streams[1:2]
+	b.Reset()
+	if err := writeStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "STREAM") {
+		t.Errorf("one stream with the shared budgets printed a streams table:\n%s", b.String())
+	}
+}
