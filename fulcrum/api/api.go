@@ -11,6 +11,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -116,8 +117,9 @@ type StreamBudgets struct {
 	TrainWeight float64 `json:"train_weight,omitempty"`
 }
 
-// MaxStreamBudgets is how many streams may have budgets of their own.
-const MaxStreamBudgets = 64
+// MaxStreamBudgets is how many streams may have budgets of their own (as many as the
+// scheduler holds).
+const MaxStreamBudgets = sched.MaxStreamBudgets
 
 // BudgetsUpdate is the body of PUT /v1/budgets: nil fields keep their value.
 // Setting rate_rps turns rate_auto off; rate_auto true drops the set rate.

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 )
 
 func outOfRange(field string, v, lo, hi float64, hint string) *Error {
@@ -92,12 +93,9 @@ func checkWeight(w float64) *Error {
 	return nil
 }
 
-// maxWorkloadLen is the longest workload name a worker may register (proto.MaxNameLen).
-const maxWorkloadLen = 128
-
 func checkWorkload(w string) *Error {
-	if w == "" || len(w) > maxWorkloadLen {
-		return Errorf(http.StatusBadRequest, CodeBadBudget, "workload", "workload must be the name an inference worker registers (1 to %d bytes)", maxWorkloadLen)
+	if w == "" || len(w) > proto.MaxNameLen {
+		return Errorf(http.StatusBadRequest, CodeBadBudget, "workload", "workload must be the name a worker registers (1 to %d bytes)", proto.MaxNameLen)
 	}
 	return nil
 }

@@ -410,6 +410,7 @@ func (c *Controller) Step(ctx context.Context) {
 			}
 		}
 		c.pair, c.grp = pair, grp
+		c.forgetGone(grp)
 	}
 	var pn int
 	if c.board != nil {

@@ -152,7 +152,7 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 	}
 	c.mu.Lock()
 	old, had := c.streamT[workload]
-	if _, ok := c.streamT[workload]; !ok && t != (StreamTarget{}) && len(c.streamT) >= MaxStreamTargets {
+	if !had && t != (StreamTarget{}) && len(c.streamT) >= MaxStreamTargets {
 		c.mu.Unlock()
 		return fmt.Errorf("stream budgets not changed: %d streams have budgets of their own (the limit); drop one first (fulcrumctl budget set --workload NAME --shared)", MaxStreamTargets)
 	}
@@ -341,6 +341,26 @@ func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 		}
 	}
 	return rates, ready
+}
+
+// forgetGone drops the rate meters and the broken (stream, mode, batch) points of the
+// streams not in g (nil: none), so that what is kept is bounded by the workers registered
+// now — workload names are chosen by any local process — and a stream that comes back
+// measures its rate afresh. Called with c.mu held.
+func (c *Controller) forgetGone(g *group) {
+	in := func(name string) bool {
+		return g != nil && slices.ContainsFunc(g.Streams, func(s StreamSpec) bool { return s.Workload == name })
+	}
+	for name := range c.meters {
+		if !in(name) {
+			delete(c.meters, name)
+		}
+	}
+	for k := range c.badPoint {
+		if !in(k.stream) {
+			delete(c.badPoint, k)
+		}
+	}
 }
 
 // meter is the stream's rate meter, started now when new. Called with c.mu held.
