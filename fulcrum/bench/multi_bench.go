@@ -85,7 +85,6 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	type set struct {
 		name string
 		mt   *truthprof.MultiTruth
-		pt   *truthprof.PairTruth // the job and the first stream, where GMD and ALS search
 	}
 	var sets []set
 	for _, ts := range combinations(trains, m) {
@@ -94,11 +93,7 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			if err != nil {
 				return nil, fmt.Errorf("bench: %v with %v: %w", ts, comb, err)
 			}
-			pt, err := truthprof.NewPairTruth(spec.Truth, ts[0], comb[0], mt.Profiles()[0].Train[0].Batch, mt.Batches[0])
-			if err != nil {
-				return nil, fmt.Errorf("bench: %s with %s: %w", ts[0], comb[0], err)
-			}
-			sets = append(sets, set{strings.Join(ts, "+") + ":" + strings.Join(comb, "+"), mt, pt})
+			sets = append(sets, set{strings.Join(ts, "+") + ":" + strings.Join(comb, "+"), mt})
 		}
 	}
 	var cfgs []multiConfig
@@ -174,13 +169,17 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			total += len(cfgs)
 		}
 	}
-	pairProblem := func(c *multiConfig, seed uint64) search.Problem {
-		s := sets[c.set]
-		p := problemOf(s.pt)
-		p.Budgets = plan.Budgets{RateRPS: c.budgets.Streams[0].RateRPS, LatencyMS: c.budgets.Streams[0].LatencyMS, PowerMW: c.budgets.PowerMW,
-			Quantile: c.budgets.Quantile}.WithDefaults()
-		p.Presets, p.PresetNames, p.MaxProfiles, p.Seed = presets[c.set], spec.PresetNames, spec.MaxProfiles, seed
-		p.NoiseRel, p.Rules = spec.Noise, spec.Rules
+	// pooledProblem is the search problem over set si's pooled pair (plan.PooledPair): every
+	// workload's space, the first job, the batch sizes every stream has, and b's pooled
+	// budgets (nil for a campaign, which is for every budget).
+	pooledProblem := func(si int, b *plan.MultiBudgets, seed uint64) search.Problem {
+		mt := sets[si].mt
+		p := search.Problem{Space: mt.Space(), Train: mt.Trains[0], TrainBatch: mt.Profiles()[0].Train[0].Batch,
+			Infer: "pooled:" + strings.Join(mt.Infers, "+"), InferBatches: commonBatches(mt.Batches),
+			Presets: presets[si], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles, Seed: seed, NoiseRel: spec.Noise, Rules: spec.Rules}
+		if b != nil {
+			p.Budgets = plan.PooledBudgets(*b)
+		}
 		return p
 	}
 	var done atomic.Int64
@@ -205,9 +204,7 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 			if err != nil {
 				return err
 			}
-			lp := pooledProblem(s.mt, pairProblem(&cfgs[firstCfg(cfgs, jb.set)], deriveSeed(spec.Seed, spec.Searchers[jb.s], "pair", uint64(jb.set))), nil)
-			lp.Budgets = plan.Budgets{} // a campaign is for every budget
-			ans, lerr := pl.Learn(ctx, lp, camp)
+			ans, lerr := pl.Learn(ctx, pooledProblem(jb.set, nil, deriveSeed(spec.Seed, spec.Searchers[jb.s], "pair", uint64(jb.set))), camp)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -244,7 +241,7 @@ func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		case margin:
 			o = scoreMarginMulti(s.name, s.mt, c, mr, spec.Rules.Admission)
 		case pairSearch[jb.s] != nil:
-			o = scorePooled(ctx, s.name, s.mt, c, pairSearch[jb.s], pairProblem(c, deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))), spec, noiseBase)
+			o = scorePooled(ctx, s.name, s.mt, c, pairSearch[jb.s], pooledProblem(c.set, &c.budgets, deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))), spec, noiseBase)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -336,9 +333,9 @@ func scoreMultiProfiles(name string, mt *truthprof.MultiTruth, c *multiConfig, p
 	return o
 }
 
-// scorePooled runs a pair searcher over the pooled pair (plan.PooledPair: the first job
-// and one stream standing for all, at their rates) with every workload measured at each
-// mode it asks for, decides jointly over those measurements and scores the decision.
+// scorePooled runs a pair searcher on p, the pooled pair's problem (plan.PooledPair: the
+// first job and one stream standing for all, at their rates), with every workload
+// measured at each mode it asks for, decides jointly over those measurements and scores the decision.
 func scorePooled(ctx context.Context, name string, mt *truthprof.MultiTruth, c *multiConfig, s search.Searcher, p search.Problem, spec BenchSpec, noiseBase uint64) Outcome {
 	rates := make([]float64, len(c.budgets.Streams))
 	for i, sb := range c.budgets.Streams {
@@ -348,22 +345,10 @@ func scorePooled(ctx context.Context, name string, mt *truthprof.MultiTruth, c *
 	if err != nil {
 		return Outcome{Pair: Pair{Train: name}, Status: "no_answer", Err: err}
 	}
-	_, serr := s.Search(ctx, pooledProblem(mt, p, &c.budgets), pp)
+	_, serr := s.Search(ctx, p, pp)
 	o := scoreMultiProfiles(name, mt, c, pp.Multi(), serr, spec)
 	o.Profiles = pp.Count()
 	return o
-}
-
-// pooledProblem is p (the first job and stream's problem) over the pooled pair: every
-// workload's space, the batch sizes every stream has, and, for b, the pooled budgets.
-func pooledProblem(mt *truthprof.MultiTruth, p search.Problem, b *plan.MultiBudgets) search.Problem {
-	p.Space = mt.Space()
-	p.Infer = "pooled:" + strings.Join(mt.Infers, "+")
-	p.InferBatches = commonBatches(mt.Batches)
-	if b != nil {
-		p.Budgets = plan.PooledBudgets(*b)
-	}
-	return p
 }
 
 // commonBatches are the batch sizes every stream has.
