@@ -429,3 +429,23 @@ func TestCredentialsTakenAtAccept(t *testing.T) {
 		})
 	}
 }
+
+// An import with a huge field is a 400 whose answer is a few hundred bytes: no reply
+// echoes the input (a 20 MB workload name once came back whole); nothing is stored.
+func TestImportErrorDoesNotEchoInput(t *testing.T) {
+	fake := apitest.NewOrin(t, 0)
+	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake)
+	name := strings.Repeat("x", 8<<20)
+	for _, body := range []string{
+		`{"schema_version": 1, "profiles": [{"board": "agx-orin-64gb", "workload": "` + name + `"}]}`,
+		`{"schema_version": 1, "profiles": [{"board": "agx-orin-64gb", "` + strings.Repeat("k", 60000) + `": 1}]}`,
+	} {
+		code, b := rawDo(t, sock, "POST", "/v1/profiles/import?format=json", body)
+		if code != http.StatusBadRequest || len(b) > 2048 {
+			t.Errorf("import of a %d-byte body: %d, answer of %d bytes: %.300s", len(body), code, len(b), b)
+		}
+	}
+	if n, _ := fake.Store.Count(); n != 0 {
+		t.Errorf("%d profiles stored", n)
+	}
+}

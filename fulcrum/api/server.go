@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -258,7 +259,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// maxErrorMessage bounds an error answer's message: no reply echoes unbounded input (an
+// import's 20 MB name once came back whole in a 400).
+const maxErrorMessage = 1024
+
 func writeError(w http.ResponseWriter, e *Error) {
+	if len(e.Message) > maxErrorMessage {
+		cut := maxErrorMessage
+		for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
+			cut--
+		}
+		c := *e
+		c.Message = fmt.Sprintf("%s… (message of %d bytes truncated)", e.Message[:cut], len(e.Message))
+		e = &c
+	}
 	b, _ := json.Marshal(errorBody{Error: e})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
