@@ -202,6 +202,9 @@ type Status struct {
 	Degraded       bool      `json:"degraded"`
 	DegradedReason string    `json:"degraded_reason,omitempty"`
 	Optimizing     string    `json:"optimizing,omitempty"` // method of a running optimize
+	// Profiling names the workloads left out of live profiling because their workers
+	// declined profile batches (their clients set no on_profile handler).
+	Profiling string `json:"profiling,omitempty"`
 	Turns          uint64    `json:"turns"`
 	Overruns       uint64    `json:"overruns"`
 	Profiles       int       `json:"profiles"` // stored profiles

@@ -52,7 +52,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	snap := c.sched.Snapshot()
 	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
 		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
-		Optimizing: c.Searching(), TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
+		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
 	if s.Board == "" {
 		s.Board = "none"

@@ -174,6 +174,7 @@ type Controller struct {
 	badPoint map[streamPoint]bool    // (stream, mode, batch) that broke its stream's budget
 
 	needPlan    string // reason a plan is due ("" none)
+	declined    []string // workloads whose workers all decline profile batches (decline.go)
 	forceSearch string // searcher to run for the next plan ("" none)
 	job         bool   // a search is running
 	jobMethod   string
@@ -258,10 +259,16 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	if c.board == nil {
 		return nil, fmt.Errorf("optimize: %w", ErrNoBoard)
 	}
+	declined := declinedOf(c.sched.Snapshot())
 	c.mu.Lock()
 	if c.pair == nil {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("optimize: %w", ErrNoPair)
+	}
+	c.noteDeclined(declined)
+	if b := c.blocked(); len(b) > 0 {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("optimize: %s: %w (no on_profile handler in their clients; set one, or profile offline with fulcrumctl profile)", strings.Join(b, ", "), ErrNoProfiles)
 	}
 	if c.job {
 		c.mu.Unlock()
@@ -391,6 +398,7 @@ func (c *Controller) Step(ctx context.Context) {
 	now := c.clock.Now()
 	pair, _ := c.pairOf(snap)
 	grp := c.groupOf(snap)
+	declined := declinedOf(snap)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -412,6 +420,7 @@ func (c *Controller) Step(ctx context.Context) {
 		c.pair, c.grp = pair, grp
 		c.forgetGone(grp)
 	}
+	c.noteDeclined(declined)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
