@@ -199,17 +199,18 @@ type Status struct {
 	TrainingPaused bool `json:"training_paused"`
 	// Degraded: the daemon is running but not as planned; DegradedReason says why and
 	// what to do.
-	Degraded       bool   `json:"degraded"`
-	DegradedReason string `json:"degraded_reason,omitempty"`
-	Optimizing     string `json:"optimizing,omitempty"` // method of a running optimize
+	Degraded       bool      `json:"degraded"`
+	DegradedReason string    `json:"degraded_reason,omitempty"`
+	Optimizing     string    `json:"optimizing,omitempty"` // method of a running optimize
+	Turns          uint64    `json:"turns"`
+	Overruns       uint64    `json:"overruns"`
+	Profiles       int       `json:"profiles"` // stored profiles
+	StartedAt      time.Time `json:"started_at"`
+	UptimeS        float64   `json:"uptime_s"`
+
 	// Profiling names the workloads left out of live profiling because their workers
 	// declined profile batches (their clients set no on_profile handler).
-	Profiling string    `json:"profiling,omitempty"`
-	Turns     uint64    `json:"turns"`
-	Overruns  uint64    `json:"overruns"`
-	Profiles  int       `json:"profiles"` // stored profiles
-	StartedAt time.Time `json:"started_at"`
-	UptimeS   float64   `json:"uptime_s"`
+	Profiling string `json:"profiling,omitempty"`
 }
 
 // StreamStatus is one inference stream as fulcrumd plans and measures it.

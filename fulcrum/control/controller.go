@@ -173,10 +173,9 @@ type Controller struct {
 	meters   map[string]*rateMeter   // per-stream arrival rate, by workload
 	badPoint map[streamPoint]bool    // (stream, mode, batch) that broke its stream's budget
 
-	needPlan    string   // reason a plan is due ("" none)
-	declined    []string // workloads whose workers all decline profile batches (decline.go)
-	forceSearch string   // searcher to run for the next plan ("" none)
-	job         bool     // a search is running
+	needPlan    string // reason a plan is due ("" none)
+	forceSearch string // searcher to run for the next plan ("" none)
+	job         bool   // a search is running
 	jobMethod   string
 	jobDone     chan struct{}
 	base        context.Context // ends when Run ends
@@ -194,6 +193,8 @@ type Controller struct {
 	live        LiveCounts
 	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
+
+	declined []string // workloads whose workers all decline profile batches (decline.go)
 }
 type cfgKey struct {
 	m powermode.Mode
