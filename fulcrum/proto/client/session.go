@@ -80,6 +80,7 @@ type Session struct {
 	reg  Registration
 	opt  SessionOptions
 
+	rmu      sync.Mutex // one reconnection at a time
 	mu       sync.Mutex
 	c        *Client // nil while away
 	gen      uint64  // registrations made: a grant is valid only on its own
@@ -184,6 +185,8 @@ func (s *Session) current() (*Client, uint64) {
 // and returns whether the session is connected afterwards. A registration fulcrumd
 // refuses (other than shutting_down or busy) is returned as an error.
 func (s *Session) TryReconnect(ctx context.Context) (bool, error) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
 	s.mu.Lock()
 	if s.c != nil {
 		s.mu.Unlock()
@@ -300,6 +303,9 @@ func (s *Session) AcquireOrAway(ctx context.Context) (proto.Msg, error) {
 	s.grantGen = gen
 	for _, id := range g.RequestIDs {
 		delete(s.queued, id)
+	}
+	if len(s.order) > 2*len(s.queued)+64 { // granted ids linger in order: drop them
+		s.order = slices.DeleteFunc(s.order, func(id string) bool { _, ok := s.queued[id]; return !ok })
 	}
 	s.mu.Unlock()
 	return g, nil
