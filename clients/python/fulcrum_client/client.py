@@ -88,7 +88,7 @@ class Client:
 
     def __init__(self, socket_path=None, role=None, workload=None, batch=None,
                  batch_sizes=None, connect_timeout=10.0, on_profile=None, reconnect=True,
-                 reconnect_timeout=None, train_while_away=False, backoff=(0.05, 1.0), jitter=0.3):
+                 reconnect_timeout=None, train_while_away=False, backoff=(0.05, 0.5), jitter=0.3):
         if socket_path is None:
             socket_path = os.environ.get("FULCRUM_WORKER_SOCKET", "/run/fulcrum/worker.sock")
         self.socket_path = socket_path

@@ -26,7 +26,7 @@ var ErrAway = errors.New("fulcrumd is away (the connection was lost; reconnectin
 // SessionOptions tune a Session. Zero fields take the defaults in brackets.
 type SessionOptions struct {
 	// Reconnection attempts wait MinBackoff after the loss [50 ms], then twice as long
-	// each time up to MaxBackoff [1 s]; each wait is jittered by ±Jitter of itself
+	// each time up to MaxBackoff [500 ms]; each wait is jittered by ±Jitter of itself
 	// [0.3], so that workers restarted together do not reconnect in lockstep.
 	MinBackoff, MaxBackoff time.Duration
 	Jitter                 float64
@@ -42,7 +42,7 @@ func (o SessionOptions) withDefaults() SessionOptions {
 		o.MinBackoff = 50 * time.Millisecond
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = time.Second
+		o.MaxBackoff = 500 * time.Millisecond
 	}
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = o.MinBackoff
