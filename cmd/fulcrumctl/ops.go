@@ -568,7 +568,7 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 			return errors.New("mode apply: give --preset or knobs (--cores, --cpu-khz, --gpu-hz, --emc-hz), not both")
 		}
 		if !knobs && *preset == "" {
-			return errors.New("mode apply: give --preset NAME, or at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz (fulcrumctl mode lists the board's levels)")
+			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz, or --preset NAME (fulcrumctl mode lists the board's levels)")
 		}
 		c := client()
 		defer c.Close()

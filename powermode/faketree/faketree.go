@@ -336,8 +336,15 @@ func (b *builder) cpu(spec *powermode.BoardSpec, st State) {
 			}
 			b.link(fmt.Sprintf("%s/cpu%d/cpufreq", c, cpu), p)
 		}
-		b.file(p+"/scaling_min_freq", itoa(st.CPUMinKHz)+"\n")
-		b.file(p+"/scaling_max_freq", itoa(st.CPUMaxKHz)+"\n")
+		// A cluster with every CPU offline has an inactive policy: nvpmodel's cap cannot be
+		// written to it (the kernel answers EBUSY), so it keeps the hardware range boot
+		// gave it, which is also what tegra's Restore reopens such a cluster to.
+		minKHz, maxKHz := st.CPUMinKHz, st.CPUMaxKHz
+		if len(affected) == 0 {
+			minKHz, maxKHz = slices.Min(spec.CPU.FreqsKHz), slices.Max(spec.CPU.FreqsKHz)
+		}
+		b.file(p+"/scaling_min_freq", itoa(minKHz)+"\n")
+		b.file(p+"/scaling_max_freq", itoa(maxKHz)+"\n")
 		b.file(p+"/scaling_cur_freq", itoa(st.CPUCurKHz)+"\n")
 		b.file(p+"/cpuinfo_min_freq", itoa(slices.Min(spec.CPU.FreqsKHz))+"\n")
 		b.file(p+"/cpuinfo_max_freq", itoa(slices.Max(spec.CPU.FreqsKHz))+"\n")

@@ -171,9 +171,15 @@ func checkTree(t *testing.T, tr *faketree.Tree, spec *powermode.BoardSpec) {
 				online = append(online, strconv.Itoa(c))
 			}
 		}
+		// An inactive policy (every CPU offline) keeps its hardware range: nvpmodel
+		// cannot write its cap there.
+		clusterMax := boot.CPUKHz
+		if len(online) == 0 {
+			clusterMax = slices.Max(spec.CPU.FreqsKHz)
+		}
 		want := map[string]string{
 			"scaling_min_freq":            spaced(spec.CPU.FreqsKHz[:1], false),
-			"scaling_max_freq":            spaced([]int64{boot.CPUKHz}, false),
+			"scaling_max_freq":            spaced([]int64{clusterMax}, false),
 			"cpuinfo_max_freq":            spaced([]int64{slices.Max(spec.CPU.FreqsKHz)}, false),
 			"scaling_governor":            "schedutil\n",
 			"related_cpus":                strings.Join(cpus, " ") + "\n",
