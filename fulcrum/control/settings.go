@@ -280,12 +280,19 @@ func (c *Controller) RestoreSettings(ctx context.Context) {
 	changed := s.ConfigBudgets.WithDefaults() != cfg
 	c.mu.Lock()
 	switch {
+	case changed && (s.Budgets != nil || s.HeldMode != nil):
+		what := "held mode"
+		if s.Budgets != nil {
+			what = fmt.Sprintf("run-time budgets %s", budgetsString(*s.Budgets))
+			if s.HeldMode != nil {
+				what += " and held mode"
+			}
+		}
+		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration, which changed since the %s were %s (the configuration gave %s then): an edited configuration wins; the run-time budgets and any held mode are dropped",
+			budgetsString(cfg), what, saved, budgetsString(s.ConfigBudgets))})
+		s.HeldMode = nil
 	case s.Budgets == nil:
 		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration (file, environment, flags)", budgetsString(cfg))})
-	case changed:
-		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration, which changed since the run-time budgets %s were %s (the configuration gave %s then): an edited configuration wins; the run-time budgets and any held mode are dropped",
-			budgetsString(cfg), budgetsString(*s.Budgets), saved, budgetsString(s.ConfigBudgets))})
-		s.HeldMode = nil
 	default:
 		c.budgets = s.Budgets.WithDefaults()
 		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s restored from the run-time settings %s, over the configuration's %s (fulcrumctl budget reset returns to the configuration's)",

@@ -165,11 +165,18 @@ func TestEditedConfigurationWinsOverSavedBudgets(t *testing.T) {
 	if _, err := cl.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: &lat}); err != nil {
 		t.Fatal(err)
 	}
+	held := powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}
+	if _, err := cl.ApplyMode(ctx, held); err != nil {
+		t.Fatal(err)
+	}
 	stop()
 	o.Budgets.LatencyMS = 80 // the file edited
 	_, cl, stop = runDaemon(t, o)
 	if b, err := cl.Budgets(ctx); err != nil || b.LatencyMS != 80 {
 		t.Fatalf("budgets %+v (%v), want the edited configuration's 80 ms", b, err)
+	}
+	if mi, err := cl.Mode(ctx); err != nil || mi.Held {
+		t.Fatalf("mode %+v (%v): the held mode was kept over an edited configuration", mi, err)
 	}
 	if evs := eventsOf(t, cl, api.EventSettings); !anyContains(evs, "which changed since the run-time budgets") {
 		t.Errorf("no event explaining the configuration won: %q", evs)
