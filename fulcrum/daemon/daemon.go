@@ -178,7 +178,7 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 			adapter.Expect("metrics", "serving GET /metrics on "+o.MetricsListen)
 			ln, err := metrics.Listen(o.MetricsListen)
 			if err != nil {
-				adapter.SetFault("metrics", fmt.Sprintf("%v (free the port or change metrics.listen; under systemd, TCP needs the drop-in docs/operations.md names)", err))
+				adapter.SetFault("metrics", fmt.Sprintf("%v; under systemd a TCP listener also needs the drop-in /usr/share/doc/fulcrum/fulcrumd-metrics.conf (docs/operations.md \"Metrics\")", err))
 			} else {
 				d.metricsLn = ln
 				d.Metrics = metrics.New(metrics.FromController(adapter, ctl.Counters), metrics.Options{})
