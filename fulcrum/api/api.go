@@ -337,6 +337,9 @@ const (
 	EventDegraded = "degraded"  // power unreadable: fell back to the lowest-power mode, or recovered
 	EventSettings = "settings"  // at start: where the budgets and a held mode came from (configuration or saved run-time settings)
 	EventHealth   = "health"    // an optional part (metrics) failed; fulcrumd runs without it
+	// EventExternal: another tool (jetson_clocks, nvpmodel) changed the board's mode and
+	// what fulcrumd did (controller.external_change), or fulcrumd took the board back.
+	EventExternal = "external_change"
 )
 
 // Event is one entry of the controller's event log.

@@ -208,6 +208,9 @@ func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	if n, ok := c.board.(interface{ Nvpmodel() string }); ok {
 		mi.Nvpmodel = n.Nvpmodel()
 	}
+	if n := a.nvpmodelMode(); n != nil && n.Name != "" {
+		mi.Nvpmodel = n.Name // read now: an nvpmodel -m since start shows
+	}
 	if st := c.Status(); st.Current != nil {
 		m := st.Current.Mode
 		mi.Planned = &m

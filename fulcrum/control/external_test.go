@@ -161,7 +161,7 @@ func TestJetsonClocksStandsDown(t *testing.T) {
 		t.Fatalf("LeaveAsIs called %d times, want once (exit must leave jetson_clocks' settings)", x.board.left())
 	}
 	as, err := (&API{C: x.c}).Status(context.Background())
-	if err != nil || !as.Degraded || as.Mode != x.top() {
+	if err != nil || !as.Degraded || !as.StoodDown || as.Mode != x.top() || string(KindExternal) != api.EventExternal {
 		t.Fatalf("API status: degraded %v, mode %v (%v)", as.Degraded, as.Mode, err)
 	}
 	// Standing down: nothing is written, whatever the rules would do (a lowered budget
