@@ -164,6 +164,9 @@ func TestJetsonClocksStandsDown(t *testing.T) {
 	if err != nil || !as.Degraded || !as.StoodDown || as.Mode != x.top() || string(KindExternal) != api.EventExternal {
 		t.Fatalf("API status: degraded %v, mode %v (%v)", as.Degraded, as.Mode, err)
 	}
+	if g := gauge(t, x.c, "fulcrum_degraded"); g != 1 {
+		t.Fatalf("fulcrum_degraded %v while standing down", g)
+	}
 	// Standing down: nothing is written, whatever the rules would do (a lowered budget
 	// takes the board back, so the test waits without one).
 	tries := x.board.count()
