@@ -316,7 +316,7 @@ func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Call
 	switch {
 	case errors.Is(err, ErrBusy):
 		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
-	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair):
+	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair), errors.Is(err, ErrNoProfiles):
 		return api.OptimizeResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
 	case err != nil:
 		return api.OptimizeResult{}, err
