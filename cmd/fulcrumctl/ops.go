@@ -220,6 +220,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 		state += "; optimizing (" + st.Optimizing + ")"
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	if st.Profiling != "" {
+		fmt.Fprintf(tw, "profiling\t%s\n", st.Profiling)
+	}
 	fmt.Fprintf(tw, "scheduler\t%d turns, %d overruns, %d workers\n", st.Turns, st.Overruns, len(st.Workers))
 	if err := tw.Flush(); err != nil {
 		return err

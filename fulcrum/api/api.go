@@ -240,6 +240,9 @@ type Status struct {
 	// fulcrumd writes none until POST /v1/mode/resume or a budget change
 	// (DegradedReason names the other tool's mode).
 	StoodDown bool `json:"stood_down,omitempty"`
+	// Profiling names the workloads left out of live profiling because their workers
+	// declined profile batches (their clients set no on_profile handler).
+	Profiling string `json:"profiling,omitempty"`
 }
 
 // NvpmodelMode is an nvpmodel mode: its id (nvpmodel -m ID) and name (MODE_30W).

@@ -54,7 +54,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	snap := c.sched.Snapshot()
 	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
 		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
-		Optimizing: c.Searching(), TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
+		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
 	if s.Board == "" {
 		s.Board = "none"
@@ -316,7 +316,7 @@ func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Call
 	switch {
 	case errors.Is(err, ErrBusy):
 		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
-	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair):
+	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair), errors.Is(err, ErrNoProfiles):
 		return api.OptimizeResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
 	case err != nil:
 		return api.OptimizeResult{}, err

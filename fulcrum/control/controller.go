@@ -206,6 +206,8 @@ type Controller struct {
 	live        LiveCounts
 	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
+
+	declined []string // workloads whose workers all decline profile batches (decline.go)
 }
 type cfgKey struct {
 	m powermode.Mode
@@ -275,10 +277,16 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	if c.board == nil {
 		return nil, fmt.Errorf("optimize: %w", ErrNoBoard)
 	}
+	declined := declinedOf(c.sched.Snapshot())
 	c.mu.Lock()
 	if c.pair == nil {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("optimize: %w", ErrNoPair)
+	}
+	c.noteDeclined(declined)
+	if b := c.blocked(); len(b) > 0 {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("optimize: %s: %w (no on_profile handler in their clients; set one, or profile offline with fulcrumctl profile)", strings.Join(b, ", "), ErrNoProfiles)
 	}
 	if c.job {
 		c.mu.Unlock()
@@ -412,6 +420,7 @@ func (c *Controller) Step(ctx context.Context) {
 	now := c.clock.Now()
 	pair, _ := c.pairOf(snap)
 	grp := c.groupOf(snap)
+	declined := declinedOf(snap)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -433,6 +442,7 @@ func (c *Controller) Step(ctx context.Context) {
 		c.pair, c.grp = pair, grp
 		c.forgetGone(grp)
 	}
+	c.noteDeclined(declined)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
