@@ -152,10 +152,16 @@ func writeStatus(w io.Writer, st api.Status) error {
 	if st.Mode.Cores == 0 {
 		mode = "none (fulcrumd has no board: it schedules only)"
 	}
-	if st.ModeHeld {
+	switch {
+	case st.StoodDown:
+		mode += "  (set by another tool: fulcrumd stands down; fulcrumctl mode resume takes the board back)"
+	case st.ModeHeld:
 		mode += "  (held: applied by an operator)"
 	}
 	fmt.Fprintf(tw, "mode\t%s\n", mode)
+	if n := st.Nvpmodel; n != nil {
+		fmt.Fprintf(tw, "nvpmodel\t%d %s\n", n.ID, shown(n.Name))
+	}
 	if p := st.Plan; p != nil {
 		feas := "feasible"
 		predicted := p.PredLatencyMS > 0 || p.PredPowerMW > 0
@@ -214,6 +220,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 		state += "; optimizing (" + shown(st.Optimizing) + ")"
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	if st.Profiling != "" {
+		fmt.Fprintf(tw, "profiling\t%s\n", shown(st.Profiling))
+	}
 	fmt.Fprintf(tw, "scheduler\t%d turns, %d overruns, %d workers\n", st.Turns, st.Overruns, len(st.Workers))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -271,7 +280,7 @@ func newBudgetCmd() *cobra.Command {
 		Short: "Show or set fulcrumd's latency, power and rate budgets",
 	}
 	client := addSocketFlag(cmd)
-	cmd.AddCommand(newBudgetGetCmd(client), newBudgetSetCmd(client))
+	cmd.AddCommand(newBudgetGetCmd(client), newBudgetSetCmd(client), newBudgetResetCmd(client))
 	return cmd
 }
 
@@ -391,6 +400,35 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	return cmd
 }
 
+func newBudgetResetCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reset",
+		Short: "Return to the configuration file's budgets: drop the run-time ones (and a held mode) and their saved copy",
+		Long: `Budgets set with "budget set" (global and per workload, training weights) and a mode
+held with "mode apply" are saved in the state directory and restored when fulcrumd
+restarts, over the configuration file's budgets. "budget reset" drops them all: the
+configuration's budgets (file, environment, flags, as fulcrumd started with them) are in
+force again, no workload has budgets of its own, no mode is held, and the saved copy is
+deleted (docs/operations.md, "Budgets across restarts").`,
+		Args: cobra.NoArgs,
+	}
+	asJSON := cmd.Flags().Bool("json", false, "print the resulting budgets as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		b, err := c.ResetBudgets(cmd.Context())
+		if err != nil {
+			return explain("budget reset", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), b)
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), "budgets reset to the configuration's:", shownBudgets(b))
+		return nil
+	}
+	return cmd
+}
+
 // --- workers -------------------------------------------------------------------------
 
 func newWorkersCmd() *cobra.Command {
@@ -446,7 +484,34 @@ func newModeCmd() *cobra.Command {
 		}
 		return writeModeInfo(cmd.OutOrStdout(), mi)
 	}
-	cmd.AddCommand(newModeApplyCmd(client))
+	cmd.AddCommand(newModeApplyCmd(client), newModeResumeCmd(client))
+	return cmd
+}
+
+func newModeResumeCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Take the board back after fulcrumd stood down for another tool's change (jetson_clocks, nvpmodel)",
+		Long: `When another tool changes the board's clocks, cores or EMC while fulcrumd drives it,
+fulcrumd stands down (controller.external_change: stand_down): it writes no mode and does not
+enforce the power budget, and fulcrumctl status says DEGRADED. mode resume writes fulcrumd's
+mode again (an operator's held mode, or its plan) and re-plans; a budget change does the same.`,
+		Args: cobra.NoArgs,
+	}
+	asJSON := cmd.Flags().Bool("json", false, "print the resulting mode as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		mi, err := c.ResumeMode(cmd.Context())
+		if err != nil {
+			return explain("mode resume", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), mi)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "board taken back: %s [%s]\n", mi.Current.Human(), mi.Current)
+		return nil
+	}
 	return cmd
 }
 
@@ -487,7 +552,8 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 		Use:   "apply",
 		Short: "Apply a power mode now (knobs not given keep their current value); fulcrumd holds it until budgets change",
 		Example: `  fulcrumctl mode apply --cores 8 --cpu-khz 1728000 --gpu-hz 612000000 --emc-hz 3199000000
-  fulcrumctl mode apply --gpu-hz 408000000`,
+  fulcrumctl mode apply --gpu-hz 408000000
+  fulcrumctl mode apply --preset MODE_30W     (or --preset 2: a live nvpmodel preset's caps)`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -495,6 +561,7 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	cpu := f.Int64("cpu-khz", 0, "CPU frequency (kHz)")
 	gpu := f.Int64("gpu-hz", 0, "GPU frequency (Hz)")
 	emc := f.Int64("emc-hz", 0, "memory (EMC) frequency (Hz)")
+	preset := f.String("preset", "", "a live nvpmodel preset by name or id (as nvpmodel -m takes it), instead of the knobs")
 	asJSON := f.Bool("json", false, "print the resulting mode as JSON")
 	// Complete knob values from the board's levels, asked of the daemon.
 	levelsCompletion := func(pick func(api.Levels) []string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -528,11 +595,26 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("gpu-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.GPUHz) }))
 	_ = cmd.RegisterFlagCompletionFunc("emc-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.EMCHz) }))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if !f.Changed("cores") && !f.Changed("cpu-khz") && !f.Changed("gpu-hz") && !f.Changed("emc-hz") {
-			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz (fulcrumctl mode lists the board's levels)")
+		knobs := f.Changed("cores") || f.Changed("cpu-khz") || f.Changed("gpu-hz") || f.Changed("emc-hz")
+		if *preset != "" && knobs {
+			return errors.New("mode apply: give --preset or knobs (--cores, --cpu-khz, --gpu-hz, --emc-hz), not both")
+		}
+		if !knobs && *preset == "" {
+			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz, or --preset NAME (fulcrumctl mode lists the board's levels)")
 		}
 		c := client()
 		defer c.Close()
+		if *preset != "" {
+			mi, err := c.ApplyPreset(cmd.Context(), *preset)
+			if err != nil {
+				return explain("mode", err)
+			}
+			if *asJSON {
+				return printJSON(cmd.OutOrStdout(), mi)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "preset %s applied: %s [%s]\n", *preset, mi.Current.Human(), mi.Current)
+			return nil
+		}
 		cur, err := c.Mode(cmd.Context())
 		if err != nil {
 			return explain("mode", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -179,8 +180,11 @@ func (s *Server) Serve(ctx context.Context) error {
 var routes = map[string]string{
 	"/v1/status":          "GET",
 	"/v1/budgets":         "GET, PUT",
+	"/v1/budgets/reset":   "POST",
+	"/v1/healthz":         "GET",
 	"/v1/workers":         "GET",
 	"/v1/mode":            "GET, PUT",
+	"/v1/mode/resume":     "POST",
 	"/v1/profiles":        "GET",
 	"/v1/profiles/export": "GET",
 	"/v1/profiles/import": "POST",
@@ -198,11 +202,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/workers", s.getWorkers)
 	mux.HandleFunc("GET /v1/mode", s.getMode)
 	mux.HandleFunc("PUT /v1/mode", s.mutating(s.putMode))
+	mux.HandleFunc("POST /v1/mode/resume", s.mutating(s.resumeMode))
 	mux.HandleFunc("GET /v1/profiles", s.getProfiles)
 	mux.HandleFunc("GET /v1/profiles/export", s.exportProfiles)
 	mux.HandleFunc("POST /v1/profiles/import", s.mutating(s.importProfiles))
 	mux.HandleFunc("POST /v1/optimize", s.mutating(s.optimize))
 	mux.HandleFunc("GET /v1/events", s.getEvents)
+	mux.HandleFunc("POST /v1/budgets/reset", s.mutating(s.resetBudgets))
+	mux.HandleFunc("GET /v1/healthz", s.getHealth)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := routes[strings.TrimSuffix(r.URL.Path, "/")]; ok {
 			w.Header().Set("Allow", allow)
@@ -421,11 +428,44 @@ func (s *Server) putMode(w http.ResponseWriter, r *http.Request, by Caller) {
 		s.fail(w, r, err)
 		return
 	}
+	if req.Preset != "" {
+		if req.Mode != (powermode.Mode{}) {
+			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "preset", "give a mode or a preset, not both"))
+			return
+		}
+		pr, ok := s.ctl.(PresetResolver)
+		if !ok {
+			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "preset", "this board has no nvpmodel presets; give a mode"))
+			return
+		}
+		m, err := pr.ResolvePreset(r.Context(), req.Preset)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		req.Mode = m
+	}
 	if err := req.Mode.Validate(); err != nil {
 		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "mode", "%v: give all four knobs (cores, cpu_khz, gpu_hz, emc_hz); GET /v1/mode lists the board's levels", err))
 		return
 	}
 	m, err := s.ctl.ApplyMode(r.Context(), req.Mode, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// resumeMode is POST /v1/mode/resume: fulcrumd takes the board back after standing down
+// for another tool's change.
+func (s *Server) resumeMode(w http.ResponseWriter, r *http.Request, by Caller) {
+	rs, ok := s.ctl.(Resumer)
+	if !ok {
+		s.fail(w, r, Errorf(http.StatusServiceUnavailable, CodeUnavailable, "", "this fulcrumd drives no board it could resume"))
+		return
+	}
+	m, err := rs.Resume(r.Context(), by)
 	if err != nil {
 		s.fail(w, r, err)
 		return
