@@ -19,7 +19,7 @@ import (
 type Limits struct {
 	// MaxConns caps open connections; the last ReservedConns of them are kept for callers
 	// the policy lets change things (root, the group), so an operator still gets in when
-	// other users have filled the rest.
+	// other users have filled the rest (negative ReservedConns: none).
 	MaxConns      int
 	ReservedConns int
 	// MaxConnsPerUID and MaxConnsPerPID cap one user's and one process's connections.
