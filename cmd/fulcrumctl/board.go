@@ -255,7 +255,7 @@ func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return shown(s)
 }
 
 func newBoardModesCmd() *cobra.Command {

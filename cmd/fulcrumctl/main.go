@@ -19,7 +19,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "fulcrumctl:", err)
+		fmt.Fprintln(os.Stderr, "fulcrumctl:", shownLines(err.Error()))
 		os.Exit(1)
 	}
 }

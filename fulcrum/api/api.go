@@ -66,7 +66,8 @@ type Controller interface {
 	Profiles(ctx context.Context, f store.Filter) ([]store.Profile, error)
 	// ExportProfiles writes the profiles matching f to w (store.WriteProfiles format).
 	ExportProfiles(ctx context.Context, w io.Writer, format store.Format, f store.Filter) error
-	// ImportProfiles stores the profiles read from r, all or none.
+	// ImportProfiles stores the profiles read from r: all, or none when it returns an
+	// error (a crash while writing can leave part stored; store.Import says how).
 	ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions, by Caller) (store.ImportResult, error)
 
 	// Optimize runs a searcher (OptimizeGMD or OptimizeALS) that profiles modes on the

@@ -298,6 +298,10 @@ func (a *API) ExportProfiles(_ context.Context, w io.Writer, format store.Format
 
 // ImportProfiles implements api.Controller.
 func (a *API) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportOptions, by api.Caller) (store.ImportResult, error) {
+	// A profile of fulcrumd's own board must be at one of the board's modes.
+	if b := a.C.board; b != nil {
+		opts.Spaces = map[string]*powermode.Space{b.Info().Name: b.Space()}
+	}
 	res, err := a.C.store.Import(r, opts)
 	if err != nil {
 		return res, err

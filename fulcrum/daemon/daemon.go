@@ -141,6 +141,10 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Store = st
 	d.log.Info("profile store open", "path", db)
+	// An import killed mid-way (SIGKILL, a power cut) leaves its spool and undo log.
+	if removed, err := st.RemoveImportLeftovers(); len(removed) > 0 || err != nil {
+		d.log.Warn("removed an unfinished import's temporary files; part of that import may be stored (import the file again to complete it)", "files", removed, "err", err)
+	}
 	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
 		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
 		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
