@@ -182,9 +182,12 @@ type Plan struct {
 
 // Status is GET /v1/status.
 type Status struct {
-	Version   string          `json:"version"` // fulcrumd build version
-	Board     string          `json:"board"`   // catalog name, "sim:NAME" or "none"
-	Mode      powermode.Mode  `json:"mode"`
+	Version string         `json:"version"` // fulcrumd build version
+	Board   string         `json:"board"`   // catalog name, "sim:NAME" or "none"
+	Mode    powermode.Mode `json:"mode"`
+	// ModeError says why the board's mode could not be read and what to check (Mode is
+	// then zero); empty when it was read or there is no board.
+	ModeError string          `json:"mode_error,omitempty"`
 	ModeHeld  bool            `json:"mode_held"` // an operator-applied mode is held
 	Budgets   Budgets         `json:"budgets"`
 	Plan      *Plan           `json:"plan,omitempty"`  // nil until the first plan
@@ -207,6 +210,10 @@ type Status struct {
 	Profiles       int       `json:"profiles"` // stored profiles
 	StartedAt      time.Time `json:"started_at"`
 	UptimeS        float64   `json:"uptime_s"`
+	// Notices are what the operator must act on that fulcrumd worked around at start
+	// (a damaged profile store moved aside: where it went, what to do), kept until
+	// fulcrumd restarts.
+	Notices []string `json:"notices,omitempty"`
 }
 
 // StreamStatus is one inference stream as fulcrumd plans and measures it.

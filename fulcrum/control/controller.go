@@ -193,6 +193,7 @@ type Controller struct {
 	live        LiveCounts
 	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
+	notices     []string          // what the operator must act on, kept until restart (Notice)
 }
 type cfgKey struct {
 	m powermode.Mode

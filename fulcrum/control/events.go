@@ -21,6 +21,7 @@ const (
 	KindApply    Kind = "apply"     // a mode and batch applied (or failed to apply)
 	KindDegraded Kind = "degraded"  // power unreadable: fell back to the lowest-power mode (or recovered)
 	KindBudget   Kind = "budget"    // budgets changed
+	KindStore    Kind = "store"     // the profile store was found damaged and moved aside (Notice)
 )
 
 // Event is one controller decision or action.

@@ -47,8 +47,7 @@ func (b *broken) set(err error) {
 
 // damagedError words a panic (or fault) inside bbolt as ErrDamaged for path.
 func damagedError(path string, r any) error {
-	return fmt.Errorf("%w: %s: bbolt failed on a bad page (%v); stop fulcrumd and move the file aside (fulcrumd does that itself at its next start), then re-profile or import an export",
-		ErrDamaged, path, r)
+	return fmt.Errorf("%w: %s: bbolt failed on a bad page: %v", ErrDamaged, path, r)
 }
 
 // guarded runs op, turning a panic inside bbolt, or a memory fault on the file's
