@@ -12,6 +12,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
+	bolt "go.etcd.io/bbolt"
 )
 
 // buildDamageableStore writes a store of about 4 MB at path, every page in use: the
@@ -190,4 +191,24 @@ func TestStoreDamagedWhileOpen(t *testing.T) {
 		t.Fatal("List, Check and every GetModel succeeded on a store overwritten mid-file")
 	}
 	t.Logf("List: %v\nCheck: %.300v\nGetModel: %v", lerr, cerr, merr)
+}
+
+// A schema version that is not a number (a value overwritten inside a sound page: bbolt
+// has no page checksums) is damage too, so fulcrumd moves the file aside rather than
+// failing every start.
+func TestGarbledSchemaVersionIsDamage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "profiles.db")
+	buildDamageableStore(t, path)
+	db, err := bolt.Open(path, 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("\x00\x01")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Open(path, store.Options{Verify: true}); !errors.Is(err, store.ErrDamaged) {
+		t.Fatalf("Open: %v; want ErrDamaged", err)
+	}
 }

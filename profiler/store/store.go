@@ -227,7 +227,7 @@ func storedVersion(tx *bolt.Tx) (int, error) {
 	raw := meta.Get(keyVersion)
 	v, err := strconv.Atoi(string(raw))
 	if err != nil || v < 1 {
-		return 0, fmt.Errorf("meta/schema_version %q is not a version number: the file is damaged; run fulcrumctl profile check", raw)
+		return 0, fmt.Errorf("%w: meta/schema_version %q is not a version number; run fulcrumctl profile check", ErrDamaged, raw)
 	}
 	return v, nil
 }
