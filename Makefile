@@ -85,6 +85,7 @@ install: build ## install binaries, systemd unit, sysusers/tmpfiles, config (DES
 	else install -m 0644 configs/fulcrum.yaml $(DESTDIR)$(SYSCONFDIR)/fulcrum/fulcrum.yaml; fi
 	install -m 0644 configs/fulcrum.yaml $(DESTDIR)$(DOCDIR)/fulcrum.yaml.example
 	install -m 0644 $(wildcard $(DOCS)) $(DESTDIR)$(DOCDIR)/
+	install -m 0644 systemd/fulcrumd-metrics.conf $(DESTDIR)$(DOCDIR)/
 	@# On the live system (no DESTDIR) with systemd running: create the group and the
 	@# state directory, and make systemd read the new unit. Enabling is left to you.
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \

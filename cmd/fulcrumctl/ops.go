@@ -277,7 +277,7 @@ func newBudgetCmd() *cobra.Command {
 		Short: "Show or set fulcrumd's latency, power and rate budgets",
 	}
 	client := addSocketFlag(cmd)
-	cmd.AddCommand(newBudgetGetCmd(client), newBudgetSetCmd(client))
+	cmd.AddCommand(newBudgetGetCmd(client), newBudgetSetCmd(client), newBudgetResetCmd(client))
 	return cmd
 }
 
@@ -392,6 +392,35 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 			return printJSON(cmd.OutOrStdout(), b)
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", b)
+		return nil
+	}
+	return cmd
+}
+
+func newBudgetResetCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reset",
+		Short: "Return to the configuration file's budgets: drop the run-time ones (and a held mode) and their saved copy",
+		Long: `Budgets set with "budget set" (global and per workload, training weights) and a mode
+held with "mode apply" are saved in the state directory and restored when fulcrumd
+restarts, over the configuration file's budgets. "budget reset" drops them all: the
+configuration's budgets (file, environment, flags, as fulcrumd started with them) are in
+force again, no workload has budgets of its own, no mode is held, and the saved copy is
+deleted (docs/operations.md, "Budgets across restarts").`,
+		Args: cobra.NoArgs,
+	}
+	asJSON := cmd.Flags().Bool("json", false, "print the resulting budgets as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		b, err := c.ResetBudgets(cmd.Context())
+		if err != nil {
+			return explain("budget reset", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), b)
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), "budgets reset to the configuration's:", b)
 		return nil
 	}
 	return cmd

@@ -44,6 +44,13 @@ type Controller interface {
 	// applies it atomically against the budgets it holds and returns the budgets now in
 	// force. An infeasible plan is not an error: Status.Plan says so.
 	SetBudgets(ctx context.Context, u BudgetsUpdate, by Caller) (Budgets, error)
+	// ResetBudgets returns to the configuration's budgets: the budgets, per-workload
+	// budgets, training weights and held mode set at run time are dropped and their
+	// saved copy deleted. It returns the budgets now in force.
+	ResetBudgets(ctx context.Context, by Caller) (Budgets, error)
+	// Health says whether fulcrumd is ready (board, profile store and control loop
+	// working) and what else is degraded; it never fails.
+	Health(ctx context.Context) Health
 
 	// Workers are the live workers (from the scheduler's snapshot).
 	Workers(ctx context.Context) ([]Worker, error)
@@ -75,6 +82,25 @@ type Controller interface {
 	// events (the channel is buffered; the controller never blocks on it) — the Seq gap
 	// shows it.
 	Subscribe(ctx context.Context) (events <-chan Event, cancel func())
+}
+
+// Health is GET /v1/healthz: 200 when Ready, 503 otherwise, with this body either way.
+type Health struct {
+	// Ready: every required check passes.
+	Ready bool `json:"ready"`
+	// Degraded: an optional check fails (fulcrumd runs, without it).
+	Degraded bool          `json:"degraded"`
+	Checks   []HealthCheck `json:"checks"`
+}
+
+// HealthCheck is one part of fulcrumd: "board", "store", "control_loop" (required) and
+// "metrics" (optional, present when metrics are configured).
+type HealthCheck struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Optional bool   `json:"optional,omitempty"`
+	// Detail says what was checked, or what failed and what to do.
+	Detail string `json:"detail"`
 }
 
 // Caller is who made a request, from the socket's peer credentials (SO_PEERCRED).
@@ -289,6 +315,8 @@ const (
 	EventApply    = "apply"     // a mode and batch applied (by the controller or an operator), or failed
 	EventProfile  = "profile"   // profiling: optimize started/finished, a mode profiled, profiles imported
 	EventDegraded = "degraded"  // power unreadable: fell back to the lowest-power mode, or recovered
+	EventSettings = "settings"  // at start: where the budgets and a held mode came from (configuration or saved run-time settings)
+	EventHealth   = "health"    // an optional part (metrics) failed; fulcrumd runs without it
 )
 
 // Event is one entry of the controller's event log.

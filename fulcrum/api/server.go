@@ -168,6 +168,8 @@ func (s *Server) Serve(ctx context.Context) error {
 var routes = map[string]string{
 	"/v1/status":          "GET",
 	"/v1/budgets":         "GET, PUT",
+	"/v1/budgets/reset":   "POST",
+	"/v1/healthz":         "GET",
 	"/v1/workers":         "GET",
 	"/v1/mode":            "GET, PUT",
 	"/v1/profiles":        "GET",
@@ -192,6 +194,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/profiles/import", s.mutating(s.importProfiles))
 	mux.HandleFunc("POST /v1/optimize", s.mutating(s.optimize))
 	mux.HandleFunc("GET /v1/events", s.getEvents)
+	mux.HandleFunc("POST /v1/budgets/reset", s.mutating(s.resetBudgets))
+	mux.HandleFunc("GET /v1/healthz", s.getHealth)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := routes[strings.TrimSuffix(r.URL.Path, "/")]; ok {
 			w.Header().Set("Allow", allow)

@@ -26,6 +26,8 @@ type API struct {
 	Version   string
 	BoardSpec string
 	Started   time.Time
+
+	faults faults // optional parts that failed (health.go)
 }
 
 var _ api.Controller = (*API)(nil)
@@ -87,6 +89,9 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 		s.Streams = append(s.Streams, api.StreamStatus{Workload: x.Workload, Batch: x.Batch, LatencyBudgetMS: x.LatencyBudgetMS,
 			OwnBudget: x.OwnBudget, RateRPS: x.RateRPS, RateFixed: x.RateFixed, PlanRateRPS: x.PlanRateRPS, PredLatencyMS: x.PredLatencyMS,
 			MeasuredP99MS: x.MeasuredP99MS, ServedRecent: x.Served, Rho: x.Rho})
+	}
+	if r := a.degradedFaults(s.DegradedReason); r != s.DegradedReason {
+		s.Degraded, s.DegradedReason = true, r
 	}
 	s.Plan = a.plan()
 	// An evaluated plan that meets no budget set is degraded running (docs/operations.md):
@@ -182,6 +187,7 @@ func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) 
 		if err := a.C.SetStreamTarget(u.Workload, StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS, TrainWeight: sb.TrainWeight}, &by); err != nil {
 			return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "workload", "%v", err)
 		}
+		a.C.persistSettings()
 		return a.toAPIBudgets(a.C.Budgets()), nil
 	}
 	if err := a.C.SetBudgetsBy(nb.Plan(), &by); err != nil {
@@ -243,6 +249,7 @@ func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (a
 		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v; fix the cause the board names (fulcrumctl board info shows what it runs) and apply again", err)
 	}
 	c.events.Add(Event{Kind: KindApply, Reason: "operator applied mode " + m.Human(), Mode: &m, Caller: &by})
+	c.persistSettings() // the held mode, kept across a restart
 	return a.Mode(ctx)
 }
 

@@ -51,6 +51,7 @@ func (c *Controller) SetBudgetsBy(b plan.Budgets, by *api.Caller) error {
 	c.mu.Unlock()
 	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
 	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
+	c.persistSettings() // kept across a restart (settings.go)
 	return nil
 }
 

@@ -132,6 +132,8 @@ type Options struct {
 	Presets     []powermode.Mode
 	PresetNames []string
 	Budgets     plan.Budgets
+	// SettingsPath is where run-time settings are saved (settings.go); empty: not saved.
+	SettingsPath string
 }
 
 // Controller plans and watches. Its methods are safe for concurrent use.
@@ -146,6 +148,10 @@ type Controller struct {
 	pnames  []string
 	events  *EventLog
 	power   *PowerMonitor
+	// settings: the configuration's budgets and the saved run-time settings (settings.go);
+	// loop: the control loop's heartbeat (health.go).
+	settings *settingsState
+	loop     loopBeat
 
 	mu       sync.Mutex
 	budgets  plan.Budgets
@@ -222,7 +228,8 @@ func New(o Options) (*Controller, error) {
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
 		presets: o.Presets, pnames: o.PresetNames, budgets: b,
 		base: context.Background(), violations: map[string]uint64{},
-		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{}}
+		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{},
+		settings: &settingsState{file: SettingsFile{Path: o.SettingsPath}, config: b}}
 	c.events = NewEventLog(cfg.Events, o.Clock.Now)
 	o.Sched.SetLatencyBudget(msDur(b.LatencyMS))
 	return c, nil
@@ -319,9 +326,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	c.loop.start(c.clock.Now())
 	for c.sleep(ctx, c.cfg.Period) {
 		c.Step(ctx)
+		c.persistSettings() // a held mode a step or a search let go of
+		c.loop.beat(c.clock.Now())
 	}
+	c.loop.stop()
 	wg.Wait()
 	c.mu.Lock()
 	done := c.jobDone

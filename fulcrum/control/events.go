@@ -21,6 +21,8 @@ const (
 	KindApply    Kind = "apply"     // a mode and batch applied (or failed to apply)
 	KindDegraded Kind = "degraded"  // power unreadable: fell back to the lowest-power mode (or recovered)
 	KindBudget   Kind = "budget"    // budgets changed
+	KindSettings Kind = "settings"  // where the budgets came from at start (configuration or saved run-time settings)
+	KindHealth   Kind = "health"    // a part of fulcrumd outside the controller failed (metrics listener)
 	KindStore    Kind = "store"     // the profile store was found damaged and moved aside (Notice)
 )
 

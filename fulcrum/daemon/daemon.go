@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,8 @@ type Daemon struct {
 	Board      *Board
 	Controller *control.Controller
 	API        *api.Server
+	// ControlAPI is the controller as the control API sees it (health, faults).
+	ControlAPI *control.API
 	Metrics    *metrics.Metrics
 	metricsLn  net.Listener
 	log        *slog.Logger
@@ -139,7 +142,9 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	d.Store = st
 	d.log.Info("profile store open", "path", db)
 	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
-		Log: o.Log.With("component", "control"), Budgets: o.Budgets}
+		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
+		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
+		SettingsPath: filepath.Join(cmp.Or(o.StateDir, filepath.Dir(db)), control.SettingsFileName)}
 	if b.Backend != nil {
 		copts.Board = b
 		copts.Presets, copts.PresetNames = b.Presets()
@@ -149,6 +154,7 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		return fail(err)
 	}
 	d.Controller = ctl
+	ctl.RestoreSettings(ctx)
 	if notice != "" {
 		ctl.Notice(control.KindStore, notice)
 	}
@@ -163,18 +169,24 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 			boardName = "none"
 		}
 		adapter := &control.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()}
+		d.ControlAPI = adapter
 		d.API = api.NewServer(ac, adapter)
 		if err := d.API.Listen(); err != nil {
 			return fail(err)
 		}
 		if o.MetricsListen != "" {
+			// Metrics are optional: a listener that cannot bind (port taken, no TCP in
+			// the unit's sandbox) is an event and a degraded status, not an exit that
+			// would put fulcrumd in a restart loop.
+			adapter.Expect("metrics", "serving GET /metrics on "+o.MetricsListen)
 			ln, err := metrics.Listen(o.MetricsListen)
 			if err != nil {
-				return fail(err)
+				adapter.SetFault("metrics", fmt.Sprintf("%v; under systemd a TCP listener also needs the drop-in /usr/share/doc/fulcrum/fulcrumd-metrics.conf (docs/operations.md \"Metrics\")", err))
+			} else {
+				d.metricsLn = ln
+				d.Metrics = metrics.New(metrics.FromController(adapter, ctl.Counters), metrics.Options{})
+				met.Store(d.Metrics)
 			}
-			d.metricsLn = ln
-			d.Metrics = metrics.New(metrics.FromController(adapter, ctl.Counters), metrics.Options{})
-			met.Store(d.Metrics)
 		}
 	}
 	return d, nil
@@ -232,7 +244,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			if err := d.Metrics.Serve(ctx, d.metricsLn, d.log); err != nil {
-				d.log.Error("metrics listener stopped; fulcrumd goes on without metrics", "err", err)
+				d.ControlAPI.SetFault("metrics", fmt.Sprintf("the metrics listener stopped: %v; fulcrumd goes on without metrics (restart it to serve them again)", err))
 			}
 		}()
 	}
