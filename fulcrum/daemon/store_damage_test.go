@@ -205,3 +205,43 @@ func TestDaemonStoreDamagedWhileRunning(t *testing.T) {
 		t.Fatalf("status notices %q; want one saying the store failed and to restart", st.Notices)
 	}
 }
+
+// Moving a damaged store aside loses no operator setting: budgets set through the API
+// live in the state directory's settings file, apart from the store, and the restart on
+// a fresh store still runs with them.
+func TestDamagedStoreKeepsOperatorSettings(t *testing.T) {
+	dir := t.TempDir()
+	o, _, _ := openReliabilityBoard(t, dir, slog.New(slog.DiscardHandler))
+	db := filepath.Join(o.StateDir, "profiles.db")
+	writeStore(t, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	cl := api.NewClient(filepath.Join(o.Server.RuntimeDir, api.SocketName))
+	lat := 80.0
+	if _, err := cl.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: &lat}); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	cancel()
+	<-done
+
+	if err := os.Truncate(db, 8192); err != nil {
+		t.Fatal(err)
+	}
+	_, cl2 := startDaemon(t, o)
+	st, err := cl2.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Notices) != 1 {
+		t.Fatalf("notices %q; want the damaged store's", st.Notices)
+	}
+	if st.Budgets.LatencyMS != lat {
+		t.Fatalf("latency budget %v ms after the store was moved aside; want the operator's %v", st.Budgets.LatencyMS, lat)
+	}
+}
