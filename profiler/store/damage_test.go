@@ -203,7 +203,9 @@ func TestGarbledSchemaVersionIsDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("\x00\x01")) })
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), []byte("\x00\x01"))
+	})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
