@@ -217,7 +217,7 @@ func openStore(path string, timeout time.Duration, now time.Time, log *slog.Logg
 		return nil, "", fmt.Errorf("the profile store was damaged and moved aside to %s, but a fresh store cannot be created: %w", aside, ferr)
 	}
 	notice = fmt.Sprintf("%v; it was moved aside to %s and fulcrumd runs on a fresh, empty store and measures again what it needs (fulcrumctl optimize). "+
-		"To try to recover its profiles: fulcrumctl profile export --db %s -o profiles.csv (it fails if the damage reaches them), then fulcrumctl daemon profiles import profiles.csv; remove the damaged file when done. "+
+		"To try to recover its profiles: fulcrumctl profile export --db %s --out profiles.csv (it fails if the damage reaches them), then fulcrumctl daemon profiles import profiles.csv; remove the damaged file when done. "+
 		"Check the storage: flash that corrupts one file may corrupt others", err, aside, aside)
 	return st, notice, nil
 }
