@@ -45,9 +45,22 @@ func (b *broken) set(err error) {
 	}
 }
 
-// damagedError words a panic (or fault) inside bbolt as ErrDamaged for path.
-func damagedError(path string, r any) error {
-	return fmt.Errorf("%w: %s: bbolt failed on a bad page: %v", ErrDamaged, path, r)
+// panicked is the error of a panic (or fault) recovered inside bbolt: ErrDamaged for
+// path. Only these leave the handle in an unknown state (see broken).
+type panicked struct {
+	path string
+	r    any
+}
+
+func (p *panicked) Error() string {
+	return fmt.Sprintf("%v: %s: bbolt failed on a bad page: %v", ErrDamaged, p.path, p.r)
+}
+
+func (p *panicked) Unwrap() error { return ErrDamaged }
+
+func isPanic(err error) bool {
+	var p *panicked
+	return errors.As(err, &p)
 }
 
 // guarded runs op, turning a panic inside bbolt, or a memory fault on the file's
@@ -58,7 +71,7 @@ func guarded(path string, op func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = damagedError(path, r)
+			err = &panicked{path: path, r: r}
 		}
 	}()
 	return op()
@@ -75,7 +88,7 @@ func (s *Store) do(run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error
 		return err
 	}
 	err := guarded(s.path, func() error { return run(fn) })
-	if errors.Is(err, ErrDamaged) {
+	if isPanic(err) {
 		s.broken.set(err)
 	}
 	return err
@@ -140,7 +153,7 @@ func verify(path string, timeout time.Duration) error {
 			return nil
 		})
 	})
-	cerr := closeDB(db, errors.Is(err, ErrDamaged))
+	cerr := closeDB(db, isPanic(err))
 	if err != nil {
 		return err
 	}
