@@ -36,13 +36,13 @@ func LockBoard(node string) (*BoardLock, error) {
 		return nil, fmt.Errorf("board lock: open %s: %w", node, err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		holder := "pid unknown"
+		holder := "another fulcrumd (pid unknown) drives this board"
 		if pid, ok := lockHolder(f, "/proc/locks"); ok {
-			holder = "pid " + strconv.Itoa(pid)
+			holder = holderName(pid)
 		}
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another fulcrumd (%s) drives this board: stop it first (systemctl stop fulcrumd, or end that pid) or point this fulcrumd at another board; nothing on the board or in the state directory was touched (%w: flock on %s)",
+			return nil, fmt.Errorf("%s: stop it first (systemctl stop fulcrumd, or end that pid) or use another board; nothing on the board or in the state directory was touched (%w: flock on %s)",
 				holder, ErrBoardLocked, node)
 		}
 		return nil, fmt.Errorf("board lock: flock %s: %w", node, err)
@@ -61,6 +61,17 @@ func (l *BoardLock) Close() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// holderName words who holds the lock: a fulcrumd by its command name (fulcrumd,
+// fulcrumd.test), else the command /proc names (a fulcrumctl board apply, profile run).
+func holderName(pid int) string {
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	name := strings.TrimSpace(string(comm))
+	if err != nil || name == "" || strings.HasPrefix(name, "fulcrumd") {
+		return fmt.Sprintf("another fulcrumd (pid %d) drives this board", pid)
+	}
+	return fmt.Sprintf("%q (pid %d) holds this board", name, pid)
 }
 
 // lockHolder finds the pid holding a FLOCK on f's inode in a /proc/locks listing
