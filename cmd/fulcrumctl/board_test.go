@@ -330,14 +330,19 @@ func TestBoardInfoNvpmodel(t *testing.T) {
 		name, conf, status, source string
 		running                    int
 		reboot, live               []string
+		mask                       string // the GPU's tpc_pg_mask ("": no node)
 	}{
-		{"live conf", boardTestConf, "pmode:0000\n", "live-conf", 0, []string{"MODE_15W"}, []string{"MAXN", "MODE_50W_LIVE"}},
-		{"catalog", "", "pmode:0002\n", "catalog", 2, []string{"MAXN", "MODE_15W", "MODE_50W"}, []string{"MODE_30W"}},
+		{"live conf", boardTestConf, "pmode:0000\n", "live-conf", 0, []string{"MODE_15W"}, []string{"MAXN", "MODE_50W_LIVE"}, ""},
+		{"catalog", "", "pmode:0002\n", "catalog", 2, []string{"MAXN", "MODE_15W", "MODE_50W"}, []string{"MODE_30W"}, ""},
+		// The status names MAXN (mask 0), the GPU runs MODE_30W's mask 240 (nvpmodel -m 0
+		// without the reboot): the GPU's mask wins, MAXN is not offered.
+		{"GPU mask wins", "", "pmode:0000\n", "catalog", 0, []string{"MAXN", "MODE_15W", "MODE_50W"}, []string{"MODE_30W"}, "240"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			b := tegratest.AGXOrin64GBJP6()
 			b.NvpmodelConf, b.NvpmodelConfName, b.NvpmodelStatus = tc.conf, "nvpmodel_p3701_0000.conf", tc.status
+			b.TPCPGMask = tc.mask
 			if err := tegratest.Write(root, b); err != nil {
 				t.Fatal(err)
 			}

@@ -155,10 +155,16 @@ func writeStatus(w io.Writer, st api.Status) error {
 	case st.Mode.Cores == 0:
 		mode = "none (fulcrumd has no board: it schedules only)"
 	}
-	if st.ModeHeld {
+	switch {
+	case st.StoodDown:
+		mode += "  (set by another tool: fulcrumd stands down; fulcrumctl mode resume takes the board back)"
+	case st.ModeHeld:
 		mode += "  (held: applied by an operator)"
 	}
 	fmt.Fprintf(tw, "mode\t%s\n", mode)
+	if n := st.Nvpmodel; n != nil {
+		fmt.Fprintf(tw, "nvpmodel\t%d %s\n", n.ID, n.Name)
+	}
 	if p := st.Plan; p != nil {
 		feas := "feasible"
 		predicted := p.PredLatencyMS > 0 || p.PredPowerMW > 0
@@ -481,7 +487,34 @@ func newModeCmd() *cobra.Command {
 		}
 		return writeModeInfo(cmd.OutOrStdout(), mi)
 	}
-	cmd.AddCommand(newModeApplyCmd(client))
+	cmd.AddCommand(newModeApplyCmd(client), newModeResumeCmd(client))
+	return cmd
+}
+
+func newModeResumeCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Take the board back after fulcrumd stood down for another tool's change (jetson_clocks, nvpmodel)",
+		Long: `When another tool changes the board's clocks, cores or EMC while fulcrumd drives it,
+fulcrumd stands down (controller.external_change: stand_down): it writes no mode and does not
+enforce the power budget, and fulcrumctl status says DEGRADED. mode resume writes fulcrumd's
+mode again (an operator's held mode, or its plan) and re-plans; a budget change does the same.`,
+		Args: cobra.NoArgs,
+	}
+	asJSON := cmd.Flags().Bool("json", false, "print the resulting mode as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		mi, err := c.ResumeMode(cmd.Context())
+		if err != nil {
+			return explain("mode resume", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), mi)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "board taken back: %s [%s]\n", mi.Current.Human(), mi.Current)
+		return nil
+	}
 	return cmd
 }
 
@@ -522,7 +555,8 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 		Use:   "apply",
 		Short: "Apply a power mode now (knobs not given keep their current value); fulcrumd holds it until budgets change",
 		Example: `  fulcrumctl mode apply --cores 8 --cpu-khz 1728000 --gpu-hz 612000000 --emc-hz 3199000000
-  fulcrumctl mode apply --gpu-hz 408000000`,
+  fulcrumctl mode apply --gpu-hz 408000000
+  fulcrumctl mode apply --preset MODE_30W     (or --preset 2: a live nvpmodel preset's caps)`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -530,6 +564,7 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	cpu := f.Int64("cpu-khz", 0, "CPU frequency (kHz)")
 	gpu := f.Int64("gpu-hz", 0, "GPU frequency (Hz)")
 	emc := f.Int64("emc-hz", 0, "memory (EMC) frequency (Hz)")
+	preset := f.String("preset", "", "a live nvpmodel preset by name or id (as nvpmodel -m takes it), instead of the knobs")
 	asJSON := f.Bool("json", false, "print the resulting mode as JSON")
 	// Complete knob values from the board's levels, asked of the daemon.
 	levelsCompletion := func(pick func(api.Levels) []string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -563,11 +598,26 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("gpu-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.GPUHz) }))
 	_ = cmd.RegisterFlagCompletionFunc("emc-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.EMCHz) }))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if !f.Changed("cores") && !f.Changed("cpu-khz") && !f.Changed("gpu-hz") && !f.Changed("emc-hz") {
-			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz (fulcrumctl mode lists the board's levels)")
+		knobs := f.Changed("cores") || f.Changed("cpu-khz") || f.Changed("gpu-hz") || f.Changed("emc-hz")
+		if *preset != "" && knobs {
+			return errors.New("mode apply: give --preset or knobs (--cores, --cpu-khz, --gpu-hz, --emc-hz), not both")
+		}
+		if !knobs && *preset == "" {
+			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz, or --preset NAME (fulcrumctl mode lists the board's levels)")
 		}
 		c := client()
 		defer c.Close()
+		if *preset != "" {
+			mi, err := c.ApplyPreset(cmd.Context(), *preset)
+			if err != nil {
+				return explain("mode", err)
+			}
+			if *asJSON {
+				return printJSON(cmd.OutOrStdout(), mi)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "preset %s applied: %s [%s]\n", *preset, mi.Current.Human(), mi.Current)
+			return nil
+		}
 		cur, err := c.Mode(cmd.Context())
 		if err != nil {
 			return explain("mode", err)

@@ -236,10 +236,23 @@ type Status struct {
 	Profiles       int       `json:"profiles"` // stored profiles
 	StartedAt      time.Time `json:"started_at"`
 	UptimeS        float64   `json:"uptime_s"`
+	// Nvpmodel is the nvpmodel mode the board runs (its status file, read now), where
+	// the board has one.
+	Nvpmodel *NvpmodelMode `json:"nvpmodel,omitempty"`
+	// StoodDown: another tool (jetson_clocks, nvpmodel) changed the board's mode and
+	// fulcrumd writes none until POST /v1/mode/resume or a budget change
+	// (DegradedReason names the other tool's mode).
+	StoodDown bool `json:"stood_down,omitempty"`
 	// Notices are what the operator must act on that fulcrumd worked around at start
 	// (a damaged profile store moved aside: where it went, what to do), kept until
 	// fulcrumd restarts.
 	Notices []string `json:"notices,omitempty"`
+}
+
+// NvpmodelMode is an nvpmodel mode: its id (nvpmodel -m ID) and name (MODE_30W).
+type NvpmodelMode struct {
+	ID   int    `json:"id"`
+	Name string `json:"name,omitempty"`
 }
 
 // StreamStatus is one inference stream as fulcrumd plans and measures it.
@@ -277,9 +290,23 @@ type Levels struct {
 	EMCHz  []int64 `json:"emc_hz"`
 }
 
-// ModeRequest is the body of PUT /v1/mode.
+// ModeRequest is the body of PUT /v1/mode: a mode, or a live nvpmodel preset by name
+// or id (Preset; the mode is then left zero).
 type ModeRequest struct {
-	Mode powermode.Mode `json:"mode"`
+	Mode   powermode.Mode `json:"mode"`
+	Preset string         `json:"preset,omitempty"`
+}
+
+// PresetResolver is implemented by a Controller whose board has nvpmodel presets: the
+// mode of a live preset, by name or id (PUT /v1/mode with a preset).
+type PresetResolver interface {
+	ResolvePreset(ctx context.Context, nameOrID string) (powermode.Mode, error)
+}
+
+// Resumer is implemented by a Controller that stands down when another tool changes
+// the board (POST /v1/mode/resume takes the board back).
+type Resumer interface {
+	Resume(ctx context.Context, by Caller) (ModeInfo, error)
 }
 
 // Searchers Optimize accepts.
@@ -317,6 +344,9 @@ const (
 	EventDegraded = "degraded"  // power unreadable: fell back to the lowest-power mode, or recovered
 	EventSettings = "settings"  // at start: where the budgets and a held mode came from (configuration or saved run-time settings)
 	EventHealth   = "health"    // an optional part (metrics) failed; fulcrumd runs without it
+	// EventExternal: another tool (jetson_clocks, nvpmodel) changed the board's mode and
+	// what fulcrumd did (controller.external_change), or fulcrumd took the board back.
+	EventExternal = "external_change"
 )
 
 // Event is one entry of the controller's event log.

@@ -187,6 +187,18 @@ func (c *Client) ApplyMode(ctx context.Context, m powermode.Mode) (ModeInfo, err
 	return mi, c.call(ctx, http.MethodPut, "/mode", nil, ModeRequest{Mode: m}, &mi)
 }
 
+// ApplyPreset is PUT /v1/mode with a live nvpmodel preset (name or id).
+func (c *Client) ApplyPreset(ctx context.Context, nameOrID string) (ModeInfo, error) {
+	var mi ModeInfo
+	return mi, c.call(ctx, http.MethodPut, "/mode", nil, ModeRequest{Preset: nameOrID}, &mi)
+}
+
+// ResumeMode is POST /v1/mode/resume.
+func (c *Client) ResumeMode(ctx context.Context) (ModeInfo, error) {
+	var mi ModeInfo
+	return mi, c.call(ctx, http.MethodPost, "/mode/resume", nil, struct{}{}, &mi)
+}
+
 func filterQuery(f store.Filter) url.Values {
 	q := url.Values{}
 	if f.Board != "" {

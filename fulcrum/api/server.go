@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -172,6 +173,7 @@ var routes = map[string]string{
 	"/v1/healthz":         "GET",
 	"/v1/workers":         "GET",
 	"/v1/mode":            "GET, PUT",
+	"/v1/mode/resume":     "POST",
 	"/v1/profiles":        "GET",
 	"/v1/profiles/export": "GET",
 	"/v1/profiles/import": "POST",
@@ -189,6 +191,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/workers", s.getWorkers)
 	mux.HandleFunc("GET /v1/mode", s.getMode)
 	mux.HandleFunc("PUT /v1/mode", s.mutating(s.putMode))
+	mux.HandleFunc("POST /v1/mode/resume", s.mutating(s.resumeMode))
 	mux.HandleFunc("GET /v1/profiles", s.getProfiles)
 	mux.HandleFunc("GET /v1/profiles/export", s.exportProfiles)
 	mux.HandleFunc("POST /v1/profiles/import", s.mutating(s.importProfiles))
@@ -396,11 +399,44 @@ func (s *Server) putMode(w http.ResponseWriter, r *http.Request, by Caller) {
 		s.fail(w, r, err)
 		return
 	}
+	if req.Preset != "" {
+		if req.Mode != (powermode.Mode{}) {
+			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "preset", "give a mode or a preset, not both"))
+			return
+		}
+		pr, ok := s.ctl.(PresetResolver)
+		if !ok {
+			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "preset", "this board has no nvpmodel presets; give a mode"))
+			return
+		}
+		m, err := pr.ResolvePreset(r.Context(), req.Preset)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		req.Mode = m
+	}
 	if err := req.Mode.Validate(); err != nil {
 		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "mode", "%v: give all four knobs (cores, cpu_khz, gpu_hz, emc_hz); GET /v1/mode lists the board's levels", err))
 		return
 	}
 	m, err := s.ctl.ApplyMode(r.Context(), req.Mode, by)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// resumeMode is POST /v1/mode/resume: fulcrumd takes the board back after standing down
+// for another tool's change.
+func (s *Server) resumeMode(w http.ResponseWriter, r *http.Request, by Caller) {
+	rs, ok := s.ctl.(Resumer)
+	if !ok {
+		s.fail(w, r, Errorf(http.StatusServiceUnavailable, CodeUnavailable, "", "this fulcrumd drives no board it could resume"))
+		return
+	}
+	m, err := rs.Resume(r.Context(), by)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -66,6 +66,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	if err := c.store.Damaged(); err != nil {
 		s.Notices = append(s.Notices, fmt.Sprintf("%v (found while running); profiles cannot be read or stored: restart fulcrumd, which moves the file aside and starts on a fresh store", err))
 	}
+	s.Nvpmodel, s.StoodDown = a.nvpmodelMode(), c.StoodDown()
 	if c.board != nil {
 		if m, err := c.board.Current(ctx); err == nil {
 			s.Mode = m
@@ -221,6 +222,9 @@ func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	if n, ok := c.board.(interface{ Nvpmodel() string }); ok {
 		mi.Nvpmodel = n.Nvpmodel()
 	}
+	if n := a.nvpmodelMode(); n != nil && n.Name != "" {
+		mi.Nvpmodel = n.Name // read now: an nvpmodel -m since start shows
+	}
 	if st := c.Status(); st.Current != nil {
 		m := st.Current.Mode
 		mi.Planned = &m
@@ -253,6 +257,49 @@ func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (a
 	return a.Mode(ctx)
 }
 
+// nvpmodelMode is the board's running nvpmodel mode (daemon.Board reads its status file
+// again), nil where it has none.
+func (a *API) nvpmodelMode() *api.NvpmodelMode {
+	n, ok := a.C.board.(interface{ NvpmodelMode() (int, string, bool) })
+	if !ok {
+		return nil
+	}
+	id, name, known := n.NvpmodelMode()
+	if !known {
+		return nil
+	}
+	return &api.NvpmodelMode{ID: id, Name: name}
+}
+
+// ResolvePreset implements api.PresetResolver: a live nvpmodel preset's mode.
+func (a *API) ResolvePreset(_ context.Context, nameOrID string) (powermode.Mode, error) {
+	pb, ok := a.C.board.(interface {
+		Preset(nameOrID string) (powermode.Mode, string, error)
+	})
+	if !ok {
+		return powermode.Mode{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "preset", "this board has no nvpmodel presets; give the mode's clocks")
+	}
+	m, _, err := pb.Preset(nameOrID)
+	if err != nil {
+		return powermode.Mode{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "preset", "%v", err)
+	}
+	return m, nil
+}
+
+// Resume implements api.Resumer.
+func (a *API) Resume(ctx context.Context, by api.Caller) (api.ModeInfo, error) {
+	if a.C.board == nil {
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
+	}
+	if _, err := a.C.Resume(ctx, &by); err != nil {
+		if errors.Is(err, ErrNotStoodDown) {
+			return api.ModeInfo{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
+		}
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
+	}
+	return a.Mode(ctx)
+}
+
 // Profiles implements api.Controller.
 func (a *API) Profiles(_ context.Context, f store.Filter) ([]store.Profile, error) {
 	return a.C.store.List(f)
@@ -282,7 +329,7 @@ func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Call
 	out, err := a.C.Optimize(ctx, req.Method, req.MaxProfiles)
 	switch {
 	case errors.Is(err, ErrBusy):
-		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeBusy, "", "%v", err)
+		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
 	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair):
 		return api.OptimizeResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
 	case err != nil:

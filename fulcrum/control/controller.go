@@ -55,6 +55,9 @@ type Config struct {
 	Events          int           // event ring size
 	InferBatches    []int         // batch sizes planned over (∩ what the worker serves)
 	Live            LiveOptions
+	// ExternalChange is what a mode change made outside fulcrumd leads to:
+	// ExternalStandDown (default), ExternalReapply or ExternalAdopt (external.go).
+	ExternalChange string
 }
 
 // DefaultConfig is what fulcrumd uses when the configuration says nothing.
@@ -66,7 +69,7 @@ func DefaultConfig() Config {
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
-		InferBatches: plan.DefaultInferBatches(),
+		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
 	}
 }
 func (c Config) withDefaults() Config {
@@ -105,6 +108,9 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.InferBatches) == 0 {
 		c.InferBatches = d.InferBatches
+	}
+	if c.ExternalChange == "" {
+		c.ExternalChange = d.ExternalChange
 	}
 	return c
 }
@@ -187,6 +193,7 @@ type Controller struct {
 	base        context.Context // ends when Run ends
 	forceApply  bool            // the board's mode is not cur's (a search moved it)
 	held        bool            // an operator-applied mode is held
+	ext         *external       // another tool's change the controller stands down for (external.go)
 	driftSince  time.Time
 	belowSince  time.Time
 	lastStep    time.Time
@@ -224,6 +231,9 @@ func New(o Options) (*Controller, error) {
 	cfg := o.Config.withDefaults()
 	if search.CheckLive(cfg.Searcher) != nil {
 		return nil, fmt.Errorf("control: searcher %q: want gmd or als", cfg.Searcher)
+	}
+	if !slices.Contains(ExternalPolicies, cfg.ExternalChange) {
+		return nil, fmt.Errorf("control: external change policy %q: want one of %s", cfg.ExternalChange, strings.Join(ExternalPolicies, ", "))
 	}
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
 		presets: o.Presets, pnames: o.PresetNames, budgets: b,
@@ -427,6 +437,11 @@ func (c *Controller) Step(ctx context.Context) {
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
+		// Another tool's clock, core or EMC change (jetson_clocks, nvpmodel -m) is seen
+		// within one period; standing down, nothing below writes a mode.
+		if !c.job && c.watchExternal(ctx, now) {
+			return
+		}
 	}
 	if c.pair == nil {
 		return

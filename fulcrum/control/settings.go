@@ -340,6 +340,7 @@ func (c *Controller) ResetBudgets(by *api.Caller) error {
 	if c.cur != nil || c.pair != nil {
 		c.needPlan = reasonBudgets
 	}
+	c.takeBack(c.base, "budgets reset", by) // a budget change ends a stand-down (external.go)
 	c.mu.Unlock()
 	c.sched.SetLatencyBudget(msDur(cfg.LatencyMS))
 	if err := errors.Join(c.sched.SetStreamLatencyBudgets(nil), c.sched.SetTrainWeights(nil)); err != nil {

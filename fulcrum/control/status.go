@@ -89,6 +89,9 @@ func (c *Controller) Status() Status {
 		s.ApplyError = c.applyErr.Error()
 		s.Degraded = strings.TrimPrefix(s.Degraded+"; "+c.boardRefusal(c.clock.Now()), "; ")
 	}
+	if r := c.externalReason(); r != "" {
+		s.Degraded = strings.TrimPrefix(s.Degraded+"; "+r, "; ")
+	}
 	if ev := c.events.List(0); len(ev) > 0 {
 		s.LastEvent = ev[len(ev)-1].Seq
 	}
