@@ -149,7 +149,10 @@ func writeStatus(w io.Writer, st api.Status) error {
 	fmt.Fprintf(&b, "%s on %s, up %s, %d stored profiles\n", name, shown(st.Board), uptime(st.UptimeS), st.Profiles)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	mode := st.Mode.Human()
-	if st.Mode.Cores == 0 {
+	switch {
+	case st.ModeError != "":
+		mode = "UNKNOWN: " + st.ModeError
+	case st.Mode.Cores == 0:
 		mode = "none (fulcrumd has no board: it schedules only)"
 	}
 	switch {
@@ -222,6 +225,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 	fmt.Fprintf(tw, "state\t%s\n", state)
 	if st.Profiling != "" {
 		fmt.Fprintf(tw, "profiling\t%s\n", shown(st.Profiling))
+	}
+	for _, n := range st.Notices {
+		fmt.Fprintf(tw, "NOTICE\t%s\n", shown(n))
 	}
 	fmt.Fprintf(tw, "scheduler\t%d turns, %d overruns, %d workers\n", st.Turns, st.Overruns, len(st.Workers))
 	if err := tw.Flush(); err != nil {

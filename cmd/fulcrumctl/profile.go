@@ -397,6 +397,11 @@ no way to run one from fulcrumctl yet and run says so.`,
 		if err != nil {
 			return err
 		}
+		lock, err := lockBoard(backend)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
 		nvp, err := nvpmodel.ForBoard(*root, spec)
 		if err != nil {
 			return err

@@ -59,13 +59,21 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	if s.Board == "" {
 		s.Board = "none"
 	}
+	s.Notices = st.Notices
 	if n, err := c.store.Count(); err == nil {
 		s.Profiles = n
+	}
+	if err := c.store.Damaged(); err != nil {
+		s.Notices = append(s.Notices, fmt.Sprintf("%v (found while running); profiles cannot be read or stored: restart fulcrumd, which moves the file aside and starts on a fresh store", err))
 	}
 	s.Nvpmodel, s.StoodDown = a.nvpmodelMode(), c.StoodDown()
 	if c.board != nil {
 		if m, err := c.board.Current(ctx); err == nil {
 			s.Mode = m
+		} else {
+			s.ModeError = modeReadError(err)
+			s.Degraded = true
+			s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+s.ModeError, "; ")
 		}
 		if r, err := c.board.Power(ctx); err == nil {
 			// The average now, with or without workers (the controller's own figure is
@@ -194,6 +202,11 @@ func (a *API) Workers(context.Context) ([]api.Worker, error) {
 	return api.WorkersFrom(a.C.sched.Snapshot().Workers), nil
 }
 
+// modeReadError words a failed read of the board's mode for an operator.
+func modeReadError(err error) string {
+	return fmt.Sprintf("the board's mode could not be read: %v; check that the board's mode files (CPU online and cpufreq, the GPU's devfreq, the EMC clock in debugfs) exist and are readable by fulcrumd (fulcrumctl board info reads them too)", err)
+}
+
 // Mode implements api.Controller.
 func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	c := a.C
@@ -202,7 +215,8 @@ func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	}
 	cur, err := c.board.Current(ctx)
 	if err != nil {
-		return api.ModeInfo{}, fmt.Errorf("read the board's mode: %w", err)
+		// The board's files, not the daemon, are at fault: 503 with what to check.
+		return api.ModeInfo{Board: c.board.Info().Name}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%s", modeReadError(err))
 	}
 	mi := api.ModeInfo{Board: c.board.Info().Name, Current: cur, Held: c.Held()}
 	if n, ok := c.board.(interface{ Nvpmodel() string }); ok {

@@ -208,6 +208,7 @@ type Controller struct {
 	violations  map[string]uint64 // budget violations acted on, by budget
 
 	declined []string // workloads whose workers all decline profile batches (decline.go)
+	notices  []string // what the operator must act on, kept until restart (Notice)
 }
 type cfgKey struct {
 	m powermode.Mode

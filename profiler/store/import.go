@@ -134,7 +134,7 @@ func spoolProfiles(next func() (Profile, bool, error), sp *spool, spaces map[str
 func (s *Store) importConflicts(sp *spool) error {
 	defer sp.rewind()
 	return sp.chunks(func(chunk [][]byte) error {
-		return s.db.View(func(tx *bolt.Tx) error {
+		return s.view(func(tx *bolt.Tx) error {
 			for _, raw := range chunk {
 				p, err := decodeProfile(raw)
 				if err != nil {
@@ -169,7 +169,7 @@ func (s *Store) importWrite(sp *spool, overwrite bool) (ImportResult, error) {
 	n := 0
 	werr := sp.chunks(func(chunk [][]byte) error {
 		n++
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return s.update(func(tx *bolt.Tx) error {
 			if s.importFault != nil {
 				if err := s.importFault(n - 1); err != nil {
 					return err
@@ -229,7 +229,7 @@ func (s *Store) importWrite(sp *spool, overwrite bool) (ImportResult, error) {
 // puts back the value that is still there.
 func (s *Store) importUndo(undo *spool) error {
 	return undo.chunks(func(chunk [][]byte) error {
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return s.update(func(tx *bolt.Tx) error {
 			for _, rec := range chunk {
 				if len(rec) < 2 {
 					return fmt.Errorf("undo log: short record")
