@@ -14,6 +14,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -32,12 +33,19 @@ type API struct {
 
 var _ api.Controller = (*API)(nil)
 
-// toAPIBudgets is the budgets in force in the API's wire form; a measured rate is
-// reported where the rate is auto.
+// toAPIBudgets is the budgets in force in the API's wire form; where the rate is auto,
+// the measured rate is reported of the one stream planned for, none with several (each
+// has its own, in the status's streams).
 func (a *API) toAPIBudgets(b plan.Budgets) api.Budgets {
+	return a.budgetsOf(b, a.C.Status().Streams)
+}
+
+// budgetsOf is toAPIBudgets with the streams of one status, so that the rate the budgets
+// report is the one the streams and workloads of the same status show.
+func (a *API) budgetsOf(b plan.Budgets, streams []StreamStatus) api.Budgets {
 	measured := 0.0
-	if b.RateRPS == 0 {
-		measured = a.C.Status().Measured.RateRPS
+	if b.RateRPS == 0 && len(streams) == 1 {
+		measured = streams[0].MeasuredRateRPS
 	}
 	out := api.BudgetsFrom(b, measured)
 	ts := a.C.StreamTargets()
@@ -52,7 +60,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	c := a.C
 	st := c.Status()
 	snap := c.sched.Snapshot()
-	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
+	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.budgetsOf(st.Budgets, st.Streams), ModeHeld: c.Held(),
 		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
 		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
@@ -84,6 +92,17 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 				p.Rails = append(p.Rails, api.Rail{Name: x.Name, PowerMW: x.PowerMW})
 			}
 			s.Power = p
+		}
+	}
+	// One measured rate per stream on one status (issue 34): the controller's meter, the
+	// rate it plans with, also in the workloads' rows (the scheduler's mean over its
+	// window is another figure, and differs from it while the rate changes).
+	for i, wl := range s.Workloads {
+		if wl.Role != string(proto.RoleInfer) {
+			continue
+		}
+		if j := slices.IndexFunc(st.Streams, func(x StreamStatus) bool { return x.Workload == wl.Workload }); j >= 0 {
+			s.Workloads[i].ArrivalRateHz = st.Streams[j].MeasuredRateRPS
 		}
 	}
 	for _, x := range st.Streams {

@@ -463,6 +463,19 @@ func (c *Controller) Step(ctx context.Context) {
 		c.latCount = wl.LatencyRecent.Count
 	}
 	c.measured.RateRPS = c.rate.rate
+	if c.grp != nil {
+		// Every stream's meter, also while a search runs: status shows these rates, and a
+		// meter left behind during a search showed a rate from before it (issue 34).
+		for _, s := range c.grp.Streams {
+			if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
+				c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
+			}
+		}
+		// One measured rate per stream: the pair's stream is one of the group's.
+		if m := c.meters[c.pair.Infer]; m != nil {
+			c.measured.RateRPS = m.rate
+		}
+	}
 	if c.job {
 		return
 	}

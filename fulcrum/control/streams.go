@@ -518,11 +518,7 @@ func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, 
 // at the mode, the stream's broken batch left out); a drifted rate re-plans after
 // DriftHold. Called with c.mu held.
 func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now time.Time) {
-	for _, s := range c.grp.Streams {
-		if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
-			c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
-		}
-	}
+	// Step has observed every stream's rate meter.
 	_, ready := c.streamRates(now)
 	b := c.budgets
 	if avg, over := c.powerOver(now); over {
@@ -733,6 +729,9 @@ type StreamStatus struct {
 	OwnBudget       bool    `json:"own_budget"` // set for this stream (else the shared one)
 	RateRPS         float64 `json:"rate_rps"`   // measured (EWMA), or the fixed rate
 	RateFixed       bool    `json:"rate_fixed"`
+	// MeasuredRateRPS is the stream's measured rate (EWMA) whether or not its rate is
+	// fixed: the one measured rate of the stream a status shows (issue 34).
+	MeasuredRateRPS float64 `json:"measured_rate_rps"`
 	PlanRateRPS     float64 `json:"plan_rate_rps,omitempty"`
 	PredLatencyMS   float64 `json:"predicted_latency_ms,omitempty"`
 	MeasuredP99MS   float64 `json:"measured_p99_ms"` // over the scheduler's recent window
@@ -757,14 +756,18 @@ func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
 		t, own := c.streamT[n]
 		s := StreamStatus{Workload: n, LatencyBudgetMS: cmp.Or(t.LatencyMS, c.budgets.LatencyMS), OwnBudget: own}
 		switch {
+		case c.grp == nil:
+			s.MeasuredRateRPS = c.rate.rate
+		case c.meters[n] != nil:
+			s.MeasuredRateRPS = c.meters[n].rate
+		}
+		switch {
 		case t.RateRPS > 0:
 			s.RateRPS, s.RateFixed = t.RateRPS, true
 		case c.budgets.RateRPS > 0:
 			s.RateRPS, s.RateFixed = c.budgets.RateRPS, true
-		case c.grp == nil:
-			s.RateRPS = c.rate.rate
-		case c.meters[n] != nil:
-			s.RateRPS = c.meters[n].rate
+		default:
+			s.RateRPS = s.MeasuredRateRPS
 		}
 		if wl, ok := snap.Workload(proto.RoleInfer, n); ok {
 			s.MeasuredP99MS, s.Served = wl.LatencyRecent.P99MS, wl.LatencyRecent.Count
