@@ -14,6 +14,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
@@ -615,6 +616,9 @@ type pooledLive struct {
 	board   string
 	streams []*LiveProfiler // (first job, stream i); streams[0] measures both
 	jobs    []*LiveProfiler // (job j, first stream), training point only, j ≥ 1
+
+	mu    sync.Mutex
+	modes map[powermode.Mode]bool // where any profiler measured live
 }
 
 var (
@@ -644,6 +648,17 @@ func newPooledLive(g *group, rates, weights []float64, st *store.Store, board st
 // together.
 func (p *pooledLive) each(m powermode.Mode, f func(*LiveProfiler) (plan.ModeProfile, error)) (plan.MultiProfile, error) {
 	mp := plan.MultiProfile{Mode: m, Train: make([]plan.TrainPoint, len(p.g.Train)), Infer: make([][]plan.InferPoint, len(p.g.Streams))}
+	before := p.Counts().Profiled
+	defer func() {
+		if p.Counts().Profiled > before {
+			p.mu.Lock()
+			if p.modes == nil {
+				p.modes = map[powermode.Mode]bool{}
+			}
+			p.modes[m] = true
+			p.mu.Unlock()
+		}
+	}()
 	for i, lp := range p.streams {
 		x, err := f(lp)
 		if err != nil {
@@ -707,18 +722,21 @@ func (p *pooledLive) Known() []plan.ModeProfile {
 	return out
 }
 
-// Counts sums what the live profilers did.
+// Counts sums what the live profilers did; Modes is the distinct modes any measured.
 func (p *pooledLive) Counts() LiveCounts {
 	var c LiveCounts
 	for _, lp := range append(slices.Clone(p.streams), p.jobs...) {
 		c = addCounts(c, lp.Counts())
 	}
+	p.mu.Lock()
+	c.Modes = len(p.modes)
+	p.mu.Unlock()
 	return c
 }
 
 func addCounts(a, b LiveCounts) LiveCounts {
-	return LiveCounts{Profiled: a.Profiled + b.Profiled, FromStore: a.FromStore + b.FromStore, Abandoned: a.Abandoned + b.Abandoned,
-		Points: a.Points + b.Points, Remeasured: a.Remeasured + b.Remeasured}
+	return LiveCounts{Modes: a.Modes + b.Modes, Profiled: a.Profiled + b.Profiled, FromStore: a.FromStore + b.FromStore, Abandoned: a.Abandoned + b.Abandoned,
+		Points: a.Points + b.Points, Remeasured: a.Remeasured + b.Remeasured, Discarded: a.Discarded + b.Discarded}
 }
 
 // StreamStatus is one inference stream as the controller plans and measures it.

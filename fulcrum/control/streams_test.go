@@ -314,6 +314,17 @@ func TestSearchSeveralStreams(t *testing.T) {
 	if modes == 0 || modes > 4 || st.Live.Profiled != 2*modes {
 		t.Fatalf("%d modes stored for every workload, %d live profiles: want ≤ 4 modes, each profiled for both streams", modes, st.Live.Profiled)
 	}
+	// The search-done event counts distinct modes (what the searcher's budget caps) and
+	// names the profile runs apart (issue 34: "30 modes profiled live" for 13 modes).
+	var done string
+	for _, ev := range evs {
+		if ev.Kind == KindProfile && strings.Contains(ev.Reason, "search done") {
+			done = ev.Reason
+		}
+	}
+	if st.Live.Modes != modes || !strings.Contains(done, fmt.Sprintf("%d modes profiled live (%d profile runs", modes, 2*modes)) {
+		t.Fatalf("%d modes profiled: status counts %d modes; event %q", modes, st.Live.Modes, done)
+	}
 	ys, err := e.store.List(store.Filter{Board: e.spec.Name, Workload: tInfer2})
 	if err != nil || len(ys) != 4*modes {
 		t.Fatalf("%d profiles of %s stored (%v), want 4 batch sizes × %d modes", len(ys), tInfer2, err, modes)
