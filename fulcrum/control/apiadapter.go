@@ -117,11 +117,50 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	// An evaluated plan that meets no budget set is degraded running (docs/operations.md):
 	// inference and power come first, training waits.
 	if p := s.Plan; p != nil && !p.Feasible && (p.PredLatencyMS > 0 || p.PredPowerMW > 0) {
-		why := fmt.Sprintf("no known configuration meets the %s budget (relax it, or run fulcrumctl optimize to profile more modes)", p.Binding)
+		why := infeasibleWhy(p, st, s.Power, snap.TrainingPaused)
 		s.Degraded = true
 		s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+why, "; ")
 	}
 	return s, nil
+}
+
+// infeasibleWhy is the degraded reason of an infeasible plan: the budget the decision
+// names, with the figures it was judged on (predicted with training running) beside what
+// the board does now, so that "power budget" at 9.7 W measured against 30 W is not left
+// unexplained (issue 34), and what to do.
+func infeasibleWhy(p *api.Plan, st Status, power *api.Power, paused bool) string {
+	b := st.Budgets.WithDefaults()
+	fig := ""
+	switch p.Binding {
+	case "power":
+		fig = fmt.Sprintf("the plan is predicted to draw %.1f W with training running, over the %.0f W budget", p.PredPowerMW/1000, b.PowerMW/1000)
+		if power != nil && power.Avg1sSamples > 0 {
+			fig += fmt.Sprintf("; the board draws %.1f W now (1 s average)", power.Avg1sMW/1000)
+			if paused {
+				fig += " with training paused"
+			}
+		}
+	case "latency":
+		worst, ratio := -1, 0.0
+		for i, x := range st.Streams {
+			if x.LatencyBudgetMS > 0 && x.PredLatencyMS/x.LatencyBudgetMS > ratio {
+				worst, ratio = i, x.PredLatencyMS/x.LatencyBudgetMS
+			}
+		}
+		switch {
+		case worst >= 0 && len(st.Streams) > 1:
+			x := st.Streams[worst]
+			fig = fmt.Sprintf("stream %s's p99 is predicted at %.1f ms with training running, against its %.0f ms budget", x.Workload, x.PredLatencyMS, x.LatencyBudgetMS)
+		case p.PredLatencyMS > 0:
+			fig = fmt.Sprintf("the p99 is predicted at %.1f ms with training running, against the %.0f ms budget", p.PredLatencyMS, b.LatencyMS)
+		}
+	case "gpu_share":
+		fig = fmt.Sprintf("inference is predicted to take %.0f%% of the GPU, over the %.0f%% cap", 100*p.Rho, 100*b.RhoMax)
+	}
+	if fig != "" {
+		fig = ": " + fig
+	}
+	return fmt.Sprintf("no known configuration meets the %s budget%s (relax it, or run fulcrumctl optimize to profile more modes)", p.Binding, fig)
 }
 
 // plan is the applied configuration as an api.Plan, with the reason of the decision
