@@ -75,3 +75,26 @@ func TestStatusOneRatePerStream(t *testing.T) {
 		t.Errorf("one stream: streams %+v, budgets %+v; want the same measured rate", st.Streams, st.Budgets)
 	}
 }
+
+// An infeasible plan for several streams: the degraded reason gives the figures the
+// decision was judged on (predicted with training running) beside what the board draws
+// now, with training paused (issue 34 item 2: "DEGRADED: … power budget" at 9.7 W against
+// 30 W, unexplained).
+func TestDegradedReasonGivesItsFigures(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	e.seedStream(tInfer2)
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 8000, RateRPS: 10})
+	e.board.set(6500, nil) // training paused: the board draws far less than predicted
+	e.register(nil)
+	e.registerInfer(tInfer2)
+	e.tick(c, 2*time.Second)
+	st, err := (&API{C: c}).Status(context.Background())
+	if err != nil || st.Plan == nil || st.Plan.Feasible || st.Plan.Binding != "power" || !st.TrainingPaused {
+		t.Fatalf("want an infeasible plan bound by power with training paused: plan %+v, paused %v, %v", st.Plan, st.TrainingPaused, err)
+	}
+	want := fmt.Sprintf("the plan is predicted to draw %.1f W with training running, over the 8 W budget; the board draws 6.5 W now (1 s average) with training paused", st.Plan.PredPowerMW/1000)
+	if !st.Degraded || !strings.Contains(st.DegradedReason, want) {
+		t.Errorf("degraded reason %q; want it to say %q", st.DegradedReason, want)
+	}
+}
