@@ -308,7 +308,7 @@ func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, ex
 		ids[i] = q.id
 	}
 	lim := s.limit(exp)
-	hold := max(time.Duration(float64(exp)*s.cfg.HoldFactor), s.cfg.HoldMin, lim)
+	hold := s.holdLimit(exp, lim)
 	g := Grant{Worker: w.id, ID: s.nextGrant, Kind: kind, Batch: batch, RequestIDs: ids, Deadline: lim, Seq: w.acquireSeq}
 	t := &turn{w: w, grant: g, start: now, expected: exp, limit: lim, hold: hold, reqs: reqs, profile: p}
 	s.turn = t

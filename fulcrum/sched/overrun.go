@@ -31,6 +31,15 @@ func (s *Scheduler) limit(expected time.Duration) time.Duration {
 	return l
 }
 
+// holdLimit is how long a turn of expected time exp (overrun limit lim) may be held
+// before it is taken back: HoldFactor × exp, at least HoldMin and lim, and never more
+// than HoldMax — no sequence of releases, however it raises the expected time, lets a
+// worker keep the others waiting longer than that.
+func (s *Scheduler) holdLimit(exp, lim time.Duration) time.Duration {
+	h := max(time.Duration(float64(exp)*s.cfg.HoldFactor), s.cfg.HoldMin, lim)
+	return min(h, max(s.cfg.HoldMax, s.cfg.HoldMin))
+}
+
 func (s *Scheduler) checkOverrun(t *turn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

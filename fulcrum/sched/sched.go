@@ -100,10 +100,12 @@ type Scheduler struct {
 	overruns uint64
 	// clamped counts releases whose reported duration exceeded the held time (and was
 	// replaced by it); expired counts turns taken back by the hold limit.
-	clamped  uint64
-	expired  uint64
-	clampLog rateLimit
-	started  time.Time
+	clamped uint64
+	expired uint64
+	// underReported counts releases reporting less than the held time.
+	underReported uint64
+	clampLog      rateLimit
+	started       time.Time
 }
 
 type worker struct {
