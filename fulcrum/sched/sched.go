@@ -324,6 +324,16 @@ func (s *Scheduler) unlockAndDeliver() {
 	}
 }
 
+// TurnHolder is the id of the worker holding the turn ("" when none does).
+func (s *Scheduler) TurnHolder() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turn == nil || s.turn.w == nil {
+		return ""
+	}
+	return s.turn.w.id
+}
+
 // Close stops scheduling: no new turns are granted, pending actions and profiles fail.
 func (s *Scheduler) Close() {
 	s.mu.Lock()

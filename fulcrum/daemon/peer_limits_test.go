@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+)
+
+// workersOf counts the registered workers of peer process pid.
+func workersOf(s *Server, pid int) int {
+	n := 0
+	for _, w := range s.Snapshot().Workers {
+		if w.PID == pid {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 26 item 4: 64 registered, silent connections of one process used to take every
+// slot, and every other worker got busy for as long as they stayed open. Now one process
+// holds at most worker.max_per_process (16 of the default 64) and a worker of another
+// process registers at once.
+func TestSilentConnectionsOfOneProcessDoNotLockOthersOut(t *testing.T) {
+	s := startServer(t, Config{}) // the shipped limits: 64 workers, 16 per process, 8 reserved
+	cmd, got := startWorkerProcess(t, s.SocketPath(), "silent", 64)
+	held, _ := strconv.Atoi(got)
+	t.Logf("the silent process registered %d of 64 connections", held)
+	if held > DefaultConfig().MaxPerProcess {
+		t.Fatalf("one process registered %d connections; want at most %d (worker.max_per_process)", held, DefaultConfig().MaxPerProcess)
+	}
+	start := time.Now()
+	w := dial(t, s, client.Registration{Role: proto.RoleTrain, Workload: "resnet18", Batch: 8})
+	t.Logf("a worker of another process registered in %v", time.Since(start))
+	if _, err := w.Acquire(ctx10(t)); err != nil {
+		t.Fatalf("the new worker was not granted: %v", err)
+	}
+	if n := workersOf(s, cmd.Process.Pid); n != held {
+		t.Fatalf("the silent process has %d workers registered, said %d", n, held)
+	}
+}
+
+// The reserve and eviction (issue 26 item 4): processes already holding connections
+// stop at max_workers − reserved_slots, a process holding none still gets a reserved
+// slot, and with every slot taken a process holding none evicts the longest-silent
+// connection of the process holding the most — not the only worker of a process.
+func TestReservedSlotsAndEvictionForProcessesHoldingNone(t *testing.T) {
+	logs := &logRecords{}
+	s := startServer(t, Config{Log: slog.New(logs), MaxWorkers: 8, MaxPerProcess: 4, ReservedSlots: 2})
+	sock := s.SocketPath()
+	a, na := startWorkerProcess(t, sock, "silent", 8)
+	b, nb := startWorkerProcess(t, sock, "silent", 8)
+	c, nc := startWorkerProcess(t, sock, "silent", 8)
+	// a: 4 (its cap); b: 2 (up to 8−2 slots); c: 1 (a reserved slot: it held none).
+	if na != "4" || nb != "2" || nc != "1" {
+		t.Fatalf("registered a %s, b %s, c %s; want 4, 2, 1", na, nb, nc)
+	}
+	mine := dial(t, s, client.Registration{Role: proto.RoleTrain, Workload: "resnet18", Batch: 8}) // the last reserved slot
+	d, nd := startWorkerProcess(t, sock, "silent", 8)
+	if nd != "1" {
+		t.Fatalf("a process holding none registered %s connections with every slot taken; want 1 (by eviction)", nd)
+	}
+	time.Sleep(100 * time.Millisecond) // the evicted connection's reader ends
+	got := []int{workersOf(s, a.Process.Pid), workersOf(s, b.Process.Pid), workersOf(s, c.Process.Pid), workersOf(s, d.Process.Pid)}
+	if got[0] != 3 || got[1] != 2 || got[2] != 1 || got[3] != 1 {
+		t.Fatalf("workers per process a, b, c, d = %v; want [3 2 1 1] (one of a's, the process holding the most, evicted)", got)
+	}
+	if err := mine.Heartbeat(ctx10(t)); err != nil {
+		t.Fatalf("this process's only worker was evicted: %v", err)
+	}
+	if !logs.has("evicted") {
+		t.Fatalf("eviction not logged: %q", logs.warn)
+	}
+}
+
+// Issue 26 item 3, half-open connections: a process whose reader is gone (a socket
+// closed in one thread while another blocks in recv) used to hold one grant per
+// connection to the hold limit in turn — 60 of them kept a steady stream waiting 24 s.
+// Now the first expiry drops the process's other connections silent since that turn
+// began: the waiting worker is granted after one hold limit, not ten.
+func TestHalfOpenConnectionsOfOneProcessCostOneHoldLimit(t *testing.T) {
+	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: time.Second, DefaultTrain: time.Millisecond,
+		DefaultInfer: time.Millisecond, HoldFactor: 1, HoldMin: 300 * time.Millisecond}})
+	cmd, got := startWorkerProcess(t, s.SocketPath(), "halfopen", 10)
+	if got != "10" {
+		t.Fatalf("the half-open process registered %s of 10", got)
+	}
+	w := dial(t, s, client.Registration{Role: proto.RoleTrain, Workload: "resnet18", Batch: 8})
+	start := time.Now()
+	g, err := w.Acquire(ctx10(t))
+	if err != nil {
+		t.Fatalf("the honest worker was not granted: %v", err)
+	}
+	expired := s.Snapshot().HoldExpired
+	t.Logf("granted after %v, %d hold expiries (hold limit 300 ms)", time.Since(start), expired)
+	if expired != 1 {
+		t.Fatalf("%d turns expired before the honest worker was granted; want 1 (the process's other connections dropped)", expired)
+	}
+	if err := w.Release(g.Grant, time.Millisecond, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); workersOf(s, cmd.Process.Pid) > 0 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	}
+	if n := workersOf(s, cmd.Process.Pid); n != 0 {
+		t.Fatalf("%d workers of the half-open process still registered", n)
+	}
+}
