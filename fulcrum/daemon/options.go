@@ -43,8 +43,8 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "MaxLineBytes", c.MaxLineBytes)
 	optcheck.Positive(&ck, "MaxWorkers", c.MaxWorkers)
 	optcheck.Positive(&ck, "MaxPerProcess", c.MaxPerProcess)
-	if c.ReservedSlots < -1 || c.ReservedSlots >= c.MaxWorkers {
-		ck.Fail("ReservedSlots", c.ReservedSlots, "must be -1 (none) or a number of slots less than MaxWorkers, kept for processes holding no connection")
+	if c.ReservedSlots < -1 {
+		ck.Fail("ReservedSlots", c.ReservedSlots, "must be -1 (none) or a number of slots kept for processes holding no connection (at most a quarter of MaxWorkers is used)")
 	}
 	optcheck.Positive(&ck, "WriteTimeout", c.WriteTimeout)
 	optcheck.Positive(&ck, "RegisterTimeout", c.RegisterTimeout)

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"log/slog"
+	"os"
+	"os/user"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,5 +111,54 @@ func TestHalfOpenConnectionsOfOneProcessCostOneHoldLimit(t *testing.T) {
 	}
 	if n := workersOf(s, cmd.Process.Pid); n != 0 {
 		t.Fatalf("%d workers of the half-open process still registered", n)
+	}
+}
+
+// otherGroup is a group this process may chown a file to other than its own gid: any
+// group for root, else a supplementary one ("" when there is none).
+func otherGroup(t *testing.T) (string, int) {
+	t.Helper()
+	var gids []int
+	if os.Geteuid() == 0 {
+		for _, name := range []string{"daemon", "nogroup", "users", "adm", "bin", "sys"} {
+			if g, err := user.LookupGroup(name); err == nil {
+				id, _ := strconv.Atoi(g.Gid)
+				gids = append(gids, id)
+			}
+		}
+	} else {
+		gids, _ = os.Getgroups()
+	}
+	for _, id := range gids {
+		if id == os.Getegid() {
+			continue
+		}
+		if g, err := user.LookupGroupId(strconv.Itoa(id)); err == nil {
+			return g.Name, id
+		}
+	}
+	return "", -1
+}
+
+// Issue 26 item 11: control.group set control.sock's group only; worker.sock kept
+// fulcrumd's. The worker socket now takes its configured group (worker.group, by
+// default control.group's).
+func TestWorkerSocketTakesConfiguredGroup(t *testing.T) {
+	name, gid := otherGroup(t)
+	if name == "" {
+		t.Skip("no group other than this process's own to chown the socket to (run as root or with a supplementary group)")
+	}
+	s := startServer(t, Config{Group: name})
+	fi, err := os.Stat(s.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := int(fi.Sys().(*syscall.Stat_t).Gid); got != gid {
+		t.Fatalf("worker.sock group %d, want %d (%s)", got, gid, name)
+	}
+	// A group that does not exist leaves the socket as it was rather than failing.
+	s2 := startServer(t, Config{Group: "no-such-group-fulcrum-test"})
+	if _, err := os.Stat(s2.SocketPath()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -37,8 +37,9 @@ type Config struct {
 	// MaxWorkers caps concurrent worker connections (64 when 0).
 	MaxWorkers int
 	// MaxPerProcess caps the connections one peer process (its pid from SO_PEERCRED at
-	// accept) may hold (16 when 0), and ReservedSlots of the MaxWorkers slots (8 when 0;
-	// -1 for none) go only to a process holding no connection, so a process — however
+	// accept) may hold (MaxWorkers/4 when 0), and ReservedSlots of the MaxWorkers slots
+	// (MaxWorkers/8 when 0; -1 for none; at most MaxWorkers/4) go only to a process
+	// holding no connection, so a process — however
 	// many silent connections it opens — cannot lock the others out (issue 26 item 4).
 	// When every slot is taken, a connection from a process holding none evicts the
 	// longest-silent connection of the process holding the most (not one holding the
@@ -117,7 +118,9 @@ func NewServer(cfg Config) *Server {
 	case cfg.ReservedSlots < 0:
 		cfg.ReservedSlots = 0
 	}
-	cfg.ReservedSlots = min(cfg.ReservedSlots, cfg.MaxWorkers-1)
+	// At most a quarter of the slots are reserved, so a small max_workers left with the
+	// default reserve still lets a process hold several.
+	cfg.ReservedSlots = min(cfg.ReservedSlots, cfg.MaxWorkers/4)
 	if cfg.Clock == nil {
 		cfg.Clock = sched.RealClock{}
 	}
