@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -160,5 +162,55 @@ func TestWorkerSocketTakesConfiguredGroup(t *testing.T) {
 	s2 := startServer(t, Config{Group: "no-such-group-fulcrum-test"})
 	if _, err := os.Stat(s2.SocketPath()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Issue 26 item 6, over the socket: with two inference streams, the one asking for
+// more than its share of the GPU has its excess refused with rate_limited, naming the
+// requests (request_ids), to its own connection; the other stream is granted as usual
+// and sees no error.
+func TestStreamBeyondItsShareGetsRateLimited(t *testing.T) {
+	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: 100 * time.Millisecond, DefaultTrain: time.Millisecond, DefaultInfer: 5 * time.Millisecond}})
+	steady := dialRaw(t, s)
+	steady.send(`{"type":"register","v":1,"role":"infer","workload":"steady","batch":8}`)
+	steady.recv()
+	flood := dialRaw(t, s)
+	flood.send(`{"type":"register","v":1,"role":"infer","workload":"flood","batch":4096}`)
+	flood.recv()
+	var b strings.Builder
+	b.WriteString(`{"type":"arrivals","requests":[`)
+	for i := range 2000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"id":"f%d"}`, i)
+	}
+	b.WriteString(`]}`)
+	flood.send(b.String())
+	flood.send(`{"type":"heartbeat","seq":7}`)
+	m := flood.expectError(proto.CodeRateLimited)
+	if len(m.RequestIDs) == 0 || len(m.RequestIDs) >= 2000 || m.Ref != proto.TypeArrivals {
+		t.Fatalf("rate_limited naming %d of 2000 requests (ref %q); want the excess named, some admitted", len(m.RequestIDs), m.Ref)
+	}
+	t.Logf("flood: %d of 2000 refused: %s", len(m.RequestIDs), m.Message)
+	if hb := flood.recv(); hb.Type != proto.TypeHeartbeat {
+		t.Fatalf("after the refusal: %+v", hb)
+	}
+	steady.send(`{"type":"acquire","seq":1}`)
+	steady.send(`{"type":"arrivals","requests":[{"id":"s1"}]}`)
+	g := steady.recv()
+	if g.Type != proto.TypeGrant || len(g.RequestIDs) != 1 || g.RequestIDs[0] != "s1" {
+		t.Fatalf("the steady stream: %+v; want a grant for s1", g)
+	}
+	steady.send(fmt.Sprintf(`{"type":"release","grant":%d}`, g.Grant))
+	steady.send(`{"type":"heartbeat","seq":2}`)
+	if hb := steady.recv(); hb.Type != proto.TypeHeartbeat {
+		t.Fatalf("the steady stream got %+v; want no error", hb)
+	}
+	snap := s.Snapshot()
+	fl, _ := snap.Workload(proto.RoleInfer, "flood")
+	st, _ := snap.Workload(proto.RoleInfer, "steady")
+	if fl.Refused != uint64(len(m.RequestIDs)) || st.Refused != 0 {
+		t.Fatalf("refused counts: flood %d (named %d), steady %d", fl.Refused, len(m.RequestIDs), st.Refused)
 	}
 }

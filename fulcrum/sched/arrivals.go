@@ -3,6 +3,9 @@ package sched
 // Inference arrivals and turn requests (acquire).
 
 import (
+	"encoding/json"
+	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -30,10 +33,15 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 		return proto.Errorf(proto.CodeInvalid, proto.TypeArrivals, "%d requests are already queued or in flight (limit %d); acquire and serve them before reporting more", len(w.ids), MaxPending)
 	}
 	now := s.clock.Now()
-	var dups []string
+	adm := s.admission(w, now)
+	var dups, refused []string
 	for _, r := range reqs {
 		if _, dup := w.ids[r.ID]; dup {
 			dups = append(dups, r.ID)
+			continue
+		}
+		if !adm.take(len(w.queue) == 0) {
+			refused = append(refused, r.ID)
 			continue
 		}
 		at := now.Add(-time.Duration(r.AgeMS * float64(time.Millisecond)))
@@ -43,11 +51,48 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 		w.queue = slices.Insert(w.queue, i, q)
 		w.st.arrive(at)
 	}
+	adm.done()
 	s.schedule()
+	if len(refused) > 0 {
+		w.st.refused += uint64(len(refused))
+		if ok, dropped := s.refuseLog.allow(now, time.Second); ok {
+			s.log.Warn("inference requests beyond the stream's share of the GPU refused (rate_limited)", "worker", w.id,
+				"workload", w.name, "refused", len(refused), "share", adm.share, "not_logged_since_last", dropped)
+		}
+		// Refusals are always the message's last requests (duplicates aside): once the
+		// bucket is empty it stays so for the rest of the message.
+		named := refused
+		if n := idsFitting(refused, MaxRefusedIDBytes); n < len(refused) {
+			named = refused[:n]
+		}
+		msg := fmt.Sprintf("the last %d of %d requests refused (request_ids names %d): this stream asks for more than its share of the GPU (%.0f%% with %d inference streams); send fewer requests or lower the rate (docs/protocol.md)",
+			len(refused), len(reqs), len(named), 100*adm.share, adm.streams)
+		if len(dups) > 0 {
+			msg += fmt.Sprintf("; request ids already queued or in flight were ignored: %v", clipList(dups))
+		}
+		return &proto.Error{Code: proto.CodeRateLimited, Ref: proto.TypeArrivals, Message: msg, IDs: named}
+	}
 	if len(dups) > 0 {
 		return proto.Errorf(proto.CodeInvalid, proto.TypeArrivals, "request ids already queued or in flight were ignored: %v; use unique ids", clipList(dups))
 	}
 	return nil
+}
+
+// MaxRefusedIDBytes bounds the request ids a rate_limited error names, so the error
+// line stays well inside the clients' line cap (proto.MaxLineBytes).
+const MaxRefusedIDBytes = 32 << 10
+
+// idsFitting is how many of ids, from the first, fit in max bytes as a JSON list.
+func idsFitting(ids []string, max int) int {
+	n := 0
+	for i, id := range ids {
+		b, _ := json.Marshal(id) // as the error line will carry it, escapes included
+		n += len(b) + 1
+		if n > max {
+			return i
+		}
+	}
+	return len(ids)
 }
 
 func clipList(v []string) []string {
@@ -80,3 +125,78 @@ func (s *Scheduler) Acquire(id string, seq uint64) error {
 	s.schedule()
 	return nil
 }
+
+// Per-stream admission (issue 26 item 6). Deadline-ordered dispatch serves whichever
+// stream's requests are oldest, so a stream asking for more GPU time than there is
+// keeps a backlog whose deadlines always come first: a 2,048 req/s stream with batch
+// 4,096 made a steady 20 req/s stream miss 90 of 200 deadlines and starved training.
+// With two or more inference streams registered, each may use at most a share
+// 1/(streams+1) of the GPU time — the one left over keeps room for the others'
+// deadlines and for training — measured as a token bucket of GPU time: it refills at the
+// share, holds at most the share of the tightest latency budget (the backlog a stream
+// may build), and each request costs its expected service time (the stream's expected
+// batch time over the batch it is expected to be served in). Requests beyond it are
+// refused at once with rate_limited, to the stream's own worker, unless the stream has
+// nothing queued; a lone stream is never limited (nothing else is there to protect but
+// training, which yields by design).
+type admission struct {
+	w       *worker
+	on      bool
+	share   float64
+	streams int
+	cost    float64 // s of GPU time per request
+}
+
+// admission prepares the admission of w's arrivals at now. Called with s.mu held.
+func (s *Scheduler) admission(w *worker, now time.Time) *admission {
+	a := &admission{w: w}
+	var tightest time.Duration
+	for _, o := range s.order {
+		if o.spec.Role != proto.RoleInfer {
+			continue
+		}
+		a.streams++
+		if b := s.budgetOf(o); tightest == 0 || b < tightest {
+			tightest = b
+		}
+	}
+	if a.streams < 2 {
+		w.bucketAt = time.Time{} // full again when a second stream comes
+		return a
+	}
+	a.on = true
+	a.share = 1 / float64(a.streams+1)
+	// The batch a request is expected to be served in: what arrives in one latency
+	// budget at the stream's admitted rate, at most its batch size.
+	n := int(math.Ceil(w.st.rate(now, w.since) * s.budgetOf(w).Seconds()))
+	n = min(max(n, 1), w.spec.Batch)
+	a.cost = s.expInfer(w, n).Seconds() / float64(n)
+	capS := max(a.share*tightest.Seconds(), a.cost)
+	if w.bucketAt.IsZero() {
+		w.bucket = capS
+	} else if dt := now.Sub(w.bucketAt).Seconds(); dt > 0 {
+		w.bucket = min(capS, w.bucket+a.share*dt)
+	}
+	w.bucketAt = now
+	return a
+}
+
+// take admits one request if the stream's bucket holds its cost, or if the stream has
+// nothing queued (idle, it delays the others by one request at most: a stream whose
+// every request is served before the next comes is never refused, however much of the
+// GPU it uses).
+func (a *admission) take(idle bool) bool {
+	switch {
+	case !a.on:
+		return true
+	case a.w.bucket >= a.cost:
+		a.w.bucket -= a.cost
+		return true
+	case idle:
+		a.w.bucket = 0
+		return true
+	}
+	return false
+}
+
+func (a *admission) done() {}

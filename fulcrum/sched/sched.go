@@ -105,7 +105,9 @@ type Scheduler struct {
 	// underReported counts releases reporting less than the held time.
 	underReported uint64
 	clampLog      rateLimit
-	started       time.Time
+	// refuseLog limits the warnings for requests refused by per-stream admission.
+	refuseLog rateLimit
+	started   time.Time
 }
 
 type worker struct {
@@ -125,6 +127,10 @@ type worker struct {
 
 	queue []*request          // inference: waiting, by deadline
 	ids   map[string]*request // queued and in flight
+	// bucket is the GPU time (s) the stream may still ask for, as of bucketAt
+	// (per-stream admission, arrivals.go); a zero bucketAt: full.
+	bucket   float64
+	bucketAt time.Time
 }
 
 // workload is what the scheduler knows about one workload (role and name): expected
