@@ -68,13 +68,18 @@ func TestTurnHeldPastHoldLimitIsTakenBack(t *testing.T) {
 	if g.Type != proto.TypeGrant {
 		t.Fatalf("acquire: %+v", g)
 	}
-	// The other worker runs in its own process: the hog's process loses all its worker
-	// connections with the expiry (issue 26 item 3). It returns once granted and released.
-	startWorkerProcess(t, s.SocketPath(), "turn", 0)
+	other := dial(t, s, client.Registration{Role: proto.RoleTrain, Workload: "resnet18", Batch: 8})
+	og, err := other.Acquire(ctx10(t))
+	if err != nil {
+		t.Fatalf("the other worker was not granted while the hog held its turn: %v", err)
+	}
 	if m := hog.expectError(proto.CodeTurnExpired); !strings.Contains(m.Message, "hold limit") {
 		t.Fatalf("turn_expired message %q does not name the hold limit", m.Message)
 	}
 	hog.expectClosed()
+	if err := other.Release(og.Grant, time.Millisecond, 0, nil); err != nil {
+		t.Fatal(err)
+	}
 	snap := s.Snapshot()
 	if snap.HoldExpired != 1 || len(snap.Workers) != 1 {
 		t.Fatalf("hold_expired %d, %d workers; want 1 expiry and the hog gone", snap.HoldExpired, len(snap.Workers))

@@ -86,9 +86,11 @@ func TestReservedSlotsAndEvictionForProcessesHoldingNone(t *testing.T) {
 // Issue 26 item 3, half-open connections: a process whose reader is gone (a socket
 // closed in one thread while another blocks in recv) used to hold one grant per
 // connection to the hold limit in turn — 60 of them kept a steady stream waiting 24 s.
-// Now the first expiry drops the process's other connections silent since that turn
-// began: the waiting worker is granted after one hold limit, not ten.
-func TestHalfOpenConnectionsOfOneProcessCostOneHoldLimit(t *testing.T) {
+// Now the first expiry puts the process on probation (its next turn is held to at most
+// a second) and drops its connections that stayed silent through the expired turn; the
+// second at the latest drops the rest: the waiting worker is granted after at most two
+// expiries, not ten.
+func TestHalfOpenConnectionsOfOneProcessCostAtMostTwoTurns(t *testing.T) {
 	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: time.Second, DefaultTrain: time.Millisecond,
 		DefaultInfer: time.Millisecond, HoldFactor: 1, HoldMin: 300 * time.Millisecond}})
 	cmd, got := startWorkerProcess(t, s.SocketPath(), "halfopen", 10)
@@ -103,8 +105,8 @@ func TestHalfOpenConnectionsOfOneProcessCostOneHoldLimit(t *testing.T) {
 	}
 	expired := s.Snapshot().HoldExpired
 	t.Logf("granted after %v, %d hold expiries (hold limit 300 ms)", time.Since(start), expired)
-	if expired != 1 {
-		t.Fatalf("%d turns expired before the honest worker was granted; want 1 (the process's other connections dropped)", expired)
+	if expired < 1 || expired > 2 {
+		t.Fatalf("%d turns expired before the honest worker was granted; want 1 or 2 (the process's silent connections dropped)", expired)
 	}
 	if err := w.Release(g.Grant, time.Millisecond, 0, nil); err != nil {
 		t.Fatal(err)

@@ -153,16 +153,17 @@ func (s *Server) holdExpired(worker string, grant uint64, held, limit time.Durat
 	s.mu.Lock()
 	c := s.byID[worker]
 	// The process that let a turn expire is taken for dead or stuck: its other
-	// connections are dropped too, so a process with many connections whose reader is
-	// gone (a socket closed in one thread while another blocks in recv leaves it
-	// half-open) costs one hold limit, not one per connection (issue 26 item 3). Which
-	// of its connections still read cannot be told from here: a connection that spoke
-	// after the turn began may be as dead as the rest (its acquire came before the
-	// reader went), so all go.
+	// connections that stayed silent through that turn are dropped too, so a process
+	// with many connections whose reader is gone (a socket closed in one thread while
+	// another blocks in recv leaves it half-open, with no EOF) costs one hold limit, not
+	// one per connection (issue 26 item 3). Those that spoke since are kept, on the
+	// scheduler's probation (a short hold limit): a live worker in another thread of the
+	// process carries on, and a dead one costs a second and takes the rest with it.
 	var same []*conn
+	began := time.Now().Add(-held)
 	if c != nil && c.pid > 0 {
 		for o := range s.conns {
-			if o != c && o.pid == c.pid {
+			if o != c && o.pid == c.pid && o.last().Before(began) {
 				same = append(same, o)
 			}
 		}
@@ -172,15 +173,15 @@ func (s *Server) holdExpired(worker string, grant uint64, held, limit time.Durat
 		return
 	}
 	c.sendErr(proto.Errorf(proto.CodeTurnExpired, proto.TypeGrant,
-		"grant %d was held %v, past the hold limit %v (worker.hold_factor × the expected time, at least worker.hold_min_ms, at most worker.hold_max_ms); the turn was given to others and this connection is closed, with this process's other worker connections: release every grant, and reconnect",
+		"grant %d was held %v, past the hold limit %v (worker.hold_factor × the expected time, at least worker.hold_min_ms, at most worker.hold_max_ms; 1 s for a minute after a turn of the same process expired); the turn was given to others and this connection is closed: release every grant, and reconnect",
 		grant, held.Round(time.Millisecond), limit.Round(time.Millisecond)), 0)
 	c.closeSoon()
 	if len(same) > 0 {
-		c.logger().Warn("dropping the other worker connections of the process that let its turn expire", "connections", len(same))
+		c.logger().Warn("dropping the worker connections of the process that let its turn expire and stayed silent through it", "connections", len(same))
 	}
 	for _, o := range same {
 		o.sendErr(proto.Errorf(proto.CodeTurnExpired, "",
-			"another worker connection of this process (pid %d, %s) held its turn past the hold limit; every worker connection of the process is closed: reconnect", c.pid, worker), 0)
+			"another worker connection of this process (pid %d, %s) held its turn past the hold limit and this one stayed silent through it: taken for dead and closed; reconnect", c.pid, worker), 0)
 		o.closeSoon()
 	}
 }

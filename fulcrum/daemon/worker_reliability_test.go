@@ -65,21 +65,6 @@ func TestReliabilityWorkerProcess(t *testing.T) {
 			os.Exit(2)
 		}
 		fmt.Println("ready", c.ID)
-	case "turn": // take one turn and release it
-		c, err := client.Dial(ctx, sock, client.Registration{Role: proto.RoleTrain, Workload: "resnet18", Batch: 8})
-		if err != nil {
-			fmt.Println("error", err)
-			os.Exit(2)
-		}
-		g, err := c.Acquire(ctx)
-		if err == nil {
-			err = c.Release(g.Grant, time.Millisecond, 0, nil)
-		}
-		if err != nil {
-			fmt.Println("error", err)
-			os.Exit(2)
-		}
-		fmt.Println("ready", c.ID)
 	case "silent", "halfopen":
 		// silent: open n connections, register each and stay silent (issue 26 item 4).
 		// halfopen: register n training workers and acquire on each, then never read

@@ -51,7 +51,6 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 		w.queue = slices.Insert(w.queue, i, q)
 		w.st.arrive(at)
 	}
-	adm.done()
 	s.schedule()
 	if len(refused) > 0 {
 		w.st.refused += uint64(len(refused))
@@ -198,5 +197,3 @@ func (a *admission) take(idle bool) bool {
 	}
 	return false
 }
-
-func (a *admission) done() {}

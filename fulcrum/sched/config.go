@@ -168,7 +168,7 @@ func (c Config) Validate() error {
 	}
 	optcheck.Positive(&ck, "HoldMin", c.HoldMin)
 	if c.HoldMax < c.HoldMin {
-		ck.Fail("HoldMax", c.HoldMax, "must be at least HoldMin (the hold limit's floor)")
+		ck.Fail("HoldMax", c.HoldMax, "must be at least the hold limit's floor (HoldMin; fulcrumd: worker.hold_min_ms)")
 	}
 	optcheck.NonNegative(&ck, "IdleAdmitArrivals", c.IdleAdmitArrivals)
 	optcheck.NonNegative(&ck, "DevK", c.DevK)

@@ -309,6 +309,9 @@ func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, ex
 	}
 	lim := s.limit(exp)
 	hold := s.holdLimit(exp, lim)
+	if s.onProbation(w.spec.PID, now) {
+		hold = min(hold, max(ProbationHold, lim))
+	}
 	g := Grant{Worker: w.id, ID: s.nextGrant, Kind: kind, Batch: batch, RequestIDs: ids, Deadline: lim, Seq: w.acquireSeq}
 	t := &turn{w: w, grant: g, start: now, expected: exp, limit: lim, hold: hold, reqs: reqs, profile: p}
 	s.turn = t

@@ -273,3 +273,45 @@ func TestUnderReportedDurationsDoNotTakeTheShare(t *testing.T) {
 		t.Fatalf("under-reported releases not counted: %+v", wl)
 	}
 }
+
+// Issue 26 item 3: a process that lets a turn expire is on probation: for a minute the
+// turns of its other workers are held to ProbationHold (or the overrun limit) rather
+// than the full hold limit, so each of its dead connections costs the others a second,
+// not hold_min_ms; a worker of another process keeps the full limit.
+func TestProcessThatLetATurnExpireIsOnProbation(t *testing.T) {
+	c := DefaultConfig()
+	var limits []string
+	c.OnHoldExpired = func(w string, _ uint64, held, _ time.Duration) { limits = append(limits, fmt.Sprint(w, " ", held)) }
+	h := newHarness(t, c)
+	reg := func(pid int) string {
+		id, _, err := h.s.Register(WorkerSpec{Role: proto.RoleTrain, Workload: "w" + fmt.Sprint(pid), Batch: 8, PID: pid}, func(g Grant) {
+			h.mu.Lock()
+			h.got = append(h.got, g)
+			h.mu.Unlock()
+		})
+		h.must(err)
+		return id
+	}
+	a, b, other := reg(100), reg(100), reg(200)
+	h.must(h.s.Acquire(a, 1))
+	if g := h.one(); g.Worker != a {
+		t.Fatalf("first grant to %s", g.Worker)
+	}
+	h.must(h.s.Acquire(b, 1))
+	h.must(h.s.Acquire(other, 1))
+	h.clock.Advance(c.HoldMin) // a's turn expires; b (same process) is granted next
+	if g := h.one(); g.Worker != b {
+		t.Fatalf("after the expiry the grant went to %s; want %s", g.Worker, b)
+	}
+	h.clock.Advance(ProbationHold)
+	g := h.one()
+	if g.Worker != other || len(limits) != 2 {
+		t.Fatalf("a second after b's grant: expiries %v, grant to %s; want b's turn taken back at %v and %s granted", limits, g.Worker, ProbationHold, other)
+	}
+	h.clock.Advance(2 * time.Second) // another process: the full limit still applies
+	h.must(h.s.Release(other, Release{Grant: g.ID}))
+	t.Logf("expiries: %v", limits)
+	if len(limits) != 2 {
+		t.Fatalf("the other process's 2 s turn expired: %v", limits)
+	}
+}

@@ -95,6 +95,8 @@ type Scheduler struct {
 	// at once would always find the other one granted first (shares would be turns).
 	trainHold      *worker
 	trainHoldUntil time.Time
+	// probation holds the peer pids that let a turn expire, until when (overrun.go).
+	probation map[int]time.Time
 
 	turns    uint64
 	overruns uint64
