@@ -129,12 +129,13 @@ func (s *Scheduler) Acquire(id string, seq uint64) error {
 // stream's requests are oldest, so a stream asking for more GPU time than there is
 // keeps a backlog whose deadlines always come first: a 2,048 req/s stream with batch
 // 4,096 made a steady 20 req/s stream miss 90 of 200 deadlines and starved training.
-// With two or more inference streams registered, each may use at most a share
-// 1/(streams+1) of the GPU time — the one left over keeps room for the others'
-// deadlines and for training — measured as a token bucket of GPU time: it refills at the
-// share, holds at most the share of the tightest latency budget (the backlog a stream
-// may build), and each request costs its expected service time (the stream's expected
-// batch time over the batch it is expected to be served in). Requests beyond it are
+// With two or more inference streams registered, each may use at most a share of the
+// GPU time: what the other streams use (their admitted rate × cost) is left to them, and
+// a stream gets the rest less one fair share f = 1/(streams+1) — room for the others'
+// bursts and for training — and at least f. It is a token bucket of GPU time: it refills
+// at the share, holds at most f × the tightest latency budget (the backlog a stream may
+// build ahead of the others' requests), and each request costs its expected service time
+// (the stream's expected batch time over the batch it is expected to be served in). Requests beyond it are
 // refused at once with rate_limited, to the stream's own worker, unless the stream has
 // nothing queued; a lone stream is never limited (nothing else is there to protect but
 // training, which yields by design).
@@ -164,13 +165,21 @@ func (s *Scheduler) admission(w *worker, now time.Time) *admission {
 		return a
 	}
 	a.on = true
-	a.share = 1 / float64(a.streams+1)
-	// The batch a request is expected to be served in: what arrives in one latency
-	// budget at the stream's admitted rate, at most its batch size.
-	n := int(math.Ceil(w.st.rate(now, w.since) * s.budgetOf(w).Seconds()))
-	n = min(max(n, 1), w.spec.Batch)
-	a.cost = s.expInfer(w, n).Seconds() / float64(n)
-	capS := max(a.share*tightest.Seconds(), a.cost)
+	fair := 1 / float64(a.streams+1)
+	// What the other streams use is left to them; the rest, less one fair share (room
+	// for their bursts and for training), may be this stream's.
+	var others float64
+	for _, o := range s.order {
+		if o != w && o.spec.Role == proto.RoleInfer {
+			_, u := s.requestCost(o, now)
+			others += u
+		}
+	}
+	a.share = max(fair, 1-fair-others)
+	a.cost, _ = s.requestCost(w, now)
+	// The bucket holds at most a fair share of the tightest budget: the backlog a stream
+	// may build ahead of the others' requests, whatever its share.
+	capS := max(fair*tightest.Seconds(), a.cost)
 	if w.bucketAt.IsZero() {
 		w.bucket = capS
 	} else if dt := now.Sub(w.bucketAt).Seconds(); dt > 0 {
@@ -178,6 +187,18 @@ func (s *Scheduler) admission(w *worker, now time.Time) *admission {
 	}
 	w.bucketAt = now
 	return a
+}
+
+// requestCost is the expected GPU time (s) of one of w's requests — its expected batch
+// time over the batch a request is expected to be served in: what arrives in one latency
+// budget at the stream's admitted rate, at most its batch size — and the share of the
+// GPU its admitted rate uses at that cost. Called with s.mu held.
+func (s *Scheduler) requestCost(w *worker, now time.Time) (cost, use float64) {
+	rate := w.st.rate(now, w.since)
+	n := int(math.Ceil(rate * s.budgetOf(w).Seconds()))
+	n = min(max(n, 1), w.spec.Batch)
+	cost = s.expInfer(w, n).Seconds() / float64(n)
+	return cost, rate * cost
 }
 
 // take admits one request if the stream's bucket holds its cost, or if the stream has
