@@ -114,7 +114,7 @@ func TestFloodingStreamCannotTakeAnotherStreamsDeadlines(t *testing.T) {
 			sim.step()
 		}
 		wl, _ := h.s.Snapshot().Workload(proto.RoleInfer, "steady")
-		t.Logf("flood %v: steady stream %d deadline misses in all, %d after the first second", flood, wl.DeadlineMisses, steadyMiss)
+		t.Logf("flood %v: steady stream %d deadline misses in all, %d after the first second; p99 %.1f ms over the last 5 s", flood, wl.DeadlineMisses, steadyMiss, wl.LatencyRecent.P99MS)
 		return steadyMiss, wl.Served, sim.trained, sim.refused
 	}
 	baseMiss, baseServed, baseTrained, _ := run(false)
