@@ -39,8 +39,8 @@ type Config struct {
 	// MaxPerProcess caps the connections one peer process (its pid from SO_PEERCRED at
 	// accept) may hold (MaxWorkers/4 when 0), and ReservedSlots of the MaxWorkers slots
 	// (MaxWorkers/8 when 0; -1 for none; at most MaxWorkers/4) go only to a process
-	// holding no connection, so a process — however
-	// many silent connections it opens — cannot lock the others out (issue 26 item 4).
+	// holding no connection, so a process — however many silent connections it opens —
+	// cannot lock the others out (issue 26 item 4).
 	// When every slot is taken, a connection from a process holding none evicts the
 	// longest-silent connection of the process holding the most (not one holding the
 	// turn). Per process, not per uid: containers' workers all run as root.
@@ -160,7 +160,7 @@ func (s *Server) holdExpired(worker string, grant uint64, held, limit time.Durat
 	// scheduler's probation (a short hold limit): a live worker in another thread of the
 	// process carries on, and a dead one costs a second and takes the rest with it.
 	var same []*conn
-	began := time.Now().Add(-held)
+	began := time.Now().Add(-held) // wall clock, as conn.last (fulcrumd's clock is real)
 	if c != nil && c.pid > 0 {
 		for o := range s.conns {
 			if o != c && o.pid == c.pid && o.last().Before(began) {

@@ -40,7 +40,7 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 			dups = append(dups, r.ID)
 			continue
 		}
-		if !adm.take(len(w.queue) == 0) {
+		if !adm.take(len(w.queue) <= 1) {
 			refused = append(refused, r.ID)
 			continue
 		}
@@ -56,7 +56,7 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 		w.st.refused += uint64(len(refused))
 		if ok, dropped := s.refuseLog.allow(now, time.Second); ok {
 			s.log.Warn("inference requests beyond the stream's share of the GPU refused (rate_limited)", "worker", w.id,
-				"workload", w.name, "refused", len(refused), "share", adm.share, "not_logged_since_last", dropped)
+				"workload", w.name, "refused", len(refused), "share", adm.share, "cost_ms", adm.cost*1000, "bucket_ms", w.bucket*1000, "queued", len(w.queue), "rate_hz", w.st.rate(now, w.since), "not_logged_since_last", dropped)
 		}
 		// Refusals are always the message's last requests (duplicates aside): once the
 		// bucket is empty it stays so for the rest of the message.
@@ -197,7 +197,9 @@ func (s *Scheduler) requestCost(w *worker, now time.Time) (cost, use float64) {
 	rate := w.st.rate(now, w.since)
 	n := int(math.Ceil(rate * s.budgetOf(w).Seconds()))
 	n = min(max(n, 1), w.spec.Batch)
-	cost = s.expInfer(w, n).Seconds() / float64(n)
+	// The median alone (no deviations): a spread or a slow warm-up measurement must not
+	// make an honest stream look costly.
+	cost = s.expInferK(w, n, 0).Seconds() / float64(n)
 	return cost, rate * cost
 }
 
