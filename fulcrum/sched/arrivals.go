@@ -137,7 +137,7 @@ func (s *Scheduler) Acquire(id string, seq uint64) error {
 // build ahead of the others' requests), and each request costs its expected service time
 // (the stream's expected batch time over the batch it is expected to be served in). Requests beyond it are
 // refused at once with rate_limited, to the stream's own worker, unless the stream has
-// nothing queued; a lone stream is never limited (nothing else is there to protect but
+// at most one request queued; a lone stream is never limited (nothing else is there to protect but
 // training, which yields by design).
 type admission struct {
 	w       *worker
@@ -204,17 +204,17 @@ func (s *Scheduler) requestCost(w *worker, now time.Time) (cost, use float64) {
 }
 
 // take admits one request if the stream's bucket holds its cost, or if the stream has
-// nothing queued (idle, it delays the others by one request at most: a stream whose
-// every request is served before the next comes is never refused, however much of the
+// at most one request queued (short, it delays the others by a request or two: a stream
+// whose requests are served about as they come is never refused, however much of the
 // GPU it uses).
-func (a *admission) take(idle bool) bool {
+func (a *admission) take(short bool) bool {
 	switch {
 	case !a.on:
 		return true
 	case a.w.bucket >= a.cost:
 		a.w.bucket -= a.cost
 		return true
-	case idle:
+	case short:
 		a.w.bucket = 0
 		return true
 	}
