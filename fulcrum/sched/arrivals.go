@@ -33,6 +33,7 @@ func (s *Scheduler) Arrivals(id string, reqs []proto.Request) error {
 		return proto.Errorf(proto.CodeInvalid, proto.TypeArrivals, "%d requests are already queued or in flight (limit %d); acquire and serve them before reporting more", len(w.ids), MaxPending)
 	}
 	now := s.clock.Now()
+	w.offer(now, len(reqs))
 	adm := s.admission(w, now)
 	var dups, refused []string
 	for _, r := range reqs {
@@ -164,7 +165,6 @@ func (s *Scheduler) admission(w *worker, now time.Time) *admission {
 		w.bucketAt = time.Time{} // full again when a second stream comes
 		return a
 	}
-	a.on = true
 	fair := 1 / float64(a.streams+1)
 	// What the other streams use is left to them; the rest, less one fair share (room
 	// for their bursts and for training), may be this stream's.
@@ -177,6 +177,15 @@ func (s *Scheduler) admission(w *worker, now time.Time) *admission {
 	}
 	a.share = max(fair, 1-fair-others)
 	a.cost, _ = s.requestCost(w, now)
+	// Only a stream asking for well over its share is held to it: near the share (a
+	// host busy with something else slows every batch) the queue absorbs the difference
+	// and no honest stream is refused for a slow moment. Once held, it stays held while
+	// it asks for more than its share, and OverloadHold after.
+	demand := w.offered * a.cost
+	if demand > OverloadFactor*a.share || (demand > a.share && now.Before(w.heldUntil)) {
+		w.heldUntil = now.Add(OverloadHold)
+	}
+	a.on = now.Before(w.heldUntil)
 	// The bucket holds at most a fair share of the tightest budget: the backlog a stream
 	// may build ahead of the others' requests, whatever its share.
 	capS := max(fair*tightest.Seconds(), a.cost)
@@ -203,18 +212,40 @@ func (s *Scheduler) requestCost(w *worker, now time.Time) (cost, use float64) {
 	return cost, rate * cost
 }
 
+// OverloadFactor: per-stream admission refuses a stream's requests only while the GPU
+// time it asks for (its offered rate, refused requests included, × its cost per
+// request) exceeds this many times its share.
+const OverloadFactor = 1.5
+
+// OverloadHold is how long a stream stays held to its share after it last asked for
+// more than OverloadFactor × its share (or, while held, for more than its share).
+const OverloadHold = 5 * time.Second
+
+// offerTau is the time constant of the offered-rate estimate.
+const offerTau = 250 * time.Millisecond
+
+// offer folds n requests offered at now into w's offered rate (req/s, decaying with
+// offerTau): what the stream asks for, admitted or not.
+func (w *worker) offer(now time.Time, n int) {
+	if !w.offeredAt.IsZero() {
+		if dt := now.Sub(w.offeredAt); dt > 0 {
+			w.offered *= math.Exp(-dt.Seconds() / offerTau.Seconds())
+		}
+	}
+	w.offeredAt = now
+	w.offered += float64(n) / offerTau.Seconds()
+}
+
 // take admits one request if the stream's bucket holds its cost, or if the stream has
 // at most one request queued (short, it delays the others by a request or two: a stream
 // whose requests are served about as they come is never refused, however much of the
 // GPU it uses).
 func (a *admission) take(short bool) bool {
 	switch {
-	case !a.on:
-		return true
 	case a.w.bucket >= a.cost:
 		a.w.bucket -= a.cost
 		return true
-	case short:
+	case short || !a.on:
 		a.w.bucket = 0
 		return true
 	}

@@ -133,6 +133,12 @@ type worker struct {
 	// (per-stream admission, arrivals.go); a zero bucketAt: full.
 	bucket   float64
 	bucketAt time.Time
+	// offered is the rate (req/s) the stream reports requests at, admitted or not,
+	// as of offeredAt.
+	offered   float64
+	offeredAt time.Time
+	// heldUntil: the stream is held to its share until then (arrivals.go).
+	heldUntil time.Time
 }
 
 // workload is what the scheduler knows about one workload (role and name): expected
