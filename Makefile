@@ -19,7 +19,7 @@ export FULCRUM_CC := $(CC)
 endif
 export CC := $(CURDIR)/scripts/cc-quiet-nvml
 
-.PHONY: help build test test-go test-python test-pytorch lint fmt demo clean
+.PHONY: help build test test-go test-python test-pytorch test-pytorch-restart lint fmt demo clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,7 +27,7 @@ help: ## list the targets
 build: ## build fulcrumd and fulcrumctl into bin/
 	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-test: test-go test-python test-pytorch ## run the whole test suite (what CI runs)
+test: test-go test-python test-pytorch test-pytorch-restart ## run the whole test suite (what CI runs)
 
 test-go: ## Go tests with the race detector
 	$(GO) test -race -count=1 ./...
@@ -38,6 +38,9 @@ test-python: ## Python client tests (standard library only), when the client exi
 # Finds a Python with torch (installs Debian's python3-torch as root; skips loudly elsewhere).
 test-pytorch: build ## real PyTorch trainer + server on the CPU, under fulcrumd and without (~80 s)
 	python3 scripts/pytorch/e2e.py --bin $(BIN)
+
+test-pytorch-restart: build ## fulcrumd restarted under the real PyTorch trainer and server: none dies, every request answered (~20 s)
+	python3 scripts/pytorch/restart.py --bin $(BIN)
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -85,6 +88,7 @@ install: build ## install binaries, systemd unit, sysusers/tmpfiles, config (DES
 	else install -m 0644 configs/fulcrum.yaml $(DESTDIR)$(SYSCONFDIR)/fulcrum/fulcrum.yaml; fi
 	install -m 0644 configs/fulcrum.yaml $(DESTDIR)$(DOCDIR)/fulcrum.yaml.example
 	install -m 0644 $(wildcard $(DOCS)) $(DESTDIR)$(DOCDIR)/
+	install -m 0644 systemd/fulcrumd-metrics.conf $(DESTDIR)$(DOCDIR)/
 	@# On the live system (no DESTDIR) with systemd running: create the group and the
 	@# state directory, and make systemd read the new unit. Enabling is left to you.
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \

@@ -69,7 +69,7 @@ func TestMakeInstall(t *testing.T) {
 	dest := t.TempDir()
 	runMake(t, "install", "DESTDIR="+dest)
 
-	docs := []string{"README.md", "install.md", "fleet.md", "board-layer.md", "profiler.md", "runtime.md", "protocol.md", "fulcrum.yaml.example"}
+	docs := []string{"README.md", "install.md", "fleet.md", "board-layer.md", "profiler.md", "runtime.md", "protocol.md", "fulcrum.yaml.example", "fulcrumd-metrics.conf"}
 	want := map[string]fs.FileMode{
 		"/usr/local/bin/fulcrumd":              0o755,
 		"/usr/local/bin/fulcrumctl":            0o755,

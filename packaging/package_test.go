@@ -62,14 +62,15 @@ func TestMakePackage(t *testing.T) {
 	}
 	files := tree(t, root)
 	for p, mode := range map[string]uint32{
-		"/usr/bin/fulcrumd":                    0o755,
-		"/usr/bin/fulcrumctl":                  0o755,
-		"/lib/systemd/system/fulcrumd.service": 0o644,
-		"/usr/lib/sysusers.d/fulcrum.conf":     0o644,
-		"/usr/lib/tmpfiles.d/fulcrum.conf":     0o644,
-		"/etc/fulcrum/fulcrum.yaml":            0o644,
-		"/usr/share/doc/fulcrum/install.md":    0o644,
-		"/usr/share/doc/fulcrum/fleet.md":      0o644,
+		"/usr/bin/fulcrumd":                            0o755,
+		"/usr/bin/fulcrumctl":                          0o755,
+		"/lib/systemd/system/fulcrumd.service":         0o644,
+		"/usr/lib/sysusers.d/fulcrum.conf":             0o644,
+		"/usr/lib/tmpfiles.d/fulcrum.conf":             0o644,
+		"/etc/fulcrum/fulcrum.yaml":                    0o644,
+		"/usr/share/doc/fulcrum/install.md":            0o644,
+		"/usr/share/doc/fulcrum/fleet.md":              0o644,
+		"/usr/share/doc/fulcrum/fulcrumd-metrics.conf": 0o644,
 	} {
 		if m, ok := files[p]; !ok {
 			t.Errorf("package lacks %s; dpkg-deb -c:\n%s", p, listing)

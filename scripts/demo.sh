@@ -28,8 +28,8 @@ sleep 0.3
 echo "fulcrumctl reads it exactly as it reads a Jetson, through --root:"
 run "$CTL" board info --root "$D/board"
 
-say "2. Apply a power mode (8 cores at 1.73 GHz, GPU 612 MHz) and put the board back"
-run "$CTL" board apply --root "$D/board" --state-dir "$D/state" --cores 8 --cpu-khz 1728000 --gpu-hz 612000000 --emc-hz 3199000000
+say "2. Apply a power mode (4 cores at 1.11 GHz, GPU 408 MHz; the board booted in MODE_30W) and put the board back"
+run "$CTL" board apply --root "$D/board" --state-dir "$D/state" --cores 4 --cpu-khz 1113600 --gpu-hz 408000000 --emc-hz 2133000000
 run "$CTL" board restore --root "$D/board" --state-dir "$D/state"
 
 say "3. Profile resnet18 training at the board's nvpmodel presets (stored in bbolt; rerunning resumes)"

@@ -19,7 +19,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "fulcrumctl:", err)
+		fmt.Fprintln(os.Stderr, "fulcrumctl:", shownLines(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -46,7 +46,7 @@ simulated board's tree.`,
 		newBenchCmd(),
 		newBundleCmd(),
 		newGPUCmd(),
-		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(),
+		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(), newHealthCmd(),
 	)
 	// cobra adds its completion command only when the root executes; add it now so that
 	// `completion bogus` fails like every other group.

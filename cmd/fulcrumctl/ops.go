@@ -50,15 +50,15 @@ func explain(what string, err error) error {
 	}
 	switch {
 	case ae.Status == http.StatusForbidden:
-		return fmt.Errorf("%s refused: %s", what, ae.Message)
+		return fmt.Errorf("%s refused: %s", what, shown(ae.Message))
 	case ae.Status == http.StatusConflict:
-		return fmt.Errorf("%s not started: %s", what, ae.Message)
+		return fmt.Errorf("%s not started: %s", what, shown(ae.Message))
 	case ae.Status == http.StatusServiceUnavailable:
-		return fmt.Errorf("%s unavailable: %s", what, ae.Message)
+		return fmt.Errorf("%s unavailable: %s", what, shown(ae.Message))
 	case ae.Status >= 400 && ae.Status < 500:
-		return fmt.Errorf("%s rejected: %s", what, ae.Message)
+		return fmt.Errorf("%s rejected: %s", what, shown(ae.Message))
 	}
-	return fmt.Errorf("%s failed in fulcrumd: %s (see journalctl -u fulcrumd)", what, ae.Message)
+	return fmt.Errorf("%s failed in fulcrumd: %s (see journalctl -u fulcrumd)", what, shown(ae.Message))
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -144,18 +144,27 @@ func writeStatus(w io.Writer, st api.Status) error {
 	var b bytes.Buffer
 	name := "fulcrumd"
 	if st.Version != "" {
-		name += " " + st.Version
+		name += " " + shown(st.Version)
 	}
-	fmt.Fprintf(&b, "%s on %s, up %s, %d stored profiles\n", name, st.Board, uptime(st.UptimeS), st.Profiles)
+	fmt.Fprintf(&b, "%s on %s, up %s, %d stored profiles\n", name, shown(st.Board), uptime(st.UptimeS), st.Profiles)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	mode := st.Mode.Human()
-	if st.Mode.Cores == 0 {
+	switch {
+	case st.ModeError != "":
+		mode = "UNKNOWN: " + st.ModeError
+	case st.Mode.Cores == 0:
 		mode = "none (fulcrumd has no board: it schedules only)"
 	}
-	if st.ModeHeld {
+	switch {
+	case st.StoodDown:
+		mode += "  (set by another tool: fulcrumd stands down; fulcrumctl mode resume takes the board back)"
+	case st.ModeHeld:
 		mode += "  (held: applied by an operator)"
 	}
 	fmt.Fprintf(tw, "mode\t%s\n", mode)
+	if n := st.Nvpmodel; n != nil {
+		fmt.Fprintf(tw, "nvpmodel\t%d %s\n", n.ID, shown(n.Name))
+	}
 	if p := st.Plan; p != nil {
 		feas := "feasible"
 		predicted := p.PredLatencyMS > 0 || p.PredPowerMW > 0
@@ -163,7 +172,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 		case !p.Feasible && !predicted:
 			feas = "not evaluated (no stored profile at this mode)"
 		case !p.Feasible && p.Binding != "":
-			feas = "INFEASIBLE (" + p.Binding + " budget)"
+			feas = "INFEASIBLE (" + shown(p.Binding) + " budget)"
 		case !p.Feasible:
 			feas = "INFEASIBLE"
 		}
@@ -172,9 +181,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 			batch = strconv.Itoa(p.InferBatch)
 		}
 		if p.ApplyError != "" {
-			feas += ", NOT IN FORCE (the board refused the mode change: " + p.ApplyError + ")"
+			feas += ", NOT IN FORCE (the board refused the mode change: " + shown(p.ApplyError) + ")"
 		}
-		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, p.Source)
+		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, shown(p.Source))
 		if predicted {
 			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",
 				p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS, 100*p.Rho)
@@ -182,11 +191,11 @@ func writeStatus(w io.Writer, st api.Status) error {
 	} else {
 		fmt.Fprintf(tw, "plan\tnone yet (no stored profiles for the running workloads? run fulcrumctl optimize)\n")
 	}
-	fmt.Fprintf(tw, "budgets\t%s\n", st.Budgets)
+	fmt.Fprintf(tw, "budgets\t%s\n", shownBudgets(st.Budgets))
 	if p := st.Power; p != nil {
 		rails := make([]string, 0, len(p.Rails))
 		for _, r := range p.Rails {
-			rails = append(rails, r.Name+" "+watts(r.PowerMW))
+			rails = append(rails, shown(r.Name)+" "+watts(r.PowerMW))
 		}
 		avg := "1 s avg " + watts(p.Avg1sMW)
 		if p.Avg1sSamples == 0 && p.Avg1sMW == 0 {
@@ -198,7 +207,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 	}
 	state := "ok"
 	if st.Degraded {
-		state = "DEGRADED: " + st.DegradedReason
+		state = "DEGRADED: " + shown(st.DegradedReason)
 	}
 	if st.TrainingPaused {
 		state += "; training paused: no training turns are granted"
@@ -206,14 +215,20 @@ func writeStatus(w io.Writer, st api.Status) error {
 			if wl.Role == "train" && wl.ThroughputPerS > 0 {
 				// The rate is over the scheduler's window: turns before the pause, and
 				// profiling turns (an optimize measures training), still count in it.
-				state += fmt.Sprintf(" (%s's %.1f samples/s is the recent window: turns before the pause or profiling turns)", wl.Workload, wl.ThroughputPerS)
+				state += fmt.Sprintf(" (%s's %.1f samples/s is the recent window: turns before the pause or profiling turns)", shown(wl.Workload), wl.ThroughputPerS)
 			}
 		}
 	}
 	if st.Optimizing != "" {
-		state += "; optimizing (" + st.Optimizing + ")"
+		state += "; optimizing (" + shown(st.Optimizing) + ")"
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	if st.Profiling != "" {
+		fmt.Fprintf(tw, "profiling\t%s\n", shown(st.Profiling))
+	}
+	for _, n := range st.Notices {
+		fmt.Fprintf(tw, "NOTICE\t%s\n", shown(n))
+	}
 	fmt.Fprintf(tw, "scheduler\t%d turns, %d overruns, %d workers\n", st.Turns, st.Overruns, len(st.Workers))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -235,7 +250,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 			if s.ServedRecent > 0 {
 				p99 = fmt.Sprintf("%.1f", s.MeasuredP99MS)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Workload, dash(s.Batch > 0, strconv.Itoa(s.Batch)), budget, rate,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shown(s.Workload), dash(s.Batch > 0, strconv.Itoa(s.Batch)), budget, rate,
 				dash(s.PlanRateRPS > 0, fmt.Sprintf("%.1f", s.PlanRateRPS)), dash(s.PredLatencyMS > 0, fmt.Sprintf("%.1f", s.PredLatencyMS)),
 				p99, dash(s.Rho > 0, fmt.Sprintf("%.0f%%", 100*s.Rho)))
 		}
@@ -249,10 +264,10 @@ func writeStatus(w io.Writer, st api.Status) error {
 		fmt.Fprintln(tw, "WORKLOAD\tROLE\tWORKERS\tRATE_RPS\tP50_MS\tP99_MS\tMISSES\tSAMPLES_PER_S\tOVERRUNS")
 		for _, wl := range st.Workloads {
 			if wl.Role == "train" {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t%.1f\t%d\n", wl.Workload, wl.Role, wl.LiveWorkers, wl.ThroughputPerS, wl.Overruns)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t%.1f\t%d\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ThroughputPerS, wl.Overruns)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t-\t%d\n", wl.Workload, wl.Role, wl.LiveWorkers, wl.ArrivalRateHz,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t-\t%d\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ArrivalRateHz,
 				wl.Latency.P50MS, wl.Latency.P99MS, wl.DeadlineMisses, wl.Overruns)
 		}
 		if err := tw.Flush(); err != nil {
@@ -271,7 +286,7 @@ func newBudgetCmd() *cobra.Command {
 		Short: "Show or set fulcrumd's latency, power and rate budgets",
 	}
 	client := addSocketFlag(cmd)
-	cmd.AddCommand(newBudgetGetCmd(client), newBudgetSetCmd(client))
+	cmd.AddCommand(newBudgetGetCmd(client), newBudgetSetCmd(client), newBudgetResetCmd(client))
 	return cmd
 }
 
@@ -288,7 +303,7 @@ func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
 		if *asJSON {
 			return printJSON(cmd.OutOrStdout(), b)
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), b)
+		fmt.Fprintln(cmd.OutOrStdout(), shownBudgets(b))
 		return nil
 	}
 	return cmd
@@ -385,7 +400,36 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 		if *asJSON {
 			return printJSON(cmd.OutOrStdout(), b)
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", b)
+		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", shownBudgets(b))
+		return nil
+	}
+	return cmd
+}
+
+func newBudgetResetCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reset",
+		Short: "Return to the configuration file's budgets: drop the run-time ones (and a held mode) and their saved copy",
+		Long: `Budgets set with "budget set" (global and per workload, training weights) and a mode
+held with "mode apply" are saved in the state directory and restored when fulcrumd
+restarts, over the configuration file's budgets. "budget reset" drops them all: the
+configuration's budgets (file, environment, flags, as fulcrumd started with them) are in
+force again, no workload has budgets of its own, no mode is held, and the saved copy is
+deleted (docs/operations.md, "Budgets across restarts").`,
+		Args: cobra.NoArgs,
+	}
+	asJSON := cmd.Flags().Bool("json", false, "print the resulting budgets as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		b, err := c.ResetBudgets(cmd.Context())
+		if err != nil {
+			return explain("budget reset", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), b)
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), "budgets reset to the configuration's:", shownBudgets(b))
 		return nil
 	}
 	return cmd
@@ -413,7 +457,7 @@ func newWorkersCmd() *cobra.Command {
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tROLE\tWORKLOAD\tBATCH\tPID\tUID\tWAITING\tQUEUED")
 		for _, w := range ws {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\t%d\n", w.ID, w.Role, w.Workload, w.Batch, w.PID, w.UID, w.Waiting, w.Queued)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\t%d\n", shown(w.ID), shown(w.Role), shown(w.Workload), w.Batch, w.PID, w.UID, w.Waiting, w.Queued)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -446,7 +490,34 @@ func newModeCmd() *cobra.Command {
 		}
 		return writeModeInfo(cmd.OutOrStdout(), mi)
 	}
-	cmd.AddCommand(newModeApplyCmd(client))
+	cmd.AddCommand(newModeApplyCmd(client), newModeResumeCmd(client))
+	return cmd
+}
+
+func newModeResumeCmd(client func() *api.Client) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Take the board back after fulcrumd stood down for another tool's change (jetson_clocks, nvpmodel)",
+		Long: `When another tool changes the board's clocks, cores or EMC while fulcrumd drives it,
+fulcrumd stands down (controller.external_change: stand_down): it writes no mode and does not
+enforce the power budget, and fulcrumctl status says DEGRADED. mode resume writes fulcrumd's
+mode again (an operator's held mode, or its plan) and re-plans; a budget change does the same.`,
+		Args: cobra.NoArgs,
+	}
+	asJSON := cmd.Flags().Bool("json", false, "print the resulting mode as JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c := client()
+		defer c.Close()
+		mi, err := c.ResumeMode(cmd.Context())
+		if err != nil {
+			return explain("mode resume", err)
+		}
+		if *asJSON {
+			return printJSON(cmd.OutOrStdout(), mi)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "board taken back: %s [%s]\n", mi.Current.Human(), mi.Current)
+		return nil
+	}
 	return cmd
 }
 
@@ -456,13 +527,13 @@ func writeModeInfo(w io.Writer, mi api.ModeInfo) error {
 	if mi.Held {
 		held = "  (held: applied by an operator until budgets change or an optimize runs)"
 	}
-	fmt.Fprintf(tw, "board\t%s\n", mi.Board)
+	fmt.Fprintf(tw, "board\t%s\n", shown(mi.Board))
 	fmt.Fprintf(tw, "current\t%s  [%s]%s\n", mi.Current.Human(), mi.Current, held)
 	if mi.Planned != nil {
 		fmt.Fprintf(tw, "planned\t%s  [%s]\n", mi.Planned.Human(), *mi.Planned)
 	}
 	if mi.Nvpmodel != "" {
-		fmt.Fprintf(tw, "nvpmodel\t%s\n", mi.Nvpmodel)
+		fmt.Fprintf(tw, "nvpmodel\t%s\n", shown(mi.Nvpmodel))
 	}
 	join := func(v []int64) string {
 		s := make([]string, len(v))
@@ -487,7 +558,8 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 		Use:   "apply",
 		Short: "Apply a power mode now (knobs not given keep their current value); fulcrumd holds it until budgets change",
 		Example: `  fulcrumctl mode apply --cores 8 --cpu-khz 1728000 --gpu-hz 612000000 --emc-hz 3199000000
-  fulcrumctl mode apply --gpu-hz 408000000`,
+  fulcrumctl mode apply --gpu-hz 408000000
+  fulcrumctl mode apply --preset MODE_30W     (or --preset 2: a live nvpmodel preset's caps)`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -495,6 +567,7 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	cpu := f.Int64("cpu-khz", 0, "CPU frequency (kHz)")
 	gpu := f.Int64("gpu-hz", 0, "GPU frequency (Hz)")
 	emc := f.Int64("emc-hz", 0, "memory (EMC) frequency (Hz)")
+	preset := f.String("preset", "", "a live nvpmodel preset by name or id (as nvpmodel -m takes it), instead of the knobs")
 	asJSON := f.Bool("json", false, "print the resulting mode as JSON")
 	// Complete knob values from the board's levels, asked of the daemon.
 	levelsCompletion := func(pick func(api.Levels) []string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -528,11 +601,26 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("gpu-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.GPUHz) }))
 	_ = cmd.RegisterFlagCompletionFunc("emc-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.EMCHz) }))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if !f.Changed("cores") && !f.Changed("cpu-khz") && !f.Changed("gpu-hz") && !f.Changed("emc-hz") {
-			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz (fulcrumctl mode lists the board's levels)")
+		knobs := f.Changed("cores") || f.Changed("cpu-khz") || f.Changed("gpu-hz") || f.Changed("emc-hz")
+		if *preset != "" && knobs {
+			return errors.New("mode apply: give --preset or knobs (--cores, --cpu-khz, --gpu-hz, --emc-hz), not both")
+		}
+		if !knobs && *preset == "" {
+			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz, or --preset NAME (fulcrumctl mode lists the board's levels)")
 		}
 		c := client()
 		defer c.Close()
+		if *preset != "" {
+			mi, err := c.ApplyPreset(cmd.Context(), *preset)
+			if err != nil {
+				return explain("mode", err)
+			}
+			if *asJSON {
+				return printJSON(cmd.OutOrStdout(), mi)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "preset %s applied: %s [%s]\n", *preset, mi.Current.Human(), mi.Current)
+			return nil
+		}
 		cur, err := c.Mode(cmd.Context())
 		if err != nil {
 			return explain("mode", err)
@@ -602,11 +690,11 @@ Ctrl-C stops the search and fulcrumd returns to its previous plan.`,
 		}
 		out := cmd.OutOrStdout()
 		p := res.Plan
-		fmt.Fprintf(out, "%s: profiled %d new modes (%d from the store) in %s; stopped: %s\n", res.Method, res.Profiled, res.Reused,
-			time.Since(start).Round(time.Second), res.StopReason)
+		fmt.Fprintf(out, "%s: profiled %d new modes (%d from the store) in %s; stopped: %s\n", shown(res.Method), res.Profiled, res.Reused,
+			time.Since(start).Round(time.Second), shown(res.StopReason))
 		feas := "meets every budget"
 		if !p.Feasible {
-			feas = "meets no budget set: " + p.Binding + " is binding (training paused)"
+			feas = "meets no budget set: " + shown(p.Binding) + " is binding (training paused)"
 		}
 		fmt.Fprintf(out, "plan: %s, infer batch %d, %s\n", p.Mode.Human(), p.InferBatch, feas)
 		fmt.Fprintf(out, "predicted: latency %.1fms, power %s, training %.1f samples/s\n", p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS)
@@ -667,13 +755,13 @@ func newEventsCmd() *cobra.Command {
 func formatEvent(e api.Event) string {
 	by := ""
 	if e.Caller != nil {
-		who := e.Caller.Comm
+		who := shown(e.Caller.Comm)
 		if who == "" {
 			who = "pid " + strconv.Itoa(e.Caller.PID)
 		}
 		by = fmt.Sprintf("  [uid %d, %s]", e.Caller.UID, who)
 	}
-	return fmt.Sprintf("%6d  %s  %-9s  %s%s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), e.Kind, e.Message, by)
+	return fmt.Sprintf("%6d  %s  %-9s  %s%s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), shown(e.Kind), shown(e.Message), by)
 }
 
 // --- watch ---------------------------------------------------------------------------

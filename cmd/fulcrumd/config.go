@@ -110,6 +110,7 @@ type ctrlKeys struct {
 	PlanConfidence    float64  `mapstructure:"plan_confidence" opt:"Control.Confidence"`
 	Events            int      `mapstructure:"events" opt:"Control.Events"`
 	InferBatches      []int    `mapstructure:"infer_batches" opt:"Control.InferBatches"`
+	ExternalChange    string   `mapstructure:"external_change" opt:"Control.ExternalChange"`
 	Live              liveKeys `mapstructure:"live"`
 }
 

@@ -37,10 +37,23 @@ type mount struct {
 	ReadOnly  bool   `yaml:"readOnly"`
 }
 
+type probe struct {
+	Exec *struct {
+		Command []string `yaml:"command"`
+	} `yaml:"exec"`
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	TimeoutSeconds   int `yaml:"timeoutSeconds"`
+	FailureThreshold int `yaml:"failureThreshold"`
+}
+
 type container struct {
 	Name            string   `yaml:"name"`
 	Image           string   `yaml:"image"`
+	ImagePullPolicy string   `yaml:"imagePullPolicy"`
 	Command         []string `yaml:"command"`
+	StartupProbe    *probe   `yaml:"startupProbe"`
+	ReadinessProbe  *probe   `yaml:"readinessProbe"`
+	LivenessProbe   *probe   `yaml:"livenessProbe"`
 	SecurityContext struct {
 		Privileged *bool `yaml:"privileged"`
 	} `yaml:"securityContext"`
@@ -72,6 +85,10 @@ type object struct {
 		} `yaml:"template"`
 	} `yaml:"spec"`
 	Resources []string `yaml:"resources"`
+	Images    []struct {
+		Name   string `yaml:"name"`
+		NewTag string `yaml:"newTag"`
+	} `yaml:"images"`
 }
 
 // load parses every YAML document of file.
@@ -290,4 +307,69 @@ func mustRead(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return raw
+}
+
+// Issue 27 item 5: the DaemonSet runs a pinned image (the kustomization's tag, never
+// latest) and has startup, readiness and liveness probes: fulcrumctl health against
+// the control socket in the runtime directory the ConfigMap sets (--live for liveness
+// and startup: the control loop only).
+func TestProbesAndPinnedImage(t *testing.T) {
+	var ds, cm, kz object
+	for _, f := range []string{"daemonset.yaml", "configmap.yaml", "kustomization.yaml"} {
+		for _, o := range load(t, f) {
+			switch o.Kind {
+			case "DaemonSet":
+				ds = o
+			case "ConfigMap":
+				cm = o
+			case "Kustomization":
+				kz = o
+			}
+		}
+	}
+	if len(ds.Spec.Template.Spec.Containers) != 1 {
+		t.Fatal("want one container")
+	}
+	c := ds.Spec.Template.Spec.Containers[0]
+	name, tag, ok := strings.Cut(c.Image, ":")
+	if !ok || tag == "" || tag == "latest" {
+		t.Errorf("image %q: want a pinned release tag, not latest", c.Image)
+	}
+	if c.ImagePullPolicy != "IfNotPresent" {
+		t.Errorf("imagePullPolicy %q: want IfNotPresent for a pinned tag", c.ImagePullPolicy)
+	}
+	if len(kz.Images) != 1 || kz.Images[0].Name != name || kz.Images[0].NewTag != tag {
+		t.Errorf("kustomization images %+v: want %s at the DaemonSet's tag %s", kz.Images, name, tag)
+	}
+	cfg := configKeys(t, cm.Data["fulcrum.yaml"])
+	run, _ := cfg["runtime_dir"].(string)
+	sock := strings.TrimSuffix(run, "/") + "/control.sock"
+	mounted := slices.ContainsFunc(c.VolumeMounts, func(m mount) bool { return m.MountPath == run })
+	if run == "" || !mounted {
+		t.Fatalf("runtime_dir %q is not mounted in the container", run)
+	}
+	for _, p := range []struct {
+		name string
+		pr   *probe
+		live bool
+	}{{"startupProbe", c.StartupProbe, true}, {"readinessProbe", c.ReadinessProbe, false}, {"livenessProbe", c.LivenessProbe, true}} {
+		if p.pr == nil || p.pr.Exec == nil {
+			t.Errorf("%s: missing (want an exec of fulcrumctl health)", p.name)
+			continue
+		}
+		cmd := p.pr.Exec.Command
+		if len(cmd) < 2 || cmd[0] != "/usr/bin/fulcrumctl" || cmd[1] != "health" {
+			t.Errorf("%s: %q, want /usr/bin/fulcrumctl health ...", p.name, cmd)
+		}
+		i := slices.Index(cmd, "--socket")
+		if i < 0 || i+1 >= len(cmd) || cmd[i+1] != sock {
+			t.Errorf("%s: %q, want --socket %s (runtime_dir's control socket)", p.name, cmd, sock)
+		}
+		if slices.Contains(cmd, "--live") != p.live {
+			t.Errorf("%s: %q: --live %v, want %v", p.name, cmd, !p.live, p.live)
+		}
+		if p.pr.TimeoutSeconds < 5 || p.pr.PeriodSeconds <= 0 || p.pr.FailureThreshold < 2 {
+			t.Errorf("%s: timeout %d s, period %d s, failures %d: want a timeout of 5 s or more and more than one failure", p.name, p.pr.TimeoutSeconds, p.pr.PeriodSeconds, p.pr.FailureThreshold)
+		}
+	}
 }

@@ -44,6 +44,13 @@ type Controller interface {
 	// applies it atomically against the budgets it holds and returns the budgets now in
 	// force. An infeasible plan is not an error: Status.Plan says so.
 	SetBudgets(ctx context.Context, u BudgetsUpdate, by Caller) (Budgets, error)
+	// ResetBudgets returns to the configuration's budgets: the budgets, per-workload
+	// budgets, training weights and held mode set at run time are dropped and their
+	// saved copy deleted. It returns the budgets now in force.
+	ResetBudgets(ctx context.Context, by Caller) (Budgets, error)
+	// Health says whether fulcrumd is ready (board, profile store and control loop
+	// working) and what else is degraded; it never fails.
+	Health(ctx context.Context) Health
 
 	// Workers are the live workers (from the scheduler's snapshot).
 	Workers(ctx context.Context) ([]Worker, error)
@@ -59,7 +66,8 @@ type Controller interface {
 	Profiles(ctx context.Context, f store.Filter) ([]store.Profile, error)
 	// ExportProfiles writes the profiles matching f to w (store.WriteProfiles format).
 	ExportProfiles(ctx context.Context, w io.Writer, format store.Format, f store.Filter) error
-	// ImportProfiles stores the profiles read from r, all or none.
+	// ImportProfiles stores the profiles read from r: all, or none when it returns an
+	// error (a crash while writing can leave part stored; store.Import says how).
 	ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions, by Caller) (store.ImportResult, error)
 
 	// Optimize runs a searcher (OptimizeGMD or OptimizeALS) that profiles modes on the
@@ -75,6 +83,25 @@ type Controller interface {
 	// events (the channel is buffered; the controller never blocks on it) — the Seq gap
 	// shows it.
 	Subscribe(ctx context.Context) (events <-chan Event, cancel func())
+}
+
+// Health is GET /v1/healthz: 200 when Ready, 503 otherwise, with this body either way.
+type Health struct {
+	// Ready: every required check passes.
+	Ready bool `json:"ready"`
+	// Degraded: an optional check fails (fulcrumd runs, without it).
+	Degraded bool          `json:"degraded"`
+	Checks   []HealthCheck `json:"checks"`
+}
+
+// HealthCheck is one part of fulcrumd: "board", "store", "control_loop" (required) and
+// "metrics" (optional, present when metrics are configured).
+type HealthCheck struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Optional bool   `json:"optional,omitempty"`
+	// Detail says what was checked, or what failed and what to do.
+	Detail string `json:"detail"`
 }
 
 // Caller is who made a request, from the socket's peer credentials (SO_PEERCRED).
@@ -182,9 +209,12 @@ type Plan struct {
 
 // Status is GET /v1/status.
 type Status struct {
-	Version   string          `json:"version"` // fulcrumd build version
-	Board     string          `json:"board"`   // catalog name, "sim:NAME" or "none"
-	Mode      powermode.Mode  `json:"mode"`
+	Version string         `json:"version"` // fulcrumd build version
+	Board   string         `json:"board"`   // catalog name, "sim:NAME" or "none"
+	Mode    powermode.Mode `json:"mode"`
+	// ModeError says why the board's mode could not be read and what to check (Mode is
+	// then zero); empty when it was read or there is no board.
+	ModeError string          `json:"mode_error,omitempty"`
 	ModeHeld  bool            `json:"mode_held"` // an operator-applied mode is held
 	Budgets   Budgets         `json:"budgets"`
 	Plan      *Plan           `json:"plan,omitempty"`  // nil until the first plan
@@ -207,6 +237,26 @@ type Status struct {
 	Profiles       int       `json:"profiles"` // stored profiles
 	StartedAt      time.Time `json:"started_at"`
 	UptimeS        float64   `json:"uptime_s"`
+	// Nvpmodel is the nvpmodel mode the board runs (its status file, read now), where
+	// the board has one.
+	Nvpmodel *NvpmodelMode `json:"nvpmodel,omitempty"`
+	// StoodDown: another tool (jetson_clocks, nvpmodel) changed the board's mode and
+	// fulcrumd writes none until POST /v1/mode/resume or a budget change
+	// (DegradedReason names the other tool's mode).
+	StoodDown bool `json:"stood_down,omitempty"`
+	// Profiling names the workloads left out of live profiling because their workers
+	// declined profile batches (their clients set no on_profile handler).
+	Profiling string `json:"profiling,omitempty"`
+	// Notices are what the operator must act on that fulcrumd worked around at start
+	// (a damaged profile store moved aside: where it went, what to do), kept until
+	// fulcrumd restarts.
+	Notices []string `json:"notices,omitempty"`
+}
+
+// NvpmodelMode is an nvpmodel mode: its id (nvpmodel -m ID) and name (MODE_30W).
+type NvpmodelMode struct {
+	ID   int    `json:"id"`
+	Name string `json:"name,omitempty"`
 }
 
 // StreamStatus is one inference stream as fulcrumd plans and measures it.
@@ -244,9 +294,23 @@ type Levels struct {
 	EMCHz  []int64 `json:"emc_hz"`
 }
 
-// ModeRequest is the body of PUT /v1/mode.
+// ModeRequest is the body of PUT /v1/mode: a mode, or a live nvpmodel preset by name
+// or id (Preset; the mode is then left zero).
 type ModeRequest struct {
-	Mode powermode.Mode `json:"mode"`
+	Mode   powermode.Mode `json:"mode"`
+	Preset string         `json:"preset,omitempty"`
+}
+
+// PresetResolver is implemented by a Controller whose board has nvpmodel presets: the
+// mode of a live preset, by name or id (PUT /v1/mode with a preset).
+type PresetResolver interface {
+	ResolvePreset(ctx context.Context, nameOrID string) (powermode.Mode, error)
+}
+
+// Resumer is implemented by a Controller that stands down when another tool changes
+// the board (POST /v1/mode/resume takes the board back).
+type Resumer interface {
+	Resume(ctx context.Context, by Caller) (ModeInfo, error)
 }
 
 // Searchers Optimize accepts.
@@ -282,6 +346,11 @@ const (
 	EventApply    = "apply"     // a mode and batch applied (by the controller or an operator), or failed
 	EventProfile  = "profile"   // profiling: optimize started/finished, a mode profiled, profiles imported
 	EventDegraded = "degraded"  // power unreadable: fell back to the lowest-power mode, or recovered
+	EventSettings = "settings"  // at start: where the budgets and a held mode came from (configuration or saved run-time settings)
+	EventHealth   = "health"    // an optional part (metrics) failed; fulcrumd runs without it
+	// EventExternal: another tool (jetson_clocks, nvpmodel) changed the board's mode and
+	// what fulcrumd did (controller.external_change), or fulcrumd took the board back.
+	EventExternal = "external_change"
 )
 
 // Event is one entry of the controller's event log.

@@ -133,6 +133,42 @@ func (c *Client) SetBudgets(ctx context.Context, u BudgetsUpdate) (Budgets, erro
 	return b, c.call(ctx, http.MethodPut, "/budgets", nil, u, &b)
 }
 
+// ResetBudgets is POST /v1/budgets/reset.
+func (c *Client) ResetBudgets(ctx context.Context) (Budgets, error) {
+	var b Budgets
+	return b, c.call(ctx, http.MethodPost, "/budgets/reset", nil, nil, &b)
+}
+
+// Health is GET /v1/healthz. A 503 (not ready) is no error: Health.Ready says it; an
+// error means fulcrumd did not answer (or answered something else).
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://fulcrum/"+Version+"/healthz", nil)
+	if err != nil {
+		return h, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return h, ctx.Err()
+		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return h, c.connErr(err)
+		}
+		return h, fmt.Errorf("GET /healthz on %s: %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return h, fmt.Errorf("GET /healthz: HTTP %d: %s (is fulcrumd the same version as fulcrumctl?)", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&h); err != nil {
+		return h, fmt.Errorf("GET /healthz: decode the answer: %w (is fulcrumd the same version as fulcrumctl?)", err)
+	}
+	return h, nil
+}
+
 // Workers is GET /v1/workers.
 func (c *Client) Workers(ctx context.Context) ([]Worker, error) {
 	var r WorkersResponse
@@ -149,6 +185,18 @@ func (c *Client) Mode(ctx context.Context) (ModeInfo, error) {
 func (c *Client) ApplyMode(ctx context.Context, m powermode.Mode) (ModeInfo, error) {
 	var mi ModeInfo
 	return mi, c.call(ctx, http.MethodPut, "/mode", nil, ModeRequest{Mode: m}, &mi)
+}
+
+// ApplyPreset is PUT /v1/mode with a live nvpmodel preset (name or id).
+func (c *Client) ApplyPreset(ctx context.Context, nameOrID string) (ModeInfo, error) {
+	var mi ModeInfo
+	return mi, c.call(ctx, http.MethodPut, "/mode", nil, ModeRequest{Preset: nameOrID}, &mi)
+}
+
+// ResumeMode is POST /v1/mode/resume.
+func (c *Client) ResumeMode(ctx context.Context) (ModeInfo, error) {
+	var mi ModeInfo
+	return mi, c.call(ctx, http.MethodPost, "/mode/resume", nil, struct{}{}, &mi)
 }
 
 func filterQuery(f store.Filter) url.Values {

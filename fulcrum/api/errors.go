@@ -8,17 +8,18 @@ import (
 
 // Error codes.
 const (
-	CodeBadRequest  = "bad_request" // malformed body or query
-	CodeBadBudget   = "bad_budget"  // a budget out of range
-	CodeBadMode     = "bad_mode"    // a mode the board does not have
-	CodeBadMethod   = "bad_method"  // unknown optimize method
-	CodeNotFound    = "not_found"   // no such endpoint
-	CodeMethod      = "method_not_allowed"
-	CodeTooLarge    = "too_large"   // body over the limit
-	CodeForbidden   = "forbidden"   // caller may not change things
-	CodeBusy        = "busy"        // e.g. an optimize is running
-	CodeUnavailable = "unavailable" // the daemon cannot do it now (no board, no profiles)
-	CodeInternal    = "internal"
+	CodeBadRequest   = "bad_request" // malformed body or query
+	CodeBadBudget    = "bad_budget"  // a budget out of range
+	CodeBadMode      = "bad_mode"    // a mode the board does not have
+	CodeBadMethod    = "bad_method"  // unknown optimize method
+	CodeNotFound     = "not_found"   // no such endpoint
+	CodeMethod       = "method_not_allowed"
+	CodeTooLarge     = "too_large"      // body over the limit
+	CodeForbidden    = "forbidden"      // caller may not change things
+	CodeBusy         = "busy"           // e.g. an optimize is running
+	CodeUnavailable  = "unavailable"    // the daemon cannot do it now (no board, no profiles)
+	CodeNotStoodDown = "not_stood_down" // mode resume while fulcrumd drives the board
+	CodeInternal     = "internal"
 )
 
 // Error is an API error: the HTTP status, a stable code, the field at fault (JSON name)

@@ -25,6 +25,8 @@ type Worker struct {
 	UID        int   `json:"uid"`
 	Waiting    bool  `json:"waiting"` // has an acquire pending
 	Queued     int   `json:"queued"`  // inference requests waiting
+	// NoProfiles: the worker declined profile batches at registration (no on_profile).
+	NoProfiles bool `json:"no_profiles,omitempty"`
 }
 
 // Quantiles summarise a window of milliseconds.
@@ -95,7 +97,7 @@ func WorkersFrom(ws []sched.WorkerInfo) []Worker {
 	out := make([]Worker, len(ws))
 	for i, w := range ws {
 		out[i] = Worker{ID: w.ID, Role: w.Role, Workload: w.Workload, Batch: w.Batch, BatchSizes: slices.Clone(w.BatchSizes),
-			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued}
+			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued, NoProfiles: w.NoProfiles}
 	}
 	return out
 }

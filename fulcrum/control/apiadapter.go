@@ -26,6 +26,8 @@ type API struct {
 	Version   string
 	BoardSpec string
 	Started   time.Time
+
+	faults faults // optional parts that failed (health.go)
 }
 
 var _ api.Controller = (*API)(nil)
@@ -52,17 +54,26 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	snap := c.sched.Snapshot()
 	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
 		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
-		Optimizing: c.Searching(), TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
+		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
 	if s.Board == "" {
 		s.Board = "none"
 	}
+	s.Notices = st.Notices
 	if n, err := c.store.Count(); err == nil {
 		s.Profiles = n
 	}
+	if err := c.store.Damaged(); err != nil {
+		s.Notices = append(s.Notices, fmt.Sprintf("%v (found while running); profiles cannot be read or stored: restart fulcrumd, which moves the file aside and starts on a fresh store", err))
+	}
+	s.Nvpmodel, s.StoodDown = a.nvpmodelMode(), c.StoodDown()
 	if c.board != nil {
 		if m, err := c.board.Current(ctx); err == nil {
 			s.Mode = m
+		} else {
+			s.ModeError = modeReadError(err)
+			s.Degraded = true
+			s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+s.ModeError, "; ")
 		}
 		if r, err := c.board.Power(ctx); err == nil {
 			// The average now, with or without workers (the controller's own figure is
@@ -79,6 +90,9 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 		s.Streams = append(s.Streams, api.StreamStatus{Workload: x.Workload, Batch: x.Batch, LatencyBudgetMS: x.LatencyBudgetMS,
 			OwnBudget: x.OwnBudget, RateRPS: x.RateRPS, RateFixed: x.RateFixed, PlanRateRPS: x.PlanRateRPS, PredLatencyMS: x.PredLatencyMS,
 			MeasuredP99MS: x.MeasuredP99MS, ServedRecent: x.Served, Rho: x.Rho})
+	}
+	if r := a.degradedFaults(s.DegradedReason); r != s.DegradedReason {
+		s.Degraded, s.DegradedReason = true, r
 	}
 	s.Plan = a.plan()
 	// An evaluated plan that meets no budget set is degraded running (docs/operations.md):
@@ -174,6 +188,7 @@ func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) 
 		if err := a.C.SetStreamTarget(u.Workload, StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS, TrainWeight: sb.TrainWeight}, &by); err != nil {
 			return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "workload", "%v", err)
 		}
+		a.C.persistSettings()
 		return a.toAPIBudgets(a.C.Budgets()), nil
 	}
 	if err := a.C.SetBudgetsBy(nb.Plan(), &by); err != nil {
@@ -187,6 +202,11 @@ func (a *API) Workers(context.Context) ([]api.Worker, error) {
 	return api.WorkersFrom(a.C.sched.Snapshot().Workers), nil
 }
 
+// modeReadError words a failed read of the board's mode for an operator.
+func modeReadError(err error) string {
+	return fmt.Sprintf("the board's mode could not be read: %v; check that the board's mode files (CPU online and cpufreq, the GPU's devfreq, the EMC clock in debugfs) exist and are readable by fulcrumd (fulcrumctl board info reads them too)", err)
+}
+
 // Mode implements api.Controller.
 func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	c := a.C
@@ -195,11 +215,15 @@ func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	}
 	cur, err := c.board.Current(ctx)
 	if err != nil {
-		return api.ModeInfo{}, fmt.Errorf("read the board's mode: %w", err)
+		// The board's files, not the daemon, are at fault: 503 with what to check.
+		return api.ModeInfo{Board: c.board.Info().Name}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%s", modeReadError(err))
 	}
 	mi := api.ModeInfo{Board: c.board.Info().Name, Current: cur, Held: c.Held()}
 	if n, ok := c.board.(interface{ Nvpmodel() string }); ok {
 		mi.Nvpmodel = n.Nvpmodel()
+	}
+	if n := a.nvpmodelMode(); n != nil && n.Name != "" {
+		mi.Nvpmodel = n.Name // read now: an nvpmodel -m since start shows
 	}
 	if st := c.Status(); st.Current != nil {
 		m := st.Current.Mode
@@ -229,6 +253,50 @@ func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (a
 		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v; fix the cause the board names (fulcrumctl board info shows what it runs) and apply again", err)
 	}
 	c.events.Add(Event{Kind: KindApply, Reason: "operator applied mode " + m.Human(), Mode: &m, Caller: &by})
+	c.persistSettings() // the held mode, kept across a restart
+	return a.Mode(ctx)
+}
+
+// nvpmodelMode is the board's running nvpmodel mode (daemon.Board reads its status file
+// again), nil where it has none.
+func (a *API) nvpmodelMode() *api.NvpmodelMode {
+	n, ok := a.C.board.(interface{ NvpmodelMode() (int, string, bool) })
+	if !ok {
+		return nil
+	}
+	id, name, known := n.NvpmodelMode()
+	if !known {
+		return nil
+	}
+	return &api.NvpmodelMode{ID: id, Name: name}
+}
+
+// ResolvePreset implements api.PresetResolver: a live nvpmodel preset's mode.
+func (a *API) ResolvePreset(_ context.Context, nameOrID string) (powermode.Mode, error) {
+	pb, ok := a.C.board.(interface {
+		Preset(nameOrID string) (powermode.Mode, string, error)
+	})
+	if !ok {
+		return powermode.Mode{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "preset", "this board has no nvpmodel presets; give the mode's clocks")
+	}
+	m, _, err := pb.Preset(nameOrID)
+	if err != nil {
+		return powermode.Mode{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "preset", "%v", err)
+	}
+	return m, nil
+}
+
+// Resume implements api.Resumer.
+func (a *API) Resume(ctx context.Context, by api.Caller) (api.ModeInfo, error) {
+	if a.C.board == nil {
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
+	}
+	if _, err := a.C.Resume(ctx, &by); err != nil {
+		if errors.Is(err, ErrNotStoodDown) {
+			return api.ModeInfo{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
+		}
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
+	}
 	return a.Mode(ctx)
 }
 
@@ -244,6 +312,10 @@ func (a *API) ExportProfiles(_ context.Context, w io.Writer, format store.Format
 
 // ImportProfiles implements api.Controller.
 func (a *API) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportOptions, by api.Caller) (store.ImportResult, error) {
+	// A profile of fulcrumd's own board must be at one of the board's modes.
+	if b := a.C.board; b != nil {
+		opts.Spaces = map[string]*powermode.Space{b.Info().Name: b.Space()}
+	}
 	res, err := a.C.store.Import(r, opts)
 	if err != nil {
 		return res, err
@@ -261,8 +333,8 @@ func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Call
 	out, err := a.C.Optimize(ctx, req.Method, req.MaxProfiles)
 	switch {
 	case errors.Is(err, ErrBusy):
-		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeBusy, "", "%v", err)
-	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair):
+		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
+	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair), errors.Is(err, ErrNoProfiles):
 		return api.OptimizeResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
 	case err != nil:
 		return api.OptimizeResult{}, err

@@ -26,6 +26,35 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	ch := c.bestAt(m)
+	if c.ext != nil {
+		// An operator's mode is an explicit order to write: it ends a stand-down.
+		c.ext = nil
+		c.events.Add(Event{Kind: KindExternal, Reason: "mode set by the operator: fulcrumd takes the board back from the mode set outside it", Mode: &m})
+	}
+	mode := m
+	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
+	c.forceApply = true
+	// A refused operator change is answered to the operator, not retried: the
+	// controller's own retry state (a plan the board refused earlier) stays as it was.
+	want, fails, since, retryAt := c.want, c.applyFails, c.applyFailSince, c.retryAt
+	c.apply(ctx, ch)
+	c.setTrainingPaused(false, "mode set by the operator")
+	if c.cur == nil || c.cur.Mode != m {
+		c.want, c.applyFails, c.applyFailSince, c.retryAt = want, fails, since, retryAt
+		if c.applyErr != nil {
+			return Choice{}, fmt.Errorf("apply mode %s failed; the board keeps its previous mode: %w", m.Human(), c.applyErr)
+		}
+		return Choice{}, fmt.Errorf("apply mode %s failed (see the events)", m.Human())
+	}
+	c.held = true
+	c.stepped = false
+	return *c.cur, nil
+}
+
+// bestAt is mode m with the best stored batch size there (or the present one) and its
+// prediction. Called with c.mu held.
+func (c *Controller) bestAt(m powermode.Mode) Choice {
 	ch := Choice{Mode: m}
 	if c.cur != nil {
 		ch.Batch = c.cur.Batch
@@ -45,24 +74,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 		}
 	}
 	c.keepStreams(&ch)
-	mode := m
-	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
-	c.forceApply = true
-	// A refused operator change is answered to the operator, not retried: the
-	// controller's own retry state (a plan the board refused earlier) stays as it was.
-	want, fails, since, retryAt := c.want, c.applyFails, c.applyFailSince, c.retryAt
-	c.apply(ctx, ch)
-	c.setTrainingPaused(false, "mode set by the operator")
-	if c.cur == nil || c.cur.Mode != m {
-		c.want, c.applyFails, c.applyFailSince, c.retryAt = want, fails, since, retryAt
-		if c.applyErr != nil {
-			return Choice{}, fmt.Errorf("apply mode %s failed; the board keeps its previous mode: %w", m.Human(), c.applyErr)
-		}
-		return Choice{}, fmt.Errorf("apply mode %s failed (see the events)", m.Human())
-	}
-	c.held = true
-	c.stepped = false
-	return *c.cur, nil
+	return ch
 }
 
 // setTrainingPaused pauses or resumes training turns and records the change.

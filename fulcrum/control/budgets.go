@@ -48,9 +48,11 @@ func (c *Controller) SetBudgetsBy(b plan.Budgets, by *api.Caller) error {
 	if c.cur != nil || c.pair != nil {
 		c.needPlan = reasonBudgets
 	}
+	c.takeBack(c.base, "budgets changed", by) // a stand-down ends: the new budgets are enforced
 	c.mu.Unlock()
 	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
 	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
+	c.persistSettings() // kept across a restart (settings.go)
 	return nil
 }
 

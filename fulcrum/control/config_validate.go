@@ -1,6 +1,11 @@
 package control
 
-import "github.com/fulcrum-edge/fulcrum/internal/optcheck"
+import (
+	"slices"
+	"strconv"
+
+	"github.com/fulcrum-edge/fulcrum/internal/optcheck"
+)
 
 // Validate checks a complete Config, as fulcrumd builds it from its configuration (every
 // rule set; MaxProfiles 0 means the searcher's default). Failures are
@@ -32,6 +37,9 @@ func (c Config) Validate() error {
 		ck.Fail("Confidence", c.Confidence, "must be a probability from 0.5 to below 1 (0.99: claim a plan when it meets every budget with 99% probability)")
 	}
 	optcheck.Positive(&ck, "Events", c.Events)
+	if !slices.Contains(ExternalPolicies, c.ExternalChange) {
+		ck.Fail("ExternalChange", strconv.Quote(c.ExternalChange), "must be stand_down, reapply or adopt (what a clock change made outside fulcrumd, e.g. by jetson_clocks, leads to)")
+	}
 	// LiveOptions has no Validate of its own (live.go is the statistics' file); the
 	// three knobs fulcrumd sets are checked here.
 	optcheck.Positive(&ck, "Live.Warmup", c.Live.Warmup)

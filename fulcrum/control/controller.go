@@ -55,6 +55,9 @@ type Config struct {
 	Events          int           // event ring size
 	InferBatches    []int         // batch sizes planned over (∩ what the worker serves)
 	Live            LiveOptions
+	// ExternalChange is what a mode change made outside fulcrumd leads to:
+	// ExternalStandDown (default), ExternalReapply or ExternalAdopt (external.go).
+	ExternalChange string
 }
 
 // DefaultConfig is what fulcrumd uses when the configuration says nothing.
@@ -66,7 +69,7 @@ func DefaultConfig() Config {
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
-		InferBatches: plan.DefaultInferBatches(),
+		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
 	}
 }
 func (c Config) withDefaults() Config {
@@ -106,6 +109,9 @@ func (c Config) withDefaults() Config {
 	if len(c.InferBatches) == 0 {
 		c.InferBatches = d.InferBatches
 	}
+	if c.ExternalChange == "" {
+		c.ExternalChange = d.ExternalChange
+	}
 	return c
 }
 
@@ -132,6 +138,8 @@ type Options struct {
 	Presets     []powermode.Mode
 	PresetNames []string
 	Budgets     plan.Budgets
+	// SettingsPath is where run-time settings are saved (settings.go); empty: not saved.
+	SettingsPath string
 }
 
 // Controller plans and watches. Its methods are safe for concurrent use.
@@ -146,6 +154,10 @@ type Controller struct {
 	pnames  []string
 	events  *EventLog
 	power   *PowerMonitor
+	// settings: the configuration's budgets and the saved run-time settings (settings.go);
+	// loop: the control loop's heartbeat (health.go).
+	settings *settingsState
+	loop     loopBeat
 
 	mu       sync.Mutex
 	budgets  plan.Budgets
@@ -181,6 +193,7 @@ type Controller struct {
 	base        context.Context // ends when Run ends
 	forceApply  bool            // the board's mode is not cur's (a search moved it)
 	held        bool            // an operator-applied mode is held
+	ext         *external       // another tool's change the controller stands down for (external.go)
 	driftSince  time.Time
 	belowSince  time.Time
 	lastStep    time.Time
@@ -193,6 +206,9 @@ type Controller struct {
 	live        LiveCounts
 	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
+
+	declined []string // workloads whose workers all decline profile batches (decline.go)
+	notices  []string // what the operator must act on, kept until restart (Notice)
 }
 type cfgKey struct {
 	m powermode.Mode
@@ -218,10 +234,14 @@ func New(o Options) (*Controller, error) {
 	if search.CheckLive(cfg.Searcher) != nil {
 		return nil, fmt.Errorf("control: searcher %q: want gmd or als", cfg.Searcher)
 	}
+	if !slices.Contains(ExternalPolicies, cfg.ExternalChange) {
+		return nil, fmt.Errorf("control: external change policy %q: want one of %s", cfg.ExternalChange, strings.Join(ExternalPolicies, ", "))
+	}
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
 		presets: o.Presets, pnames: o.PresetNames, budgets: b,
 		base: context.Background(), violations: map[string]uint64{},
-		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{}}
+		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{},
+		settings: &settingsState{file: SettingsFile{Path: o.SettingsPath}, config: b}}
 	c.events = NewEventLog(cfg.Events, o.Clock.Now)
 	o.Sched.SetLatencyBudget(msDur(b.LatencyMS))
 	return c, nil
@@ -258,10 +278,16 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	if c.board == nil {
 		return nil, fmt.Errorf("optimize: %w", ErrNoBoard)
 	}
+	declined := declinedOf(c.sched.Snapshot())
 	c.mu.Lock()
 	if c.pair == nil {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("optimize: %w", ErrNoPair)
+	}
+	c.noteDeclined(declined)
+	if b := c.blocked(); len(b) > 0 {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("optimize: %s: %w (no on_profile handler in their clients; set one, or profile offline with fulcrumctl profile)", strings.Join(b, ", "), ErrNoProfiles)
 	}
 	if c.job {
 		c.mu.Unlock()
@@ -318,9 +344,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	c.loop.start(c.clock.Now())
 	for c.sleep(ctx, c.cfg.Period) {
 		c.Step(ctx)
+		c.persistSettings() // a held mode a step or a search let go of
+		c.loop.beat(c.clock.Now())
 	}
+	c.loop.stop()
 	wg.Wait()
 	c.mu.Lock()
 	done := c.jobDone
@@ -391,6 +421,7 @@ func (c *Controller) Step(ctx context.Context) {
 	now := c.clock.Now()
 	pair, _ := c.pairOf(snap)
 	grp := c.groupOf(snap)
+	declined := declinedOf(snap)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -412,9 +443,15 @@ func (c *Controller) Step(ctx context.Context) {
 		c.pair, c.grp = pair, grp
 		c.forgetGone(grp)
 	}
+	c.noteDeclined(declined)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
+		// Another tool's clock, core or EMC change (jetson_clocks, nvpmodel -m) is seen
+		// within one period; standing down, nothing below writes a mode.
+		if !c.job && c.watchExternal(ctx, now) {
+			return
+		}
 	}
 	if c.pair == nil {
 		return

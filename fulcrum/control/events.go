@@ -21,6 +21,12 @@ const (
 	KindApply    Kind = "apply"     // a mode and batch applied (or failed to apply)
 	KindDegraded Kind = "degraded"  // power unreadable: fell back to the lowest-power mode (or recovered)
 	KindBudget   Kind = "budget"    // budgets changed
+	KindSettings Kind = "settings"  // where the budgets came from at start (configuration or saved run-time settings)
+	KindHealth   Kind = "health"    // a part of fulcrumd outside the controller failed (metrics listener)
+	// KindExternal: another tool changed the board's mode (stand down, reapply or
+	// adopt), or fulcrumd took the board back.
+	KindExternal Kind = "external_change"
+	KindStore    Kind = "store" // the profile store was found damaged and moved aside (Notice)
 )
 
 // Event is one controller decision or action.

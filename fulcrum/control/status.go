@@ -44,8 +44,14 @@ type Status struct {
 	Streams []StreamStatus `json:"streams,omitempty"`
 	// Train is every training job planned for when there are several or several streams.
 	Train []TrainJob `json:"train,omitempty"`
+	// Profiling names the workloads left out of live profiling because their workers
+	// declined profile batches (no on_profile handler); "" when none is.
+	Profiling string `json:"profiling,omitempty"`
 	// LastEvent is the sequence number of the newest event.
 	LastEvent uint64 `json:"last_event"`
+	// Notices are what the operator must act on, kept until fulcrumd restarts (e.g. a
+	// damaged profile store moved aside at start).
+	Notices []string `json:"notices,omitempty"`
 }
 
 // Status returns the controller's state.
@@ -54,10 +60,12 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{Budgets: c.budgets, Stepped: c.stepped, Degraded: c.degraded, Searching: c.job,
-		Measured: c.measured, PlanRateRPS: c.planRate, Live: c.live, LastSearch: c.lastSearch, RateSource: "measured"}
+		Measured: c.measured, PlanRateRPS: c.planRate, Live: c.live, LastSearch: c.lastSearch, RateSource: "measured",
+		Notices: c.notes()}
 	if c.budgets.RateRPS > 0 {
 		s.RateSource = "fixed"
 	}
+	s.Profiling = c.profilingLine()
 	if c.board != nil {
 		s.Board = c.board.Info().Name
 	}
@@ -84,6 +92,9 @@ func (c *Controller) Status() Status {
 		s.Wanted = &ch
 		s.ApplyError = c.applyErr.Error()
 		s.Degraded = strings.TrimPrefix(s.Degraded+"; "+c.boardRefusal(c.clock.Now()), "; ")
+	}
+	if r := c.externalReason(); r != "" {
+		s.Degraded = strings.TrimPrefix(s.Degraded+"; "+r, "; ")
 	}
 	if ev := c.events.List(0); len(ev) > 0 {
 		s.LastEvent = ev[len(ev)-1].Seq

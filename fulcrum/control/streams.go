@@ -134,21 +134,8 @@ func (c *Controller) StreamTargets() map[string]StreamTarget {
 // was set for it; the zero StreamTarget drops them (the stream uses the shared budgets).
 // Invalid values change nothing. The next step re-plans.
 func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Caller) error {
-	if workload == "" || len(workload) > proto.MaxNameLen {
-		return fmt.Errorf("stream budgets not changed: the workload name must be 1 to %d bytes (the name its inference worker registered)", proto.MaxNameLen)
-	}
-	if t.LatencyMS != 0 {
-		if err := plan.CheckField(plan.FieldLatency, t.LatencyMS); err != nil {
-			return fmt.Errorf("stream budgets not changed: %w", err)
-		}
-	}
-	if t.RateRPS != 0 {
-		if err := plan.CheckField(plan.FieldRate, t.RateRPS); err != nil {
-			return fmt.Errorf("stream budgets not changed: %w", err)
-		}
-	}
-	if t.TrainWeight != 0 && (!(t.TrainWeight > 0) || t.TrainWeight > api.MaxTrainWeight) {
-		return fmt.Errorf("training weight not changed: train_weight = %v: want above 0 and at most %d", t.TrainWeight, api.MaxTrainWeight)
+	if err := checkStreamTarget(workload, t); err != nil {
+		return fmt.Errorf("stream budgets not changed: %w", err)
 	}
 	c.mu.Lock()
 	old, had := c.streamT[workload]
@@ -164,16 +151,7 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 	} else {
 		c.streamT[workload] = t
 	}
-	lat := make(map[string]time.Duration, len(c.streamT))
-	weights := map[string]float64{}
-	for k, v := range c.streamT {
-		if v.LatencyMS > 0 {
-			lat[k] = msDur(v.LatencyMS)
-		}
-		if v.TrainWeight > 0 {
-			weights[k] = v.TrainWeight
-		}
-	}
+	lat, weights := c.streamSchedTargets()
 	c.held = false
 	for k := range c.badPoint {
 		if k.stream == workload {
@@ -196,6 +174,44 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 	}
 	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
 	return nil
+}
+
+// checkStreamTarget validates one workload's target as the API and the settings file
+// give it.
+func checkStreamTarget(workload string, t StreamTarget) error {
+	if workload == "" || len(workload) > proto.MaxNameLen {
+		return fmt.Errorf("the workload name must be 1 to %d bytes (the name its inference worker registered)", proto.MaxNameLen)
+	}
+	if t.LatencyMS != 0 {
+		if err := plan.CheckField(plan.FieldLatency, t.LatencyMS); err != nil {
+			return err
+		}
+	}
+	if t.RateRPS != 0 {
+		if err := plan.CheckField(plan.FieldRate, t.RateRPS); err != nil {
+			return err
+		}
+	}
+	if t.TrainWeight != 0 && (!(t.TrainWeight > 0) || t.TrainWeight > api.MaxTrainWeight) {
+		return fmt.Errorf("training weight: train_weight = %v: want above 0 and at most %d", t.TrainWeight, api.MaxTrainWeight)
+	}
+	return nil
+}
+
+// streamSchedTargets are the per-stream latency budgets and training weights the
+// scheduler is given. Called with c.mu held.
+func (c *Controller) streamSchedTargets() (map[string]time.Duration, map[string]float64) {
+	lat := make(map[string]time.Duration, len(c.streamT))
+	weights := map[string]float64{}
+	for k, v := range c.streamT {
+		if v.LatencyMS > 0 {
+			lat[k] = msDur(v.LatencyMS)
+		}
+		if v.TrainWeight > 0 {
+			weights[k] = v.TrainWeight
+		}
+	}
+	return lat, weights
 }
 
 // String is the target in an event's words.
@@ -428,7 +444,13 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	if c.board == nil {
 		return
 	}
-	if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
+	if b := c.blocked(); search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
+		c.forceSearch = ""
+		c.searchRefused(reason, b)
+		if len(ps) == 0 {
+			return
+		}
+	} else if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
 		method := cmp.Or(c.forceSearch, c.cfg.Searcher)
 		c.forceSearch = ""
 		c.startSearch(c.base, method, fmt.Sprintf("%s; %d modes stored for every stream and job (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,8 @@ type Daemon struct {
 	Board      *Board
 	Controller *control.Controller
 	API        *api.Server
+	// ControlAPI is the controller as the control API sees it (health, faults).
+	ControlAPI *control.API
 	Metrics    *metrics.Metrics
 	metricsLn  net.Listener
 	log        *slog.Logger
@@ -132,14 +135,20 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
 		return fail(fmt.Errorf("create the profile store's directory: %w (set state_dir or db)", err))
 	}
-	st, err := store.Open(db, store.Options{Timeout: o.StoreTimeout})
+	st, notice, err := openStore(db, o.StoreTimeout, time.Now(), d.log)
 	if err != nil {
-		return fail(fmt.Errorf("open profile store %s: %w (is another process, e.g. fulcrumctl profile, using it?)", db, err))
+		return fail(err)
 	}
 	d.Store = st
 	d.log.Info("profile store open", "path", db)
+	// An import killed mid-way (SIGKILL, a power cut) leaves its spool and undo log.
+	if removed, err := st.RemoveImportLeftovers(); len(removed) > 0 || err != nil {
+		d.log.Warn("removed an unfinished import's temporary files; part of that import may be stored (import the file again to complete it)", "files", removed, "err", err)
+	}
 	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
-		Log: o.Log.With("component", "control"), Budgets: o.Budgets}
+		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
+		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
+		SettingsPath: filepath.Join(cmp.Or(o.StateDir, filepath.Dir(db)), control.SettingsFileName)}
 	if b.Backend != nil {
 		copts.Board = b
 		copts.Presets, copts.PresetNames = b.Presets()
@@ -149,6 +158,10 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		return fail(err)
 	}
 	d.Controller = ctl
+	ctl.RestoreSettings(ctx)
+	if notice != "" {
+		ctl.Notice(control.KindStore, notice)
+	}
 	if !o.NoAPI {
 		ac := o.API
 		if ac.SocketPath == "" {
@@ -160,21 +173,57 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 			boardName = "none"
 		}
 		adapter := &control.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()}
+		d.ControlAPI = adapter
 		d.API = api.NewServer(ac, adapter)
 		if err := d.API.Listen(); err != nil {
 			return fail(err)
 		}
 		if o.MetricsListen != "" {
+			// Metrics are optional: a listener that cannot bind (port taken, no TCP in
+			// the unit's sandbox) is an event and a degraded status, not an exit that
+			// would put fulcrumd in a restart loop.
+			adapter.Expect("metrics", "serving GET /metrics on "+o.MetricsListen)
 			ln, err := metrics.Listen(o.MetricsListen)
 			if err != nil {
-				return fail(err)
+				adapter.SetFault("metrics", fmt.Sprintf("%v; under systemd a TCP listener also needs the drop-in /usr/share/doc/fulcrum/fulcrumd-metrics.conf (docs/operations.md \"Metrics\")", err))
+			} else {
+				d.metricsLn = ln
+				d.Metrics = metrics.New(metrics.FromController(adapter, ctl.Counters), metrics.Options{})
+				met.Store(d.Metrics)
 			}
-			d.metricsLn = ln
-			d.Metrics = metrics.New(metrics.FromController(adapter, ctl.Counters), metrics.Options{})
-			met.Store(d.Metrics)
 		}
 	}
 	return d, nil
+}
+
+// openStore opens the profile store at path, verifying every page first. A damaged
+// file (store.ErrDamaged: cut short, overwritten, zeroed) is moved aside to
+// path.damaged-<UTC time>, kept for the operator, and fulcrumd starts on a fresh store:
+// profiles are measurements it can take again, and nothing else lives in the store
+// (docs/profiler.md "A damaged store"). notice says what happened and what to do; ""
+// when the file was sound.
+func openStore(path string, timeout time.Duration, now time.Time, log *slog.Logger) (st *store.Store, notice string, err error) {
+	opts := store.Options{Timeout: timeout, Verify: true}
+	st, err = store.Open(path, opts)
+	if err == nil {
+		return st, "", nil
+	}
+	if !errors.Is(err, store.ErrDamaged) {
+		return nil, "", fmt.Errorf("open profile store %s: %w (is another process, e.g. fulcrumctl profile, using it?)", path, err)
+	}
+	aside := path + ".damaged-" + now.UTC().Format("20060102T150405Z")
+	if rerr := os.Rename(path, aside); rerr != nil {
+		return nil, "", fmt.Errorf("%w; moving it aside to %s failed too: %v (move or remove it by hand, then start fulcrumd again)", err, aside, rerr)
+	}
+	log.Error("the profile store is damaged: moved it aside and starting on a fresh store", "damaged", aside, "err", err)
+	st, ferr := store.Open(path, opts)
+	if ferr != nil {
+		return nil, "", fmt.Errorf("the profile store was damaged and moved aside to %s, but a fresh store cannot be created: %w", aside, ferr)
+	}
+	notice = fmt.Sprintf("%v; it was moved aside to %s and fulcrumd runs on a fresh, empty store and measures again what it needs (fulcrumctl optimize). "+
+		"To try to recover its profiles: fulcrumctl profile export --db %s --out profiles.csv (it fails if the damage reaches them), then fulcrumctl daemon profiles import profiles.csv; remove the damaged file when done. "+
+		"Check the storage: flash that corrupts one file may corrupt others", err, aside, aside)
+	return st, notice, nil
 }
 
 // Run serves workers, the controller and the control API until ctx ends, then shuts
@@ -199,7 +248,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			if err := d.Metrics.Serve(ctx, d.metricsLn, d.log); err != nil {
-				d.log.Error("metrics listener stopped; fulcrumd goes on without metrics", "err", err)
+				d.ControlAPI.SetFault("metrics", fmt.Sprintf("the metrics listener stopped: %v; fulcrumd goes on without metrics (restart it to serve them again)", err))
 			}
 		}()
 	}

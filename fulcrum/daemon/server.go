@@ -732,7 +732,8 @@ func (c *conn) register(m proto.Msg) *proto.Error {
 	if c.workerID != "" {
 		return proto.Errorf(proto.CodeOutOfOrder, m.Type, "this connection is already registered as %s; open a new connection for another worker", c.workerID)
 	}
-	spec := sched.WorkerSpec{Role: m.Role, Workload: m.Workload, Batch: m.Batch, BatchSizes: m.BatchSizes, PID: m.PID}
+	spec := sched.WorkerSpec{Role: m.Role, Workload: m.Workload, Batch: m.Batch, BatchSizes: m.BatchSizes, PID: m.PID,
+		NoProfiles: m.Profiles != nil && !*m.Profiles}
 	if c.cred != nil {
 		// The kernel's word beats the worker's: pids differ across pid namespaces.
 		if m.PID != 0 && int(c.cred.Pid) != m.PID {

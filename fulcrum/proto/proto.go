@@ -94,6 +94,10 @@ type Msg struct {
 	Batch      int    `json:"batch,omitempty"`       // train: minibatch size B_T; infer: batch size to serve; grant: batch to run
 	BatchSizes []int  `json:"batch_sizes,omitempty"` // infer: batch sizes the worker can serve
 	PID        int    `json:"pid,omitempty"`         // the worker's own pid (SO_PEERCRED is authoritative)
+	// Profiles says whether the worker runs profile batches: false declines them (a
+	// client with no on_profile handler, which could only answer at once and store a
+	// bogus profile); omitted (nil) accepts them, as every client before it did.
+	Profiles *bool `json:"profiles,omitempty"`
 
 	// registered (and optionally on later messages, checked against the connection)
 	WorkerID string `json:"worker_id,omitempty"`

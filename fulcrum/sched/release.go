@@ -37,6 +37,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		// Warm-up (allocator, cuDNN autotuning, lazy init) is the estimate's: it follows
 		// the latest minibatch until the times settle.
 		w.train.add(ms)
+		w.addReal(t.grant.Batch, ms)
 		w.trainUsed += used
 		s.trainHold, s.trainHoldUntil = w, now.Add(TrainRejoinGrace)
 		n := r.Samples
@@ -53,6 +54,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		// Time per batch is measured on full and partial batches alike; keyed by the
 		// number of requests actually served.
 		e.add(ms)
+		w.addReal(t.grant.Batch, ms)
 		res := map[string]proto.Result{}
 		for _, x := range r.Results {
 			res[x.ID] = x

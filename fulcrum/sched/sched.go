@@ -29,6 +29,9 @@ type WorkerSpec struct {
 	BatchSizes []int // infer: sizes the worker can serve
 	PID        int   // peer pid from SO_PEERCRED (0 when unknown)
 	UID        int
+	// NoProfiles: the worker declined profile batches at registration (it has no
+	// on_profile handler); Profile refuses it.
+	NoProfiles bool
 }
 
 // Grant is a turn handed to a worker.
@@ -152,6 +155,7 @@ type workload struct {
 	train      estimate          // expected training minibatch (ms)
 	infer      map[int]*estimate // expected inference batch time by size (ms)
 	prof       map[int]*estimate // expected profile batch time by size (ms)
+	real       map[int][]float64 // latest real (train/infer) batch times by size (ms): RealBatchMS
 	st         *stats
 	// trainUsed is the GPU time the workload's training minibatches held: training
 	// turns go to the waiting workload with the least trainUsed/weight (time shares).

@@ -107,6 +107,8 @@ type WorkerInfo struct {
 	UID        int   `json:"uid"`
 	Waiting    bool  `json:"waiting"` // has an acquire pending
 	Queued     int   `json:"queued"`  // inference requests waiting
+	// NoProfiles: the worker declined profile batches at registration (no on_profile).
+	NoProfiles bool `json:"no_profiles,omitempty"`
 }
 
 // WorkloadStats are one workload's measurements, over every worker that registered it
@@ -196,7 +198,8 @@ func (s *Scheduler) Snapshot() Snapshot {
 	}
 	for _, w := range s.order {
 		snap.Workers = append(snap.Workers, WorkerInfo{ID: w.id, Role: w.spec.Role, Workload: w.spec.Workload,
-			Batch: w.spec.Batch, BatchSizes: slices.Clone(w.spec.BatchSizes), PID: w.spec.PID, UID: w.spec.UID, Waiting: w.wantTurn, Queued: len(w.queue)})
+			Batch: w.spec.Batch, BatchSizes: slices.Clone(w.spec.BatchSizes), PID: w.spec.PID, UID: w.spec.UID, Waiting: w.wantTurn, Queued: len(w.queue),
+			NoProfiles: w.spec.NoProfiles})
 	}
 	for _, wl := range s.wlOrder {
 		st := wl.st

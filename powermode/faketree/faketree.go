@@ -58,11 +58,15 @@ type State struct {
 	PMode       int   // nvpmodel mode id in /var/lib/nvpmodel/status
 }
 
-// BootState is a board's state after boot: every core online, schedutil, scaling
-// limits at the table ends, GPU under nvhost_podgov idling at its lowest level, EMC
-// unlocked at its highest rate, and the catalog's default nvpmodel mode.
+// BootState is a board's state after boot in the catalog's default nvpmodel mode, as
+// nvpmodel leaves it: that preset's cores online and the others offline, schedutil with
+// scaling_max_freq at the preset's CPU cap (the table's top where it has none) and min at
+// the lowest level, the GPU under nvhost_podgov with max_freq at the preset's GPU cap
+// idling at its lowest level, EMC unlocked under the preset's EMC cap (the nvpmodel cap
+// file; 0 where it has none) — not every knob at its maximum, which is MAXN's state, or
+// what jetson_clocks sets.
 func BootState(spec *powermode.BoardSpec) State {
-	return State{
+	st := State{
 		OnlineCores: spec.CPU.Cores,
 		CPUGovernor: "schedutil",
 		CPUMinKHz:   slices.Min(spec.CPU.FreqsKHz),
@@ -75,6 +79,20 @@ func BootState(spec *powermode.BoardSpec) State {
 		EMCHz:       slices.Max(spec.EMC.RatesHz),
 		PMode:       spec.NVP.Default,
 	}
+	for _, p := range spec.NVP.Presets {
+		if p.ID != spec.NVP.Default {
+			continue
+		}
+		m := spec.PresetMode(p)
+		if sp, err := spec.Space(); err == nil {
+			m = sp.Snap(m) // a cap applies as the highest level at or below it
+		}
+		st.OnlineCores, st.CPUMaxKHz, st.GPUMaxHz = m.Cores, m.CPUKHz, m.GPUHz
+		if p.EMCMaxHz > 0 {
+			st.EMCCapHz, st.EMCHz = p.EMCMaxHz, m.EMCHz
+		}
+	}
+	return st
 }
 
 // Reading is one INA3221 channel's bus voltage and current.
@@ -318,8 +336,15 @@ func (b *builder) cpu(spec *powermode.BoardSpec, st State) {
 			}
 			b.link(fmt.Sprintf("%s/cpu%d/cpufreq", c, cpu), p)
 		}
-		b.file(p+"/scaling_min_freq", itoa(st.CPUMinKHz)+"\n")
-		b.file(p+"/scaling_max_freq", itoa(st.CPUMaxKHz)+"\n")
+		// A cluster with every CPU offline has an inactive policy: nvpmodel's cap cannot be
+		// written to it (the kernel answers EBUSY), so it keeps the hardware range boot
+		// gave it, which is also what tegra's Restore reopens such a cluster to.
+		minKHz, maxKHz := st.CPUMinKHz, st.CPUMaxKHz
+		if len(affected) == 0 {
+			minKHz, maxKHz = slices.Min(spec.CPU.FreqsKHz), slices.Max(spec.CPU.FreqsKHz)
+		}
+		b.file(p+"/scaling_min_freq", itoa(minKHz)+"\n")
+		b.file(p+"/scaling_max_freq", itoa(maxKHz)+"\n")
 		b.file(p+"/scaling_cur_freq", itoa(st.CPUCurKHz)+"\n")
 		b.file(p+"/cpuinfo_min_freq", itoa(slices.Min(spec.CPU.FreqsKHz))+"\n")
 		b.file(p+"/cpuinfo_max_freq", itoa(slices.Max(spec.CPU.FreqsKHz))+"\n")

@@ -115,18 +115,39 @@ func checkTree(t *testing.T, tr *faketree.Tree, spec *powermode.BoardSpec) {
 	if want := "# R" + major + " (release), REVISION: " + rev + ", GCID: "; !strings.HasPrefix(rel, want) {
 		t.Errorf("nv_tegra_release = %q, want prefix %q", rel, want)
 	}
+	// The tree boots in the default nvpmodel mode the status file names: that preset's
+	// cores online, its caps as the scaling limits (not every knob at its maximum).
+	var def powermode.PresetSpec
+	for _, p := range spec.NVP.Presets {
+		if p.ID == spec.NVP.Default {
+			def = p
+		}
+	}
+	space, err := spec.Space()
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := space.Snap(spec.PresetMode(def))
 	all := fmt.Sprintf("0-%d\n", spec.CPU.Cores-1)
 	for _, f := range []string{"online", "present", "possible"} {
-		if got := read(t, tr, "/sys/devices/system/cpu/"+f); got != all {
-			t.Errorf("cpu/%s = %q, want %q", f, got, all)
+		want := all
+		if f == "online" {
+			want = faketree.RangeList(seq(boot.Cores)) + "\n"
+		}
+		if got := read(t, tr, "/sys/devices/system/cpu/"+f); got != want {
+			t.Errorf("cpu/%s = %q, want %q", f, got, want)
 		}
 	}
 	if _, err := os.Stat(tr.Path("/sys/devices/system/cpu/cpu0/online")); !os.IsNotExist(err) {
 		t.Errorf("cpu0/online: want no such file, got %v", err)
 	}
 	for cpu := 1; cpu < spec.CPU.Cores; cpu++ {
-		if got := read(t, tr, fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu)); got != "1\n" {
-			t.Errorf("cpu%d/online = %q", cpu, got)
+		want := "1\n"
+		if cpu >= boot.Cores {
+			want = "0\n"
+		}
+		if got := read(t, tr, fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu)); got != want {
+			t.Errorf("cpu%d/online = %q, want %q", cpu, got, want)
 		}
 	}
 	freqs := spaced(spec.CPU.FreqsKHz, true)
@@ -143,17 +164,26 @@ func checkTree(t *testing.T, tr *faketree.Tree, spec *powermode.BoardSpec) {
 			}
 		}
 		p := fmt.Sprintf("/sys/devices/system/cpu/cpufreq/policy%d/", cl.Policy)
-		var cpus []string
+		var cpus, online []string
 		for _, c := range cl.CPUs {
 			cpus = append(cpus, strconv.Itoa(c))
+			if c < boot.Cores {
+				online = append(online, strconv.Itoa(c))
+			}
+		}
+		// An inactive policy (every CPU offline) keeps its hardware range: nvpmodel
+		// cannot write its cap there.
+		clusterMax := boot.CPUKHz
+		if len(online) == 0 {
+			clusterMax = slices.Max(spec.CPU.FreqsKHz)
 		}
 		want := map[string]string{
 			"scaling_min_freq":            spaced(spec.CPU.FreqsKHz[:1], false),
-			"scaling_max_freq":            spaced([]int64{slices.Max(spec.CPU.FreqsKHz)}, false),
+			"scaling_max_freq":            spaced([]int64{clusterMax}, false),
 			"cpuinfo_max_freq":            spaced([]int64{slices.Max(spec.CPU.FreqsKHz)}, false),
 			"scaling_governor":            "schedutil\n",
 			"related_cpus":                strings.Join(cpus, " ") + "\n",
-			"affected_cpus":               strings.Join(cpus, " ") + "\n",
+			"affected_cpus":               strings.Join(online, " ") + "\n",
 			"scaling_available_governors": "interactive conservative ondemand userspace powersave performance schedutil \n",
 		}
 		for f, w := range want {
@@ -172,7 +202,7 @@ func checkTree(t *testing.T, tr *faketree.Tree, spec *powermode.BoardSpec) {
 	gpu := map[string]string{
 		"available_frequencies": spaced(spec.GPU.FreqsHz, false),
 		"min_freq":              spaced(spec.GPU.FreqsHz[:1], false),
-		"max_freq":              spaced([]int64{slices.Max(spec.GPU.FreqsHz)}, false),
+		"max_freq":              spaced([]int64{boot.GPUHz}, false),
 		"governor":              "nvhost_podgov\n",
 	}
 	for f, w := range gpu {
@@ -193,8 +223,8 @@ func checkTree(t *testing.T, tr *faketree.Tree, spec *powermode.BoardSpec) {
 	if got := read(t, tr, "/sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked"); got != "0\n" {
 		t.Errorf("mrq_rate_locked = %q", got)
 	}
-	if got := read(t, tr, tr.EMCCapPath()); got != "0\n" {
-		t.Errorf("emc cap = %q", got)
+	if got, want := read(t, tr, tr.EMCCapPath()), strconv.FormatInt(def.EMCMaxHz, 10)+"\n"; got != want {
+		t.Errorf("emc cap = %q, want %q (the default preset's)", got, want)
 	}
 	for i, z := range spec.Thermal {
 		if got := read(t, tr, fmt.Sprintf("/sys/class/thermal/thermal_zone%d/type", i)); got != z+"\n" {
@@ -248,7 +278,7 @@ func TestAGXOrinExactFiles(t *testing.T) {
 				"/proc/device-tree/compatible": "nvidia,p3737-0000+p3701-0005\x00nvidia,p3701-0005\x00nvidia,tegra234\x00",
 				"/sys/devices/system/cpu/cpufreq/policy4/scaling_available_frequencies":       "115200 192000 268800 345600 422400 499200 576000 652800 729600 806400 883200 960000 1036800 1113600 1190400 1267200 1344000 1420800 1497600 1574400 1651200 1728000 1804800 1881600 1958400 2035200 2112000 2188800 2201600 \n",
 				"/sys/devices/system/cpu/cpufreq/policy8/related_cpus":                        "8 9 10 11\n",
-				"/sys/devices/system/cpu/online":                                              "0-11\n",
+				"/sys/devices/system/cpu/online":                                              "0-7\n", // MODE_30W: 8 cores
 				tc.gpuDev + "/devfreq/" + filepath.Base(tc.gpuDev) + "/available_frequencies": "306000000 408000000 510000000 612000000 714000000 816000000 918000000 1020000000 1122000000 1224000000 1300500000\n",
 				"/sys/class/devfreq/" + filepath.Base(tc.gpuDev) + "/device/of_node/name":     tc.node + "\x00",
 				"/sys/kernel/debug/bpmp/debug/emc/possible_rates":                             "204000 665600 2133000 3199000 (kHz)\n",
@@ -543,4 +573,12 @@ func TestConfRealLayout(t *testing.T) {
 			}
 		})
 	}
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }

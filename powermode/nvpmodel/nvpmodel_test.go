@@ -543,3 +543,72 @@ func TestCatalogMatchesConf(t *testing.T) {
 		}
 	}
 }
+
+// The GPU's tpc_pg_mask is trusted over the status file: after `nvpmodel -m 0` (MAXN,
+// mask 0) from MODE_30W (mask 240) without a reboot, the status names MAXN while the GPU
+// still runs mask 240, so MAXN and MODE_50W need the reboot and MODE_30W is the live one.
+// With no node the status file's mode gives the mask, as before.
+func TestTPCMaskFromGPUWins(t *testing.T) {
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	for _, tc := range []struct {
+		name, status string
+		removeNode   bool
+		live, source string
+		note         string
+	}{
+		{"status and GPU agree", "pmode:0002\n", false, "MODE_30W", nvpmodel.TPCMaskSysfs, ""},
+		{"status says MAXN, GPU runs 240", "pmode:0000\n", false, "MODE_30W", nvpmodel.TPCMaskSysfs, "but the GPU runs TPC mask 240"},
+		{"no node: the status's mode", "pmode:0000\n", true, "MAXN,MODE_50W", nvpmodel.TPCMaskStatus, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := faketree.Build(t.TempDir(), spec, faketree.Options{}) // boots in MODE_30W
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(tr.Root(), nvpmodel.StatusPath), []byte(tc.status), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.removeNode {
+				if err := os.Remove(filepath.Join(tr.Root(), nvpmodel.TPCMaskPath)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bp, err := nvpmodel.ForBoard(tr.Root(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var live []string
+			for _, p := range bp.Live() {
+				live = append(live, p.Name)
+			}
+			if strings.Join(live, ",") != tc.live || bp.TPCMaskSource != tc.source {
+				t.Errorf("live %v (mask %d from %s), want %s from %s", live, bp.TPCMask, bp.TPCMaskSource, tc.live, tc.source)
+			}
+			if note := strings.Join(bp.Notes, "; "); (tc.note == "") != (note == "") || !strings.Contains(note, tc.note) {
+				t.Errorf("notes %q, want %q", note, tc.note)
+			}
+		})
+	}
+}
+
+// Now reads the status file again: an nvpmodel -m after start shows.
+func TestNowRereadsStatus(t *testing.T) {
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	tr, err := faketree.Build(t.TempDir(), spec, faketree.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := nvpmodel.ForBoard(tr.Root(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, name, ok := bp.Now(); !ok || id != 2 || name != "MODE_30W" {
+		t.Fatalf("Now = %d %q %v, want 2 MODE_30W", id, name, ok)
+	}
+	if err := os.WriteFile(filepath.Join(tr.Root(), nvpmodel.StatusPath), []byte("pmode:0003\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if id, name, ok := bp.Now(); !ok || id != 3 || name != "MODE_50W" {
+		t.Fatalf("after nvpmodel -m 3: Now = %d %q %v, want 3 MODE_50W", id, name, ok)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,7 +132,9 @@ func TestStepIdleAndBusy(t *testing.T) {
 		t.Errorf("idle GPU load %d", l)
 	}
 
-	// A registered minibatch makes the board busy at the scaling maxima.
+	// A registered minibatch makes the board busy at the scaling maxima (pinned at the
+	// top: the board boots in its default nvpmodel preset).
+	pinTop(t, b)
 	w := b.opts.Workloads["resnet18-train"]
 	file, err := registerActivity(b.Root(), Activity{Workload: w.Name, Role: "train", Batch: 32, PID: os.Getpid(), StartedAt: time.Now()})
 	if err != nil {
@@ -235,6 +238,7 @@ func TestThermalFollowsPower(t *testing.T) {
 	}
 	gpuZone := "/sys/class/thermal/thermal_zone1/temp" // gpu-thermal on this board
 	idle := readInt(t, b, gpuZone)
+	pinTop(t, b) // MAXN-like: every knob at its top
 	if _, err := registerActivity(b.Root(), Activity{Workload: "resnet18-train", Role: "train", Batch: 32, PID: os.Getpid()}); err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +354,7 @@ func TestEveryCatalogBoardSimulates(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				pinTop(t, b)
 				w := b.opts.Workloads["resnet18-train"]
 				if _, err := registerActivity(b.Root(), Activity{Workload: w.Name, Role: "train", Batch: 32, PID: os.Getpid()}); err != nil {
 					t.Fatal(err)
@@ -372,4 +377,30 @@ func TestEveryCatalogBoardSimulates(t *testing.T) {
 			})
 		}
 	}
+}
+
+// pinTop writes what jetson_clocks writes: every core online, each CPU policy and the GPU
+// at their top frequency, the EMC locked at its top rate (the board boots in its default
+// nvpmodel preset, not there).
+func pinTop(t *testing.T, b *Board) {
+	t.Helper()
+	sp := b.Tree().Spec()
+	tr := b.Tree()
+	w := func(abs string, v int64) {
+		if err := tr.WriteFile(abs, strconv.FormatInt(v, 10)+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for cpu := 1; cpu < sp.CPU.Cores; cpu++ {
+		w(fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpu), 1)
+	}
+	for _, cl := range sp.CPU.Clusters {
+		p := fmt.Sprintf("/sys/devices/system/cpu/cpufreq/policy%d/", cl.Policy)
+		w(p+"scaling_max_freq", slices.Max(sp.CPU.FreqsKHz))
+		w(p+"scaling_min_freq", slices.Max(sp.CPU.FreqsKHz))
+	}
+	w(tr.GPUDevfreq()+"/max_freq", slices.Max(sp.GPU.FreqsHz))
+	w(tr.GPUDevfreq()+"/min_freq", slices.Max(sp.GPU.FreqsHz))
+	w("/sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked", 1)
+	w("/sys/kernel/debug/bpmp/debug/clk/emc/rate", slices.Max(sp.EMC.RatesHz))
 }

@@ -143,7 +143,10 @@ func (b *Backend) writeState(s *boardState, reopenHidden bool) error {
 	}
 	if reopenHidden && err == nil {
 		for i, ps := range s.Policies {
-			if ps.Unreadable == "" || i >= len(b.policies) || b.policies[i].active(online) {
+			// A cluster offline in s: unreadable there (the kernel answers EBUSY), or
+			// read while inactive (a tree without that rule, e.g. faketree); either way
+			// limits written since would linger in the inactive policy.
+			if i >= len(b.policies) || b.policies[i].active(online) || (ps.Unreadable == "" && s.policyActive(b.policies[i])) {
 				continue
 			}
 			for _, c := range b.cpus {
@@ -187,6 +190,17 @@ func (b *Backend) writeState(s *boardState, reopenHidden bool) error {
 		errs = append(errs, b.restoreFile(s.EMC.Rate), b.restoreFile(s.EMC.Locked))
 	}
 	return errors.Join(errs...)
+}
+
+// policyActive reports whether one of p's CPUs is online in s.
+func (s *boardState) policyActive(p policy) bool {
+	for _, c := range s.CPUs {
+		if isOn(c.Online.Content) && slices.Contains(p.CPUs, c.CPU) {
+			return true
+		}
+	}
+	// cpu0 has no online file in s when it cannot go offline: it is always online.
+	return slices.Contains(p.CPUs, 0)
 }
 
 // reopenPolicy sets a policy's limits to cpuinfo_min_freq..cpuinfo_max_freq.

@@ -29,10 +29,13 @@ type Fake struct {
 	OptimizeFunc func(ctx context.Context, req api.OptimizeRequest) (api.OptimizeResult, error)
 	// KeepEvents bounds the event log (100 when 0).
 	KeepEvents int
+	// HealthFunc answers Health when set; without it the fake is ready.
+	HealthFunc func() api.Health
 
 	mu        sync.Mutex
 	started   time.Time
 	budgets   api.Budgets
+	initial   api.Budgets // what ResetBudgets returns to
 	mode      powermode.Mode
 	held      bool
 	plan      *api.Plan
@@ -47,7 +50,7 @@ type Fake struct {
 
 // New returns a fake with budgets b at mode m on a board with levels lv.
 func New(board string, lv api.Levels, m powermode.Mode, b api.Budgets, st *store.Store, now func() time.Time) *Fake {
-	return &Fake{Board: board, Levels: lv, Store: st, Now: now, started: now(), budgets: b, mode: m,
+	return &Fake{Board: board, Levels: lv, Store: st, Now: now, started: now(), budgets: b, initial: b, mode: m,
 		subs: map[chan api.Event]struct{}{}}
 }
 
@@ -151,6 +154,23 @@ func (f *Fake) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller)
 	f.budgets, f.held = b, false
 	f.publishLocked(api.EventBudgets, "budgets set: "+b.String(), &by, b)
 	return b, nil
+}
+
+// ResetBudgets implements api.Controller: back to the budgets New was given.
+func (f *Fake) ResetBudgets(_ context.Context, by api.Caller) (api.Budgets, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.budgets, f.held = f.initial, false
+	f.publishLocked(api.EventBudgets, "budgets reset: "+f.budgets.String(), &by, f.budgets)
+	return f.budgets, nil
+}
+
+// Health implements api.Controller.
+func (f *Fake) Health(context.Context) api.Health {
+	if f.HealthFunc != nil {
+		return f.HealthFunc()
+	}
+	return api.Health{Ready: true, Checks: []api.HealthCheck{{Name: "board", OK: true, Detail: f.Board}}}
 }
 
 // Workers implements api.Controller.

@@ -17,6 +17,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 )
 
 type rig struct {
@@ -32,6 +33,15 @@ func newRig(t *testing.T) *rig {
 	models := testboard.Workloads(t)
 	root := filepath.Join(t.TempDir(), "board")
 	testboard.Start(t, testboard.Sim(t, root, spec, sim.Options{Workloads: models}))
+	// The board boots in its status file's MODE_30W; these scenarios (and the numbers
+	// docs/runtime.md reports from them) run it at its top, as under MAXN.
+	be, err := tegra.Open(context.Background(), root, spec, powermode.BoardInfo{Name: spec.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Apply(context.Background(), spec.PresetMode(powermode.PresetSpec{})); err != nil {
+		t.Fatal(err)
+	}
 	return &rig{spec: spec, models: models, root: root}
 }
 

@@ -63,6 +63,10 @@ type Board struct {
 	// /etc/nvpmodel.conf an absolute link to it, as on a board; NvpmodelStatus, when
 	// set, is /var/lib/nvpmodel/status (e.g. "pmode:0002\n").
 	NvpmodelConf, NvpmodelConfName, NvpmodelStatus string
+	// TPCPGMask, when set, is the GPU's running TPC power-gating mask, written to
+	// GPUDevice/tpc_pg_mask (decimal), with /sys/devices/gpu.0 a link to GPUDevice: the
+	// node NVIDIA's nvpmodel confs name (TPC_POWER_GATING TPC_PG_MASK).
+	TPCPGMask string
 }
 
 // Cores is the number of CPUs.
@@ -307,6 +311,10 @@ func Write(dir string, b Board) error {
 		if i == 0 {
 			w.file(d.dev+"/load", "0\n")
 			w.file(d.dev+"/railgate_enable", "1\n")
+			if b.TPCPGMask != "" {
+				w.file(d.dev+"/tpc_pg_mask", b.TPCPGMask+"\n")
+				w.link("/sys/devices/gpu.0", d.dev)
+			}
 		}
 	}
 	// EMC (BPMP debugfs).
