@@ -81,7 +81,7 @@ worker --role infer --workload resnet50-infer --rate 8 --latency 400ms --duratio
 pids+=($!)
 echo "No profiles are stored yet, so fulcrumd runs GMD live: it applies a mode between minibatches,"
 echo "asks the workers for profiling batches (every mode for all three workloads), and keeps"
-echo "serving inference first. This takes 1-2 minutes (at most 10 modes, see the config above)."
+echo "serving inference first. This takes about a minute (the search is capped: see the config above)."
 planned=""
 for i in $(seq 120); do
 	sleep 3
