@@ -200,12 +200,16 @@ type Controller struct {
 	lastLatStep time.Time
 	lastApply   time.Time
 	corrP       map[powermode.Mode]float64 // measured/predicted power where a budget broke
-	badLat      map[cfgKey]bool            // configurations that broke the latency budget
-	measured    Measured
-	latCount    int
-	live        LiveCounts
-	lastSearch  *search.Result
-	violations  map[string]uint64 // budget violations acted on, by budget
+	// corrAll: with several streams, the largest measured/predicted power ratio where the
+	// budget broke, expected at every mode without a ratio of its own until the workloads
+	// change or a search measures again (streams.go, stepMulti).
+	corrAll    float64
+	badLat     map[cfgKey]bool // configurations that broke the latency budget
+	measured   Measured
+	latCount   int
+	live       LiveCounts
+	lastSearch *search.Result
+	violations map[string]uint64 // budget violations acted on, by budget
 
 	declined []string // workloads whose workers all decline profile batches (decline.go)
 	notices  []string // what the operator must act on, kept until restart (Notice)
@@ -441,6 +445,7 @@ func (c *Controller) Step(ctx context.Context) {
 			}
 		}
 		c.pair, c.grp = pair, grp
+		c.corrAll = 0 // other workloads, other power mix
 		c.forgetGone(grp)
 	}
 	c.noteDeclined(declined)

@@ -24,11 +24,15 @@ func TestStatusOneRatePerStream(t *testing.T) {
 	_, in1 := e.register(nil)
 	in2 := e.registerInfer(tInfer2)
 	n := 0
+	acc := map[string]float64{} // requests due, carried between 50 ms ticks
 	arrive := func(rates map[string]float64, d time.Duration) {
 		for end := e.clock.Now().Add(d); e.clock.Now().Before(end); {
 			for id, r := range rates {
 				var reqs []proto.Request
-				for range int(r * 0.05) {
+				acc[id] += r * 0.05
+				k := int(acc[id])
+				acc[id] -= float64(k)
+				for range k {
 					n++
 					reqs = append(reqs, proto.Request{ID: fmt.Sprintf("r%d", n)})
 				}
@@ -40,8 +44,8 @@ func TestStatusOneRatePerStream(t *testing.T) {
 		}
 	}
 	// The rates change: a window mean and an EWMA disagree until both forget the old one.
-	arrive(map[string]float64{in1: 40, in2: 20}, 4*time.Second)
-	arrive(map[string]float64{in1: 20, in2: 60}, time.Second)
+	arrive(map[string]float64{in1: 10, in2: 4}, 4*time.Second)
+	arrive(map[string]float64{in1: 4, in2: 12}, time.Second)
 	api := &API{C: c}
 	st, err := api.Status(context.Background())
 	if err != nil {
@@ -66,7 +70,7 @@ func TestStatusOneRatePerStream(t *testing.T) {
 	}
 	// The stream that leaves: one stream, and the budgets line shows its rate, the same one.
 	e.sched.Unregister(in2)
-	arrive(map[string]float64{in1: 20}, time.Second)
+	arrive(map[string]float64{in1: 6}, time.Second)
 	st, err = api.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
