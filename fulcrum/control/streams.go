@@ -683,6 +683,12 @@ func (p *pooledLive) each(m powermode.Mode, f func(*LiveProfiler) (plan.ModeProf
 		mp.Infer[i] = x.Infer
 		if i == 0 {
 			mp.Train[0], mp.Repeats = x.Train, x.Repeats
+			if p.overBudget(m) {
+				// The first pair drew over the power budget there: the mode is answered by
+				// its estimate (as Known answers it), and the others are not profiled at a
+				// mode no plan can use (they were, and counted as profiled: issue 34).
+				return mp, errAbandoned
+			}
 		}
 	}
 	for j, lp := range p.jobs {
@@ -695,9 +701,27 @@ func (p *pooledLive) each(m powermode.Mode, f func(*LiveProfiler) (plan.ModeProf
 	return mp, nil
 }
 
+// errAbandoned stops pooledLive.each at a mode over the power budget.
+var errAbandoned = errors.New("mode over the power budget")
+
+// overBudget reports that the first pair's profiler holds m as over the power budget it
+// profiles against (a budget raised since lets it measure m again).
+func (p *pooledLive) overBudget(m powermode.Mode) bool {
+	lp := p.streams[0]
+	return lp.BudgetMW > 0 && slices.ContainsFunc(lp.OverBudgetModes(), func(r OverBudget) bool { return r.Mode == m && r.PowerMW > lp.BudgetMW })
+}
+
+// first is the first pair's answer at m (its estimate where m is over the budget).
+func (p *pooledLive) first(mp plan.MultiProfile) plan.ModeProfile {
+	return plan.ModeProfile{Mode: mp.Mode, Train: mp.Train[0], Infer: mp.Infer[0], Repeats: mp.Repeats}
+}
+
 // Profile implements search.Profiler.
 func (p *pooledLive) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	mp, err := p.each(m, func(lp *LiveProfiler) (plan.ModeProfile, error) { return lp.Profile(ctx, m) })
+	if errors.Is(err, errAbandoned) {
+		return p.first(mp), nil
+	}
 	if err != nil {
 		return plan.ModeProfile{}, err
 	}
@@ -707,6 +731,9 @@ func (p *pooledLive) Profile(ctx context.Context, m powermode.Mode) (plan.ModePr
 // Remeasure implements search.Remeasurer: every workload's points at m measured again.
 func (p *pooledLive) Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
 	mp, err := p.each(m, func(lp *LiveProfiler) (plan.ModeProfile, error) { return lp.Remeasure(ctx, m) })
+	if errors.Is(err, errAbandoned) {
+		return p.first(mp), nil
+	}
 	if err != nil {
 		return plan.ModeProfile{}, err
 	}

@@ -381,3 +381,64 @@ func TestSeveralStreamsPowerUnderPredictedEverywhere(t *testing.T) {
 		t.Errorf("%d mode changes (%s): the controller walked down one violation at a time", len(changes), strings.Join(changes, " → "))
 	}
 }
+
+// A mode the first pair abandons as over the power budget is not profiled for the further
+// streams (it was, and counted as profiled: issue 34 item 3).
+func TestSearchSeveralStreamsSkipsAbandonedModes(t *testing.T) {
+	// The guard judges readings taken after a settle time over a window: both short here,
+	// where the scripted batches take a millisecond.
+	live := LiveOptions{Samples: 2, MinTime: 20 * time.Millisecond, PowerSettle: time.Millisecond, PowerWindow: 20 * time.Millisecond, SensorLag: time.Millisecond}
+	e, c := newLiveEnv(t, Config{MaxProfiles: 6, Live: live}, plan.Budgets{LatencyMS: 400, PowerMW: 15000, RateRPS: 20})
+	defer e.sched.Close()
+	sw := &scriptedWorkers{e: e, power: c.power, grants: map[string]int{}}
+	in2, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer2, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, sw.deliver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sched.Acquire(in2, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Step(context.Background())
+	for deadline := time.Now().Add(60 * time.Second); c.Status().Searching; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("search did not finish in 60 s")
+		}
+	}
+	st := c.Status()
+	if st.Live.Abandoned == 0 {
+		t.Fatalf("no mode abandoned over a 15 W budget: %+v", st.Live)
+	}
+	trained := map[powermode.Mode]bool{}
+	trains, err := e.store.List(store.Filter{Board: e.spec.Name, Workload: tTrain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range trains {
+		trained[p.Mode] = true
+	}
+	ys, err := e.store.List(store.Filter{Board: e.spec.Name, Workload: tInfer2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ys {
+		if !trained[p.Mode] {
+			t.Errorf("%s profiled at %s, a mode the first pair abandoned over the budget", tInfer2, p.Mode.Human())
+		}
+	}
+	if st.Live.Modes != st.StoredProfiles {
+		t.Errorf("%d modes counted as profiled live, %d stored for every workload", st.Live.Modes, st.StoredProfiles)
+	}
+	// Each abandoned mode is abandoned once, by the first pair: no further stream's
+	// profiler went to it.
+	abandoned := map[powermode.Mode]int{}
+	for _, ev := range c.Events().List(0) {
+		if ev.Kind == KindProfile && ev.Mode != nil && strings.HasPrefix(ev.Reason, "abandoned profiling mode") {
+			abandoned[*ev.Mode]++
+		}
+	}
+	for m, n := range abandoned {
+		if n != 1 {
+			t.Errorf("mode %s abandoned %d times: the further streams were profiled there after the first pair was over the budget", m.Human(), n)
+		}
+	}
+}
