@@ -543,8 +543,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 			// with the same workers) are expected to at the others: expecting the same
 			// ratio at the modes without one of their own moves to a mode within the
 			// budget at once, where learning it mode by mode walked down one mode change
-			// per violation (issue 34 reported 9 changes in ~50 s, down to 1 core, at
-			// 1.36–2.13× the predicted power; TestSeveralStreamsPowerUnderPredictedEverywhere).
+			// per violation (TestSeveralStreamsPowerUnderPredictedEverywhere; issue 34).
 			c.corrAll = max(c.corrAll, c.corrP[c.cur.Mode])
 		}
 		c.needPlan = ""
