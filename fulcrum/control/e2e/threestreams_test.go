@@ -25,23 +25,29 @@ import (
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
-// Three inference streams and one trainer on the simulated AGX Orin with an empty
-// profile store (issue 34 item 3): fulcrumd searches live, then plans; afterwards it
-// must not swing between modes.
+// reproEnv runs the three-stream measurements (docs/controller.md "Three streams after a
+// search"): they log figures for a person to read and assert only that a plan is made;
+// the search variant can stall (left to do there), so CI does not run them.
+const reproEnv = "FULCRUM_E2E_THREE_STREAMS"
+
 func TestThreeStreamsSeeded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("three streams for 60 s after the plan; run without -short")
+	if os.Getenv(reproEnv) == "" {
+		t.Skip("a 65 s measurement (mode changes, predicted vs measured power): set " + reproEnv + "=1 to run it")
 	}
 	threeStreams(t, true)
 }
 
 func TestThreeStreamsAfterSearch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-stream live search then 60 s; run without -short")
+	if os.Getenv(reproEnv) == "" {
+		t.Skip("a live three-stream search then 60 s (up to 7 min): set " + reproEnv + "=1 to run it")
 	}
 	threeStreams(t, false)
 }
 
+// Three inference streams and one trainer on the simulated AGX Orin (issue 34 item 3):
+// from the simulator's truth at 13 modes, or from a live search on an empty store, then
+// 60 s of watching: the mode changes, predicted against measured power, and the live
+// profiles' power against the truth.
 func threeStreams(t *testing.T, seeded bool) {
 	spec := testboard.Spec(t, testboard.AGXOrin)
 	models := testboard.Workloads(t)
@@ -188,7 +194,7 @@ func threeStreams(t *testing.T, seeded bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%+v", as)
 	t.Logf("status: %s", b.String())
-	t.Logf("mode changes in the 60 s after the search: %d", changes)
+	t.Logf("mode changes in the 60 s after the plan: %d", changes)
 }
 
 // steady is Poisson arrivals at rate r until end.
