@@ -2,6 +2,7 @@ package powermode
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -56,3 +57,6 @@ func (h HeatReading) Hottest() (ThermalZone, bool) {
 type HeatSensor interface {
 	Heat(ctx context.Context) (HeatReading, error)
 }
+
+// ErrNoHeat is what a board without heat sensors answers (NVML, no board).
+var ErrNoHeat = errors.New("this board has no thermal zones and clock floors to read")
