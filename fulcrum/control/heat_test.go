@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 // A simulated board heats under sustained training: its firmware caps the GPU under
@@ -200,5 +202,67 @@ func TestViolationWhileThrottledSaysWhy(t *testing.T) {
 	}
 	if st := c.Status(); st.Heat.CapGPUHz != 0 || st.Heat.Throttled {
 		t.Errorf("status after cooling: %+v", st.Heat)
+	}
+}
+
+// The live profiler marks the points it measured while the board throttled, keeps them
+// while the board is still hot, and measures them again once it runs cool, replacing
+// the throttled numbers.
+func TestLiveProfileWhileThrottledIsMarkedAndRemeasuredCool(t *testing.T) {
+	e := newEnv(t, sched.RealClock{})
+	defer e.sched.Close()
+	pm := NewPowerMonitor(10 * time.Second)
+	sw := &scriptedWorkers{e: e, power: pm, grants: map[string]int{}}
+	trainID, inferID := e.register(sw.deliver)
+	for _, id := range []string{trainID, inferID} {
+		if err := e.sched.Acquire(id, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.board.mu.Lock()
+	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
+	e.board.mu.Unlock()
+	m := e.modes[3]
+	hb := &heatBoard{fakeBoard: e.board, heat: powermode.HeatReading{Throttled: true, GPUHz: 612e6, GPUFloorHz: m.GPUHz, CPUKHz: 2188800, CPUFloorKHz: m.CPUKHz}}
+	lp := &LiveProfiler{Sched: e.sched, Board: hb, Store: e.store, Power: pm,
+		Pair:    Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}},
+		Options: LiveOptions{Samples: 3, MinTime: time.Millisecond, PowerSettle: time.Millisecond}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := lp.Profile(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := e.store.List(store.Filter{Board: e.spec.Name})
+	if err != nil || len(stored) != 5 {
+		t.Fatalf("%d stored, %v", len(stored), err)
+	}
+	for _, p := range stored {
+		if p.Throttled == nil || p.Throttled.GPUHzMin != 612e6 || p.Throttled.CPUKHzMin != 2188800 || p.Throttled.Readings < 3 {
+			t.Fatalf("profile taken while throttled: %+v, want it marked with the clocks run", p.Throttled)
+		}
+	}
+	// Still hot: the throttled points are kept, not measured again.
+	grants := sw.count(proto.KindProfile)
+	if _, err := lp.Profile(ctx, m); err != nil || sw.count(proto.KindProfile) != grants {
+		t.Fatalf("measured again while still throttled: %v, grants %d → %d", err, grants, sw.count(proto.KindProfile))
+	}
+	// Cool: measured again and replaced, unmarked.
+	hb.mu.Lock()
+	hb.heat = powermode.HeatReading{GPUHz: m.GPUHz, GPUFloorHz: m.GPUHz, CPUKHz: m.CPUKHz, CPUFloorKHz: m.CPUKHz}
+	hb.mu.Unlock()
+	if _, err := lp.Profile(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if sw.count(proto.KindProfile) <= grants {
+		t.Fatal("a throttled profile was not measured again once the board ran cool")
+	}
+	after, err := e.store.List(store.Filter{Board: e.spec.Name})
+	if err != nil || len(after) != 5 {
+		t.Fatalf("%d stored after the cool measurement, %v", len(after), err)
+	}
+	for i, p := range after {
+		if p.Throttled != nil || !p.StartedAt.After(stored[i].FinishedAt) {
+			t.Errorf("after the cool measurement: %+v (throttled %+v), want the fresh, unmarked one", p.Key(), p.Throttled)
+		}
 	}
 }
