@@ -15,7 +15,9 @@ inputs keep it quick, as the end-to-end test does (scripts/pytorch/e2e.py):
 `--socket none` serves without fulcrumd: a thread runs whatever is queued (up to --batch)
 as soon as the previous batch is done (the unmanaged baseline). `--port 0` picks a free
 port. Once the model is loaded and warmed up the server prints `listening on PORT`.
-GET /stats returns {"batches", "requests", "busy_s"} (time spent in the model).
+GET /stats returns {"batches", "requests", "busy_s"} (time spent in the model), and
+under fulcrumd "unmanaged_batches" and "reconnects". When fulcrumd restarts the server
+keeps answering: it serves the queued requests itself until it is registered again.
 """
 
 import argparse
@@ -119,9 +121,10 @@ def main():
     if args.socket == "none":
         server = LocalBatcher(handler, args.batch)
     else:
+        # on_profile: fulcrumd times this workload at new power modes with real batches.
         client = Client(args.socket, role="infer", workload=args.workload or args.model, batch=args.batch,
-                        batch_sizes=sizes)
-        server = InferenceServer(client, handler, on_profile=on_profile).start()
+                        batch_sizes=sizes, on_profile=on_profile)
+        server = InferenceServer(client, handler).start()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -140,7 +143,10 @@ def main():
                 self.reply(404, b"POST an image to /, or GET /stats\n")
                 return
             with stats_lock:
-                self.reply(200, json.dumps(stats).encode())
+                out = dict(stats)
+            if args.socket != "none":
+                out.update(unmanaged_batches=server.unmanaged_batches, reconnects=client.reconnects)
+            self.reply(200, json.dumps(out).encode())
 
         def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))

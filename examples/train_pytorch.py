@@ -12,6 +12,10 @@ inputs keep it quick, as the end-to-end test does (scripts/pytorch/e2e.py):
 
     python3 examples/train_pytorch.py --device cpu --image-size 64 --batch 8 --data random --progress
 `--socket none` trains without fulcrumd (the unmanaged baseline).
+
+When fulcrumd restarts (an upgrade, a watchdog) the client reconnects and registers
+again; meanwhile the loop waits for it (`--while-away wait`, the default) or keeps
+training without turns (`--while-away train`).
 """
 
 import argparse
@@ -43,7 +47,9 @@ def main():
     ap.add_argument("--loader-workers", type=int, default=4)
     ap.add_argument("--workload", default=None, help="the name fulcrumd knows the workload by (default: the model)")
     ap.add_argument("--progress", action="store_true",
-                    help="print one JSON line per minibatch: step, samples, ms, t (time.monotonic())")
+                    help="print one JSON line per minibatch: step, samples, ms, t (time.monotonic()), managed")
+    ap.add_argument("--while-away", choices=("wait", "train"), default="wait",
+                    help="while fulcrumd is away (restarting): wait for it, or train without turns")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no CUDA device; use --device cpu")
@@ -85,15 +91,18 @@ def main():
 
     client = None
     if args.socket != "none":
-        client = Client(args.socket, role="train", workload=args.workload or args.model, batch=args.batch)
-        client.on_profile = on_profile
+        # on_profile: fulcrumd times this workload at new power modes with real batches.
+        client = Client(args.socket, role="train", workload=args.workload or args.model, batch=args.batch,
+                        on_profile=on_profile, train_while_away=args.while_away == "train")
     for i, (x, y) in enumerate(batches()):
         if args.steps and i >= args.steps:
             break
         # Copy the inputs before taking the turn: host work does not need the GPU turn.
         x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        managed = client is not None
         if client is not None:
-            with client.train_step(samples=len(x)):
+            with client.train_step(samples=len(x)) as g:
+                managed = g.kind != "unmanaged"  # fulcrumd away, --while-away train
                 start = time.monotonic()
                 loss = step(x, y)
                 took = time.monotonic() - start
@@ -102,8 +111,8 @@ def main():
             loss = step(x, y)
             took = time.monotonic() - start
         if args.progress:
-            print(json.dumps({"step": i, "samples": len(x), "ms": round(took * 1000, 2), "t": time.monotonic()}),
-                  flush=True)
+            print(json.dumps({"step": i, "samples": len(x), "ms": round(took * 1000, 2), "t": time.monotonic(),
+                              "managed": managed}), flush=True)
         elif i % 50 == 0:
             print("step", i, "loss", float(loss), flush=True)
     if client is not None:

@@ -75,7 +75,7 @@ same with every set of m training workloads sharing the training time equally.`,
 	parallel := f.Int("parallel", runtime.NumCPU(), "worker goroutines")
 	board := f.String("board", "agx-orin-64gb", "catalog board whose nvpmodel presets are snapped into the table's space (GMD start, preset baseline)")
 	format := f.String("format", "table", "output format: table, json or csv (--json is --format json)")
-	asJSON := f.Bool("json", false, "print JSON, as every fulcrumctl command's --json does (same as --format json)")
+	asJSON := f.Bool("json", false, "print JSON (same as --format json)")
 	maxProfiles := f.Int("max-profiles", 0, "profile budget per searcher run (0: each searcher's default)")
 	quantile := f.Float64("quantile", plan.DefaultQuantile, "latency quantile the budgets apply to")
 	defRules := control.DecisionRules(control.DefaultConfig(), sched.DefaultConfig())

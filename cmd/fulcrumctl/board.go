@@ -53,6 +53,16 @@ func openBoard(ctx context.Context, root string) (*tegra.Backend, *powermode.Boa
 	return be, spec, nil
 }
 
+// lockBoard takes the board lock (powermode.LockBoard) before a command changes the
+// board or its snapshot: a fulcrumd driving the board owns both.
+func lockBoard(be *tegra.Backend) (*powermode.BoardLock, error) {
+	l, err := powermode.LockBoard(be.LockPath())
+	if err != nil {
+		return nil, fmt.Errorf("%w; while fulcrumd runs, change the mode through it (fulcrumctl mode apply)", err)
+	}
+	return l, nil
+}
+
 // boardInfoJSON is `board info --json`.
 type boardInfoJSON struct {
 	Board struct {
@@ -255,7 +265,7 @@ func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return shown(s)
 }
 
 func newBoardModesCmd() *cobra.Command {
@@ -336,6 +346,11 @@ the mode it had before this apply.`,
 			if err := be.Check(m); err != nil {
 				return err
 			}
+			lock, err := lockBoard(be)
+			if err != nil {
+				return err
+			}
+			defer lock.Close()
 			snap, err := be.Snapshot(ctx)
 			if err != nil {
 				return err
@@ -391,6 +406,11 @@ func newBoardRestoreCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lock, err := lockBoard(be)
+			if err != nil {
+				return fmt.Errorf("%w (the snapshot stays in %s)", err, stateDir)
+			}
+			defer lock.Close()
 			if err := be.Restore(ctx, snap); err != nil {
 				return fmt.Errorf("%w (the snapshot stays in %s; fix the cause and run restore again)", err, stateDir)
 			}

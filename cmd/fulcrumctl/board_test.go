@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -383,5 +384,55 @@ func TestBoardInfoNvpmodel(t *testing.T) {
 				t.Errorf("human output (%v):\n%s", err, human)
 			}
 		})
+	}
+}
+
+// While another process holds the board lock (a fulcrumd driving the board), board
+// apply and board restore refuse before they write the board or touch the snapshot: the
+// snapshot belongs to the holder. Once the lock is free, restore works.
+func TestBoardCommandsRefusedWhileBoardHeld(t *testing.T) {
+	root, state := t.TempDir(), t.TempDir()
+	if err := tegratest.Write(root, tegratest.AGXOrin64GBJP6()); err != nil {
+		t.Fatal(err)
+	}
+	original := treeDigest(t, root)
+	if _, err := runBoard(t, "apply", "--root", root, "--state-dir", state, "--cores", "8", "--cpu-khz", "1728000", "--gpu-hz", "612000000", "--emc-hz", "2133000000"); err != nil {
+		t.Fatal(err)
+	}
+	snapFile := filepath.Join(state, powermode.SnapshotFile)
+	snap, err := os.ReadFile(snapFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := treeDigest(t, root)
+	be, _, err := openBoard(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := powermode.LockBoard(be.LockPath()) // as a running fulcrumd holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"restore", "--root", root, "--state-dir", state},
+		{"apply", "--root", root, "--state-dir", state, "--cores", "4", "--cpu-khz", "1113600", "--gpu-hz", "408000000", "--emc-hz", "204000000"},
+	} {
+		_, err := runBoard(t, args...)
+		if !errors.Is(err, powermode.ErrBoardLocked) || !strings.Contains(err.Error(), "fulcrumctl mode apply") {
+			t.Fatalf("board %s while the board is held: %v; want ErrBoardLocked and the way through fulcrumd", args[0], err)
+		}
+		if d := tegratest.DiffDigests(applied, treeDigest(t, root)); len(d) > 0 {
+			t.Fatalf("board %s while the board is held changed %v", args[0], d)
+		}
+		if got, err := os.ReadFile(snapFile); err != nil || !bytes.Equal(got, snap) {
+			t.Fatalf("board %s while the board is held: snapshot %v (changed: %v)", args[0], err, !bytes.Equal(got, snap))
+		}
+	}
+	held.Close()
+	if _, err := runBoard(t, "restore", "--root", root, "--state-dir", state); err != nil {
+		t.Fatal(err)
+	}
+	if d := tegratest.DiffDigests(original, treeDigest(t, root)); len(d) > 0 {
+		t.Fatalf("after restore the tree differs from the original in %v", d)
 	}
 }

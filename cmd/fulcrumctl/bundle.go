@@ -106,7 +106,7 @@ the board.`,
 			}
 			if out != "-" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: board %s (%s, L4T %s), %d profiles, %d models, %s\n",
-					out, id.Board, orDash(id.Module), orDash(id.L4T), len(b.Profiles), len(b.Models), b.Checksum)
+					out, shown(id.Board), orDash(id.Module), orDash(id.L4T), len(b.Profiles), len(b.Models), b.Checksum)
 			}
 			return nil
 		},
@@ -229,14 +229,14 @@ func newBundleInspectCmd() *cobra.Command {
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "bundle    %s (format %d, checksum ok: %s)\n", args[0], b.FormatVersion, b.Checksum)
 			fmt.Fprintf(w, "created   %s\n", b.CreatedAt.Format(time.RFC3339))
-			fmt.Fprintf(w, "board     %s — %s, module %s, %s, L4T %s\n", b.Identity.Board, orDash(b.Identity.Model), orDash(b.Identity.Module), orDash(b.Identity.SoC), orDash(b.Identity.L4T))
+			fmt.Fprintf(w, "board     %s — %s, module %s, %s, L4T %s\n", shown(b.Identity.Board), orDash(b.Identity.Model), orDash(b.Identity.Module), orDash(b.Identity.SoC), orDash(b.Identity.L4T))
 			fmt.Fprintf(w, "profiles  %d\n", len(b.Profiles))
 			for _, k := range slices.Sorted(maps.Keys(workloads)) {
-				fmt.Fprintf(w, "  %-30s %d\n", k, workloads[k])
+				fmt.Fprintf(w, "  %-30s %d\n", shown(k), workloads[k])
 			}
 			fmt.Fprintf(w, "models    %d\n", len(b.Models))
 			for _, k := range slices.Sorted(maps.Keys(b.Models)) {
-				fmt.Fprintf(w, "  %s\n", k)
+				fmt.Fprintf(w, "  %s\n", shown(k))
 			}
 			return nil
 		},

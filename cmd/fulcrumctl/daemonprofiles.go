@@ -93,7 +93,14 @@ func newDaemonCmd() *cobra.Command {
 		return nil
 	}
 
-	imp := &cobra.Command{Use: "import FILE", Short: "Import profiles (an export, or a plain ground-truth CSV with --board); all or nothing", Args: cobra.ExactArgs(1)}
+	imp := &cobra.Command{Use: "import FILE", Short: "Import profiles (an export, or a plain ground-truth CSV with --board); a refused file stores nothing",
+		Long: `import sends FILE (or - for stdin) to fulcrumd, which checks every profile first (format,
+values, field limits, duplicates, conflicts): a file refused there stores nothing. It is then
+written in chunks with an undo log; a failure fulcrumd reports takes the written chunks back.
+It is not atomic against a crash: fulcrumd killed while writing (SIGKILL, a power cut) can
+leave part of the file stored. Run the same import again to complete it (identical profiles
+count as unchanged); fulcrumd removes the crashed import's temporary files when it starts.`,
+		Args: cobra.ExactArgs(1)}
 	impFormat := imp.Flags().String("format", "", "csv or json (default: guessed from the content)")
 	impBoard := imp.Flags().String("board", "", "board for CSV rows without a board column")
 	impOverwrite := imp.Flags().Bool("overwrite", false, "replace stored profiles that differ (otherwise such a conflict fails the import)")

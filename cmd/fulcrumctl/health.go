@@ -61,7 +61,7 @@ probe: a board or store failure is a reason not to be ready, not to be restarted
 			var failed []string
 			for _, ch := range h.Checks {
 				if !ch.OK && !ch.Optional {
-					failed = append(failed, ch.Name)
+					failed = append(failed, shown(ch.Name))
 				}
 			}
 			return fmt.Errorf("fulcrumd is not healthy: %s failed (details above; fulcrumctl events and journalctl -u fulcrumd say more)", strings.Join(failed, ", "))
@@ -89,7 +89,7 @@ func writeHealth(w interface{ Write([]byte) (int, error) }, h api.Health) {
 		if c.Optional {
 			res += " (optional)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, res, c.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", shown(c.Name), res, shown(c.Detail))
 	}
 	tw.Flush()
 }

@@ -13,13 +13,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
+	"github.com/fulcrum-edge/fulcrum/internal/gendocs"
 )
 
 func main() {
+	// `fulcrumctl __gendocs DIR`: man pages and completions for make package/install.
+	if ok, code := gendocs.Main(os.Args, newRootCmd); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "fulcrumctl:", err)
+		fmt.Fprintln(os.Stderr, "fulcrumctl:", shownLines(err.Error()))
 		os.Exit(1)
 	}
 }

@@ -50,15 +50,15 @@ func explain(what string, err error) error {
 	}
 	switch {
 	case ae.Status == http.StatusForbidden:
-		return fmt.Errorf("%s refused: %s", what, ae.Message)
+		return fmt.Errorf("%s refused: %s", what, shown(ae.Message))
 	case ae.Status == http.StatusConflict:
-		return fmt.Errorf("%s not started: %s", what, ae.Message)
+		return fmt.Errorf("%s not started: %s", what, shown(ae.Message))
 	case ae.Status == http.StatusServiceUnavailable:
-		return fmt.Errorf("%s unavailable: %s", what, ae.Message)
+		return fmt.Errorf("%s unavailable: %s", what, shown(ae.Message))
 	case ae.Status >= 400 && ae.Status < 500:
-		return fmt.Errorf("%s rejected: %s", what, ae.Message)
+		return fmt.Errorf("%s rejected: %s", what, shown(ae.Message))
 	}
-	return fmt.Errorf("%s failed in fulcrumd: %s (see journalctl -u fulcrumd)", what, ae.Message)
+	return fmt.Errorf("%s failed in fulcrumd: %s (see journalctl -u fulcrumd)", what, shown(ae.Message))
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -144,12 +144,15 @@ func writeStatus(w io.Writer, st api.Status) error {
 	var b bytes.Buffer
 	name := "fulcrumd"
 	if st.Version != "" {
-		name += " " + st.Version
+		name += " " + shown(st.Version)
 	}
-	fmt.Fprintf(&b, "%s on %s, up %s, %d stored profiles\n", name, st.Board, uptime(st.UptimeS), st.Profiles)
+	fmt.Fprintf(&b, "%s on %s, up %s, %d stored profiles\n", name, shown(st.Board), uptime(st.UptimeS), st.Profiles)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	mode := st.Mode.Human()
-	if st.Mode.Cores == 0 {
+	switch {
+	case st.ModeError != "":
+		mode = "UNKNOWN: " + st.ModeError
+	case st.Mode.Cores == 0:
 		mode = "none (fulcrumd has no board: it schedules only)"
 	}
 	switch {
@@ -160,7 +163,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 	}
 	fmt.Fprintf(tw, "mode\t%s\n", mode)
 	if n := st.Nvpmodel; n != nil {
-		fmt.Fprintf(tw, "nvpmodel\t%d %s\n", n.ID, n.Name)
+		fmt.Fprintf(tw, "nvpmodel\t%d %s\n", n.ID, shown(n.Name))
 	}
 	if p := st.Plan; p != nil {
 		feas := "feasible"
@@ -169,7 +172,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 		case !p.Feasible && !predicted:
 			feas = "not evaluated (no stored profile at this mode)"
 		case !p.Feasible && p.Binding != "":
-			feas = "INFEASIBLE (" + p.Binding + " budget)"
+			feas = "INFEASIBLE (" + shown(p.Binding) + " budget)"
 		case !p.Feasible:
 			feas = "INFEASIBLE"
 		}
@@ -178,9 +181,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 			batch = strconv.Itoa(p.InferBatch)
 		}
 		if p.ApplyError != "" {
-			feas += ", NOT IN FORCE (the board refused the mode change: " + p.ApplyError + ")"
+			feas += ", NOT IN FORCE (the board refused the mode change: " + shown(p.ApplyError) + ")"
 		}
-		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, p.Source)
+		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, shown(p.Source))
 		if predicted {
 			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",
 				p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS, 100*p.Rho)
@@ -188,11 +191,11 @@ func writeStatus(w io.Writer, st api.Status) error {
 	} else {
 		fmt.Fprintf(tw, "plan\tnone yet (no stored profiles for the running workloads? run fulcrumctl optimize)\n")
 	}
-	fmt.Fprintf(tw, "budgets\t%s\n", st.Budgets)
+	fmt.Fprintf(tw, "budgets\t%s\n", shownBudgets(st.Budgets))
 	if p := st.Power; p != nil {
 		rails := make([]string, 0, len(p.Rails))
 		for _, r := range p.Rails {
-			rails = append(rails, r.Name+" "+watts(r.PowerMW))
+			rails = append(rails, shown(r.Name)+" "+watts(r.PowerMW))
 		}
 		avg := "1 s avg " + watts(p.Avg1sMW)
 		if p.Avg1sSamples == 0 && p.Avg1sMW == 0 {
@@ -205,7 +208,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 	writeHeat(tw, st.Heat)
 	state := "ok"
 	if st.Degraded {
-		state = "DEGRADED: " + st.DegradedReason
+		state = "DEGRADED: " + shown(st.DegradedReason)
 	}
 	if st.TrainingPaused {
 		state += "; training paused: no training turns are granted"
@@ -213,14 +216,20 @@ func writeStatus(w io.Writer, st api.Status) error {
 			if wl.Role == "train" && wl.ThroughputPerS > 0 {
 				// The rate is over the scheduler's window: turns before the pause, and
 				// profiling turns (an optimize measures training), still count in it.
-				state += fmt.Sprintf(" (%s's %.1f samples/s is the recent window: turns before the pause or profiling turns)", wl.Workload, wl.ThroughputPerS)
+				state += fmt.Sprintf(" (%s's %.1f samples/s is the recent window: turns before the pause or profiling turns)", shown(wl.Workload), wl.ThroughputPerS)
 			}
 		}
 	}
 	if st.Optimizing != "" {
-		state += "; optimizing (" + st.Optimizing + ")"
+		state += "; optimizing (" + shown(st.Optimizing) + ")"
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	if st.Profiling != "" {
+		fmt.Fprintf(tw, "profiling\t%s\n", shown(st.Profiling))
+	}
+	for _, n := range st.Notices {
+		fmt.Fprintf(tw, "NOTICE\t%s\n", shown(n))
+	}
 	fmt.Fprintf(tw, "scheduler\t%d turns, %d overruns, %d workers\n", st.Turns, st.Overruns, len(st.Workers))
 	if err := tw.Flush(); err != nil {
 		return err
@@ -242,7 +251,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 			if s.ServedRecent > 0 {
 				p99 = fmt.Sprintf("%.1f", s.MeasuredP99MS)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Workload, dash(s.Batch > 0, strconv.Itoa(s.Batch)), budget, rate,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shown(s.Workload), dash(s.Batch > 0, strconv.Itoa(s.Batch)), budget, rate,
 				dash(s.PlanRateRPS > 0, fmt.Sprintf("%.1f", s.PlanRateRPS)), dash(s.PredLatencyMS > 0, fmt.Sprintf("%.1f", s.PredLatencyMS)),
 				p99, dash(s.Rho > 0, fmt.Sprintf("%.0f%%", 100*s.Rho)))
 		}
@@ -256,10 +265,10 @@ func writeStatus(w io.Writer, st api.Status) error {
 		fmt.Fprintln(tw, "WORKLOAD\tROLE\tWORKERS\tRATE_RPS\tP50_MS\tP99_MS\tMISSES\tSAMPLES_PER_S\tOVERRUNS")
 		for _, wl := range st.Workloads {
 			if wl.Role == "train" {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t%.1f\t%d\n", wl.Workload, wl.Role, wl.LiveWorkers, wl.ThroughputPerS, wl.Overruns)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t%.1f\t%d\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ThroughputPerS, wl.Overruns)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t-\t%d\n", wl.Workload, wl.Role, wl.LiveWorkers, wl.ArrivalRateHz,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t-\t%d\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ArrivalRateHz,
 				wl.Latency.P50MS, wl.Latency.P99MS, wl.DeadlineMisses, wl.Overruns)
 		}
 		if err := tw.Flush(); err != nil {
@@ -295,7 +304,7 @@ func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
 		if *asJSON {
 			return printJSON(cmd.OutOrStdout(), b)
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), b)
+		fmt.Fprintln(cmd.OutOrStdout(), shownBudgets(b))
 		return nil
 	}
 	return cmd
@@ -392,7 +401,7 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 		if *asJSON {
 			return printJSON(cmd.OutOrStdout(), b)
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", b)
+		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", shownBudgets(b))
 		return nil
 	}
 	return cmd
@@ -421,7 +430,7 @@ deleted (docs/operations.md, "Budgets across restarts").`,
 		if *asJSON {
 			return printJSON(cmd.OutOrStdout(), b)
 		}
-		fmt.Fprintln(cmd.OutOrStdout(), "budgets reset to the configuration's:", b)
+		fmt.Fprintln(cmd.OutOrStdout(), "budgets reset to the configuration's:", shownBudgets(b))
 		return nil
 	}
 	return cmd
@@ -449,7 +458,7 @@ func newWorkersCmd() *cobra.Command {
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tROLE\tWORKLOAD\tBATCH\tPID\tUID\tWAITING\tQUEUED")
 		for _, w := range ws {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\t%d\n", w.ID, w.Role, w.Workload, w.Batch, w.PID, w.UID, w.Waiting, w.Queued)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\t%d\n", shown(w.ID), shown(w.Role), shown(w.Workload), w.Batch, w.PID, w.UID, w.Waiting, w.Queued)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -519,13 +528,13 @@ func writeModeInfo(w io.Writer, mi api.ModeInfo) error {
 	if mi.Held {
 		held = "  (held: applied by an operator until budgets change or an optimize runs)"
 	}
-	fmt.Fprintf(tw, "board\t%s\n", mi.Board)
+	fmt.Fprintf(tw, "board\t%s\n", shown(mi.Board))
 	fmt.Fprintf(tw, "current\t%s  [%s]%s\n", mi.Current.Human(), mi.Current, held)
 	if mi.Planned != nil {
 		fmt.Fprintf(tw, "planned\t%s  [%s]\n", mi.Planned.Human(), *mi.Planned)
 	}
 	if mi.Nvpmodel != "" {
-		fmt.Fprintf(tw, "nvpmodel\t%s\n", mi.Nvpmodel)
+		fmt.Fprintf(tw, "nvpmodel\t%s\n", shown(mi.Nvpmodel))
 	}
 	join := func(v []int64) string {
 		s := make([]string, len(v))
@@ -682,11 +691,11 @@ Ctrl-C stops the search and fulcrumd returns to its previous plan.`,
 		}
 		out := cmd.OutOrStdout()
 		p := res.Plan
-		fmt.Fprintf(out, "%s: profiled %d new modes (%d from the store) in %s; stopped: %s\n", res.Method, res.Profiled, res.Reused,
-			time.Since(start).Round(time.Second), res.StopReason)
+		fmt.Fprintf(out, "%s: profiled %d new modes (%d from the store) in %s; stopped: %s\n", shown(res.Method), res.Profiled, res.Reused,
+			time.Since(start).Round(time.Second), shown(res.StopReason))
 		feas := "meets every budget"
 		if !p.Feasible {
-			feas = "meets no budget set: " + p.Binding + " is binding (training paused)"
+			feas = "meets no budget set: " + shown(p.Binding) + " is binding (training paused)"
 		}
 		fmt.Fprintf(out, "plan: %s, infer batch %d, %s\n", p.Mode.Human(), p.InferBatch, feas)
 		fmt.Fprintf(out, "predicted: latency %.1fms, power %s, training %.1f samples/s\n", p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS)
@@ -747,13 +756,13 @@ func newEventsCmd() *cobra.Command {
 func formatEvent(e api.Event) string {
 	by := ""
 	if e.Caller != nil {
-		who := e.Caller.Comm
+		who := shown(e.Caller.Comm)
 		if who == "" {
 			who = "pid " + strconv.Itoa(e.Caller.PID)
 		}
 		by = fmt.Sprintf("  [uid %d, %s]", e.Caller.UID, who)
 	}
-	return fmt.Sprintf("%6d  %s  %-9s  %s%s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), e.Kind, e.Message, by)
+	return fmt.Sprintf("%6d  %s  %-9s  %s%s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), shown(e.Kind), shown(e.Message), by)
 }
 
 // --- watch ---------------------------------------------------------------------------

@@ -541,3 +541,28 @@ func TestStatusStreamsTable(t *testing.T) {
 		t.Errorf("one stream with the shared budgets printed a streams table:\n%s", b.String())
 	}
 }
+
+// An unreadable board mode is printed as such (not as "no board"), with a degraded
+// state; a notice (a damaged store moved aside) gets a line of its own.
+func TestStatusUnreadableModeAndNotices(t *testing.T) {
+	st := api.Status{Board: "agx-orin-64gb", ModeError: "the board's mode could not be read: read max_freq: is a directory; check ...",
+		Degraded: true, DegradedReason: "the board's mode could not be read: read max_freq: is a directory; check ...",
+		Notices: []string{"the profile store file is damaged: ...; it was moved aside to /var/lib/fulcrum/profiles.db.damaged-20261125T223633Z"}}
+	var b strings.Builder
+	if err := writeStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"mode       UNKNOWN: the board's mode could not be read: read max_freq: is a directory",
+		"state      DEGRADED: the board's mode could not be read",
+		"NOTICE     the profile store file is damaged: ...; it was moved aside to /var/lib/fulcrum/profiles.db.damaged-",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "has no board") {
+		t.Errorf("an unreadable mode printed as no board:\n%s", out)
+	}
+}

@@ -131,7 +131,7 @@ func listCampaigns(out io.Writer, s *store.Store, asJSON bool) error {
 		if r.Snapshot != nil {
 			snap = "pending restore (taken " + r.Snapshot.TakenAt.UTC().Format(time.RFC3339) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.State, r.Measured, r.Skipped, r.Total, r.UpdatedAt.UTC().Format(time.RFC3339), snap, r.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", shown(r.ID), shown(r.State), r.Measured, r.Skipped, r.Total, r.UpdatedAt.UTC().Format(time.RFC3339), snap, shown(r.Error))
 	}
 	return tw.Flush()
 }
@@ -307,7 +307,9 @@ SIGKILL) and run the same command again: stored entries are skipped, at most the
 in flight is lost, nothing is duplicated. The board is snapshotted first and restored at
 the end, also on Ctrl-C/SIGTERM; after a crash the next campaign restores the saved state.
 
---modes: all (every mode of the board), presets (the nvpmodel presets), random:N (N modes
+--modes: all (every mode of the board), presets (the nvpmodel presets reachable without a
+reboot from the running mode: a preset with another TPC mask needs one and is left out;
+on an AGX Orin in MODE_30W that is MODE_30W alone), random:N (N modes
 drawn with --seed; the same seed draws the same modes, so a rerun resumes), or a file
 with one mode per line as cores/cpu_khz/gpu_hz/emc_hz or CSV cores,cpu_khz,gpu_hz,emc_hz.
 
@@ -397,6 +399,11 @@ no way to run one from fulcrumctl yet and run says so.`,
 		if err != nil {
 			return err
 		}
+		lock, err := lockBoard(backend)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
 		nvp, err := nvpmodel.ForBoard(*root, spec)
 		if err != nil {
 			return err
@@ -508,7 +515,7 @@ func printProfiles(out io.Writer, ps []store.Profile, asJSON bool) error {
 	fmt.Fprintln(tw, "BOARD\tWORKLOAD\tROLE\tMODE\tBATCH\tTIME_MS\tP95_MS\tPOWER_MW\tSAMPLES\tRSE\tSOURCE")
 	for _, p := range ps {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
-			p.Board, p.Workload, p.Role, p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, p.Source)
+			shown(p.Board), shown(p.Workload), shown(string(p.Role)), p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, shown(p.Source))
 	}
 	return tw.Flush()
 }

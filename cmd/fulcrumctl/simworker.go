@@ -48,9 +48,13 @@ JSON report: requests served, latency p50/p99/max, minibatches, throughput.`,
 	latency := f.Duration("latency", 100*time.Millisecond, "latency budget for counting deadline misses in the report")
 	seed := f.Uint64("seed", 1, "random seed (arrivals, run-to-run noise)")
 	models := f.String("models", "", "directory of workload model *.yaml to use instead of the built-in ones")
+	whileAway := f.String("while-away", "wait", "training, while fulcrumd is away (restarting): wait for it, or train unmanaged (train)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *role == "" || *workload == "" || *root == "" {
 			return fmt.Errorf("--role, --workload and --root are required")
+		}
+		if *whileAway != "wait" && *whileAway != "train" {
+			return fmt.Errorf("--while-away %q: want wait or train", *whileAway)
 		}
 		var spec *powermode.BoardSpec
 		var err error
@@ -71,7 +75,8 @@ JSON report: requests served, latency p50/p99/max, minibatches, throughput.`,
 			return fmt.Errorf("unknown workload %q (see configs/workloads)", *workload)
 		}
 		o := simworker.Options{Role: *role, Workload: w, Spec: spec, Root: *root, Socket: *socket, Batch: *batch,
-			RateHz: *rate, Requests: *requests, Steps: *steps, Duration: *duration, LatencyBudget: *latency, Seed: *seed}
+			RateHz: *rate, Requests: *requests, Steps: *steps, Duration: *duration, LatencyBudget: *latency, Seed: *seed,
+			TrainWhileAway: *whileAway == "train"}
 		if *trace != "" {
 			fh, err := os.Open(*trace)
 			if err != nil {

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -133,25 +131,6 @@ func lastEvents(evs []api.Event, n int) []api.Event {
 	return evs
 }
 
-// topEscape makes a name that came from a worker or the board safe to print on a
-// terminal: control characters (an ESC would let a worker redraw the screen or retitle
-// the window) and invalid UTF-8 bytes are shown as Go escapes; other text is kept.
-func topEscape(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		switch {
-		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsControl(r) || r == utf8.RuneError:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
 // fit cuts s to width runes, marking a cut with "…".
 func fit(s string, width int) string {
 	if width <= 0 || utf8.RuneCountInString(s) <= width {
@@ -189,9 +168,9 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 	add := func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }
 	name := "fulcrumd"
 	if st.Version != "" {
-		name += " " + topEscape(st.Version)
+		name += " " + shown(st.Version)
 	}
-	add("%s on %s  up %s  %s", name, topEscape(st.Board), uptime(st.UptimeS), now.In(loc).Format("15:04:05"))
+	add("%s on %s  up %s  %s", name, shown(st.Board), uptime(st.UptimeS), now.In(loc).Format("15:04:05"))
 	mode := "none (no board)"
 	if st.Mode.Cores > 0 {
 		mode = st.Mode.Human()
@@ -205,13 +184,13 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 	add("MODE   %s", mode)
 	state := "ok"
 	if st.Degraded {
-		state = "DEGRADED: " + st.DegradedReason
+		state = "DEGRADED: " + shown(st.DegradedReason)
 	}
 	if st.TrainingPaused {
 		state += "; training paused"
 	}
 	if st.Optimizing != "" {
-		state += "; optimizing (" + topEscape(st.Optimizing) + ")"
+		state += "; optimizing (" + shown(st.Optimizing) + ")"
 	}
 	if p := st.Plan; p != nil {
 		feas := "feasible"
@@ -221,7 +200,7 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 				feas += " (" + p.Binding + ")"
 			}
 		}
-		add("PLAN   %s, infer batch %d, %s  STATE %s", feas, p.InferBatch, topEscape(p.Source), state)
+		add("PLAN   %s, infer batch %d, %s  STATE %s", feas, p.InferBatch, shown(p.Source), state)
 	} else {
 		add("PLAN   none yet  STATE %s", state)
 	}
@@ -251,7 +230,7 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 			if h.ThrottledSince != nil {
 				heat += " since " + h.ThrottledSince.In(loc).Format("15:04:05")
 			}
-			heat += ": " + h.ThrottleReason
+			heat += ": " + shown(h.ThrottleReason)
 		}
 		if h.CapGPUHz > 0 || h.CapCPUKHz > 0 {
 			heat += fmt.Sprintf("; plan capped at GPU ≤ %d MHz", h.CapGPUHz/1e6)
@@ -262,7 +241,7 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 		add("HEAT   %s", heat)
 		for _, z := range h.Zones {
 			if z.Error != "" {
-				add("  %-16s    -      (unreadable)", fit(topEscape(z.Zone), 16))
+				add("  %-16s    -      (unreadable)", fit(shown(z.Zone), 16))
 				continue
 			}
 			trip, mark := "", ""
@@ -272,7 +251,7 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 					mark = "  OVER TRIP"
 				}
 			}
-			add("  %-16s %5.1f°C %s %s%s", fit(topEscape(z.Zone), 16), z.Celsius, bar(z.Celsius, z.TripC, barW), trip, mark)
+			add("  %-16s %5.1f°C %s %s%s", fit(shown(z.Zone), 16), z.Celsius, bar(z.Celsius, z.TripC, barW), trip, mark)
 		}
 	}
 	lines = append(lines, "")
@@ -298,7 +277,7 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 		if s.ServedRecent > 0 && s.LatencyBudgetMS > 0 && s.MeasuredP99MS > s.LatencyBudgetMS {
 			over = "  OVER"
 		}
-		add("%-22s %9s %9.0f %s %s %8.1f %5s%s", fit(topEscape(s.Workload), 22), p99, s.LatencyBudgetMS,
+		add("%-22s %9s %9.0f %s %s %8.1f %5s%s", fit(shown(s.Workload), 22), p99, s.LatencyBudgetMS,
 			bar(s.MeasuredP99MS, s.LatencyBudgetMS, barW), pct(s.MeasuredP99MS, s.LatencyBudgetMS), s.RateRPS, dash(s.Batch > 0, fmt.Sprint(s.Batch)), over)
 	}
 	var train []api.WorkloadStats
@@ -310,14 +289,14 @@ func renderTop(w io.Writer, st api.Status, evs []api.Event, now time.Time, width
 	if len(train) > 0 {
 		add("%-22s %9s", "TRAINING", "SAMPLES/S")
 		for _, wl := range train {
-			add("%-22s %9.1f", fit(topEscape(wl.Workload), 22), wl.ThroughputPerS)
+			add("%-22s %9.1f", fit(shown(wl.Workload), 22), wl.ThroughputPerS)
 		}
 	}
 	if len(evs) > 0 {
 		lines = append(lines, "")
 		add("EVENTS")
 		for _, e := range evs {
-			add("%s %-10s %s", e.Time.In(loc).Format("15:04:05"), topEscape(e.Kind), topEscape(e.Message))
+			add("%s %-10s %s", e.Time.In(loc).Format("15:04:05"), shown(e.Kind), shown(e.Message))
 		}
 	}
 	for _, l := range lines {
@@ -336,7 +315,7 @@ func writeHeat(w io.Writer, h *api.Heat) {
 		if z.Error != "" {
 			continue
 		}
-		s := fmt.Sprintf("%s %.1f°C", topEscape(z.Zone), z.Celsius)
+		s := fmt.Sprintf("%s %.1f°C", shown(z.Zone), z.Celsius)
 		if z.TripC > 0 && z.Celsius >= z.TripC {
 			s += fmt.Sprintf(" (OVER its %.1f°C trip point)", z.TripC)
 		}
@@ -352,7 +331,7 @@ func writeHeat(w io.Writer, h *api.Heat) {
 		if h.ThrottledSince != nil {
 			since = "since " + h.ThrottledSince.Local().Format("15:04:05")
 		}
-		fmt.Fprintf(w, "throttled\t%s: %s (the board runs slower than the mode set)\n", since, topEscape(h.ThrottleReason))
+		fmt.Fprintf(w, "throttled\t%s: %s (the board runs slower than the mode set)\n", since, shown(h.ThrottleReason))
 	}
 	if h.CapGPUHz > 0 || h.CapCPUKHz > 0 {
 		fmt.Fprintf(w, "thermal cap\tthe plan keeps the GPU ≤ %d MHz", h.CapGPUHz/1e6)

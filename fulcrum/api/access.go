@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -75,52 +74,75 @@ func lookupGroup(name string) (int, error) {
 	return gid, nil
 }
 
-type callerKey struct{}
-
-// withPeer stores the connection's peer credentials in ctx (http.Server.ConnContext).
-// A connection whose credentials cannot be read gets none: it may only read.
-func withPeer(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return ctx
-	}
+// peerCredentials takes the peer's credentials once, when the connection is accepted:
+// uid, gid and pid from SO_PEERCRED and the supplementary groups from SO_PEERGROUPS, both
+// as the kernel recorded them at connect(). Only on a kernel without SO_PEERGROUPS
+// (before Linux 4.13) are the groups read from <procRoot>/<pid>/status, still at accept,
+// so a later reuse of the pid cannot lend its groups to this connection; the command name
+// (for logs and events) is read there too. A caller that already exited keeps only its
+// primary gid.
+func peerCredentials(uc *net.UnixConn, procRoot string) (Caller, error) {
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return ctx
+		return Caller{}, err
 	}
 	var cred *unix.Ucred
-	var serr error
+	var groups []int
+	var serr, gerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || serr != nil {
-		return ctx
+		if serr == nil {
+			groups, gerr = peerGroups(int(fd))
+		}
+	}); err != nil {
+		return Caller{}, err
 	}
-	return context.WithValue(ctx, callerKey{}, Caller{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid)})
+	if serr != nil {
+		return Caller{}, fmt.Errorf("SO_PEERCRED: %w", serr)
+	}
+	c := Caller{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid), Groups: groups}
+	if gerr != nil {
+		c.Groups = procGroups(procRoot, c.PID)
+	}
+	if c.PID > 0 {
+		if b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(c.PID), "comm")); err == nil {
+			c.Comm = strings.TrimSpace(string(b))
+		}
+	}
+	return c, nil
 }
 
-// callerFrom returns the peer of the request's connection.
-func callerFrom(ctx context.Context) (Caller, bool) {
-	c, ok := ctx.Value(callerKey{}).(Caller)
-	return c, ok
+// peerGroups reads SO_PEERGROUPS: the peer's supplementary gids at connect().
+func peerGroups(fd int) ([]int, error) {
+	buf := make([]uint32, 64)
+	for {
+		n, err := getsockoptGids(fd, buf)
+		if errors.Is(err, unix.ERANGE) && n > len(buf) && n <= 1<<16 {
+			buf = make([]uint32, n)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("SO_PEERGROUPS: %w", err)
+		}
+		out := make([]int, n)
+		for i, g := range buf[:n] {
+			out[i] = int(g)
+		}
+		return out, nil
+	}
 }
 
-// fillProc adds the caller's command name and supplementary groups from
-// <procRoot>/<pid>/. SO_PEERCRED gives the pid as seen in fulcrumd's pid namespace, so
-// the lookup is right for callers in containers too; a caller that already exited keeps
-// only its primary gid.
-func fillProc(procRoot string, c Caller) Caller {
-	if c.PID <= 0 {
-		return c
+// procGroups reads the Groups line of <procRoot>/<pid>/status (nil when unreadable).
+func procGroups(procRoot string, pid int) []int {
+	if pid <= 0 {
+		return nil
 	}
-	dir := filepath.Join(procRoot, strconv.Itoa(c.PID))
-	if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
-		c.Comm = strings.TrimSpace(string(b))
-	}
-	f, err := os.Open(filepath.Join(dir, "status"))
+	f, err := os.Open(filepath.Join(procRoot, strconv.Itoa(pid), "status"))
 	if err != nil {
-		return c
+		return nil
 	}
 	defer f.Close()
+	var out []int
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		rest, ok := strings.CutPrefix(sc.Text(), "Groups:")
@@ -129,10 +151,10 @@ func fillProc(procRoot string, c Caller) Caller {
 		}
 		for _, g := range strings.Fields(rest) {
 			if n, err := strconv.Atoi(g); err == nil {
-				c.Groups = append(c.Groups, n)
+				out = append(out, n)
 			}
 		}
 		break
 	}
-	return c
+	return out
 }

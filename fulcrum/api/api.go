@@ -66,7 +66,8 @@ type Controller interface {
 	Profiles(ctx context.Context, f store.Filter) ([]store.Profile, error)
 	// ExportProfiles writes the profiles matching f to w (store.WriteProfiles format).
 	ExportProfiles(ctx context.Context, w io.Writer, format store.Format, f store.Filter) error
-	// ImportProfiles stores the profiles read from r, all or none.
+	// ImportProfiles stores the profiles read from r: all, or none when it returns an
+	// error (a crash while writing can leave part stored; store.Import says how).
 	ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions, by Caller) (store.ImportResult, error)
 
 	// Optimize runs a searcher (OptimizeGMD or OptimizeALS) that profiles modes on the
@@ -208,9 +209,12 @@ type Plan struct {
 
 // Status is GET /v1/status.
 type Status struct {
-	Version   string          `json:"version"` // fulcrumd build version
-	Board     string          `json:"board"`   // catalog name, "sim:NAME" or "none"
-	Mode      powermode.Mode  `json:"mode"`
+	Version string         `json:"version"` // fulcrumd build version
+	Board   string         `json:"board"`   // catalog name, "sim:NAME" or "none"
+	Mode    powermode.Mode `json:"mode"`
+	// ModeError says why the board's mode could not be read and what to check (Mode is
+	// then zero); empty when it was read or there is no board.
+	ModeError string          `json:"mode_error,omitempty"`
 	ModeHeld  bool            `json:"mode_held"` // an operator-applied mode is held
 	Budgets   Budgets         `json:"budgets"`
 	Plan      *Plan           `json:"plan,omitempty"`  // nil until the first plan
@@ -241,6 +245,13 @@ type Status struct {
 	// fulcrumd writes none until POST /v1/mode/resume or a budget change
 	// (DegradedReason names the other tool's mode).
 	StoodDown bool `json:"stood_down,omitempty"`
+	// Profiling names the workloads left out of live profiling because their workers
+	// declined profile batches (their clients set no on_profile handler).
+	Profiling string `json:"profiling,omitempty"`
+	// Notices are what the operator must act on that fulcrumd worked around at start
+	// (a damaged profile store moved aside: where it went, what to do), kept until
+	// fulcrumd restarts.
+	Notices []string `json:"notices,omitempty"`
 }
 
 // NvpmodelMode is an nvpmodel mode: its id (nvpmodel -m ID) and name (MODE_30W).

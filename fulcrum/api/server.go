@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -39,9 +40,13 @@ type Config struct {
 	// profile import (64 MiB when 0).
 	MaxBodyBytes   int64
 	MaxImportBytes int64
-	// ProcRoot is where callers' comm and groups are read ("/proc" when empty).
+	// ProcRoot is where callers' comm is read at accept, and their groups on a kernel
+	// without SO_PEERGROUPS ("/proc" when empty).
 	ProcRoot string
-	Log      *slog.Logger
+	// Limits bound connections, event streams, headers and bodies (DefaultLimits for
+	// zero fields).
+	Limits Limits
+	Log    *slog.Logger
 }
 
 // Server serves the control API.
@@ -52,6 +57,7 @@ type Server struct {
 	log    *slog.Logger
 	ln     *net.UnixListener
 	http   *http.Server
+	counts *connCounts
 }
 
 // NewServer prepares a server for ctl; Listen takes the socket.
@@ -74,7 +80,8 @@ func NewServer(cfg Config, ctl Controller) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, ctl: ctl, log: cfg.Log.With("component", "api"), policy: cfg.Policy}
+	cfg.Limits = cfg.Limits.withDefaults()
+	s := &Server{cfg: cfg, ctl: ctl, log: cfg.Log.With("component", "api"), policy: cfg.Policy, counts: newConnCounts(cfg.Limits)}
 	if s.policy == nil {
 		// Until Listen looks the group up, only root and the allow-lists may change things.
 		s.policy = GroupPolicy{GID: -1, GroupName: cfg.Group, AllowUIDs: cfg.AllowUIDs, AllowGIDs: cfg.AllowGIDs}
@@ -82,8 +89,10 @@ func NewServer(cfg Config, ctl Controller) *Server {
 	s.http = &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       withPeer,
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout,
+		ReadTimeout:       cfg.Limits.BodyTimeout,
+		IdleTimeout:       cfg.Limits.IdleTimeout,
+		MaxHeaderBytes:    cfg.Limits.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s
@@ -149,7 +158,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.http.BaseContext = func(net.Listener) context.Context { return ctx }
 	done := make(chan error, 1)
-	go func() { done <- s.http.Serve(s.ln) }()
+	ln := &limitListener{UnixListener: s.ln, counts: s.counts, procRoot: s.cfg.ProcRoot, policy: func() Policy { return s.policy }, log: s.log,
+		refusing: make(chan struct{}, maxRefusing)}
+	go func() { done <- s.http.Serve(ln) }()
 	select {
 	case err := <-done:
 		return fmt.Errorf("control API on %s: %w", s.cfg.SocketPath, err)
@@ -221,7 +232,6 @@ func (s *Server) mutating(h handlerFunc) http.HandlerFunc {
 			writeError(w, Errorf(http.StatusForbidden, CodeForbidden, "", "fulcrumd cannot tell who you are (no peer credentials); connect over the unix socket"))
 			return
 		}
-		c = fillProc(s.cfg.ProcRoot, c)
 		log := s.log.With("method", r.Method, "path", r.URL.Path, "uid", c.UID, "gid", c.GID, "pid", c.PID, "comm", c.Comm)
 		if err := s.policy.Allow(c); err != nil {
 			log.Warn("refused a change", "reason", err)
@@ -256,7 +266,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// maxErrorMessage bounds an error answer's message: no reply echoes unbounded input (an
+// import's 20 MB name once came back whole in a 400).
+const maxErrorMessage = 1024
+
 func writeError(w http.ResponseWriter, e *Error) {
+	if len(e.Message) > maxErrorMessage {
+		cut := maxErrorMessage
+		for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
+			cut--
+		}
+		c := *e
+		c.Message = fmt.Sprintf("%s… (message of %d bytes truncated)", e.Message[:cut], len(e.Message))
+		e = &c
+	}
 	b, _ := json.Marshal(errorBody{Error: e})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -269,6 +292,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		writeError(w, Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "", "request body over %d bytes; send less (split an import into several files)", tooBig.Limit))
+		return
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The body did not arrive in time (Limits.BodyTimeout); the connection is closed.
+		w.Header().Set("Connection", "close")
+		writeError(w, Errorf(http.StatusRequestTimeout, CodeBadRequest, "", "request body not received in time; send the whole body at once"))
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -515,6 +544,8 @@ func (s *Server) exportProfiles(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	// A client that stops reading is dropped rather than holding the buffer.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.Limits.WriteTimeout))
 	_, _ = buf.WriteTo(w)
 }
 
@@ -534,6 +565,8 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "overwrite", "overwrite %q: want 1 or 0", ov))
 		return
 	}
+	// An import's body may take longer than an ordinary call's (Limits.ImportTimeout).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.Limits.ImportTimeout))
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxImportBytes)
 	res, err := s.ctl.ImportProfiles(r.Context(), body, opts, by)
 	if err != nil {
@@ -629,6 +662,17 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 // stops. Subscribing before reading the backlog means no event falls between the two.
 func (s *Server) follow(w http.ResponseWriter, r *http.Request, since uint64) {
 	ctx := r.Context()
+	c, ok := callerFrom(ctx)
+	if !ok {
+		c = Caller{UID: -1, PID: -1}
+	}
+	release, err := s.counts.startFollow(c)
+	if err != nil {
+		s.log.Warn("refused an event stream", "reason", err, "uid", c.UID, "pid", c.PID)
+		s.fail(w, r, Errorf(http.StatusServiceUnavailable, CodeBusy, "", "%v", err))
+		return
+	}
+	defer release()
 	ch, cancel := s.ctl.Subscribe(ctx)
 	defer cancel()
 	backlog, err := s.ctl.Events(ctx, since)
@@ -649,6 +693,8 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, since uint64) {
 		if err != nil {
 			return false
 		}
+		// A follower that stops reading is dropped (Limits.WriteTimeout an event).
+		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.Limits.WriteTimeout))
 		if _, err := w.Write(append(b, '\n')); err != nil {
 			return false
 		}

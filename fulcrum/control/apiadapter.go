@@ -54,18 +54,26 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	snap := c.sched.Snapshot()
 	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
 		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
-		Optimizing: c.Searching(), TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
+		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
 	if s.Board == "" {
 		s.Board = "none"
 	}
+	s.Notices = st.Notices
 	if n, err := c.store.Count(); err == nil {
 		s.Profiles = n
+	}
+	if err := c.store.Damaged(); err != nil {
+		s.Notices = append(s.Notices, fmt.Sprintf("%v (found while running); profiles cannot be read or stored: restart fulcrumd, which moves the file aside and starts on a fresh store", err))
 	}
 	s.Nvpmodel, s.StoodDown = a.nvpmodelMode(), c.StoodDown()
 	if c.board != nil {
 		if m, err := c.board.Current(ctx); err == nil {
 			s.Mode = m
+		} else {
+			s.ModeError = modeReadError(err)
+			s.Degraded = true
+			s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+s.ModeError, "; ")
 		}
 		if r, err := c.board.Power(ctx); err == nil {
 			// The average now, with or without workers (the controller's own figure is
@@ -195,6 +203,11 @@ func (a *API) Workers(context.Context) ([]api.Worker, error) {
 	return api.WorkersFrom(a.C.sched.Snapshot().Workers), nil
 }
 
+// modeReadError words a failed read of the board's mode for an operator.
+func modeReadError(err error) string {
+	return fmt.Sprintf("the board's mode could not be read: %v; check that the board's mode files (CPU online and cpufreq, the GPU's devfreq, the EMC clock in debugfs) exist and are readable by fulcrumd (fulcrumctl board info reads them too)", err)
+}
+
 // Mode implements api.Controller.
 func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	c := a.C
@@ -203,7 +216,8 @@ func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	}
 	cur, err := c.board.Current(ctx)
 	if err != nil {
-		return api.ModeInfo{}, fmt.Errorf("read the board's mode: %w", err)
+		// The board's files, not the daemon, are at fault: 503 with what to check.
+		return api.ModeInfo{Board: c.board.Info().Name}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%s", modeReadError(err))
 	}
 	mi := api.ModeInfo{Board: c.board.Info().Name, Current: cur, Held: c.Held()}
 	if n, ok := c.board.(interface{ Nvpmodel() string }); ok {
@@ -299,6 +313,10 @@ func (a *API) ExportProfiles(_ context.Context, w io.Writer, format store.Format
 
 // ImportProfiles implements api.Controller.
 func (a *API) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportOptions, by api.Caller) (store.ImportResult, error) {
+	// A profile of fulcrumd's own board must be at one of the board's modes.
+	if b := a.C.board; b != nil {
+		opts.Spaces = map[string]*powermode.Space{b.Info().Name: b.Space()}
+	}
 	res, err := a.C.store.Import(r, opts)
 	if err != nil {
 		return res, err
@@ -317,7 +335,7 @@ func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Call
 	switch {
 	case errors.Is(err, ErrBusy):
 		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
-	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair):
+	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair), errors.Is(err, ErrNoProfiles):
 		return api.OptimizeResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
 	case err != nil:
 		return api.OptimizeResult{}, err

@@ -207,6 +207,9 @@ type Controller struct {
 	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
 	heat        heatState         // temperatures, throttling and the thermal cap (heat.go)
+
+	declined []string // workloads whose workers all decline profile batches (decline.go)
+	notices  []string // what the operator must act on, kept until restart (Notice)
 }
 type cfgKey struct {
 	m powermode.Mode
@@ -276,10 +279,16 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	if c.board == nil {
 		return nil, fmt.Errorf("optimize: %w", ErrNoBoard)
 	}
+	declined := declinedOf(c.sched.Snapshot())
 	c.mu.Lock()
 	if c.pair == nil {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("optimize: %w", ErrNoPair)
+	}
+	c.noteDeclined(declined)
+	if b := c.blocked(); len(b) > 0 {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("optimize: %s: %w (no on_profile handler in their clients; set one, or profile offline with fulcrumctl profile)", strings.Join(b, ", "), ErrNoProfiles)
 	}
 	if c.job {
 		c.mu.Unlock()
@@ -413,6 +422,7 @@ func (c *Controller) Step(ctx context.Context) {
 	now := c.clock.Now()
 	pair, _ := c.pairOf(snap)
 	grp := c.groupOf(snap)
+	declined := declinedOf(snap)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -434,6 +444,7 @@ func (c *Controller) Step(ctx context.Context) {
 		c.pair, c.grp = pair, grp
 		c.forgetGone(grp)
 	}
+	c.noteDeclined(declined)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)

@@ -26,6 +26,7 @@ const (
 	// KindExternal: another tool changed the board's mode (stand down, reapply or
 	// adopt), or fulcrumd took the board back.
 	KindExternal Kind = "external_change"
+	KindStore    Kind = "store" // the profile store was found damaged and moved aside (Notice)
 )
 
 // Event is one controller decision or action.

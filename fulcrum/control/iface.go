@@ -41,6 +41,9 @@ type Scheduler interface {
 	Config() sched.Config
 	// ExpectTimes resets a worker's expected turn times after a mode change.
 	ExpectTimes(workerID string, times map[int]time.Duration) error
+	// RealBatchMS is the median time of a workload's latest real batches of a size,
+	// and how many there are (profile batches faster than a fifth of it are discarded).
+	RealBatchMS(role, workload string, batch int) (float64, int)
 }
 
 var _ Scheduler = (*sched.Scheduler)(nil)

@@ -88,6 +88,9 @@ type LiveCounts struct {
 	// Remeasured counts repeat measurements of stored modes (a searcher confirming a
 	// candidate near a budget's edge).
 	Remeasured int `json:"remeasured"`
+	// Discarded counts profile batches discarded as under a fifth of the workload's
+	// real batches of that size (a handler that runs no real batch).
+	Discarded int `json:"discarded"`
 }
 
 // LiveProfiler is a search.Profiler that measures a mode through the workers' profile
@@ -118,6 +121,10 @@ type LiveProfiler struct {
 	// OnProfile, when set, is told of every mode measured live (over is set when the
 	// mode was abandoned as over budget). It must not block.
 	OnProfile func(m powermode.Mode, mp plan.ModeProfile, over *OverBudget)
+	// OnDiscard, when set, is told once per point of the profile batches discarded there
+	// as too fast (n of them, the fastest fastestMS, against realMS for the workload's
+	// real batches). It must not block.
+	OnDiscard func(k store.Key, n int, fastestMS, realMS float64)
 
 	mu     sync.Mutex
 	counts LiveCounts
@@ -262,10 +269,18 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfil
 var ErrNoWorker = errors.New("no live worker")
 
 func (p *LiveProfiler) worker(role, workload string) (string, error) {
+	declined := false
 	for _, w := range p.Sched.Snapshot().Workers {
 		if w.Role == role && w.Workload == workload {
+			if w.NoProfiles {
+				declined = true
+				continue
+			}
 			return w.ID, nil
 		}
+	}
+	if declined {
+		return "", fmt.Errorf("profile %s workload %s: %w", role, workload, sched.ErrProfilesDeclined)
 	}
 	return "", fmt.Errorf("profile %s workload %s: %w (start its worker, or profile offline with fulcrumctl profile)", role, workload, ErrNoWorker)
 }
@@ -526,6 +541,21 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	var times []float64
 	var batches []Interval // when readings show a measured batch alone
 	var throttled *store.Throttled
+	// A batch far faster than the workload's real ones ran nothing real: discarded.
+	ref := p.discardRef(k)
+	discarded, fastest := 0, math.Inf(1)
+	defer func() {
+		if discarded > 0 {
+			p.mu.Lock()
+			p.counts.Discarded += discarded
+			p.mu.Unlock()
+			p.logger().Warn("discarded profile batches faster than a fifth of the workload's real batches", "point", k.String(),
+				"discarded", discarded, "fastest_ms", fastest, "real_ms", ref)
+			if p.OnDiscard != nil {
+				p.OnDiscard(k, discarded, fastest, ref)
+			}
+		}
+	}()
 	for len(times) < o.Samples || p.clock().Now().Sub(start) < o.MinTime {
 		d, err := p.Sched.Profile(ctx, workerID, k.Batch)
 		if err != nil {
@@ -533,6 +563,15 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		}
 		if d <= 0 {
 			return store.Profile{}, 0, fmt.Errorf("profile %s: the worker reported %s for a batch; want a positive time", k, d)
+		}
+		if ms := float64(d) / float64(time.Millisecond); ref > 0 && ms < discardFraction*ref {
+			discarded++
+			fastest = min(fastest, ms)
+			if discarded >= 2*o.Samples && discarded > len(times) {
+				return store.Profile{}, 0, fmt.Errorf("profile %s: %d profile batches took under a fifth of the workload's real batches (fastest %.3f ms, real %.1f ms): "+
+					"its on_profile handler does not run a real batch of that size; fix it, or set none so that the worker declines profile batches", k, discarded, fastest, ref)
+			}
+			continue
 		}
 		times = append(times, float64(d)/float64(time.Millisecond))
 		if h, ok := p.heat(ctx); ok {

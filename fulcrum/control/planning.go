@@ -60,7 +60,13 @@ func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 		c.events.Add(Event{Kind: kind, Reason: reason + ": reading stored profiles failed", Err: err.Error()})
 		return
 	}
-	if c.board != nil && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
+	if b := c.blocked(); c.board != nil && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
+		c.forceSearch = ""
+		c.searchRefused(reason, b)
+		if len(ps) == 0 {
+			return
+		}
+	} else if c.board != nil && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
 		method := c.forceSearch
 		if method == "" {
 			method = c.cfg.Searcher

@@ -11,6 +11,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -64,6 +65,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		c.live.Abandoned += counts.Abandoned
 		c.live.Points += counts.Points
 		c.live.Remeasured += counts.Remeasured
+		c.live.Discarded += counts.Discarded
 		if err != nil {
 			c.events.Add(Event{Kind: KindProfile, Reason: method + " search failed; planning from what is stored", Err: err.Error()})
 		} else {
@@ -148,6 +150,11 @@ func (c *Controller) searchPooled(ctx context.Context, method string, g *group, 
 func (c *Controller) liveProfiler(pair Pair, budgetMW float64, only truth.Role) *LiveProfiler {
 	return &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
 		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, Only: only,
+		OnDiscard: func(k store.Key, n int, fastestMS, realMS float64) {
+			mode := k.Mode
+			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("discarded %d profile batches of %s at batch %d: the fastest took %.3f ms, under a fifth of its real batches' %.1f ms (an on_profile handler that runs no real batch?)",
+				n, k.Workload, k.Batch, fastestMS, realMS)})
+		},
 		OnProfile: func(m powermode.Mode, mp plan.ModeProfile, over *OverBudget) {
 			mode := m
 			if over != nil {

@@ -47,8 +47,14 @@ type Status struct {
 	Train []TrainJob `json:"train,omitempty"`
 	// Heat is the last heat reading and the thermal cap (nil before one; heat.go).
 	Heat *api.Heat `json:"heat,omitempty"`
+	// Profiling names the workloads left out of live profiling because their workers
+	// declined profile batches (no on_profile handler); "" when none is.
+	Profiling string `json:"profiling,omitempty"`
 	// LastEvent is the sequence number of the newest event.
 	LastEvent uint64 `json:"last_event"`
+	// Notices are what the operator must act on, kept until fulcrumd restarts (e.g. a
+	// damaged profile store moved aside at start).
+	Notices []string `json:"notices,omitempty"`
 }
 
 // Status returns the controller's state.
@@ -57,10 +63,12 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{Budgets: c.budgets, Stepped: c.stepped, Degraded: c.degraded, Searching: c.job,
-		Measured: c.measured, PlanRateRPS: c.planRate, Live: c.live, LastSearch: c.lastSearch, RateSource: "measured"}
+		Measured: c.measured, PlanRateRPS: c.planRate, Live: c.live, LastSearch: c.lastSearch, RateSource: "measured",
+		Notices: c.notes()}
 	if c.budgets.RateRPS > 0 {
 		s.RateSource = "fixed"
 	}
+	s.Profiling = c.profilingLine()
 	if c.board != nil {
 		s.Board = c.board.Info().Name
 	}

@@ -444,7 +444,13 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	if c.board == nil {
 		return
 	}
-	if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
+	if b := c.blocked(); search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
+		c.forceSearch = ""
+		c.searchRefused(reason, b)
+		if len(ps) == 0 {
+			return
+		}
+	} else if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
 		method := cmp.Or(c.forceSearch, c.cfg.Searcher)
 		c.forceSearch = ""
 		c.startSearch(c.base, method, fmt.Sprintf("%s; %d modes stored for every stream and job (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)

@@ -29,6 +29,9 @@ type Board struct {
 	NVP      *nvpmodel.BoardPresets
 	log      *slog.Logger
 	stateDir string
+	// lock is the board lock (powermode.LockBoard), held from before the snapshot is
+	// read until Close: one fulcrumd per board, whatever its runtime and state dirs.
+	lock *powermode.BoardLock
 
 	mu   sync.Mutex
 	snap *powermode.Snapshot // taken before the first Apply; nil until then
@@ -114,9 +117,25 @@ func OpenNVMLBoard(ctx context.Context, o nvml.Options, stateDir string, log *sl
 
 // adopt wraps an open backend: it restores a snapshot left in stateDir by a run that
 // crashed after a mode change, then logs the board's present mode.
-func adopt(ctx context.Context, be powermode.Backend, bs *powermode.BoardSpec, stateDir string, log *slog.Logger) (*Board, error) {
+//
+// It first takes the board lock: a second fulcrumd on the same board (with its own
+// runtime and state directories or not) fails here, before it reads or removes a
+// snapshot or writes a file of the board. Discovery before it (tegra.Open, nvml.Open)
+// only reads.
+func adopt(ctx context.Context, be powermode.Backend, bs *powermode.BoardSpec, stateDir string, log *slog.Logger) (_ *Board, err error) {
 	info := be.Info()
 	b := &Board{Backend: be, Spec: bs, log: log, stateDir: stateDir}
+	if lp, ok := be.(interface{ LockPath() string }); ok {
+		if b.lock, err = powermode.LockBoard(lp.LockPath()); err != nil {
+			return nil, fmt.Errorf("board %s: %w", info.Name, err)
+		}
+		defer func() {
+			if err != nil {
+				b.lock.Close()
+			}
+		}()
+		log.Info("board lock taken", "node", b.lock.Path())
+	}
 	if stateDir != "" {
 		if snap, err := powermode.LoadSnapshot(stateDir); err == nil {
 			log.Warn("restoring the board state saved before an earlier run's mode change (that run did not exit cleanly)", "taken_at", snap.TakenAt)
@@ -225,6 +244,9 @@ func (b *Board) Close(ctx context.Context) {
 	}
 	b.restoreSaved(ctx)
 	b.release()
+	if err := b.lock.Close(); err != nil {
+		b.log.Error("release the board lock", "err", err)
+	}
 }
 
 func (b *Board) restoreSaved(ctx context.Context) {

@@ -74,6 +74,7 @@ func TestBoardSnapshotRestore(t *testing.T) {
 	if err := b.Apply(ctx, target); err != nil {
 		t.Fatal(err)
 	}
+	b.crash()
 	b2, err := OpenBoard(ctx, "sim:agx-orin-64gb", dir, state, log)
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ func TestOpenBoard(t *testing.T) {
 		if b.Backend == nil || b.Backend.Info().Name != "agx-orin-64gb" {
 			t.Fatalf("%s: backend %+v", name, b.Backend)
 		}
+		b.Close(ctx) // releases the board lock for the next open
 	}
 	b, err := OpenBoard(ctx, "none", "/", "", log)
 	if err != nil || b.Backend != nil {

@@ -77,6 +77,7 @@ func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ob.crash() // the fulcrumd processes below take the board lock
 
 	// start runs a fulcrumd process and a training and an inference sim worker; stop
 	// SIGKILLs (or, kill false, SIGTERMs) the daemon and waits for the workers.
@@ -146,6 +147,7 @@ func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
 	if cur, err := ob.Current(ctx); err != nil || cur != original {
 		t.Fatalf("board at %v (%v) after the restart; want the original %v", cur, err, original)
 	}
+	ob.crash()
 	s, err := store.Open(filepath.Join(o.StateDir, "profiles.db"), store.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

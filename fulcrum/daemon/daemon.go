@@ -135,12 +135,16 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
 		return fail(fmt.Errorf("create the profile store's directory: %w (set state_dir or db)", err))
 	}
-	st, err := store.Open(db, store.Options{Timeout: o.StoreTimeout})
+	st, notice, err := openStore(db, o.StoreTimeout, time.Now(), d.log)
 	if err != nil {
-		return fail(fmt.Errorf("open profile store %s: %w (is another process, e.g. fulcrumctl profile, using it?)", db, err))
+		return fail(err)
 	}
 	d.Store = st
 	d.log.Info("profile store open", "path", db)
+	// An import killed mid-way (SIGKILL, a power cut) leaves its spool and undo log.
+	if removed, err := st.RemoveImportLeftovers(); len(removed) > 0 || err != nil {
+		d.log.Warn("removed an unfinished import's temporary files; part of that import may be stored (import the file again to complete it)", "files", removed, "err", err)
+	}
 	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
 		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
 		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
@@ -155,6 +159,9 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Controller = ctl
 	ctl.RestoreSettings(ctx)
+	if notice != "" {
+		ctl.Notice(control.KindStore, notice)
+	}
 	if !o.NoAPI {
 		ac := o.API
 		if ac.SocketPath == "" {
@@ -187,6 +194,36 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		}
 	}
 	return d, nil
+}
+
+// openStore opens the profile store at path, verifying every page first. A damaged
+// file (store.ErrDamaged: cut short, overwritten, zeroed) is moved aside to
+// path.damaged-<UTC time>, kept for the operator, and fulcrumd starts on a fresh store:
+// profiles are measurements it can take again, and nothing else lives in the store
+// (docs/profiler.md "A damaged store"). notice says what happened and what to do; ""
+// when the file was sound.
+func openStore(path string, timeout time.Duration, now time.Time, log *slog.Logger) (st *store.Store, notice string, err error) {
+	opts := store.Options{Timeout: timeout, Verify: true}
+	st, err = store.Open(path, opts)
+	if err == nil {
+		return st, "", nil
+	}
+	if !errors.Is(err, store.ErrDamaged) {
+		return nil, "", fmt.Errorf("open profile store %s: %w (is another process, e.g. fulcrumctl profile, using it?)", path, err)
+	}
+	aside := path + ".damaged-" + now.UTC().Format("20060102T150405Z")
+	if rerr := os.Rename(path, aside); rerr != nil {
+		return nil, "", fmt.Errorf("%w; moving it aside to %s failed too: %v (move or remove it by hand, then start fulcrumd again)", err, aside, rerr)
+	}
+	log.Error("the profile store is damaged: moved it aside and starting on a fresh store", "damaged", aside, "err", err)
+	st, ferr := store.Open(path, opts)
+	if ferr != nil {
+		return nil, "", fmt.Errorf("the profile store was damaged and moved aside to %s, but a fresh store cannot be created: %w", aside, ferr)
+	}
+	notice = fmt.Sprintf("%v; it was moved aside to %s and fulcrumd runs on a fresh, empty store and measures again what it needs (fulcrumctl optimize). "+
+		"To try to recover its profiles: fulcrumctl profile export --db %s --out profiles.csv (it fails if the damage reaches them), then fulcrumctl daemon profiles import profiles.csv; remove the damaged file when done. "+
+		"Check the storage: flash that corrupts one file may corrupt others", err, aside, aside)
+	return st, notice, nil
 }
 
 // Run serves workers, the controller and the control API until ctx ends, then shuts

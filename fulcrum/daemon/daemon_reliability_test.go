@@ -51,6 +51,7 @@ func openReliabilityBoard(t *testing.T, dir string, log *slog.Logger) (Options, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.crash() // the board lock goes, as with a dead process: the daemon under test takes it
 	return o, b, original
 }
 
@@ -150,6 +151,7 @@ func TestDaemonSIGKILLDuringModeChanges(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(o.StateDir, powermode.SnapshotFile)); !os.IsNotExist(err) {
 			t.Fatalf("round %d: snapshot still there after the restore: %v", round, err)
 		}
+		b.crash()
 		st, err := store.Open(filepath.Join(o.StateDir, "profiles.db"), store.Options{Timeout: time.Second})
 		if err != nil {
 			t.Fatalf("round %d: open the store after SIGKILL: %v", round, err)

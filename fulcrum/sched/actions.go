@@ -43,6 +43,40 @@ func (s *Scheduler) BetweenTurns(ctx context.Context, fn func(context.Context) e
 	}
 }
 
+// ErrProfilesDeclined: the worker said at registration that it runs no profile batches
+// (its client has no on_profile handler).
+var ErrProfilesDeclined = errors.New("the worker declined profile batches at registration (its client has no on_profile handler; set one to profile this workload live)")
+
+// RealBatchMS returns the median time (ms) of the latest real — training or inference,
+// not profile — batches of size batch that workload (role, name) ran, at whatever modes
+// they ran, and how many there are (at most realKeep). A profile batch far faster than
+// this did not run the workload.
+func (s *Scheduler) RealBatchMS(role, name string, batch int) (float64, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wl, ok := s.workloads[role+"/"+name]
+	if !ok || len(wl.real[batch]) == 0 {
+		return 0, 0
+	}
+	xs := slices.Clone(wl.real[batch])
+	return median(xs), len(xs)
+}
+
+// realKeep is how many real batch times per size RealBatchMS keeps.
+const realKeep = 16
+
+// addReal records a real batch's time (ms).
+func (wl *workload) addReal(batch int, ms float64) {
+	if wl.real == nil {
+		wl.real = map[int][]float64{}
+	}
+	xs := append(wl.real[batch], ms)
+	if len(xs) > realKeep {
+		xs = xs[len(xs)-realKeep:]
+	}
+	wl.real[batch] = xs
+}
+
 // Profile asks worker id to run a synthetic batch of the given size at its next turn and
 // returns the worker-measured time. It blocks until the release (or ctx ends, in which
 // case the request is withdrawn if it has not been granted yet).
@@ -53,9 +87,14 @@ func (s *Scheduler) Profile(ctx context.Context, id string, batch int) (time.Dur
 	p := &profileReq{worker: id, batch: batch, done: make(chan profileResult, 1)}
 	s.mu.Lock()
 	p.queued = s.clock.Now()
-	if _, ok := s.workers[id]; !ok {
+	w, ok := s.workers[id]
+	if !ok {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("profile: worker %q is not registered (see the daemon's worker list)", id)
+	}
+	if w.spec.NoProfiles {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("profile: worker %s (%s): %w", id, w.spec.Workload, ErrProfilesDeclined)
 	}
 	s.profiles = append(s.profiles, p)
 	s.schedule()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ type Backend struct {
 	space  *powermode.Space
 	cores  int
 	cpuKHz int64
+	pciBus string // NVML's bus id, e.g. "00000000:17:00.0"
 	// lockMem: the GPU lists more than one memory clock, so Apply locks it. With one
 	// (HBM datacenter GPUs) there is nothing to choose, and many of them refuse memory
 	// locks (ERROR_NOT_SUPPORTED), so it is left alone.
@@ -107,7 +109,8 @@ func open(lib gonvml.Interface, clocks ClockLister, o Options) (*Backend, error)
 		return nil, fmt.Errorf("nvml: GPU %d (%s) has no PCI info (%v): not a discrete GPU; on a Jetson use board auto (the tegra backend)", o.Device, name, ret)
 	}
 	b := &Backend{lib: lib, dev: dev, o: o, uuid: uuid, cores: runtime.NumCPU(), cpuKHz: hostCPUKHz(o.Root)}
-	b.info = powermode.BoardInfo{Name: slug(name), Model: name, Module: uuid, SoC: "discrete " + busID(pci)}
+	b.pciBus = busID(pci)
+	b.info = powermode.BoardInfo{Name: slug(name), Model: name, Module: uuid, SoC: "discrete " + b.pciBus}
 	if v, ret := lib.SystemGetDriverVersion(); ret == gonvml.SUCCESS {
 		b.info.L4T = "driver " + v
 	}
@@ -120,6 +123,23 @@ func open(lib gonvml.Interface, clocks ClockLister, o Options) (*Backend, error)
 	o.Logger.Info("nvml: GPU opened", "index", o.Device, "name", name, "uuid", uuid, "modes", space.Size(),
 		"clock_control", o.ClockControl)
 	return b, nil
+}
+
+// LockPath is the node fulcrumd locks to own this GPU (powermode.LockBoard): its PCI
+// device directory in sysfs under Options.Root, /sys/bus/pci/devices/DDDD:BB:DD.F,
+// which names the GPU itself whatever runtime or state directory a daemon uses.
+func (b *Backend) LockPath() string {
+	return filepath.Join(b.o.Root, "sys", "bus", "pci", "devices", sysfsBusID(b.pciBus))
+}
+
+// sysfsBusID turns NVML's bus id ("00000000:17:00.0": a 32-bit domain, upper case)
+// into sysfs's ("0000:17:00.0").
+func sysfsBusID(nv string) string {
+	id := strings.ToLower(nv)
+	if dom, rest, ok := strings.Cut(id, ":"); ok && len(dom) == 8 && strings.HasPrefix(dom, "0000") {
+		id = dom[4:] + ":" + rest
+	}
+	return id
 }
 
 // busID reads the PCI bus id, a NUL-terminated C string.

@@ -411,3 +411,17 @@ func TestSingleMemoryClockNotLocked(t *testing.T) {
 		t.Fatalf("locked %v, resets %v", g.gpuLocked, g.resets)
 	}
 }
+
+// The board lock of an NVML GPU is its PCI device directory as sysfs names it.
+func TestSysfsBusID(t *testing.T) {
+	for nv, want := range map[string]string{
+		"00000000:17:00.0": "0000:17:00.0",
+		"00000000:B3:00.0": "0000:b3:00.0",
+		"0000:65:00.0":     "0000:65:00.0",
+		"00010000:01:00.0": "00010000:01:00.0", // a domain past 16 bits is kept whole
+	} {
+		if got := sysfsBusID(nv); got != want {
+			t.Errorf("sysfsBusID(%q) = %q, want %q", nv, got, want)
+		}
+	}
+}

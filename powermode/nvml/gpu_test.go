@@ -8,7 +8,10 @@ package nvml
 
 import (
 	"context"
+	"errors"
 	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
 func TestRealGPUReadOnly(t *testing.T) {
@@ -40,4 +43,23 @@ func TestRealGPUReadOnly(t *testing.T) {
 		t.Fatal("read-only backend applied a mode")
 	}
 	t.Logf("current %s, power %.0f mW, energy %d mJ", cur.Human(), p.TotalMW, e1)
+}
+
+// The board lock's node (the GPU's PCI device directory in sysfs) exists and takes an
+// exclusive flock: a second lock is refused.
+func TestRealGPUBoardLock(t *testing.T) {
+	b, err := Open(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := powermode.LockBoard(b.LockPath())
+	if err != nil {
+		t.Fatalf("lock %s: %v", b.LockPath(), err)
+	}
+	defer l.Close()
+	if _, err := powermode.LockBoard(b.LockPath()); !errors.Is(err, powermode.ErrBoardLocked) {
+		t.Fatalf("second lock: %v; want ErrBoardLocked", err)
+	}
+	t.Logf("board lock on %s", b.LockPath())
 }

@@ -25,6 +25,11 @@ func (b *Backend) Cores() int { return len(b.cpus) }
 // GPUNode is the of_node name of the GPU found (ga10b, gv11b, gpu, ...).
 func (b *Backend) GPUNode() string { return b.gpu.Node }
 
+// LockPath is the host path of the node fulcrumd locks to own the board
+// (powermode.LockBoard): the GPU's devfreq directory, which every Jetson tree and every
+// simulated tree has, resolved so that two roots naming one tree lock one inode.
+func (b *Backend) LockPath() string { return b.t.host(b.gpu.Dir) }
+
 // Check reports why m is not one of this board's modes, naming each knob whose value is
 // not a level and the nearest allowed levels; nil when m is in the space.
 func (b *Backend) Check(m powermode.Mode) error {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -37,13 +38,19 @@ func (s *Store) Check() error {
 		problems = append(problems, fmt.Sprintf(f, a...))
 		return len(problems) < maxProblems
 	}
-	run := s.db.Update
+	run := s.update
 	if s.db.IsReadOnly() {
 		// A shared-lock reader: no writer can run in any process, so a read transaction
 		// is safe for tx.Check.
-		run = s.db.View
+		run = s.view
 	}
 	err := run(func(tx *bolt.Tx) error {
+		// tx.Check reads pages in a goroutine of its own, where a fault on a page past
+		// the end of a cut file could not be recovered: bound and read them here first.
+		if err := s.readable(tx); err != nil {
+			add("bbolt: %v", err)
+			return nil
+		}
 		for err := range tx.Check() {
 			if !add("bbolt: %v", err) {
 				return nil
@@ -64,6 +71,38 @@ func (s *Store) Check() error {
 	}
 	return fmt.Errorf("check %s: %d problem(s) found; export what is readable (fulcrumctl profile export) and import it into a new file:\n  %s%s",
 		s.path, len(problems), strings.Join(problems, "\n  "), more)
+}
+
+// readable checks that the transaction's pages lie inside the file and reads them all.
+func (s *Store) readable(tx *bolt.Tx) error {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return err
+	}
+	if hw := tx.Size(); hw > fi.Size() {
+		return fmt.Errorf("the file is %d bytes but its pages reach %d bytes: it was cut short", fi.Size(), hw)
+	}
+	return walkAll(tx)
+}
+
+// checkContent runs the schema check (the page-level one ran in verify) and words its
+// problems as damage: fulcrumd cannot plan from a store whose values do not decode.
+func (s *Store) checkContent() error {
+	var problems []string
+	err := s.view(func(tx *bolt.Tx) error {
+		checkSchema(tx, func(f string, a ...any) bool {
+			problems = append(problems, fmt.Sprintf(f, a...))
+			return len(problems) < maxProblems
+		})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s: %d problem(s): %s", ErrDamaged, s.path, len(problems), strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 func checkSchema(tx *bolt.Tx, add func(string, ...any) bool) {

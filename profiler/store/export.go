@@ -111,6 +111,9 @@ type ImportOptions struct {
 	// Overwrite replaces stored profiles that differ; without it such a conflict fails
 	// the whole import and changes nothing.
 	Overwrite bool
+	// Spaces are the mode spaces of the boards known to the importer (fulcrumd: its own
+	// board): a profile of such a board must be at one of its modes.
+	Spaces map[string]*powermode.Space
 }
 
 // ImportResult counts what Import did.
@@ -263,25 +266,34 @@ func parseCSVRow(rec []string, col map[string]int, board string) (Profile, error
 	has := func(name string) bool { _, ok := col[name]; return ok }
 	get := func(name string) string { return strings.TrimSpace(rec[col[name]]) }
 	var firstErr error
-	fail := func(name string, err error) {
+	// The message quotes the value clipped, and says why without strconv's or time's
+	// own text (which repeats the whole value).
+	fail := func(name, why string) {
 		if firstErr == nil {
-			firstErr = fmt.Errorf("column %s: %q: %w", name, get(name), err)
+			firstErr = fmt.Errorf("column %s: %q: %s", name, clip(get(name)), why)
 		}
+	}
+	numErr := func(err error) string {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) {
+			return ne.Err.Error()
+		}
+		return err.Error()
 	}
 	integer := func(name string) int64 {
 		v, err := strconv.ParseInt(get(name), 10, 64)
 		if err != nil {
-			fail(name, err)
+			fail(name, "want an integer: "+numErr(err))
 		}
 		return v
 	}
 	real := func(name string) float64 {
 		v, err := strconv.ParseFloat(get(name), 64)
-		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
-			err = errors.New("not a finite number")
-		}
-		if err != nil {
-			fail(name, err)
+		switch {
+		case err != nil:
+			fail(name, "want a number: "+numErr(err))
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			fail(name, "not a finite number")
 		}
 		return v
 	}
@@ -291,7 +303,7 @@ func parseCSVRow(rec []string, col map[string]int, board string) (Profile, error
 		}
 		v, err := time.Parse(time.RFC3339Nano, get(name))
 		if err != nil {
-			fail(name, err)
+			fail(name, "want an RFC 3339 time, e.g. 2026-11-25T10:00:00Z")
 		}
 		return v.UTC()
 	}
@@ -340,8 +352,5 @@ func parseCSVRow(rec []string, col map[string]int, board string) (Profile, error
 	if has("source") {
 		p.Source = get("source")
 	}
-	if firstErr != nil {
-		return p, firstErr
-	}
-	return p, p.Validate()
+	return p, firstErr
 }

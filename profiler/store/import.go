@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
 // importChunk is how many profiles one write transaction of an import holds: enough to
@@ -19,7 +21,12 @@ import (
 const importChunk = 2000
 
 // Import reads profiles written by Export (or a plain ground-truth CSV) and stores all of
-// them or, on any error, none.
+// them or, on an error it returns, none. A process killed while writing (SIGKILL, a power
+// cut) can leave part of an import stored; see below.
+//
+// Every record is bounded before it is parsed (MaxImportRecordBytes) and every profile
+// checked against the import limits (names, physical ranges; modes against
+// opts.Spaces), so a hostile body costs about its own size and is refused whole.
 //
 // Memory stays bounded by the chunk, not the body: the input is streamed once to check
 // every profile (format, values, duplicates) and spool it, encoded, to a temporary file
@@ -41,21 +48,21 @@ func (s *Store) Import(r io.Reader, opts ImportOptions) (ImportResult, error) {
 	var err error
 	switch format {
 	case JSON:
-		next, err = jsonProfiles(br)
+		next, err = jsonProfiles(&jsonRecordLimit{r: br, max: MaxImportRecordBytes})
 	case CSV:
-		next, err = csvProfiles(br, opts.Board)
+		next, err = csvProfiles(newCSVRecordLimit(br, MaxImportRecordBytes), opts.Board)
 	default:
 		err = fmt.Errorf("unknown format %q: want csv or json", format)
 	}
 	if err != nil {
 		return ImportResult{}, &InputError{fmt.Errorf("import: %w (nothing was stored)", err)}
 	}
-	spool, err := newSpool(filepath.Dir(s.path), ".import-*")
+	spool, err := newSpool(filepath.Dir(s.path), s.spoolPattern(".import-*"))
 	if err != nil {
 		return ImportResult{}, fmt.Errorf("import: %w (nothing was stored)", err)
 	}
 	defer spool.remove()
-	if err := spoolProfiles(next, spool); err != nil {
+	if err := spoolProfiles(next, spool, opts.Spaces); err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
 			return ImportResult{}, &InputError{fmt.Errorf("import: %w (nothing was stored)", ie.Err)}
@@ -84,7 +91,7 @@ func (s *Store) Import(r io.Reader, opts ImportOptions) (ImportResult, error) {
 
 // spoolProfiles checks every profile next gives and writes it, normalized and encoded,
 // one per line.
-func spoolProfiles(next func() (Profile, bool, error), sp *spool) error {
+func spoolProfiles(next func() (Profile, bool, error), sp *spool, spaces map[string]*powermode.Space) error {
 	// Duplicates are found by a 128-bit hash of the key, not the key itself: 24 bytes an
 	// entry instead of a Key's strings (420,000 rows: ~20 MB, not ~200 MB). A collision,
 	// about 2^-128 a pair, would refuse the import as a duplicate; it cannot store wrong data.
@@ -97,6 +104,9 @@ func spoolProfiles(next func() (Profile, bool, error), sp *spool) error {
 		}
 		if !ok {
 			return sp.rewind()
+		}
+		if err := importLimits(p, spaces); err != nil {
+			return &InputError{fmt.Errorf("entry %d: %w", i+1, err)}
 		}
 		if err := p.Validate(); err != nil {
 			return &InputError{fmt.Errorf("entry %d: %w", i+1, err)}
@@ -124,7 +134,7 @@ func spoolProfiles(next func() (Profile, bool, error), sp *spool) error {
 func (s *Store) importConflicts(sp *spool) error {
 	defer sp.rewind()
 	return sp.chunks(func(chunk [][]byte) error {
-		return s.db.View(func(tx *bolt.Tx) error {
+		return s.view(func(tx *bolt.Tx) error {
 			for _, raw := range chunk {
 				p, err := decodeProfile(raw)
 				if err != nil {
@@ -151,7 +161,7 @@ const (
 // back what the committed chunks changed.
 func (s *Store) importWrite(sp *spool, overwrite bool) (ImportResult, error) {
 	var res ImportResult
-	undo, err := newSpool(filepath.Dir(s.path), ".import-undo-*")
+	undo, err := newSpool(filepath.Dir(s.path), s.spoolPattern(".import-undo-*"))
 	if err != nil {
 		return res, err
 	}
@@ -159,7 +169,7 @@ func (s *Store) importWrite(sp *spool, overwrite bool) (ImportResult, error) {
 	n := 0
 	werr := sp.chunks(func(chunk [][]byte) error {
 		n++
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return s.update(func(tx *bolt.Tx) error {
 			if s.importFault != nil {
 				if err := s.importFault(n - 1); err != nil {
 					return err
@@ -219,7 +229,7 @@ func (s *Store) importWrite(sp *spool, overwrite bool) (ImportResult, error) {
 // puts back the value that is still there.
 func (s *Store) importUndo(undo *spool) error {
 	return undo.chunks(func(chunk [][]byte) error {
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return s.update(func(tx *bolt.Tx) error {
 			for _, rec := range chunk {
 				if len(rec) < 2 {
 					return fmt.Errorf("undo log: short record")

@@ -27,7 +27,7 @@ func (s *Store) Put(p Profile, opts ...PutOption) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		_, err := putTx(tx, p, overwrite)
 		return err
 	})
@@ -93,7 +93,7 @@ func modeBucket(tx *bolt.Tx, k Key) *bolt.Bucket {
 // Get returns the profile stored under k, or an error wrapping ErrNotFound.
 func (s *Store) Get(k Key) (Profile, error) {
 	var p Profile
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := modeBucket(tx, k)
 		var raw []byte
 		if b != nil {
@@ -115,7 +115,7 @@ func (s *Store) Get(k Key) (Profile, error) {
 // Has reports whether a profile is stored under k.
 func (s *Store) Has(k Key) (bool, error) {
 	found := false
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := modeBucket(tx, k)
 		found = b != nil && b.Get(batchKey(k.Batch)) != nil
 		return nil
@@ -134,7 +134,7 @@ type Filter struct {
 // batch).
 func (s *Store) List(f Filter) ([]Profile, error) {
 	var out []Profile
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return walk(tx, f, func(k Key, raw []byte) error {
 			p, err := decodeProfile(raw)
 			if err != nil {
@@ -153,7 +153,7 @@ func (s *Store) List(f Filter) ([]Profile, error) {
 // Count is the number of stored profiles.
 func (s *Store) Count() (int, error) {
 	var n int
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		n, err = readCount(tx)
 		return err
@@ -207,7 +207,7 @@ func eachBucket(b *bolt.Bucket, only string, fn func(name []byte, child *bolt.Bu
 
 // Delete removes the profile under k and the buckets it leaves empty.
 func (s *Store) Delete(k Key) error {
-	err := s.db.Update(func(tx *bolt.Tx) error { return deleteTx(tx, k) })
+	err := s.update(func(tx *bolt.Tx) error { return deleteTx(tx, k) })
 	if err != nil {
 		return fmt.Errorf("store %s: delete %s: %w", s.path, k, err)
 	}
@@ -268,7 +268,7 @@ func (s *Store) GetCampaign(id string) (json.RawMessage, error) {
 // Campaigns returns every campaign record by id.
 func (s *Store) Campaigns() (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketCampaigns).ForEach(func(k, v []byte) error {
 			out[string(k)] = bytes.Clone(v)
 			return nil
@@ -284,7 +284,7 @@ func (s *Store) putJSON(bucket []byte, key string, blob []byte) error {
 	if !json.Valid(blob) {
 		return fmt.Errorf("store %s: %s/%s: value is not valid JSON", s.path, bucket, key)
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), blob) })
+	err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), blob) })
 	if err != nil {
 		return fmt.Errorf("store %s: put %s/%s: %w", s.path, bucket, key, err)
 	}
@@ -293,7 +293,7 @@ func (s *Store) putJSON(bucket []byte, key string, blob []byte) error {
 
 func (s *Store) getJSON(bucket []byte, key string) (json.RawMessage, error) {
 	var out []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucket).Get([]byte(key))
 		if v == nil {
 			return ErrNotFound

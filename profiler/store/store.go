@@ -60,13 +60,19 @@ type Options struct {
 	// MustExist refuses to create the file (a writable open that may migrate an older
 	// schema, e.g. fulcrumctl profile check). ReadOnly implies it.
 	MustExist bool
+	// Verify reads every page of an existing file and runs bbolt's check and the schema
+	// check before the store is used (fulcrumd does): a damaged file is refused with an
+	// error wrapping ErrDamaged rather than found later by a panic on a bad page. It
+	// costs a full read of the file.
+	Verify bool
 }
 
 // Store is an open profile database. It is safe for concurrent use by goroutines; bbolt
 // serialises writers.
 type Store struct {
-	db   *bolt.DB
-	path string
+	db     *bolt.DB
+	path   string
+	broken broken // the first panic bbolt raised on this handle
 	// importFault, when set (tests only), is called in each import write chunk's
 	// transaction with the chunk's index; an error fails that chunk.
 	importFault func(chunk int) error
@@ -126,11 +132,30 @@ func openSchema(path string, opts Options, sc schema) (*Store, error) {
 			return nil, fmt.Errorf("profile store %s: create its directory: %w (pass --db to put it elsewhere)", path, err)
 		}
 	}
-	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: opts.Timeout, ReadOnly: opts.ReadOnly})
+	if opts.Verify {
+		if err := verify(path, opts.Timeout); err != nil {
+			return nil, err
+		}
+	}
+	var db *bolt.DB
+	err := guarded(path, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o644, &bolt.Options{Timeout: opts.Timeout, ReadOnly: opts.ReadOnly})
+		return err
+	})
+	if errors.Is(err, ErrDamaged) {
+		// A panic inside bolt.Open (e.g. "invalid freelist page" on a truncated file)
+		// leaves its half-open handle unreachable; the process keeps one descriptor on
+		// the damaged file until it exits.
+		return nil, err
+	}
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("profile store %s is locked by another process (is fulcrumd or another fulcrumctl running?): waited %s: %w", path, opts.Timeout, err)
 	}
 	if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrVersionMismatch) || errors.Is(err, bolterrors.ErrChecksum) {
+		if opts.Verify {
+			return nil, fmt.Errorf("%w: %s: bbolt cannot read its meta pages: %v", ErrDamaged, path, err)
+		}
 		return nil, fmt.Errorf("open profile store %s: %w: the file is not a profile store (pass the store's path with --db)", path, err)
 	}
 	if err != nil {
@@ -138,8 +163,14 @@ func openSchema(path string, opts Options, sc schema) (*Store, error) {
 	}
 	s := &Store{db: db, path: path}
 	if err := s.migrate(sc, opts.ReadOnly); err != nil {
-		db.Close()
+		_ = closeDB(db, s.broken.get() != nil)
 		return nil, err
+	}
+	if opts.Verify {
+		if err := s.checkContent(); err != nil {
+			_ = closeDB(db, s.broken.get() != nil)
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -148,7 +179,7 @@ func openSchema(path string, opts Options, sc schema) (*Store, error) {
 // leaves the file as it was.
 func (s *Store) migrate(sc schema, readOnly bool) error {
 	var have int
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		have, err = storedVersion(tx)
 		return err
@@ -164,7 +195,7 @@ func (s *Store) migrate(sc schema, readOnly bool) error {
 	case readOnly:
 		return fmt.Errorf("profile store %s has schema version %d and needs migrating to %d: open it once for writing first (fulcrumctl profile check migrates it)", s.path, have, sc.version)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		for v := have; v < sc.version; v++ {
 			if v >= len(sc.migrations) || sc.migrations[v].from != v {
 				return fmt.Errorf("no migration from schema version %d (this is a bug)", v)
@@ -196,7 +227,7 @@ func storedVersion(tx *bolt.Tx) (int, error) {
 	raw := meta.Get(keyVersion)
 	v, err := strconv.Atoi(string(raw))
 	if err != nil || v < 1 {
-		return 0, fmt.Errorf("meta/schema_version %q is not a version number: the file is damaged; run fulcrumctl profile check", raw)
+		return 0, fmt.Errorf("%w: meta/schema_version %q is not a version number; run fulcrumctl profile check", ErrDamaged, raw)
 	}
 	return v, nil
 }
@@ -204,7 +235,7 @@ func storedVersion(tx *bolt.Tx) (int, error) {
 // Version is the file's schema version.
 func (s *Store) Version() (int, error) {
 	var v int
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		v, err = storedVersion(tx)
 		return err
@@ -216,7 +247,8 @@ func (s *Store) Version() (int, error) {
 func (s *Store) Path() string { return s.path }
 
 // Close releases the file and its lock.
-func (s *Store) Close() error { return s.db.Close() }
+// A store whose bbolt handle panicked is given a bounded wait.
+func (s *Store) Close() error { return closeDB(s.db, s.broken.get() != nil) }
 
 // batchKey encodes a batch size as 8 bytes big-endian so bbolt's byte order is numeric.
 func batchKey(b int) []byte {

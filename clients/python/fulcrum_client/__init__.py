@@ -2,20 +2,24 @@
 
 Training::
 
-    client = Client("/run/fulcrum/worker.sock", role="train", workload="resnet18", batch=32)
+    client = Client("/run/fulcrum/worker.sock", role="train", workload="resnet18", batch=32,
+                    on_profile=run_real_batch)   # without it: declines profile batches
     for x, y in loader:
         with client.train_step():
             loss = model(x, y); loss.backward(); opt.step()
 
 Inference::
 
-    client = Client(path, role="infer", workload="yolo", batch=8, batch_sizes=[1, 2, 4, 8])
+    client = Client(path, role="infer", workload="yolo", batch=8, batch_sizes=[1, 2, 4, 8],
+                    on_profile=run_real_batch)
     server = InferenceServer(client, handler=lambda payloads: model(payloads))
     server.start()
     future = server.submit(image)      # from any thread
     result = future.result()
 
-See docs/protocol.md for the wire protocol.
+When fulcrumd restarts the client reconnects and registers again: a trainer waits for it
+(or trains without turns: train_while_away=True), an InferenceServer serves what is queued
+itself meanwhile. See docs/runtime.md, and docs/protocol.md for the wire protocol.
 """
 
 from .client import (

@@ -1,6 +1,7 @@
 """Tests against a real fulcrumd (built by `make build`; FULCRUM_BIN is its directory)."""
 
 import concurrent.futures
+import json
 import logging
 import os
 import shutil
@@ -35,12 +36,17 @@ class Daemon:
         # Unix socket paths are limited to ~108 bytes: keep the directory short.
         self.dir = tempfile.mkdtemp(prefix="fc", dir="/tmp")
         self.sock = os.path.join(self.dir, "run", "worker.sock")
+        self.control = os.path.join(self.dir, "run", "control.sock")
         self.log = open(os.path.join(self.dir, "fulcrumd.log"), "w+")
+        self.extra, self.env = list(extra), env
+        self.start()
+
+    def start(self):
         self.proc = subprocess.Popen(
             [fulcrumd_path(), "--runtime-dir", os.path.join(self.dir, "run"),
              "--state-dir", os.path.join(self.dir, "state"), "--board", "none",
-             "--log-level", "debug"] + list(extra),
-            stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+             "--log-level", "debug"] + self.extra,
+            stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, **(self.env or {})))
         deadline = time.monotonic() + 15
         while True:
             if self.proc.poll() is not None:
@@ -55,6 +61,33 @@ class Daemon:
                 time.sleep(0.02)
             finally:
                 s.close()
+
+    def restart(self, down_s):
+        """SIGTERM fulcrumd, stay down down_s seconds, start it again on the same
+        directories; returns how long the socket was unanswered."""
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=10)
+        time.sleep(down_s)
+        self.start()
+        return time.monotonic() - t0
+
+    def status(self):
+        """GET /v1/status on the control socket."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(self.control)
+        try:
+            s.sendall(b"GET /v1/status HTTP/1.0\r\nHost: fulcrumd\r\n\r\n")
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            s.close()
+        return json.loads(data.split(b"\r\n\r\n", 1)[1])
 
     def output(self):
         self.log.flush()
@@ -235,13 +268,29 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(errs[0].code, "closed")
 
     def test_daemon_shutdown_is_reported(self):
-        c = self.client(role="train", workload="resnet18", batch=8)
+        # reconnect=False: the lost connection's error is raised, as before issue 27.
+        c = self.client(role="train", workload="resnet18", batch=8, reconnect=False)
         with c.train_step():
             pass
         self.d.proc.send_signal(signal.SIGTERM)
         self.d.proc.wait(timeout=10)
-        with self.assertRaises(FulcrumError):
+        with self.assertRaises(FulcrumError) as cm:
             c.acquire()
+        self.assertEqual(cm.exception.code, "shutting_down", str(cm.exception))
+
+    def test_daemon_that_does_not_come_back(self):
+        # A trainer waits for fulcrumd; reconnect_timeout bounds the wait.
+        c = self.client(role="train", workload="resnet18", batch=8, reconnect_timeout=0.5)
+        self.d.proc.send_signal(signal.SIGTERM)
+        self.d.proc.wait(timeout=10)
+        start = time.monotonic()
+        with self.assertRaises(FulcrumError) as cm:
+            with c.train_step():
+                pass
+        self.assertEqual(cm.exception.code, "closed")
+        self.assertIn("did not come back", cm.exception.message)
+        self.assertGreaterEqual(time.monotonic() - start, 0.4)
+        self.assertFalse(c.connected)
 
     def test_no_daemon(self):
         with self.assertRaises(FulcrumError) as cm:
@@ -285,6 +334,111 @@ class SecondDaemonTest(unittest.TestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn(b"another fulcrumd is running (pid %d)" % d.proc.pid, p.stdout)
+
+
+class RestartTest(unittest.TestCase):
+    """fulcrumd restarts under running workers (issue 27): none of them dies, no accepted
+    request is lost, training resumes under the new fulcrumd."""
+
+    def test_workers_survive_a_restart(self):
+        d = Daemon("--latency", "300ms")
+        self.addCleanup(d.stop)
+        logging.getLogger("fulcrum_client").setLevel(logging.ERROR)
+        self.addCleanup(logging.getLogger("fulcrum_client").setLevel, logging.NOTSET)
+        waiter = Client(d.sock, role="train", workload="resnet18", batch=8, on_profile=lambda b: time.sleep(0.004))
+        runner = Client(d.sock, role="train", workload="lstm", batch=8, train_while_away=True)
+        inf = Client(d.sock, role="infer", workload="yolo", batch=4, batch_sizes=[1, 2, 4])
+        for c in (waiter, runner, inf):
+            self.addCleanup(c.close)
+        stop = threading.Event()
+        steps = {"waiter": [], "runner": []}  # (time, kind) per step
+        errors = []
+
+        def train(name, c):
+            try:
+                while not stop.is_set():
+                    with c.train_step() as g:
+                        time.sleep(0.004)
+                    steps[name].append((time.monotonic(), g.kind))
+            except Exception as e:  # a worker that dies fails the test
+                errors.append((name, e))
+
+        threads = [threading.Thread(target=train, args=(n, c)) for n, c in (("waiter", waiter), ("runner", runner))]
+        for t in threads:
+            t.start()
+        futs = []
+        with InferenceServer(inf, lambda ps: [p * 2 for p in ps]) as srv:
+            def submit_for(seconds):
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    futs.append((len(futs), srv.submit(len(futs))))
+                    time.sleep(0.02)
+
+            submit_for(1.0)
+            restarted = threading.Thread(target=lambda: setattr(self, "down_s", d.restart(1.0)))
+            restarted.start()
+            submit_for(1.5)  # through the restart: fulcrumd away about a second
+            restarted.join(timeout=30)
+            back = time.monotonic()
+            submit_for(1.5)
+            results = [(i, f.result(timeout=20)) for i, f in futs]
+            unmanaged = srv.unmanaged_batches
+        stop.set()
+        for t in threads:
+            t.join(timeout=20)
+        self.assertEqual(errors, [])
+        self.assertTrue(all(not t.is_alive() for t in threads))
+        self.assertEqual([r for _, r in results], [2 * i for i, _ in results], "a request was lost or mixed up")
+        print("\nfulcrumd down {:.2f} s; away (lost → registered again): waiting trainer {:.2f} s, trainer while "
+              "away {:.2f} s, inference {:.2f} s; {} requests, {} inference batches served unmanaged".format(
+                  self.down_s, waiter.last_gap_s or -1, runner.last_gap_s or -1, inf.last_gap_s or -1, len(results),
+                  unmanaged), file=sys.stderr)
+        for c in (waiter, runner, inf):
+            self.assertEqual(c.reconnects, 1, c.worker_id)
+        self.assertGreater(unmanaged, 0, "no request was served while fulcrumd was away")
+        self.assertFalse(any(k == "unmanaged" for _, k in steps["waiter"]), "the waiting trainer ran without a turn")
+        self.assertTrue(any(k == "unmanaged" for _, k in steps["runner"]), "train_while_away ran no step unmanaged")
+        self.assertTrue(any(t > back and k == "train" for t, k in steps["waiter"]), "training did not resume")
+        st = d.status()
+        wl = {(w["role"], w["workload"]): w for w in st["workloads"]}
+        self.assertGreater(wl[("train", "resnet18")]["minibatches"], 0)
+        self.assertGreater(wl[("infer", "yolo")]["served"], 0)
+        self.assertEqual(wl[("infer", "yolo")]["failed"], 0)
+
+
+class ProfilesTest(unittest.TestCase):
+    def test_no_on_profile_declines_profile_batches(self):
+        d = Daemon()
+        self.addCleanup(d.stop)
+        bare = Client(d.sock, role="infer", workload="pyinfer", batch=4, batch_sizes=[1, 2, 4])
+        self.addCleanup(bare.close)
+        tr = Client(d.sock, role="train", workload="pytrain", batch=8)
+        self.addCleanup(tr.close)
+
+        def status_until(pred):
+            end = time.monotonic() + 10
+            while True:
+                st = d.status()
+                if pred(st) or time.monotonic() > end:
+                    return st
+                time.sleep(0.05)
+
+        st = status_until(lambda st: "pyinfer" in st.get("profiling", "") and "pytrain" in st.get("profiling", ""))
+        self.assertIn("on_profile", st.get("profiling", ""), st)
+        workers = {w["workload"]: w for w in st["workers"]}
+        self.assertTrue(workers["pyinfer"].get("no_profiles"), workers)
+        # Setting on_profile after registering registers again at the next acquire, now
+        # accepting profile batches.
+        tr.on_profile = lambda b: time.sleep(0.001)
+        first = tr.worker_id
+        with tr.train_step():
+            pass
+        self.assertNotEqual(tr.worker_id, first)
+        st = status_until(lambda st: "pytrain" not in st.get("profiling", ""))
+        workers = {w["workload"]: w for w in st["workers"]}
+        self.assertFalse(workers["pytrain"].get("no_profiles"), workers)
+        self.assertIn("pyinfer", st.get("profiling", ""))
+        self.assertNotIn("pytrain", st.get("profiling", ""))
 
 
 if __name__ == "__main__":

@@ -49,9 +49,8 @@ class ProfileGrantTest(unittest.TestCase):
         t = threading.Thread(target=peer)
         t.start()
         try:
-            c = Client(path, role="train", workload="resnet18", batch=32)
             ran = []
-            c.on_profile = ran.append
+            c = Client(path, role="train", workload="resnet18", batch=32, on_profile=ran.append)
             with c.train_step() as g:
                 self.assertEqual((g.id, g.kind, g.batch), (2, "train", 32))
             c.close()
@@ -62,6 +61,7 @@ class ProfileGrantTest(unittest.TestCase):
             os.rmdir(d)
         self.assertEqual(seen[0]["v"], 1)
         self.assertEqual(seen[0]["role"], "train")
+        self.assertNotIn("profiles", seen[0])  # it runs profile batches: today's register
         self.assertEqual(ran, [16])
         self.assertEqual(seen[1]["type"], "release")
         self.assertEqual(seen[1]["grant"], 1)

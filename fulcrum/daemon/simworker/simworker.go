@@ -56,6 +56,10 @@ type Options struct {
 	Run        func(ctx context.Context, batch int) (time.Duration, error)
 	Name       string
 	BatchSizes []int
+	// TrainWhileAway: a training worker whose fulcrumd is away (restarting) trains
+	// unmanaged until it is registered again, instead of waiting for it. An inference
+	// worker always serves unmanaged while fulcrumd is away.
+	TrainWhileAway bool
 }
 
 // Report is what a worker measured, from its own side.
@@ -76,6 +80,12 @@ type Report struct {
 	Samples        int     `json:"samples,omitempty"`
 	ThroughputPerS float64 `json:"throughput_samples_per_s,omitempty"`
 	ProfileBatches int     `json:"profile_batches,omitempty"`
+	// While fulcrumd was away: batches run unmanaged, times registered again, the time
+	// away in all and the last gap (lost → registered again).
+	UnmanagedBatches int     `json:"unmanaged_batches,omitempty"`
+	Reconnects       int     `json:"reconnects,omitempty"`
+	AwayS            float64 `json:"away_s,omitempty"`
+	LastGapS         float64 `json:"last_gap_s,omitempty"`
 }
 
 // ReadTrace parses an arrival trace: one arrival per line, seconds since the start
@@ -179,7 +189,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 				reg.BatchSizes = append(reg.BatchSizes, o.Batch)
 			}
 		}
-		c, err := client.Dial(ctx, o.Socket, reg)
+		c, err := client.Open(ctx, o.Socket, reg, client.SessionOptions{Seed: o.Seed + 1})
 		if err != nil {
 			return Report{}, err
 		}
@@ -193,6 +203,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		err = w.infer(ctx)
 	}
 	w.rep.ElapsedS = time.Since(start).Seconds()
+	if w.c != nil {
+		n, away, last := w.c.Stats()
+		w.rep.Reconnects, w.rep.AwayS, w.rep.LastGapS = n, away.Seconds(), last.Seconds()
+	}
 	if w.rep.ElapsedS > 0 {
 		w.rep.ThroughputPerS = float64(w.rep.Samples) / w.rep.ElapsedS
 	}
@@ -205,7 +219,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 type worker struct {
 	o   Options
 	rng *rand.Rand
-	c   *client.Client
+	c   *client.Session
 	rep Report
 }
 
@@ -223,7 +237,31 @@ func (w *worker) train(ctx context.Context) error {
 			w.rep.Samples += w.o.Batch
 			continue
 		}
-		g, err := w.c.Acquire(ctx)
+		if w.o.TrainWhileAway && !w.c.Connected() {
+			ok, err := w.c.TryReconnect(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				if _, err := w.run(ctx, w.o.Batch); err != nil {
+					return err
+				}
+				w.rep.Batches++
+				w.rep.UnmanagedBatches++
+				w.rep.Samples += w.o.Batch
+				continue
+			}
+		}
+		var g proto.Msg
+		var err error
+		if w.o.TrainWhileAway {
+			g, err = w.c.AcquireOrAway(ctx)
+			if errors.Is(err, client.ErrAway) {
+				continue
+			}
+		} else {
+			g, err = w.c.Acquire(ctx) // waits for fulcrumd while it is away
+		}
 		if err != nil {
 			return err
 		}
@@ -363,7 +401,23 @@ func (w *worker) infer(ctx context.Context) error {
 		}
 	}()
 	for !finished() {
-		g, err := w.c.Acquire(gctx)
+		if !w.c.Connected() {
+			// fulcrumd is away: serve what is queued unmanaged until registered again.
+			ok, err := w.c.TryReconnect(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				if err := w.serveAway(ctx, p); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		g, err := w.c.AcquireOrAway(gctx)
+		if errors.Is(err, client.ErrAway) {
+			continue
+		}
 		if err != nil {
 			if gctx.Err() != nil && ctx.Err() == nil {
 				return nil // all served
@@ -385,6 +439,29 @@ func (w *worker) infer(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// serveAway serves up to a batch of the requests fulcrumd has not granted, while it is
+// away, or waits a little for some to arrive.
+func (w *worker) serveAway(ctx context.Context, p *pending) error {
+	ids := w.c.TakeQueued(w.o.Batch)
+	if len(ids) == 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.notify:
+		case <-time.After(10 * time.Millisecond):
+		}
+		return nil
+	}
+	if _, err := w.run(ctx, len(ids)); err != nil {
+		return err
+	}
+	p.served(ids, time.Now(), w.o.LatencyBudget)
+	w.rep.Batches++
+	w.rep.UnmanagedBatches++
+	w.rep.Samples += len(ids)
 	return nil
 }
 

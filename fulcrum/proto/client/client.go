@@ -22,6 +22,11 @@ type Registration struct {
 	Workload   string
 	Batch      int
 	BatchSizes []int
+	// NoProfiles declines profile batches (register says "profiles": false): set it when
+	// the worker cannot run a real batch of the workload for a profile grant, so that
+	// fulcrumd leaves the workload out of live profiling rather than store the time of a
+	// batch that ran nothing.
+	NoProfiles bool
 }
 
 // Client is one registered worker connection. Acquire/Release are meant for one
@@ -64,8 +69,13 @@ func Dial(ctx context.Context, path string, reg Registration) (*Client, error) {
 	}
 	uc := nc.(*net.UnixConn)
 	c := &Client{conn: uc, lines: lineReader{r: uc, max: proto.MaxLineBytes}, changed: make(chan struct{})}
-	err = c.write(proto.Msg{Type: proto.TypeRegister, V: proto.Version, Role: reg.Role, Workload: reg.Workload,
-		Batch: reg.Batch, BatchSizes: reg.BatchSizes, PID: os.Getpid(), Seq: 1})
+	msg := proto.Msg{Type: proto.TypeRegister, V: proto.Version, Role: reg.Role, Workload: reg.Workload,
+		Batch: reg.Batch, BatchSizes: reg.BatchSizes, PID: os.Getpid(), Seq: 1}
+	if reg.NoProfiles {
+		no := false
+		msg.Profiles = &no
+	}
+	err = c.write(msg)
 	if err != nil {
 		c.Close()
 		return nil, err
