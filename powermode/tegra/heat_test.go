@@ -86,3 +86,22 @@ func TestHeatTripLoadAndThrottle(t *testing.T) {
 }
 
 func itoa64(v int64) string { return strconv.FormatInt(v, 10) }
+
+// BenchmarkHeat is one heat reading of an AGX Orin tree (9 zones with trip points, the
+// GPU, 3 CPU clusters): what the controller reads every control period.
+func BenchmarkHeat(b *testing.B) {
+	tb := tegratest.AGXOrin64GBJP6()
+	root := b.TempDir()
+	if err := tegratest.Write(root, tb); err != nil {
+		b.Fatal(err)
+	}
+	be, err := OpenWith(context.Background(), root, tb.Spec(), powermode.BoardInfo{}, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := be.Heat(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
