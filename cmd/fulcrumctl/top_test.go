@@ -12,6 +12,9 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 var updateTop = flag.Bool("update", false, "rewrite testdata/top.golden from the current rendering")
@@ -122,5 +125,25 @@ func TestStatusShowsHeat(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "heat ") || strings.Contains(b.String(), "throttled") {
 		t.Errorf("heat lines without heat sensors:\n%s", b.String())
+	}
+}
+
+// The profile table marks a profile measured while the board throttled.
+func TestProfileListMarksThrottled(t *testing.T) {
+	at := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+	p := store.Profile{Board: "agx-orin-64gb", Workload: "resnet18-train", Role: truth.Train,
+		Mode: powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 918000000, EMCHz: 3199000000}, Batch: 32,
+		TimeMS: store.TimeStats{Mean: 100, P50: 100, P95: 100}, PowerMW: store.PowerStats{Mean: 30000},
+		Samples: 5, PowerSamples: 5, StartedAt: at, FinishedAt: at, Source: store.SourceLive}
+	cool := p
+	cool.Workload = "mobilenet-infer"
+	p.Throttled = &store.Throttled{Readings: 3, GPUHzMin: 816000000}
+	var b bytes.Buffer
+	if err := printProfiles(&b, []store.Profile{p, cool}, false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[1], "live (throttled)") || !strings.HasSuffix(lines[2], "live") {
+		t.Errorf("profile table:\n%s\nwant the throttled one marked, the cool one not", b.String())
 	}
 }
