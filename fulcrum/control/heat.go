@@ -158,7 +158,7 @@ func underCap[P any](c *Controller, ps []P, mode func(P) powermode.Mode) []P {
 			return (cp[0] > 0 && m.GPUHz > cp[0]) || (cp[1] > 0 && m.CPUKHz > cp[1])
 		}
 		if slices.ContainsFunc(ps, func(p P) bool { return !over(p) }) {
-			return slices.DeleteFunc(ps, over)
+			return slices.DeleteFunc(slices.Clone(ps), over) // the caller's slice is left whole
 		}
 	}
 	return ps
