@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -263,6 +264,37 @@ func TestLiveProfileWhileThrottledIsMarkedAndRemeasuredCool(t *testing.T) {
 	for i, p := range after {
 		if p.Throttled != nil || !p.StartedAt.After(stored[i].FinishedAt) {
 			t.Errorf("after the cool measurement: %+v (throttled %+v), want the fresh, unmarked one", p.Key(), p.Throttled)
+		}
+	}
+}
+
+// The thermal cap keeps the modes within both caps when any is, else those within the
+// GPU cap, else every mode (the firmware caps whatever is chosen).
+func TestUnderCapFallbacks(t *testing.T) {
+	mk := func(gpuMHz, cpuMHz int64) powermode.Mode {
+		return powermode.Mode{Cores: 8, CPUKHz: cpuMHz * 1000, GPUHz: gpuMHz * 1e6, EMCHz: 3199000000}
+	}
+	all := []powermode.Mode{mk(1300, 2201), mk(918, 2201), mk(816, 1728), mk(612, 1728)}
+	id := func(m powermode.Mode) powermode.Mode { return m }
+	for _, tc := range []struct {
+		name          string
+		gpuHz, cpuKHz int64
+		want          []powermode.Mode
+	}{
+		{"no cap", 0, 0, all},
+		{"both caps", 918e6, 2000000, []powermode.Mode{mk(816, 1728), mk(612, 1728)}},
+		{"none within both: the GPU cap alone", 918e6, 1000000, []powermode.Mode{mk(918, 2201), mk(816, 1728), mk(612, 1728)}},
+		{"none within the GPU cap: every mode", 306e6, 1000000, all},
+	} {
+		c := &Controller{}
+		c.heat.capGPUHz, c.heat.capCPUKHz = tc.gpuHz, tc.cpuKHz
+		in := slices.Clone(all)
+		got := underCap(c, in, id)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+		if !slices.Equal(in, all) {
+			t.Errorf("%s: the caller's slice changed to %v", tc.name, in)
 		}
 	}
 }
