@@ -51,7 +51,7 @@ simulated board's tree.`,
 		newBenchCmd(),
 		newBundleCmd(),
 		newGPUCmd(),
-		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(), newHealthCmd(),
+		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newTopCmd(), newDaemonCmd(), newHealthCmd(),
 	)
 	// cobra adds its completion command only when the root executes; add it now so that
 	// `completion bogus` fails like every other group.

@@ -205,6 +205,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 	} else {
 		fmt.Fprintf(tw, "power\tno power sensors\n")
 	}
+	writeHeat(tw, st.Heat)
 	state := "ok"
 	if st.Degraded {
 		state = "DEGRADED: " + shown(st.DegradedReason)

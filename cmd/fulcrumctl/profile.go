@@ -514,8 +514,12 @@ func printProfiles(out io.Writer, ps []store.Profile, asJSON bool) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BOARD\tWORKLOAD\tROLE\tMODE\tBATCH\tTIME_MS\tP95_MS\tPOWER_MW\tSAMPLES\tRSE\tSOURCE")
 	for _, p := range ps {
+		src := shown(p.Source)
+		if p.Throttled != nil {
+			src += " (throttled)" // measured while the board ran slower than the mode: docs/profiler.md
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
-			shown(p.Board), shown(p.Workload), shown(string(p.Role)), p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, shown(p.Source))
+			shown(p.Board), shown(p.Workload), shown(string(p.Role)), p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, src)
 	}
 	return tw.Flush()
 }

@@ -219,6 +219,7 @@ type Status struct {
 	Budgets   Budgets         `json:"budgets"`
 	Plan      *Plan           `json:"plan,omitempty"`  // nil until the first plan
 	Power     *Power          `json:"power,omitempty"` // nil without power sensors
+	Heat      *Heat           `json:"heat,omitempty"`  // nil without thermal sensors (heat.go)
 	Workers   []Worker        `json:"workers"`
 	Workloads []WorkloadStats `json:"workloads"`
 	// Streams is every inference stream planned for, with its budget, its planned batch,

@@ -458,6 +458,7 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	}
 	rates, _ := c.streamRates(c.clock.Now())
 	mb := c.multiBudgets(rates)
+	ps = underCap(c, ps, func(p plan.MultiProfile) powermode.Mode { return p.Mode })
 	d, err := c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(ps)
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: fmt.Sprintf("no stored profile of every stream: run fulcrumctl optimize: %v", err)})
@@ -535,8 +536,8 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 			c.corrP[c.cur.Mode] = max(c.corrP[c.cur.Mode], k*max(c.corrP[c.cur.Mode], 1))
 		}
 		c.needPlan = ""
-		c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction",
-			avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k), false)
+		c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction%s",
+			avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k, c.heatNote()), false)
 		c.stepped = true
 		return
 	}
@@ -573,8 +574,8 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 				c.badPoint = map[streamPoint]bool{}
 			}
 			c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
-			c.planMulti(ctx, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms); leaving that batch out there and re-deciding",
-				s.Workload, wl.LatencyRecent.P99MS, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS), false)
+			c.planMulti(ctx, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms); leaving that batch out there and re-deciding%s",
+				s.Workload, wl.LatencyRecent.P99MS, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS, c.heatNote()), false)
 			c.stepped = true
 			return
 		}

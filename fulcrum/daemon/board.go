@@ -171,6 +171,14 @@ func (b *Board) Power(ctx context.Context) (powermode.PowerReading, error) {
 	return b.Backend.Power(ctx)
 }
 
+// Heat reads the board's heat where the backend can (tegra), else powermode.ErrNoHeat.
+func (b *Board) Heat(ctx context.Context) (powermode.HeatReading, error) {
+	if hs, ok := b.Backend.(powermode.HeatSensor); ok {
+		return hs.Heat(ctx)
+	}
+	return powermode.HeatReading{}, powermode.ErrNoHeat
+}
+
 // Apply sets mode m. Before the first change it snapshots the board and saves the
 // snapshot in the state directory (the first snapshot there wins: one left by a crashed
 // run that OpenBoard could not restore is never replaced).
