@@ -51,7 +51,11 @@ func (c *Controller) SetBudgetsBy(b plan.Budgets, by *api.Caller) error {
 	c.takeBack(c.base, "budgets changed", by) // a stand-down ends: the new budgets are enforced
 	c.mu.Unlock()
 	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
+	if old.WithDefaults() != b {
+		// The same budgets again still re-plan and end a stand-down, but "changed from X
+		// to X" would only fill the log.
+		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
+	}
 	c.persistSettings() // kept across a restart (settings.go)
 	return nil
 }

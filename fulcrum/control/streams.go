@@ -172,7 +172,9 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 	if t != (StreamTarget{}) {
 		to = t.String()
 	}
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
+	if from != to || (had && old != t) {
+		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
+	}
 	return nil
 }
 
@@ -192,8 +194,8 @@ func checkStreamTarget(workload string, t StreamTarget) error {
 			return err
 		}
 	}
-	if t.TrainWeight != 0 && (!(t.TrainWeight > 0) || t.TrainWeight > api.MaxTrainWeight) {
-		return fmt.Errorf("training weight: train_weight = %v: want above 0 and at most %d", t.TrainWeight, api.MaxTrainWeight)
+	if t.TrainWeight != 0 && (!(t.TrainWeight >= api.MinTrainWeight) || t.TrainWeight > api.MaxTrainWeight) {
+		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, api.MinTrainWeight, api.MaxTrainWeight)
 	}
 	return nil
 }
