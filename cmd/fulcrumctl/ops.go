@@ -137,7 +137,7 @@ func newStatusCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	client := addSocketFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print the status as JSON (GET /v1/status)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -145,8 +145,8 @@ func newStatusCmd() *cobra.Command {
 		if err != nil {
 			return explain("status", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), st)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), st); ok {
+			return err
 		}
 		return writeStatus(cmd.OutOrStdout(), st)
 	}
@@ -324,7 +324,7 @@ func newBudgetCmd() *cobra.Command {
 
 func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
 	cmd := &cobra.Command{Use: "get", Short: "Show the budgets in force", Args: cobra.NoArgs}
-	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/budgets)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -332,8 +332,8 @@ func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
 		if err != nil {
 			return explain("budget get", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), b)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), b); ok {
+			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), shownBudgets(b))
 		return nil
@@ -362,7 +362,7 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	workload := f.String("workload", "", "set one workload's own budgets (the name its worker registers): --latency and --rate for an inference stream, --weight for a training job, --shared to drop them")
 	shared := f.Bool("shared", false, "with --workload: drop the workload's own budgets; it uses the shared ones again")
 	weight := f.Float64("weight", 0, "with --workload naming a training workload: its share weight of training GPU time with several training jobs (default 1)")
-	asJSON := f.Bool("json", false, "print the resulting budgets as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	_ = cmd.RegisterFlagCompletionFunc("rate", cobra.FixedCompletions([]string{"auto"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("power", cobra.FixedCompletions([]string{"none", "15W", "30W", "50W"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("latency", cobra.FixedCompletions([]string{"50ms", "100ms", "200ms"}, cobra.ShellCompDirectiveNoFileComp))
@@ -445,8 +445,8 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 		for _, w := range b.Warnings {
 			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", shownLines(flagWords(errors.New(w)).Error()))
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), b)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), b); ok {
+			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", shownBudgets(b))
 		return nil
@@ -466,7 +466,7 @@ force again, no workload has budgets of its own, no mode is held, and the saved 
 deleted (docs/operations.md, "Budgets across restarts").`,
 		Args: cobra.NoArgs,
 	}
-	asJSON := cmd.Flags().Bool("json", false, "print the resulting budgets as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -474,8 +474,8 @@ deleted (docs/operations.md, "Budgets across restarts").`,
 		if err != nil {
 			return explain("budget reset", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), b)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), b); ok {
+			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), "budgets reset to the configuration's:", shownBudgets(b))
 		return nil
@@ -488,7 +488,7 @@ deleted (docs/operations.md, "Budgets across restarts").`,
 func newWorkersCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workers", Short: "List the workers connected to fulcrumd", Args: cobra.NoArgs}
 	client := addSocketFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/workers)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -496,11 +496,11 @@ func newWorkersCmd() *cobra.Command {
 		if err != nil {
 			return explain("workers", err)
 		}
-		if *asJSON {
-			if ws == nil {
-				ws = []api.Worker{}
-			}
-			return printJSON(cmd.OutOrStdout(), ws)
+		if ws == nil {
+			ws = []api.Worker{}
+		}
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), ws); ok {
+			return err
 		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tROLE\tWORKLOAD\tBATCH\tPID\tUID\tWAITING\tQUEUED")
@@ -525,7 +525,7 @@ func newModeCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	client := addSocketFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/mode)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -533,8 +533,8 @@ func newModeCmd() *cobra.Command {
 		if err != nil {
 			return explain("mode", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), mi)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+			return err
 		}
 		return writeModeInfo(cmd.OutOrStdout(), mi)
 	}
@@ -552,7 +552,7 @@ enforce the power budget, and fulcrumctl status says DEGRADED. mode resume write
 mode again (an operator's held mode, or its plan) and re-plans; a budget change does the same.`,
 		Args: cobra.NoArgs,
 	}
-	asJSON := cmd.Flags().Bool("json", false, "print the resulting mode as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -560,8 +560,8 @@ mode again (an operator's held mode, or its plan) and re-plans; a budget change 
 		if err != nil {
 			return explain("mode resume", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), mi)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "board taken back: %s [%s]\n", mi.Current.Human(), mi.Current)
 		return nil
@@ -659,7 +659,7 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	gpuU := f.String("gpu", "", "GPU frequency with its unit: 612MHz, 1.3GHz")
 	emcU := f.String("emc", "", "memory (EMC) frequency with its unit: 3199MHz")
 	preset := f.String("preset", "", "a live nvpmodel preset by name or id (as nvpmodel -m takes it), instead of the knobs")
-	asJSON := f.Bool("json", false, "print the resulting mode as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	// Complete knob values from the board's levels, asked of the daemon.
 	levelsCompletion := func(pick func(api.Levels) []string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return func(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
@@ -726,8 +726,8 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 			if err != nil {
 				return explain("mode", err)
 			}
-			if *asJSON {
-				return printJSON(cmd.OutOrStdout(), mi)
+			if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "preset %s applied: %s [%s]\n", *preset, mi.Current.Human(), mi.Current)
 			return nil
@@ -774,8 +774,8 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 		if err != nil {
 			return explain("mode", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), mi)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "mode applied: %s [%s]\n", mi.Current.Human(), mi.Current)
 		return nil
@@ -798,7 +798,7 @@ Ctrl-C stops the search and fulcrumd returns to its previous plan.`,
 	client := addSocketFlag(cmd)
 	method := cmd.Flags().String("method", api.OptimizeGMD, "searcher: gmd (about 15 profiled modes) or als (up to 50, reusable)")
 	maxProfiles := cmd.Flags().Int("max-profiles", 0, "cap on modes profiled (0: the searcher's default)")
-	asJSON := cmd.Flags().Bool("json", false, "print the result as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	_ = cmd.RegisterFlagCompletionFunc("method", cobra.FixedCompletions(
 		[]string{api.OptimizeGMD + "\tgradient descent, about 15 profiled modes", api.OptimizeALS + "\tactive learning, up to 50 modes, reusable"},
 		cobra.ShellCompDirectiveNoFileComp))
@@ -817,8 +817,8 @@ Ctrl-C stops the search and fulcrumd returns to its previous plan.`,
 			}
 			return explain("optimize", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), res)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), res); ok {
+			return err
 		}
 		out := cmd.OutOrStdout()
 		p := res.Plan
@@ -846,19 +846,29 @@ func newEventsCmd() *cobra.Command {
 	client := addSocketFlag(cmd)
 	follow := cmd.Flags().BoolP("follow", "f", false, "keep printing new events until Ctrl-C")
 	since := cmd.Flags().Uint64("since", 0, "only events after this seq")
-	asJSON := cmd.Flags().Bool("json", false, "print one JSON object per line")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		format, err := outFmt.Format()
+		if err != nil {
+			return err
+		}
 		c := client()
 		defer c.Close()
 		out := cmd.OutOrStdout()
 		print := func(e api.Event) error {
-			if *asJSON {
+			switch format {
+			case "json": // one object per line, as --json always printed
 				b, err := json.Marshal(e)
 				if err != nil {
 					return err
 				}
 				_, err = fmt.Fprintf(out, "%s\n", b)
 				return err
+			case "yaml": // one document per event
+				if _, err := fmt.Fprintln(out, "---"); err != nil {
+					return err
+				}
+				return printYAML(out, e)
 			}
 			_, err := fmt.Fprintln(out, formatEvent(e))
 			return err
@@ -875,7 +885,7 @@ func newEventsCmd() *cobra.Command {
 			}
 			return nil
 		}
-		err := c.Follow(cmd.Context(), *since, print)
+		err = c.Follow(cmd.Context(), *since, print)
 		if errors.Is(err, context.Canceled) {
 			return nil // Ctrl-C
 		}
