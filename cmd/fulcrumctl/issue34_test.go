@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
 
 // status --socket pointed at fulcrumd's worker socket (a real one) says so, instead of
@@ -131,5 +137,37 @@ func TestUnknownCommandWithFlagsAndHelpTopic(t *testing.T) {
 	}
 	if out, _, err := fulcrumctl(context.Background(), "budget", "--socket", "/nonexistent", "--help"); err != nil || !strings.Contains(out, "Available Commands") {
 		t.Errorf("budget --socket X --help: %v\n%s", err, out)
+	}
+}
+
+// sim worker takes the worker socket as --worker-socket (--socket is the control socket
+// in every other command); --socket still works there, with a deprecation note.
+func TestSimWorkerWorkerSocketFlag(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "board")
+	testboard.Sim(t, root, testboard.Spec(t, testboard.AGXOrin), sim.Options{})
+	srv := daemon.NewServer(daemon.Config{RuntimeDir: t.TempDir()})
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	defer func() { stop(); <-served }()
+	for _, flag := range []string{"--worker-socket", "--socket"} {
+		cmd := newSimWorkerCmd()
+		var out, errb bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errb)
+		cmd.SetArgs([]string{"--role", "train", "--workload", "lstm-train", "--root", root, "--steps", "2", flag, srv.SocketPath()})
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("%s: %v", flag, err)
+		}
+		var rep simworker.Report
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil || !rep.Managed || rep.Batches != 2 {
+			t.Fatalf("%s: report %+v (%v), want 2 managed minibatches", flag, rep, err)
+		}
+		if deprecated := strings.Contains(errb.String(), "use --worker-socket"); deprecated != (flag == "--socket") {
+			t.Errorf("%s: stderr %q", flag, errb.String())
+		}
 	}
 }

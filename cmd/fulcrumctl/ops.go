@@ -42,6 +42,26 @@ func addSocketFlag(cmd *cobra.Command) func() *api.Client {
 	return func() *api.Client { return api.NewClient(*p) }
 }
 
+// workerSocketAlias keeps a worker command's old --socket (the worker socket there, the
+// control socket everywhere else) as a deprecated alias of --worker-socket.
+func workerSocketAlias(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVar(p, "socket", "", "fulcrumd's worker socket (deprecated: --worker-socket)")
+	_ = cmd.Flags().MarkHidden("socket")
+	_ = cmd.MarkFlagFilename("worker-socket", "sock")
+	// Noted on stderr here: cobra's deprecation note goes to the command's output, where
+	// the worker prints its JSON report.
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(c *cobra.Command, args []string) error {
+		if c.Flags().Changed("socket") {
+			fmt.Fprintln(c.ErrOrStderr(), "fulcrumctl: --socket is deprecated here: use --worker-socket (--socket is fulcrumd's control socket in the other commands)")
+		}
+		if prev != nil {
+			return prev(c, args)
+		}
+		return nil
+	}
+}
+
 // explain turns a daemon error into the user's problem and its fix.
 func explain(what string, err error) error {
 	var ae *api.Error
