@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/units"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
@@ -179,7 +180,7 @@ func printBoardInfo(w io.Writer, in *boardInfoJSON) error {
 	fmt.Fprintf(tw, "space\t%d modes\n", in.SpaceSize)
 	fmt.Fprintf(tw, "current\t%s\t(%s)\n", in.Current.Human(), in.Current)
 	if in.Power != nil {
-		fmt.Fprintf(tw, "power\t%.0f mW total\n", in.Power.TotalMW)
+		fmt.Fprintf(tw, "power\t%s total\n", units.Watts(in.Power.TotalMW)) // W, as status and budgets print it
 	}
 	if err := tw.Flush(); err != nil {
 		return err

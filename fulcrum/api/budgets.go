@@ -326,21 +326,34 @@ func (b Budgets) String() string {
 	}
 	out := fmt.Sprintf("latency %gms (p%g), power %s, rate %s", b.LatencyMS, b.Quantile*100, power, rate)
 	for _, s := range b.Streams {
-		l, r := "shared latency", "shared rate"
-		if s.LatencyMS > 0 {
-			l = fmt.Sprintf("latency %gms", s.LatencyMS)
-		}
-		if s.RateRPS > 0 {
-			r = fmt.Sprintf("rate %g req/s", s.RateRPS)
-		}
 		if s.LatencyMS == 0 && s.RateRPS == 0 {
-			out += fmt.Sprintf("; %s: training weight %g", s.Workload, s.TrainWeight)
+			out += fmt.Sprintf("; %s: %s", s.Workload, s)
 			continue
 		}
-		out += fmt.Sprintf("; stream %s: %s, %s", s.Workload, l, r)
-		if s.TrainWeight > 0 {
-			out += fmt.Sprintf(", training weight %g", s.TrainWeight)
+		out += fmt.Sprintf("; stream %s: %s", s.Workload, s)
+	}
+	return out
+}
+
+// String is one workload's own budgets in the words Budgets.String uses (and the
+// controller's events): "latency 50ms, shared rate", "training weight 2", "shared".
+func (s StreamBudgets) String() string {
+	if s.LatencyMS == 0 && s.RateRPS == 0 {
+		if s.TrainWeight == 0 {
+			return "shared"
 		}
+		return fmt.Sprintf("training weight %g", s.TrainWeight)
+	}
+	l, r := "shared latency", "shared rate"
+	if s.LatencyMS > 0 {
+		l = fmt.Sprintf("latency %gms", s.LatencyMS)
+	}
+	if s.RateRPS > 0 {
+		r = fmt.Sprintf("rate %g req/s", s.RateRPS)
+	}
+	out := l + ", " + r
+	if s.TrainWeight > 0 {
+		out += fmt.Sprintf(", training weight %g", s.TrainWeight)
 	}
 	return out
 }

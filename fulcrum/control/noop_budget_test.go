@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
@@ -38,5 +39,19 @@ func TestNoOpBudgetsLogNoEvent(t *testing.T) {
 	}
 	if n := budgetEvents(); n != 2 {
 		t.Fatalf("%d budget events after a real change, want 2", n)
+	}
+	// One way to print budgets: the events use fulcrumctl budget get's words.
+	var reasons []string
+	for _, ev := range c.Events().List(0) {
+		reasons = append(reasons, ev.Reason)
+	}
+	all := strings.Join(reasons, "\n")
+	for _, want := range []string{
+		"budgets of stream trainer changed from shared to {training weight 2}",
+		"budgets changed from {latency 400ms (p99), power 35W, rate 20 req/s} to {latency 300ms (p99), power 35W, rate 20 req/s}",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("events lack %q:\n%s", want, all)
+		}
 	}
 }

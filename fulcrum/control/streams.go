@@ -216,19 +216,9 @@ func (c *Controller) streamSchedTargets() (map[string]time.Duration, map[string]
 	return lat, weights
 }
 
-// String is the target in an event's words.
+// String is the target in an event's words, as fulcrumctl budget get prints it.
 func (t StreamTarget) String() string {
-	l, r := "shared", "shared"
-	if t.LatencyMS > 0 {
-		l = fmt.Sprintf("%.0f ms", t.LatencyMS)
-	}
-	if t.RateRPS > 0 {
-		r = fmt.Sprintf("%.1f/s", t.RateRPS)
-	}
-	if t.TrainWeight > 0 {
-		return fmt.Sprintf("{latency %s, rate %s, training weight %g}", l, r, t.TrainWeight)
-	}
-	return fmt.Sprintf("{latency %s, rate %s}", l, r)
+	return "{" + api.StreamBudgets{LatencyMS: t.LatencyMS, RateRPS: t.RateRPS, TrainWeight: t.TrainWeight}.String() + "}"
 }
 
 // streamPoint is one stream's batch at one mode.
