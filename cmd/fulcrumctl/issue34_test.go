@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -169,5 +170,20 @@ func TestSimWorkerWorkerSocketFlag(t *testing.T) {
 		if deprecated := strings.Contains(errb.String(), "use --worker-socket"); deprecated != (flag == "--socket") {
 			t.Errorf("%s: stderr %q", flag, errb.String())
 		}
+	}
+}
+
+// A daemon's budget error that fulcrumctl does not check first is still worded in its
+// flags.
+func TestFlagWords(t *testing.T) {
+	in := api.Errorf(400, api.CodeBadBudget, "rate_rps", "rate_rps = 5 and rate_auto = true contradict each other: set one; power_mw is shared: set it without workload")
+	got := flagWords(in).Error()
+	want := "--rate = 5 and --rate auto contradict each other: set one; --power is shared: set it without --workload"
+	if got != want {
+		t.Fatalf("flagWords = %q, want %q", got, want)
+	}
+	var ae *api.Error
+	if !errors.As(flagWords(in), &ae) || ae.Status != 400 {
+		t.Fatal("flagWords lost the API error's status")
 	}
 }

@@ -81,35 +81,21 @@ func explain(what string, err error) error {
 	return fmt.Errorf("%s failed in fulcrumd: %s (see journalctl -u fulcrumd)", what, shown(ae.Message))
 }
 
-// apiToFlag are the control API's budget fields and the budget set flags that give
-// them, longest first (rate_auto before rate_rps's prefix-free neighbours).
-var apiToFlag = []struct{ field, flag string }{
-	{"rate_auto = true", "--rate auto"}, {"rate_auto = false", "a --rate"}, {"rate_auto", "--rate auto"},
-	{"latency_ms", "--latency"}, {"power_mw", "--power"}, {"rate_rps", "--rate"}, {"train_weight", "--weight"},
-	{"rho_max", "--rho-max"}, {"shared = true", "--shared"}, {"quantile", "--quantile"},
-}
-
 // flagWords rewords a daemon's budget error in fulcrumctl's flags: an operator typed
 // --latency, not latency_ms. Other errors pass unchanged.
 func flagWords(err error) error {
 	var ae *api.Error
-	if err == nil || !errors.As(err, &ae) && !strings.Contains(err.Error(), "_") {
+	if !errors.As(err, &ae) {
 		return err
 	}
-	msg := err.Error()
-	if ae != nil {
-		msg = ae.Message
-	}
-	for _, r := range apiToFlag {
-		msg = strings.ReplaceAll(msg, r.field, r.flag)
-	}
-	msg = strings.ReplaceAll(msg, "without workload", "without --workload")
-	if ae != nil {
-		out := *ae
-		out.Message = msg
-		return &out
-	}
-	return errors.New(msg)
+	// Longest first where one name starts another; the replaced text is not scanned again.
+	words := strings.NewReplacer(
+		"rate_auto = true", "--rate auto", "rate_auto = false", "a --rate", "rate_auto", "--rate auto",
+		"latency_ms", "--latency", "power_mw", "--power", "rate_rps", "--rate", "train_weight", "--weight",
+		"rho_max", "--rho-max", "shared = true", "--shared", "without workload", "without --workload")
+	out := *ae
+	out.Message = words.Replace(ae.Message)
+	return &out
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -463,7 +449,7 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 			return explain("budget", flagWords(err))
 		}
 		for _, w := range b.Warnings {
-			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", shownLines(flagWords(errors.New(w)).Error()))
+			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", shownLines(w))
 		}
 		if ok, err := outFmt.Print(cmd.OutOrStdout(), b); ok {
 			return err
