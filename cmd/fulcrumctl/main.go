@@ -14,9 +14,14 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
+	"github.com/fulcrum-edge/fulcrum/internal/gendocs"
 )
 
 func main() {
+	// `fulcrumctl __gendocs DIR`: man pages and completions for make package/install.
+	if ok, code := gendocs.Main(os.Args, newRootCmd); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {

@@ -329,7 +329,9 @@ SIGKILL) and run the same command again: stored entries are skipped, at most the
 in flight is lost, nothing is duplicated. The board is snapshotted first and restored at
 the end, also on Ctrl-C/SIGTERM; after a crash the next campaign restores the saved state.
 
---modes: all (every mode of the board), presets (the nvpmodel presets), random:N (N modes
+--modes: all (every mode of the board), presets (the nvpmodel presets reachable without a
+reboot from the running mode: a preset with another TPC mask needs one and is left out;
+on an AGX Orin in MODE_30W that is MODE_30W alone), random:N (N modes
 drawn with --seed; the same seed draws the same modes, so a rerun resumes), or a file
 with one mode per line as cores/cpu_khz/gpu_hz/emc_hz or CSV cores,cpu_khz,gpu_hz,emc_hz.
 

@@ -135,10 +135,15 @@ type workerKeys struct {
 	SocketMode        os.FileMode `mapstructure:"socket_mode" opt:"Server.SocketMode"` // octal string in the file: "0660"
 	MaxLineBytes      int         `mapstructure:"max_line_bytes" opt:"Server.MaxLineBytes"`
 	MaxWorkers        int         `mapstructure:"max_workers" opt:"Server.MaxWorkers"`
+	MaxPerProcess     int         `mapstructure:"max_per_process" opt:"Server.MaxPerProcess"`
+	ReservedSlots     int         `mapstructure:"reserved_slots" opt:"Server.ReservedSlots"`
 	WriteTimeoutMS    float64     `mapstructure:"write_timeout_ms" opt:"Server.WriteTimeout"`
 	RegisterTimeoutMS float64     `mapstructure:"register_timeout_ms" opt:"Server.RegisterTimeout"`
 	HoldFactor        float64     `mapstructure:"hold_factor" opt:"Server.Sched.HoldFactor"`
 	HoldMinMS         float64     `mapstructure:"hold_min_ms" opt:"Server.Sched.HoldMin"`
+	HoldMaxMS         float64     `mapstructure:"hold_max_ms" opt:"Server.Sched.HoldMax"`
+	// Group owns worker.sock; "" (the default): control.group's.
+	Group string `mapstructure:"group" opt:"Server.Group"`
 }
 
 // Settings is the validated configuration.
@@ -261,6 +266,11 @@ func settings(v *viper.Viper) (Settings, error) {
 	}
 
 	s.Daemon = f.toOptions()
+	if s.Daemon.Server.Group == "" {
+		// One group for both sockets unless worker.group says otherwise (issue 26
+		// item 11: control.group used to leave worker.sock with root's group).
+		s.Daemon.Server.Group = s.Daemon.API.Group
+	}
 	verr := s.Daemon.Validate()
 	errs = append(errs, optcheck.Others(verr)...)
 	for _, e := range optcheck.Fields(verr) {

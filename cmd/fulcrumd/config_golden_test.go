@@ -91,10 +91,14 @@ worker:
   socket_mode: "0666"
   max_line_bytes: 4096
   max_workers: 8
+  max_per_process: 3
+  reserved_slots: 1
+  group: wheel
   write_timeout_ms: 2500
   register_timeout_ms: 1500
   hold_factor: 4
   hold_min_ms: 2500
+  hold_max_ms: 30000
 metrics:
   listen: 127.0.0.1:9464
 `},
@@ -152,6 +156,7 @@ func describe(s Settings) string {
 	sv := d.Server
 	fmt.Fprintf(&b, "server runtime_dir=%q socket_mode=%v max_line_bytes=%d max_workers=%d write_timeout=%v register_timeout=%v\n",
 		sv.RuntimeDir, sv.SocketMode, sv.MaxLineBytes, sv.MaxWorkers, sv.WriteTimeout, sv.RegisterTimeout)
+	fmt.Fprintf(&b, "server max_per_process=%d reserved_slots=%d group=%q hold_max=%v\n", sv.MaxPerProcess, sv.ReservedSlots, sv.Group, sv.Sched.HoldMax)
 	sc := sv.Sched
 	fmt.Fprintf(&b, "sched latency=%v train=%v infer=%v alpha=%v overrun=%v/%v hold=%v/%v idle=%v devk=%v margin=%v starve=%v profile_wait=%v window=%v/%d recent=%v trust=%v\n",
 		sc.LatencyBudget, sc.DefaultTrain, sc.DefaultInfer, sc.EWMAAlpha, sc.OverrunFactor, sc.OverrunMin, sc.HoldFactor, sc.HoldMin,

@@ -43,9 +43,39 @@ func TestWorkerLimitKeys(t *testing.T) {
 		"worker:\n  hold_min_ms: 0\n":          "worker.hold_min_ms",
 		"worker:\n  register_timeout_ms: -1\n": "worker.register_timeout_ms",
 		"worker:\n  hold_factor: lots\n":       "worker.hold_factor",
+		"worker:\n  hold_max_ms: 1000\n":       "worker.hold_max_ms", // below hold_min_ms
+		"worker:\n  max_per_process: 0\n":      "worker.max_per_process",
+		"worker:\n  reserved_slots: -2\n":      "worker.reserved_slots",
 	} {
 		if _, err := load(body); err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("%q: error %v, want one naming %s", body, err, key)
+		}
+	}
+}
+
+// Issue 26 item 11: worker.sock takes control.group unless worker.group names its own.
+func TestWorkerSocketGroupKey(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		"runtime_dir: /x\n":                                    "fulcrum",
+		"control:\n  group: video\n":                           "video",
+		"control:\n  group: video\nworker:\n  group: render\n": "render",
+		"worker:\n  group: \"-\"\n":                            "-",
+	} {
+		p := filepath.Join(dir, "f.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		v := newViper()
+		if err := readConfigFile(v, p); err != nil {
+			t.Fatal(err)
+		}
+		s, err := settings(v)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if s.Daemon.Server.Group != want {
+			t.Errorf("%q: worker socket group %q, want %q", body, s.Daemon.Server.Group, want)
 		}
 	}
 }

@@ -75,6 +75,11 @@ type WorkloadStats struct {
 	// limit.
 	DurationsClamped uint64 `json:"durations_clamped,omitempty"`
 	HoldExpired      uint64 `json:"hold_expired,omitempty"`
+	// DurationsUnderReported counts releases that reported less than the turn was held
+	// (the held time counted); Refused counts inference requests refused with
+	// rate_limited (the stream asked for more than its share of the GPU).
+	DurationsUnderReported uint64 `json:"durations_under_reported,omitempty"`
+	Refused                uint64 `json:"refused,omitempty"`
 }
 
 // ImportResponse is POST /v1/profiles/import's answer.
@@ -115,7 +120,8 @@ func WorkloadsFrom(ws []sched.WorkloadStats) []WorkloadStats {
 			ExpectedBatchMS: maps.Clone(w.ExpectedBatchMS),
 			Minibatches:     w.Minibatches, Samples: w.Samples, ThroughputPerS: w.ThroughputPerS, ExpectedTrainMS: w.ExpectedTrainMS,
 			TurnWait: quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
-			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired}
+			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired,
+			DurationsUnderReported: w.DurationsUnderReported, Refused: w.Refused}
 	}
 	return out
 }

@@ -94,7 +94,8 @@ func TestTurnHeldPastHoldLimitIsTakenBack(t *testing.T) {
 // register_timeout with idle_timeout, a real worker gets in, and refusals are warnings.
 func TestUnregisteredConnectionsTimeOut(t *testing.T) {
 	logs := &logRecords{}
-	s := startServer(t, Config{Log: slog.New(logs), MaxWorkers: 3, RegisterTimeout: 200 * time.Millisecond})
+	// All connections come from this process: no per-process cap or reserve here.
+	s := startServer(t, Config{Log: slog.New(logs), MaxWorkers: 3, MaxPerProcess: 3, ReservedSlots: -1, RegisterTimeout: 200 * time.Millisecond})
 	var idle []*raw
 	for range 3 {
 		idle = append(idle, dialRaw(t, s))

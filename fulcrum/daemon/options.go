@@ -22,6 +22,8 @@ func DefaultConfig() Config {
 		SocketMode:      0o660,
 		MaxLineBytes:    proto.MaxLineBytes,
 		MaxWorkers:      64,
+		MaxPerProcess:   16,
+		ReservedSlots:   8,
 		WriteTimeout:    5 * time.Second,
 		RegisterTimeout: 5 * time.Second,
 		Sched:           sched.DefaultConfig(),
@@ -40,6 +42,10 @@ func (c Config) Validate() error {
 	}
 	optcheck.Positive(&ck, "MaxLineBytes", c.MaxLineBytes)
 	optcheck.Positive(&ck, "MaxWorkers", c.MaxWorkers)
+	optcheck.Positive(&ck, "MaxPerProcess", c.MaxPerProcess)
+	if c.ReservedSlots < -1 {
+		ck.Fail("ReservedSlots", c.ReservedSlots, "must be -1 (none) or a number of slots kept for processes holding no connection (at most a quarter of MaxWorkers is used)")
+	}
 	optcheck.Positive(&ck, "WriteTimeout", c.WriteTimeout)
 	optcheck.Positive(&ck, "RegisterTimeout", c.RegisterTimeout)
 	ck.Nest("Sched", c.Sched.Validate())

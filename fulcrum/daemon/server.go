@@ -11,10 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +36,16 @@ type Config struct {
 	MaxLineBytes int
 	// MaxWorkers caps concurrent worker connections (64 when 0).
 	MaxWorkers int
+	// MaxPerProcess caps the connections one peer process (its pid from SO_PEERCRED at
+	// accept) may hold (MaxWorkers/4 when 0), and ReservedSlots of the MaxWorkers slots
+	// (MaxWorkers/8 when 0; -1 for none; at most MaxWorkers/4) go only to a process
+	// holding no connection, so a process — however many silent connections it opens —
+	// cannot lock the others out (issue 26 item 4).
+	// When every slot is taken, a connection from a process holding none evicts the
+	// longest-silent connection of the process holding the most (not one holding the
+	// turn). Per process, not per uid: containers' workers all run as root.
+	MaxPerProcess int
+	ReservedSlots int
 	// WriteTimeout is how long a worker may leave its socket unread before fulcrumd
 	// drops the connection (5 s when 0), so one stuck worker never stalls the others.
 	WriteTimeout time.Duration
@@ -41,9 +53,12 @@ type Config struct {
 	// closes it (5 s when 0), so connections that never register cannot hold the
 	// MaxWorkers slots and lock real workers out.
 	RegisterTimeout time.Duration
-	Sched           sched.Config
-	Clock           sched.Clock // sched.RealClock when nil
-	Log             *slog.Logger
+	// Group owns worker.sock when it exists ("" or "-": the socket keeps fulcrumd's
+	// group); fulcrumd sets it from worker.group, else control.group.
+	Group string
+	Sched sched.Config
+	Clock sched.Clock // sched.RealClock when nil
+	Log   *slog.Logger
 }
 
 // SocketName and PIDFileName are the files fulcrumd keeps in the runtime directory.
@@ -61,16 +76,18 @@ type Server struct {
 	lock *os.File
 	ln   *net.UnixListener
 
-	mu     sync.Mutex
-	conns  map[*conn]struct{}
-	byID   map[string]*conn // registered connections by worker id
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	byID  map[string]*conn // registered connections by worker id
+	// perPeer counts the connections each peer process holds (key: pid; -1 unknown).
+	perPeer map[int32]int
+	closed  bool
+	wg      sync.WaitGroup
 
 	lingering chan struct{} // refused connections being drained (lingerClose)
 
 	// Warnings a local process can trigger at will are rate-limited.
-	refusedLog, idleLog, badInputLog logLimit
+	refusedLog, idleLog, badInputLog, evictLog logLimit
 }
 
 // NewServer prepares a server; Listen takes the socket.
@@ -91,6 +108,19 @@ func NewServer(cfg Config) *Server {
 	if cfg.RegisterTimeout <= 0 {
 		cfg.RegisterTimeout = d.RegisterTimeout
 	}
+	// The defaults scale with MaxWorkers: 64 → 16 per process, 8 reserved.
+	if cfg.MaxPerProcess <= 0 {
+		cfg.MaxPerProcess = max(1, cfg.MaxWorkers*d.MaxPerProcess/d.MaxWorkers)
+	}
+	switch {
+	case cfg.ReservedSlots == 0:
+		cfg.ReservedSlots = cfg.MaxWorkers * d.ReservedSlots / d.MaxWorkers
+	case cfg.ReservedSlots < 0:
+		cfg.ReservedSlots = 0
+	}
+	// At most a quarter of the slots are reserved, so a small max_workers left with the
+	// default reserve still lets a process hold several.
+	cfg.ReservedSlots = min(cfg.ReservedSlots, cfg.MaxWorkers/4)
 	if cfg.Clock == nil {
 		cfg.Clock = sched.RealClock{}
 	}
@@ -102,6 +132,7 @@ func NewServer(cfg Config) *Server {
 		log:       cfg.Log,
 		conns:     map[*conn]struct{}{},
 		byID:      map[string]*conn{},
+		perPeer:   map[int32]int{},
 		lingering: make(chan struct{}, 16),
 	}
 	sc := cfg.Sched
@@ -121,14 +152,38 @@ func NewServer(cfg Config) *Server {
 func (s *Server) holdExpired(worker string, grant uint64, held, limit time.Duration) {
 	s.mu.Lock()
 	c := s.byID[worker]
+	// The process that let a turn expire is taken for dead or stuck: its other
+	// connections that stayed silent through that turn are dropped too, so a process
+	// with many connections whose reader is gone (a socket closed in one thread while
+	// another blocks in recv leaves it half-open, with no EOF) costs one hold limit, not
+	// one per connection (issue 26 item 3). Those that spoke since are kept, on the
+	// scheduler's probation (a short hold limit): a live worker in another thread of the
+	// process carries on, and a dead one costs a second and takes the rest with it.
+	var same []*conn
+	began := time.Now().Add(-held) // wall clock, as conn.last (fulcrumd's clock is real)
+	if c != nil && c.pid > 0 {
+		for o := range s.conns {
+			if o != c && o.pid == c.pid && o.last().Before(began) {
+				same = append(same, o)
+			}
+		}
+	}
 	s.mu.Unlock()
 	if c == nil {
 		return
 	}
 	c.sendErr(proto.Errorf(proto.CodeTurnExpired, proto.TypeGrant,
-		"grant %d was held %v, past the hold limit %v (worker.hold_factor × the expected time, at least worker.hold_min_ms); the turn was given to others and this connection is closed: release every grant, and reconnect",
+		"grant %d was held %v, past the hold limit %v (worker.hold_factor × the expected time, at least worker.hold_min_ms, at most worker.hold_max_ms; 1 s for a minute after a turn of the same process expired); the turn was given to others and this connection is closed: release every grant, and reconnect",
 		grant, held.Round(time.Millisecond), limit.Round(time.Millisecond)), 0)
 	c.closeSoon()
+	if len(same) > 0 {
+		c.logger().Warn("dropping the worker connections of the process that let its turn expire and stayed silent through it", "connections", len(same))
+	}
+	for _, o := range same {
+		o.sendErr(proto.Errorf(proto.CodeTurnExpired, "",
+			"another worker connection of this process (pid %d, %s) held its turn past the hold limit and this one stayed silent through it: taken for dead and closed; reconnect", c.pid, worker), 0)
+		o.closeSoon()
+	}
 }
 
 // Scheduler is the scheduler behind the socket (for the controller and profiler).
@@ -164,8 +219,14 @@ func (s *Server) Listen() error {
 		f.Close()
 		return fmt.Errorf("chmod %s: %w", sock, err)
 	}
+	gid, err := s.chownGroup(sock)
+	if err != nil {
+		ln.Close()
+		f.Close()
+		return err
+	}
 	s.lock, s.ln = f, ln
-	s.log.Info("worker socket listening", "path", sock, "mode", fmt.Sprintf("%#o", s.cfg.SocketMode))
+	s.log.Info("worker socket listening", "path", sock, "mode", fmt.Sprintf("%#o", s.cfg.SocketMode), "group_gid", gid)
 	return nil
 }
 
@@ -215,6 +276,34 @@ func (s *Server) Lock() error {
 	}
 	s.lock = f
 	return nil
+}
+
+// chownGroup gives the socket the configured group (issue 26 item 11: it used to keep
+// fulcrumd's group whatever control.group said). A group that does not exist leaves the
+// socket's group as it is, logged, as for control.sock; the gid set is returned (-1:
+// none).
+func (s *Server) chownGroup(path string) (int, error) {
+	name := s.cfg.Group
+	if name == "" || name == "-" {
+		return -1, nil
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		var unknown user.UnknownGroupError
+		if errors.As(err, &unknown) {
+			s.log.Info("group does not exist; the worker socket keeps fulcrumd's group", "group", name, "gid", os.Getgid())
+			return -1, nil
+		}
+		return -1, fmt.Errorf("look up group %q for %s: %w", name, path, err)
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return -1, fmt.Errorf("group %q has a non-numeric gid %q", name, g.Gid)
+	}
+	if err := os.Chown(path, -1, gid); err != nil {
+		return -1, fmt.Errorf("chown %s to group %s: %w (run fulcrumd as root or as a member of %s, or set worker.group)", path, name, err, name)
+	}
+	return gid, nil
 }
 
 func readPID(f *os.File) string {
@@ -271,38 +360,108 @@ func (s *Server) shutdown() {
 }
 
 func (s *Server) accept(ctx context.Context, uc *net.UnixConn) {
-	c := &conn{s: s, c: uc, out: make(chan []byte, 256), log: s.log}
+	c := &conn{s: s, c: uc, out: make(chan []byte, 256), log: s.log, pid: -1}
 	c.cred, c.credErr = peerCred(uc)
 	if c.credErr != nil {
 		s.log.Warn("cannot read worker peer credentials", "err", c.credErr)
 	} else {
+		c.pid = c.cred.Pid
 		c.log = s.log.With("peer_pid", c.cred.Pid, "peer_uid", c.cred.Uid)
 	}
+	c.touch()
 	s.mu.Lock()
-	if s.closed || len(s.conns) >= s.cfg.MaxWorkers {
-		full := !s.closed
+	refuse, victim := s.admitLocked(c)
+	if refuse != nil {
 		s.mu.Unlock()
-		msg := proto.Errorf(proto.CodeShutdown, "", "fulcrumd is shutting down")
-		if full {
-			msg = proto.Errorf(proto.CodeBusy, "", "too many worker connections (max %d); raise worker.max_workers or stop idle workers", s.cfg.MaxWorkers)
+		if refuse.Code == proto.CodeBusy {
 			if ok, dropped := s.refusedLog.allow(time.Now()); ok {
 				c.log.Warn("worker connection refused: too many connections; raise worker.max_workers or stop idle workers (fulcrumctl workers lists the registered ones)",
-					"max_workers", s.cfg.MaxWorkers, "not_logged_since_last", dropped)
+					"reason", refuse.Message, "max_workers", s.cfg.MaxWorkers, "max_per_process", s.cfg.MaxPerProcess, "not_logged_since_last", dropped)
 			}
 		}
-		b, _ := proto.Encode(proto.ErrorMsg(msg, 0))
+		b, _ := proto.Encode(proto.ErrorMsg(refuse, 0))
 		_ = uc.SetDeadline(time.Now().Add(time.Second))
 		_, _ = uc.Write(b)
 		s.lingerClose(uc)
 		return
 	}
 	s.conns[c] = struct{}{}
+	s.perPeer[c.pid]++
+	c.counted = true
 	s.wg.Add(2)
 	s.mu.Unlock()
+	if victim != nil {
+		if ok, dropped := s.evictLog.allow(time.Now()); ok {
+			victim.logger().Warn("worker connection evicted: every slot was taken and a process holding none connected; this process held the most",
+				"new_peer_pid", c.pid, "silent_s", time.Since(victim.last()).Seconds(), "not_logged_since_last", dropped)
+		}
+		victim.sendErr(proto.Errorf(proto.CodeBusy, "",
+			"evicted: every worker slot (worker.max_workers %d) was taken and a process holding none connected; this process (pid %d) held the most connections and this one was silent longest: reconnect with fewer connections",
+			s.cfg.MaxWorkers, victim.pid), 0)
+		victim.closeSoon()
+	}
 	// Until it registers, a connection must not sit on a slot (cleared at register).
 	_ = uc.SetReadDeadline(time.Now().Add(s.cfg.RegisterTimeout))
 	go c.writeLoop()
 	go c.readLoop(ctx)
+}
+
+// admitLocked decides whether connection c may take a slot (s.mu held): refuse is the
+// error it gets otherwise. A process may hold MaxPerProcess connections; the last
+// ReservedSlots slots go only to a process holding none; with every slot taken, a
+// process holding none evicts (victim) the longest-silent connection, not holding the
+// turn, of the process holding the most connections — at least two, so a process's only
+// worker is never evicted for another. The victim's slot is freed here.
+func (s *Server) admitLocked(c *conn) (refuse *proto.Error, victim *conn) {
+	if s.closed {
+		return proto.Errorf(proto.CodeShutdown, "", "fulcrumd is shutting down"), nil
+	}
+	held := s.perPeer[c.pid]
+	if held >= s.cfg.MaxPerProcess {
+		return proto.Errorf(proto.CodeBusy, "", "this process (pid %d) holds %d worker connections, the most one process may (worker.max_per_process); close idle ones or raise the limit", c.pid, held), nil
+	}
+	n := len(s.conns)
+	if held > 0 {
+		if n >= s.cfg.MaxWorkers-s.cfg.ReservedSlots {
+			return proto.Errorf(proto.CodeBusy, "", "too many worker connections: %d of worker.max_workers %d, the last %d (worker.reserved_slots) kept for processes holding none, and this process holds %d; raise worker.max_workers or stop idle workers",
+				n, s.cfg.MaxWorkers, s.cfg.ReservedSlots, held), nil
+		}
+		return nil, nil
+	}
+	if n < s.cfg.MaxWorkers {
+		return nil, nil
+	}
+	holder := s.byID[s.sched.TurnHolder()]
+	var most int
+	for o := range s.conns {
+		if !o.counted || o == holder {
+			continue
+		}
+		k := s.perPeer[o.pid]
+		if k < 2 {
+			continue
+		}
+		if victim == nil || k > most || (k == most && o.last().Before(victim.last())) {
+			victim, most = o, k
+		}
+	}
+	if victim == nil {
+		return proto.Errorf(proto.CodeBusy, "", "too many worker connections (worker.max_workers %d), each process holding one; raise worker.max_workers or stop idle workers", s.cfg.MaxWorkers), nil
+	}
+	s.uncountLocked(victim)
+	return nil, victim
+}
+
+// uncountLocked frees c's slot (s.mu held); once per connection.
+func (s *Server) uncountLocked(c *conn) {
+	if !c.counted {
+		return
+	}
+	c.counted = false
+	delete(s.conns, c)
+	if s.perPeer[c.pid]--; s.perPeer[c.pid] <= 0 {
+		delete(s.perPeer, c.pid)
+	}
 }
 
 // lingerClose closes a refused connection after reading what the worker sent (up to a
@@ -353,6 +512,11 @@ type conn struct {
 	log     *slog.Logger
 	cred    *unix.Ucred
 	credErr error
+	// pid is the peer process (SO_PEERCRED at accept; -1 unknown); counted: the
+	// connection holds a slot (s.mu); lastNS: when it last sent a message (unix ns).
+	pid     int32
+	counted bool
+	lastNS  atomic.Int64
 
 	mu      sync.Mutex
 	out     chan []byte
@@ -404,6 +568,9 @@ func (c *conn) dropLocked() {
 	close(c.out)
 	c.c.Close()
 }
+
+func (c *conn) touch()          { c.lastNS.Store(time.Now().UnixNano()) }
+func (c *conn) last() time.Time { return time.Unix(0, c.lastNS.Load()) }
 
 // logger is the connection's logger (it gains the worker id at register).
 func (c *conn) logger() *slog.Logger {
@@ -488,12 +655,13 @@ func (c *conn) readLoop(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		c.s.mu.Lock()
-		delete(c.s.conns, c)
+		c.s.uncountLocked(c)
 		c.s.mu.Unlock()
 	}()
 	dec := proto.NewDecoder(c.c, c.s.cfg.MaxLineBytes)
 	for {
 		m, err := dec.Next()
+		c.touch()
 		if err != nil {
 			var pe *proto.Error
 			if errors.As(err, &pe) {

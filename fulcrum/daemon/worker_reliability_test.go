@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -63,8 +65,48 @@ func TestReliabilityWorkerProcess(t *testing.T) {
 			os.Exit(2)
 		}
 		fmt.Println("ready", c.ID)
+	case "silent", "halfopen":
+		// silent: open n connections, register each and stay silent (issue 26 item 4).
+		// halfopen: register n training workers and acquire on each, then never read
+		// or release (a process whose reader is gone; issue 26 item 3).
+		n, _ := strconv.Atoi(os.Getenv(envWorkerQueued))
+		fmt.Println("ready", peerProcessAttack(sock, role, n))
 	}
 	select {} // until killed
+}
+
+// peerProcessAttack opens n worker connections on sock as role says and returns how
+// many were registered; the connections stay open until the process is killed.
+func peerProcessAttack(sock, role string, n int) int {
+	registered := 0
+	for i := range n {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(2)
+		}
+		r := bufio.NewReader(c)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, `{"type":"register","v":1,"role":"train","workload":"peer-%d","batch":8}`+"\n", i)
+		line, err := r.ReadString('\n')
+		if err != nil || !strings.Contains(line, `"registered"`) {
+			c.Close()
+			continue
+		}
+		registered++
+		if role == "halfopen" {
+			// The heartbeat's reply orders this after the acquire reached fulcrumd.
+			fmt.Fprintf(c, `{"type":"acquire","seq":1}`+"\n"+`{"type":"heartbeat","seq":2}`+"\n")
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil || strings.Contains(line, `"heartbeat"`) {
+					break
+				}
+			}
+		}
+		_ = c.SetDeadline(time.Time{})
+	}
+	return registered
 }
 
 // startWorkerProcess runs a worker process and waits until it says it is ready; it

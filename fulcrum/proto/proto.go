@@ -58,6 +58,7 @@ const (
 	CodeTurnExpired   = "turn_expired"   // the turn was held past the hold limit; the connection is closed
 	CodeIdleTimeout   = "idle_timeout"   // no register within the time allowed; the connection is closed
 	CodeBusy          = "busy"           // too many worker connections; the connection is closed
+	CodeRateLimited   = "rate_limited"   // arrivals beyond the stream's share were refused (request_ids)
 	CodeInternal      = "internal"       // a fulcrumd bug; the message says what failed
 )
 
@@ -110,7 +111,7 @@ type Msg struct {
 	// grant
 	Grant      uint64   `json:"grant,omitempty"`       // grant number, echoed in release
 	Kind       string   `json:"kind,omitempty"`        // train | infer | profile
-	RequestIDs []string `json:"request_ids,omitempty"` // infer: the requests to serve, oldest first
+	RequestIDs []string `json:"request_ids,omitempty"` // infer: the requests to serve, oldest first; rate_limited error: the requests refused
 	// DeadlineMS is how long, from the grant's sending, the worker has before the turn is
 	// considered overrun; for inference also the tightest request deadline.
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
@@ -140,6 +141,8 @@ type Error struct {
 	Code    string
 	Message string
 	Ref     string
+	// IDs are the requests an error refused (rate_limited), sent as request_ids.
+	IDs []string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -151,7 +154,7 @@ func Errorf(code, ref, format string, a ...any) *Error {
 
 // ErrorMsg is the wire form of e.
 func ErrorMsg(e *Error, seq uint64) Msg {
-	return Msg{Type: TypeError, Code: e.Code, Message: e.Message, Ref: e.Ref, Seq: seq}
+	return Msg{Type: TypeError, Code: e.Code, Message: e.Message, Ref: e.Ref, Seq: seq, RequestIDs: e.IDs}
 }
 
 // Validate checks a message received by fulcrumd from a worker: known type, version,

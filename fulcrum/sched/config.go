@@ -26,6 +26,11 @@ type Config struct {
 	// never releases would otherwise stall every other worker for as long as it lives.
 	HoldFactor float64
 	HoldMin    time.Duration
+	// HoldMax caps the hold limit whatever the expected time: expected times follow the
+	// latest releases, so honest-looking turns of growing length (4.8 s, 45 s, 70 s)
+	// would otherwise raise the limit without bound (issue 26 item 3), and one worker
+	// could then keep every other waiting that long.
+	HoldMax time.Duration
 	// OnHoldExpired, when set, is called (without the scheduler's lock) for every turn
 	// taken back by the hold limit.
 	OnHoldExpired func(worker string, grant uint64, held, limit time.Duration)
@@ -83,6 +88,7 @@ func DefaultConfig() Config {
 		OverrunMin:        50 * time.Millisecond,
 		HoldFactor:        10,
 		HoldMin:           5 * time.Second,
+		HoldMax:           60 * time.Second,
 		IdleAdmitArrivals: 0.1,
 		DevK:              2,
 		Margin:            5 * time.Millisecond,
@@ -119,6 +125,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HoldMin <= 0 {
 		c.HoldMin = d.HoldMin
+	}
+	if c.HoldMax <= 0 {
+		c.HoldMax = max(d.HoldMax, c.HoldMin)
 	}
 	if c.IdleAdmitArrivals < 0 {
 		c.IdleAdmitArrivals = 0
@@ -158,6 +167,9 @@ func (c Config) Validate() error {
 		ck.Fail("HoldFactor", c.HoldFactor, "must be at least 1 (a multiple of the expected turn time)")
 	}
 	optcheck.Positive(&ck, "HoldMin", c.HoldMin)
+	if c.HoldMax < c.HoldMin {
+		ck.Fail("HoldMax", c.HoldMax, "must be at least the hold limit's floor (HoldMin; fulcrumd: worker.hold_min_ms)")
+	}
 	optcheck.NonNegative(&ck, "IdleAdmitArrivals", c.IdleAdmitArrivals)
 	optcheck.NonNegative(&ck, "DevK", c.DevK)
 	optcheck.NonNegative(&ck, "Margin", c.Margin)

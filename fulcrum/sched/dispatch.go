@@ -13,27 +13,32 @@ import (
 
 // expInfer is the expected service time of an inference batch of n requests on w.
 func (s *Scheduler) expInfer(w *worker, n int) time.Duration {
+	return s.expInferK(w, n, s.cfg.DevK)
+}
+
+// expInferK is expInfer with k deviations of guard (0: the median alone).
+func (s *Scheduler) expInferK(w *worker, n int, k float64) time.Duration {
 	if n < 1 {
 		n = 1
 	}
 	if e := w.infer[n]; e != nil && e.n > 0 {
-		return durMS(e.guarded(s.cfg.DevK))
+		return durMS(e.guarded(k))
 	}
 	// Interpolate between the nearest measured sizes below and above; above the largest
 	// measured size scale proportionally (an upper bound: fixed per-batch costs do not
 	// grow); below the smallest take its time (also an upper bound).
 	loN, hiN := 0, 0
 	var lo, hi float64
-	for k, e := range w.infer {
+	for size, e := range w.infer {
 		if e.n == 0 {
 			continue
 		}
-		v := e.guarded(s.cfg.DevK)
-		if k < n && k > loN {
-			loN, lo = k, v
+		v := e.guarded(k)
+		if size < n && size > loN {
+			loN, lo = size, v
 		}
-		if k > n && (hiN == 0 || k < hiN) {
-			hiN, hi = k, v
+		if size > n && (hiN == 0 || size < hiN) {
+			hiN, hi = size, v
 		}
 	}
 	switch {
@@ -308,7 +313,10 @@ func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, ex
 		ids[i] = q.id
 	}
 	lim := s.limit(exp)
-	hold := max(time.Duration(float64(exp)*s.cfg.HoldFactor), s.cfg.HoldMin, lim)
+	hold := s.holdLimit(exp, lim)
+	if s.onProbation(w.spec.PID, now) {
+		hold = min(hold, max(ProbationHold, lim))
+	}
 	g := Grant{Worker: w.id, ID: s.nextGrant, Kind: kind, Batch: batch, RequestIDs: ids, Deadline: lim, Seq: w.acquireSeq}
 	t := &turn{w: w, grant: g, start: now, expected: exp, limit: lim, hold: hold, reqs: reqs, profile: p}
 	s.turn = t

@@ -25,7 +25,9 @@ func TestReleasedDurationCheckedAgainstHeldTime(t *testing.T) {
 		{"an hour after 10 ms", 10 * msec, time.Hour, 10, 1},
 		{"zero held", 0, 3600 * time.Second, 0, 1},
 		{"within the slack", 100 * msec, 101 * msec, 101, 0},
-		{"less than held", 100 * msec, 80 * msec, 80, 0},
+		// Issue 26 item 5: less than the turn was held counts as the held time.
+		{"less than held", 100 * msec, 80 * msec, 100, 0},
+		{"less than held within the slack", 100 * msec, 97 * msec, 97, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, cfg(100*msec, 50*msec, 10*msec))
@@ -187,5 +189,129 @@ func TestWindowGrowsWrapsAndCompacts(t *testing.T) {
 	w.add(t0.Add(100*time.Second), 50)
 	if got := w.values(t0.Add(100 * time.Second)); len(got) != 11 || got[10] != 50 {
 		t.Fatalf("add after compacting: %v", got)
+	}
+}
+
+// Issue 26 item 3: the hold limit followed the expected time, and a new workload's
+// expected time is its latest release, so turns of 4.8 s, 45 s and 70 s, each released
+// within the limit, raised it to ~700 s (10 h with duration_ms at its maximum). With the
+// ceiling (HoldMax, 60 s by default) a turn is taken back at 60 s whatever came before,
+// and the trainer waiting behind it is granted then.
+func TestHoldLimitCannotRatchetPastCeiling(t *testing.T) {
+	c := DefaultConfig()
+	type expiry struct {
+		worker      string
+		held, limit time.Duration
+	}
+	var got []expiry
+	c.OnHoldExpired = func(w string, _ uint64, held, limit time.Duration) { got = append(got, expiry{w, held, limit}) }
+	h := newHarness(t, c)
+	big := h.register(proto.RoleTrain, "ratchet", 8)
+	other := h.register(proto.RoleTrain, "victim", 8)
+	for i, d := range []time.Duration{4800 * msec, 45 * time.Second} {
+		h.must(h.s.Acquire(big, uint64(i+1)))
+		g := h.one()
+		if g.Worker != big {
+			t.Fatalf("turn %d went to %s", i, g.Worker)
+		}
+		h.release(big, g, d) // honest: reported = held
+		if len(got) != 0 {
+			t.Fatalf("a %v turn expired: %+v", d, got)
+		}
+	}
+	h.must(h.s.Acquire(big, 3))
+	g := h.one()
+	h.must(h.s.Acquire(other, 1))
+	h.clock.Advance(c.HoldMax - msec)
+	h.none()
+	h.clock.Advance(msec)
+	if len(got) != 1 || got[0].worker != big || got[0].limit > c.HoldMax {
+		t.Fatalf("after 45 s turns, a turn held %v: expiries %+v; want one for %s at a limit ≤ %v", c.HoldMax, got, big, c.HoldMax)
+	}
+	if g2 := h.one(); g2.Worker != other {
+		t.Fatalf("after the expiry the grant went to %s; want %s", g2.Worker, other)
+	}
+	t.Logf("hold limit after turns of 4.8 s and 45 s: %v (grant %d)", got[0].limit, g.ID)
+}
+
+// Issue 26 item 5: training shares counted the reported duration, so a job reporting
+// duration_ms 0.001 for minibatches it held 50 ms got 99 % of the training turns. Shares
+// now count the held time: two jobs holding their turns equally long get equal turns
+// whatever they report.
+func TestUnderReportedDurationsDoNotTakeTheShare(t *testing.T) {
+	h := newHarness(t, cfg(100*msec, 50*msec, 10*msec))
+	liar := h.register(proto.RoleTrain, "liar", 8)
+	honest := h.register(proto.RoleTrain, "honest", 8)
+	h.must(h.s.Acquire(liar, 1))
+	h.must(h.s.Acquire(honest, 1))
+	turns := map[string]int{}
+	for i := 0; i < 100; i++ {
+		gs := h.grants()
+		for j := 0; len(gs) == 0 && j < 10; j++ {
+			h.clock.Advance(TrainRejoinGrace) // a claim held for a re-acquire lapses
+			gs = h.grants()
+		}
+		if len(gs) != 1 {
+			t.Fatalf("turn %d: grants %+v", i, gs)
+		}
+		g := gs[0]
+		turns[g.Worker]++
+		h.clock.Advance(50 * msec)
+		reported := 50 * msec
+		if g.Worker == liar {
+			reported = time.Microsecond
+		}
+		h.must(h.s.Release(g.Worker, Release{Grant: g.ID, Duration: reported}))
+		h.must(h.s.Acquire(g.Worker, uint64(i+2)))
+	}
+	t.Logf("turns of 50 ms each: liar %d, honest %d", turns[liar], turns[honest])
+	if turns[honest] < 45 || turns[liar] > 55 {
+		t.Fatalf("liar %d turns, honest %d of 100; want about half each (the held time counts)", turns[liar], turns[honest])
+	}
+	wl, _ := h.s.Snapshot().Workload(proto.RoleTrain, "liar")
+	if wl.DurationsUnderReported == 0 {
+		t.Fatalf("under-reported releases not counted: %+v", wl)
+	}
+}
+
+// Issue 26 item 3: a process that lets a turn expire is on probation: for a minute the
+// turns of its other workers are held to ProbationHold (or the overrun limit) rather
+// than the full hold limit, so each of its dead connections costs the others a second,
+// not hold_min_ms; a worker of another process keeps the full limit.
+func TestProcessThatLetATurnExpireIsOnProbation(t *testing.T) {
+	c := DefaultConfig()
+	var limits []string
+	c.OnHoldExpired = func(w string, _ uint64, held, _ time.Duration) { limits = append(limits, fmt.Sprint(w, " ", held)) }
+	h := newHarness(t, c)
+	reg := func(pid int) string {
+		id, _, err := h.s.Register(WorkerSpec{Role: proto.RoleTrain, Workload: "w" + fmt.Sprint(pid), Batch: 8, PID: pid}, func(g Grant) {
+			h.mu.Lock()
+			h.got = append(h.got, g)
+			h.mu.Unlock()
+		})
+		h.must(err)
+		return id
+	}
+	a, b, other := reg(100), reg(100), reg(200)
+	h.must(h.s.Acquire(a, 1))
+	if g := h.one(); g.Worker != a {
+		t.Fatalf("first grant to %s", g.Worker)
+	}
+	h.must(h.s.Acquire(b, 1))
+	h.must(h.s.Acquire(other, 1))
+	h.clock.Advance(c.HoldMin) // a's turn expires; b (same process) is granted next
+	if g := h.one(); g.Worker != b {
+		t.Fatalf("after the expiry the grant went to %s; want %s", g.Worker, b)
+	}
+	h.clock.Advance(ProbationHold)
+	g := h.one()
+	if g.Worker != other || len(limits) != 2 {
+		t.Fatalf("a second after b's grant: expiries %v, grant to %s; want b's turn taken back at %v and %s granted", limits, g.Worker, ProbationHold, other)
+	}
+	h.clock.Advance(2 * time.Second) // another process: the full limit still applies
+	h.must(h.s.Release(other, Release{Grant: g.ID}))
+	t.Logf("expiries: %v", limits)
+	if len(limits) != 2 {
+		t.Fatalf("the other process's 2 s turn expired: %v", limits)
 	}
 }

@@ -29,23 +29,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 	}
 	now := s.clock.Now()
 	held := now.Sub(t.start)
-	d := r.Duration
-	if d <= 0 {
-		d = held
-	}
-	if d > held+ReportSlack(held) && !s.cfg.TrustReportedDurations {
-		// The worker's own time lies inside the held turn (grant sent → release
-		// received), so more than that is a bug or an attempt to inflate the shared
-		// expected time and starve the workload's other workers (issue 17).
-		s.clamped++
-		w.st.clamped++
-		if ok, dropped := s.clampLog.allow(now, time.Second); ok {
-			s.log.Warn("release reported a duration longer than the turn was held; using the held time",
-				"worker", w.id, "workload", w.name, "grant", t.grant.ID, "reported_ms", ms(d), "held_ms", ms(held),
-				"clamped_total", s.clamped, "not_logged_since_last", dropped)
-		}
-		d = held
-	}
+	d, used := s.measured(w, t, r.Duration, held, now)
 	ms := float64(d) / float64(time.Millisecond)
 	var unknown []string
 	switch t.grant.Kind {
@@ -54,7 +38,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		// the latest minibatch until the times settle.
 		w.train.add(ms)
 		w.addReal(t.grant.Batch, ms)
-		w.trainUsed += d
+		w.trainUsed += used
 		s.trainHold, s.trainHoldUntil = w, now.Add(TrainRejoinGrace)
 		n := r.Samples
 		if n <= 0 {
@@ -94,7 +78,14 @@ func (s *Scheduler) Release(id string, r Release) error {
 			w.prof[t.grant.Batch] = e
 		}
 		e.add(ms)
-		t.profile.done <- profileResult{d: d}
+		// The profile's result is the worker's own measurement when it lies within the
+		// held turn (it leaves out the socket's round trip and the wait for the grant on
+		// a busy host); the scheduler's estimate above uses the held time.
+		pd := d
+		if r.Duration > 0 && r.Duration <= held+ReportSlack(held) {
+			pd = r.Duration
+		}
+		t.profile.done <- profileResult{d: pd}
 	}
 	s.endTurn(now)
 	s.schedule()
@@ -103,6 +94,44 @@ func (s *Scheduler) Release(id string, r Release) error {
 		return proto.Errorf(proto.CodeInvalid, proto.TypeRelease, "results for requests not in the grant were ignored: %v", clipList(unknown))
 	}
 	return nil
+}
+
+// measured is what a release counts: d, the turn's duration for the expected times and
+// a profile result, and used, the GPU time charged to the workload's training share.
+// Both are the time fulcrumd saw the turn held (grant sent → release received, on its
+// own clock), not the worker's report: a worker reporting 0.001 ms for a 50 ms minibatch
+// would otherwise take the training share (issue 26 item 5) and one reporting an hour
+// would inflate the expected time and with it the hold limit (issue 17, 26 item 3). A
+// reported duration within ReportSlack of the held time is taken as the turn's duration
+// (it leaves out the socket round trip); the share always counts the held time. Only
+// TrustReportedDurations (in-process drivers whose durations are modeled) takes reports
+// as they are. Called with s.mu held.
+func (s *Scheduler) measured(w *worker, t *turn, reported, held time.Duration, now time.Time) (d, used time.Duration) {
+	if s.cfg.TrustReportedDurations && reported > 0 {
+		return reported, reported
+	}
+	slack := ReportSlack(held)
+	switch {
+	case reported <= 0:
+		return held, held
+	case reported > held+slack:
+		// The worker's own time lies inside the held turn, so more than that is a bug
+		// or an attempt to inflate the shared expected time (issue 17).
+		s.clamped++
+		w.st.clamped++
+		if ok, dropped := s.clampLog.allow(now, time.Second); ok {
+			s.log.Warn("release reported a duration longer than the turn was held; using the held time",
+				"worker", w.id, "workload", w.name, "grant", t.grant.ID, "reported_ms", ms(reported), "held_ms", ms(held),
+				"clamped_total", s.clamped, "not_logged_since_last", dropped)
+		}
+		return held, held
+	case reported < held-slack:
+		// Less than the turn took: the GPU was the worker's for the whole turn.
+		s.underReported++
+		w.st.underReported++
+		return held, held
+	}
+	return reported, held
 }
 
 // ReportSlack is how far a reported duration may exceed the time the turn was held

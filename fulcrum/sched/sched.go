@@ -98,15 +98,21 @@ type Scheduler struct {
 	// at once would always find the other one granted first (shares would be turns).
 	trainHold      *worker
 	trainHoldUntil time.Time
+	// probation holds the peer pids that let a turn expire, until when (overrun.go).
+	probation map[int]time.Time
 
 	turns    uint64
 	overruns uint64
 	// clamped counts releases whose reported duration exceeded the held time (and was
 	// replaced by it); expired counts turns taken back by the hold limit.
-	clamped  uint64
-	expired  uint64
-	clampLog rateLimit
-	started  time.Time
+	clamped uint64
+	expired uint64
+	// underReported counts releases reporting less than the held time.
+	underReported uint64
+	clampLog      rateLimit
+	// refuseLog limits the warnings for requests refused by per-stream admission.
+	refuseLog rateLimit
+	started   time.Time
 }
 
 type worker struct {
@@ -126,6 +132,16 @@ type worker struct {
 
 	queue []*request          // inference: waiting, by deadline
 	ids   map[string]*request // queued and in flight
+	// bucket is the GPU time (s) the stream may still ask for, as of bucketAt
+	// (per-stream admission, arrivals.go); a zero bucketAt: full.
+	bucket   float64
+	bucketAt time.Time
+	// offered is the rate (req/s) the stream reports requests at, admitted or not,
+	// as of offeredAt.
+	offered   float64
+	offeredAt time.Time
+	// heldUntil: the stream is held to its share until then (arrivals.go).
+	heldUntil time.Time
 }
 
 // workload is what the scheduler knows about one workload (role and name): expected
@@ -324,6 +340,16 @@ func (s *Scheduler) unlockAndDeliver() {
 		}
 		d.f(d.g)
 	}
+}
+
+// TurnHolder is the id of the worker holding the turn ("" when none does).
+func (s *Scheduler) TurnHolder() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turn == nil || s.turn.w == nil {
+		return ""
+	}
+	return s.turn.w.id
 }
 
 // Close stops scheduling: no new turns are granted, pending actions and profiles fail.

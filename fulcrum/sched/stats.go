@@ -22,6 +22,8 @@ type stats struct {
 	overruns                         uint64
 	starved                          uint64 // training minibatches admitted by the starvation rule
 	clamped                          uint64 // releases whose duration was cut to the held time
+	underReported                    uint64 // releases reporting less than the held time (the held time counted)
+	refused                          uint64 // inference requests refused by the stream's admission (rate_limited)
 	expired                          uint64 // turns taken back by the hold limit
 	lastArrival                      time.Time
 	gapEWMA                          ewma // seconds between arrivals
@@ -146,6 +148,12 @@ type WorkloadStats struct {
 	// limit.
 	DurationsClamped uint64 `json:"durations_clamped,omitempty"`
 	HoldExpired      uint64 `json:"hold_expired,omitempty"`
+	// DurationsUnderReported counts releases that reported less than the turn was held
+	// (beyond ReportSlack); the held time counted.
+	DurationsUnderReported uint64 `json:"durations_under_reported,omitempty"`
+	// Refused counts inference requests refused by the stream's admission
+	// (proto.CodeRateLimited): the stream asked for more than its GPU-time share.
+	Refused uint64 `json:"refused,omitempty"`
 }
 
 // Snapshot is the scheduler's state and measurements at one instant.
@@ -207,6 +215,9 @@ func (s *Scheduler) Snapshot() Snapshot {
 			StarvedAdmits:    st.starved,
 			DurationsClamped: st.clamped,
 			HoldExpired:      st.expired,
+
+			DurationsUnderReported: st.underReported,
+			Refused:                st.refused,
 		}
 		if wl.role == proto.RoleTrain {
 			n, span := st.samples.sum(now, wl.since)

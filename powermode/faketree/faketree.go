@@ -455,7 +455,6 @@ func idleReading(spec *powermode.BoardSpec, label string) Reading {
 // power writes the INA3221 sensors for the spec's driver.
 func (t *Tree) power(b *builder, start map[string]Reading) {
 	spec := t.spec
-	bus := i2cBusDir(t.layout)
 	// hwmon numbers are handed out at probe time and are neither 0-based nor
 	// contiguous: hwmon0 is soctherm_oc, hwmon2 a fan, the sensors 1, 4, 5, ...
 	hwmonNum := func(i int) int {
@@ -465,7 +464,7 @@ func (t *Tree) power(b *builder, start map[string]Reading) {
 		return 3 + i
 	}
 	for i, s := range spec.Power.Sensors {
-		dev := bus + "/" + s.Addr
+		dev := i2cBusDir(t.layout, s.Addr) + "/" + s.Addr
 		var dir string
 		switch spec.Power.Driver {
 		case "iio":
