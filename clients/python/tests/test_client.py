@@ -294,7 +294,10 @@ class ClientTest(unittest.TestCase):
 
     def test_control_socket_named(self):
         # Pointed at the control socket, the error says which socket it is (it was "a
-        # line that is not JSON").
+        # line that is not JSON"). The control socket opens after the worker socket.
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.d.control) and time.monotonic() < deadline:
+            time.sleep(0.02)
         with self.assertRaises(FulcrumError) as cm:
             Client(self.d.control, role="train", workload="resnet18", batch=8, reconnect=False)
         msg = str(cm.exception)
