@@ -172,7 +172,9 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 	if t != (StreamTarget{}) {
 		to = t.String()
 	}
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
+	if from != to || (had && old != t) {
+		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
+	}
 	return nil
 }
 
@@ -192,8 +194,8 @@ func checkStreamTarget(workload string, t StreamTarget) error {
 			return err
 		}
 	}
-	if t.TrainWeight != 0 && (!(t.TrainWeight > 0) || t.TrainWeight > api.MaxTrainWeight) {
-		return fmt.Errorf("training weight: train_weight = %v: want above 0 and at most %d", t.TrainWeight, api.MaxTrainWeight)
+	if t.TrainWeight != 0 && (!(t.TrainWeight >= api.MinTrainWeight) || t.TrainWeight > api.MaxTrainWeight) {
+		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, api.MinTrainWeight, api.MaxTrainWeight)
 	}
 	return nil
 }
@@ -214,19 +216,9 @@ func (c *Controller) streamSchedTargets() (map[string]time.Duration, map[string]
 	return lat, weights
 }
 
-// String is the target in an event's words.
+// String is the target in an event's words, as fulcrumctl budget get prints it.
 func (t StreamTarget) String() string {
-	l, r := "shared", "shared"
-	if t.LatencyMS > 0 {
-		l = fmt.Sprintf("%.0f ms", t.LatencyMS)
-	}
-	if t.RateRPS > 0 {
-		r = fmt.Sprintf("%.1f/s", t.RateRPS)
-	}
-	if t.TrainWeight > 0 {
-		return fmt.Sprintf("{latency %s, rate %s, training weight %g}", l, r, t.TrainWeight)
-	}
-	return fmt.Sprintf("{latency %s, rate %s}", l, r)
+	return "{" + api.StreamBudgets{LatencyMS: t.LatencyMS, RateRPS: t.RateRPS, TrainWeight: t.TrainWeight}.String() + "}"
 }
 
 // streamPoint is one stream's batch at one mode.

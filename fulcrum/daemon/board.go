@@ -61,7 +61,7 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 		name := strings.TrimPrefix(spec, "sim:")
 		bs, err = cat.Board(name)
 		if err != nil {
-			return nil, fmt.Errorf("board %s: %w (known: %s)", spec, err, strings.Join(cat.Names(), ", "))
+			return nil, fmt.Errorf("board %s: %w", spec, err) // err lists the known boards
 		}
 		info = powermode.BoardInfo{Name: bs.Name, Model: bs.Model, SoC: bs.SoC}
 		if root == "" || root == "/" {
