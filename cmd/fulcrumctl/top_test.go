@@ -139,7 +139,7 @@ func TestProfileListMarksThrottled(t *testing.T) {
 	cool.Workload = "mobilenet-infer"
 	p.Throttled = &store.Throttled{Readings: 3, GPUHzMin: 816000000}
 	var b bytes.Buffer
-	if err := printProfiles(&b, []store.Profile{p, cool}, false); err != nil {
+	if err := printProfiles(&b, []store.Profile{p, cool}, "table"); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
