@@ -94,6 +94,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 			s.Power = p
 		}
 	}
+	s.Heat = st.Heat
 	// One measured rate per stream on one status (issue 34): the controller's meter, the
 	// rate it plans with, also in the workloads' rows (the scheduler's mean over its
 	// window is another figure, and differs from it while the rate changes).
