@@ -72,7 +72,7 @@ run "$CTL" budget set --workload resnet50-infer --latency 400ms
 echo "A ResNet-18 training loop, a MobileNetV3 server at 20 requests/s and a ResNet-50 server at"
 echo "8 requests/s (synthetic workers: real processes speaking fulcrumd's worker protocol, running"
 echo "on the simulated GPU):"
-worker() { "$CTL" sim worker --root "$D/board" --socket "$D/run/worker.sock" "$@"; }
+worker() { "$CTL" sim worker --root "$D/board" --worker-socket "$D/run/worker.sock" "$@"; }
 worker --role train --workload resnet18-train --duration 600s >"$D/train.json" 2>"$D/train.log" &
 pids+=($!)
 worker --role infer --workload mobilenetv3-infer --rate 20 --latency 250ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &

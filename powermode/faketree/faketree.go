@@ -594,6 +594,23 @@ func idleTempMC(zone string) int64 {
 	return 44000
 }
 
+// tripPoints are every zone's trip points: a passive one where the firmware starts to
+// cap clocks (software throttling) and the critical shutdown. Estimates for Orin-class
+// modules (NVIDIA's thermal design guides put throttling near 99 °C and shutdown a few
+// degrees above); the simulator's heat reads the passive one from the tree, so a test
+// may lower it by rewriting the file.
+func tripPoints() []tripPoint {
+	return []tripPoint{{"passive", DefaultTripMC, 2000}, {"critical", 105000, 0}}
+}
+
+type tripPoint struct {
+	typ        string
+	mc, hystMC int64
+}
+
+// DefaultTripMC is the passive trip point every zone of a built tree has (m°C).
+const DefaultTripMC = 99000
+
 func (b *builder) thermal(spec *powermode.BoardSpec, start map[string]int64) {
 	for i, zone := range spec.Thermal {
 		dev := fmt.Sprintf("/sys/devices/virtual/thermal/thermal_zone%d", i)
@@ -604,6 +621,11 @@ func (b *builder) thermal(spec *powermode.BoardSpec, start map[string]int64) {
 		b.file(dev+"/type", zone+"\n")
 		b.file(dev+"/temp", itoa(temp)+"\n")
 		b.file(dev+"/mode", "enabled\n")
+		for n, tp := range tripPoints() {
+			b.file(fmt.Sprintf("%s/trip_point_%d_type", dev, n), tp.typ+"\n")
+			b.file(fmt.Sprintf("%s/trip_point_%d_temp", dev, n), itoa(tp.mc)+"\n")
+			b.file(fmt.Sprintf("%s/trip_point_%d_hyst", dev, n), itoa(tp.hystMC)+"\n")
+		}
 		b.link(fmt.Sprintf("/sys/class/thermal/thermal_zone%d", i), dev)
 	}
 }

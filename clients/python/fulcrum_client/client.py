@@ -232,6 +232,13 @@ class Client:
             line, conn.buf = conn.buf.split(b"\n", 1)
             if not line.strip():
                 continue
+            if line.startswith(b"HTTP/"):
+                # The control socket answers a JSON line with an HTTP 400.
+                self._mark_closed(conn, "{} answered in HTTP: it is fulcrumd's control socket (control.sock, "
+                                  "for fulcrumctl), not its worker socket; give the worker socket "
+                                  "(worker.sock in the same directory; default /run/fulcrum/worker.sock, "
+                                  "or FULCRUM_WORKER_SOCKET)".format(self.socket_path))
+                return
             try:
                 m = json.loads(line)
             except ValueError as e:
