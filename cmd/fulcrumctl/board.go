@@ -217,11 +217,13 @@ func printBoardInfo(w io.Writer, in *boardInfoJSON) error {
 		fmt.Fprintln(w)
 		width := len("RAIL")
 		for _, r := range in.Power.Rails {
-			width = max(width, len(r.Name))
+			width = max(width, len(shown(r.Name)))
 		}
-		fmt.Fprintf(w, "%-*s  %8s  %7s  %7s\n", width, "RAIL", "mW", "mV", "mA")
+		// W, V and A as status and budgets print power (issue 34); --json keeps the
+		// sensors' own mW, mV and mA.
+		fmt.Fprintf(w, "%-*s  %8s  %7s  %7s\n", width, "RAIL", "W", "V", "A")
 		for _, r := range in.Power.Rails {
-			fmt.Fprintf(w, "%-*s  %8.0f  %7.0f  %7.0f\n", width, r.Name, r.PowerMW, r.VoltageMV, r.CurrentMA)
+			fmt.Fprintf(w, "%-*s  %8.3f  %7.3f  %7.3f\n", width, shown(r.Name), r.PowerMW/1000, r.VoltageMV/1000, r.CurrentMA/1000)
 		}
 	}
 	if len(in.Thermal) > 0 {

@@ -99,7 +99,10 @@ func TestBoardInfoJSONOnHandWrittenTrees(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{c.catalog, strconv.Itoa(info.SpaceSize) + " modes", wantCur.String(), info.Power.Rails[0].Name, b.ThermalZones[0]} {
+			// Rails in W, V and A as a person reads power elsewhere (the JSON keeps mW).
+			r0 := info.Power.Rails[0]
+			railW := strconv.FormatFloat(r0.PowerMW/1000, 'f', 3, 64)
+			for _, want := range []string{c.catalog, strconv.Itoa(info.SpaceSize) + " modes", wantCur.String(), r0.Name, b.ThermalZones[0], "RAIL", railW} {
 				if !strings.Contains(human, want) {
 					t.Errorf("human output lacks %q:\n%s", want, human)
 				}
