@@ -98,6 +98,10 @@ for i in $(seq 120); do
 	[ -n "$planned" ] && break
 done
 "$CTL" events | grep -E "search done|plan  |apply " | tail -3 || true
+if [ -z "$planned" ]; then
+	echo "NOTE: no plan after 6 minutes: the live search is still measuring modes (README, \"Status and"
+	echo "known limits\": a mode where inference keeps the GPU busy starves the profile batches)."
+fi
 echo "Training was paused while each mode was measured (so that only the measured workload's"
 echo "power is read); it runs now. Status after 20 s (rates are over the last 30 s, so they"
 echo "still include a little of the search):"
