@@ -252,8 +252,6 @@ func writeStatus(w io.Writer, st api.Status) error {
 			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, %s, inference GPU share %.0f%%\n",
 				p.PredLatencyMS, watts(p.PredPowerMW), training, 100*p.Rho)
 		}
-	} else if st.Optimizing != "" {
-		fmt.Fprintf(tw, "plan\tnone yet: a live search (%s) is measuring modes; the plan follows when it ends (fulcrumctl events)\n", shown(st.Optimizing))
 	} else {
 		fmt.Fprintf(tw, "plan\t%s\n", noPlan(st))
 	}

@@ -566,26 +566,3 @@ func TestStatusUnreadableModeAndNotices(t *testing.T) {
 		t.Errorf("an unreadable mode printed as no board:\n%s", out)
 	}
 }
-
-// While a live search runs there is no plan yet, and status says a search is on rather
-// than suggesting to start one (a new user watching make demo read "no stored profiles?
-// run fulcrumctl optimize" during fulcrumd's own search).
-func TestStatusNoPlanWhileOptimizing(t *testing.T) {
-	st := api.Status{Board: "sim:agx-orin-64gb", Optimizing: "gmd"}
-	var b strings.Builder
-	if err := writeStatus(&b, st); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	if !strings.Contains(out, "plan       none yet: a live search (gmd) is measuring modes") || strings.Contains(out, "run fulcrumctl optimize") {
-		t.Errorf("status while optimizing:\n%s", out)
-	}
-	st.Optimizing = ""
-	b.Reset()
-	if err := writeStatus(&b, st); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(b.String(), "run fulcrumctl optimize") {
-		t.Errorf("status with no plan and no search does not say what to do:\n%s", b.String())
-	}
-}
