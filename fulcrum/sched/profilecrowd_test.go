@@ -26,7 +26,7 @@ func TestProfileCrowdedOutBySaturatedInference(t *testing.T) {
 	h.release(tr, h.one(), 10*msec) // warm-up
 	h.must(h.s.Acquire(tr, 0))
 	h.release(tr, h.one(), 300*msec) // expected ≥ 300 ms > L = 100 ms
-	h.s.SetTrainingPaused(true) // as the live profiler does while it measures a mode
+	h.s.SetTrainingPaused(true)      // as the live profiler does while it measures a mode
 	h.must(h.s.Acquire(tr, 0))
 	h.must(h.s.Acquire(inf, 0))
 
