@@ -1,0 +1,133 @@
+package sched
+
+// The admission room learned from the live latency window (issue 28, docs/design.md §9).
+
+import (
+	"slices"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	samplestats "github.com/fulcrum-edge/fulcrum/internal/stats"
+)
+
+// The room the admission test keeps before a stream's deadlines is Margin plus the
+// stream's learned room. The fixed rule (median + DevK spreads of the last turns, plus
+// Margin) is tuned on workers whose times are steady; a real framework's turns have
+// tails it does not see (allocator, Python threads, the server's own CPU work), and
+// then the budget's quantile runs over the budget with nothing to correct it. The
+// learned room closes that loop, per inference stream:
+//
+//   - every RoomInterval at most, from the latencies served since the room last
+//     changed, the stream's p99 (the quantile the budget L promises) is compared with
+//     the guard band [L·(1−RoomGuard), ∞): at or over its lower edge the room grows by
+//     the overshoot past the middle of the hold zone (so one step usually lands in it);
+//   - below the hold zone [L·(1−2·RoomGuard), L·(1−RoomGuard)) the room shrinks by half
+//     the distance to the zone's middle, only while this stream's deadlines kept
+//     training out since the last evaluation (otherwise the room costs nothing), from at
+//     least roomShrinkSamples latencies and no sooner than two intervals after a change
+//     (shrinking can wait; growing cannot);
+//   - inside the hold zone nothing changes: in steady state the room stays put, so
+//     changes come only when the turn times change.
+//
+// It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 turns learning off.
+const (
+	// roomQuantile is the quantile the latency budget promises (p99 ≤ L).
+	roomQuantile = 0.99
+	// roomGrowSamples and roomShrinkSamples: latencies served since the last change that
+	// an evaluation needs to grow or to shrink the room.
+	roomGrowSamples   = 20
+	roomShrinkSamples = 100
+)
+
+// roomState is one inference stream's learned room.
+type roomState struct {
+	extra   time.Duration // the learned room, on top of Config.Margin
+	changed time.Time     // last change (the latencies since are the evidence)
+	evalAt  time.Time     // last evaluation
+	changes uint64
+	// blocked: the stream's deadlines kept a training minibatch out since evalAt.
+	blocked bool
+	// lastQMS is the quantile (ms) the last evaluation measured.
+	lastQMS float64
+}
+
+// RoomChange is a change of a stream's learned admission room (Config.OnRoom).
+type RoomChange struct {
+	Workload string
+	// Room is the whole room the stream's deadlines keep now (Margin + Learned); Learned
+	// the learned part, Before its value before the change.
+	Room, Learned, Before time.Duration
+	// P99 is the stream's measured quantile that caused the change, and Budget its L.
+	P99, Budget time.Duration
+	Samples     int
+}
+
+// roomOf is the room the admission test keeps before w's deadlines. Called with s.mu
+// held.
+func (s *Scheduler) roomOf(w *worker) time.Duration {
+	return s.cfg.Margin + w.room.extra
+}
+
+// budgetOfWorkload is the latency budget of a workload's requests. Called with s.mu held.
+func (s *Scheduler) budgetOfWorkload(wl *workload) time.Duration {
+	if l, ok := s.streamBudget[wl.name]; ok {
+		return l
+	}
+	return s.cfg.LatencyBudget
+}
+
+// learnRoom re-evaluates wl's learned room at now (after requests were served). Called
+// with s.mu held.
+func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
+	if wl.role != proto.RoleInfer || s.cfg.RoomMaxFrac <= 0 {
+		return
+	}
+	r := &wl.room
+	if r.changed.IsZero() {
+		r.changed, r.evalAt = now, now
+		r.extra = max(r.extra, s.cfg.RoomMin)
+		return
+	}
+	if now.Sub(r.evalAt) < s.cfg.RoomInterval {
+		return
+	}
+	v := wl.st.latency.valuesSince(now, r.changed)
+	if len(v) < roomGrowSamples {
+		return
+	}
+	blocked := r.blocked
+	r.evalAt, r.blocked = now, false
+	q := samplestats.Quantile(sorted(v), roomQuantile)
+	r.lastQMS = q
+	l := ms(s.budgetOfWorkload(wl))
+	g := s.cfg.RoomGuard
+	hi, lo, mid := l*(1-g), l*(1-2*g), l*(1-1.5*g)
+	maxExtra := time.Duration(s.cfg.RoomMaxFrac * float64(s.budgetOfWorkload(wl)))
+	next := r.extra
+	switch {
+	case q >= hi:
+		next = r.extra + durMS(q-mid)
+	case q < lo && blocked && len(v) >= roomShrinkSamples && now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
+		next = r.extra - durMS((mid-q)/2)
+	}
+	next = min(max(next, s.cfg.RoomMin, 0), max(maxExtra, s.cfg.RoomMin))
+	// Changes below a millisecond are noise, not worth an event.
+	if d := next - r.extra; d > -time.Millisecond && d < time.Millisecond {
+		return
+	}
+	before := r.extra
+	r.extra, r.changed = next, now
+	r.changes++
+	s.log.Info("admission room changed", "workload", wl.name, "room_ms", ms(s.cfg.Margin+next), "learned_ms", ms(next),
+		"before_ms", ms(before), "p99_ms", q, "budget_ms", l, "samples", len(v))
+	if f := s.cfg.OnRoom; f != nil {
+		c := RoomChange{Workload: wl.name, Room: s.cfg.Margin + next, Learned: next, Before: before,
+			P99: durMS(q), Budget: s.budgetOfWorkload(wl), Samples: len(v)}
+		s.out = append(s.out, pendingDelivery{fn: func() { f(c) }})
+	}
+}
+
+func sorted(v []float64) []float64 {
+	slices.Sort(v)
+	return v
+}
