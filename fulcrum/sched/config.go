@@ -68,7 +68,8 @@ type Config struct {
 	// deadlines keep Margin plus a room learned from its latency window, grown when its
 	// p99 comes within RoomGuard × its budget of the budget (or over it), shrunk below
 	// that band while its deadlines keep training out, at most once per RoomInterval,
-	// within [RoomMin, RoomMaxFrac × its budget]. RoomMaxFrac = 0 turns learning off.
+	// within [RoomMin, RoomMaxFrac × its budget]. RoomMaxFrac = 0 (the default) turns
+	// learning off.
 	RoomGuard    float64
 	RoomMin      time.Duration
 	RoomMaxFrac  float64
@@ -105,7 +106,6 @@ func DefaultConfig() Config {
 		DevK:              2,
 		Margin:            5 * time.Millisecond,
 		RoomGuard:         0.05,
-		RoomMaxFrac:       0.5,
 		RoomInterval:      5 * time.Second,
 		Starve:            5 * time.Second,
 		ProfileWait:       time.Second,

@@ -3,6 +3,7 @@ package sched
 // The admission room learned from the live latency window (issue 28, docs/design.md §9).
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -29,14 +30,17 @@ import (
 //   - inside the hold zone nothing changes: in steady state the room stays put, so
 //     changes come only when the turn times change.
 //
-// It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 turns learning off.
+// It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 (the default) turns
+// learning off: the room buys the p99 with training time (docs/runtime.md "The learned
+// admission room"), and a violation the room cannot fix (the slow first minutes of a
+// fresh process) leaves a large room behind for as long as the shrink takes.
 const (
 	// roomQuantile is the quantile the latency budget promises (p99 ≤ L).
 	roomQuantile = 0.99
 	// roomGrowSamples and roomShrinkSamples: latencies served since the last change that
 	// an evaluation needs to grow or to shrink the room.
-	roomGrowSamples   = 20
-	roomShrinkSamples = 100
+	roomGrowSamples   = 50
+	roomShrinkSamples = 300
 )
 
 // roomState is one inference stream's learned room.
@@ -97,20 +101,28 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	}
 	blocked := r.blocked
 	r.evalAt, r.blocked = now, false
-	q := samplestats.Quantile(sorted(v), roomQuantile)
+	slices.Sort(v)
+	q := samplestats.Quantile(v, roomQuantile)
 	r.lastQMS = q
-	l := ms(s.budgetOfWorkload(wl))
+	budget := s.budgetOfWorkload(wl)
+	l := ms(budget)
 	g := s.cfg.RoomGuard
 	hi, lo, mid := l*(1-g), l*(1-2*g), l*(1-1.5*g)
-	maxExtra := time.Duration(s.cfg.RoomMaxFrac * float64(s.budgetOfWorkload(wl)))
+	// near: latencies in the guard band or over the budget. The budget allows 1 % of
+	// requests late; growing takes evidence beyond that (binomial noise, so a steady
+	// stream whose band is rarely touched is left alone); shrinking takes a long run
+	// with none at all (a faster shrink oscillated in the simulated tails, docs/runtime.md).
+	near := len(v) - sortSearch(v, hi)
+	allowed := (1 - roomQuantile) * float64(len(v))
+	maxExtra := max(time.Duration(s.cfg.RoomMaxFrac*float64(budget)), s.cfg.RoomMin)
 	next := r.extra
 	switch {
-	case q >= hi:
-		next = r.extra + durMS(q-mid)
-	case q < lo && blocked && len(v) >= roomShrinkSamples && now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
+	case near >= 2 && float64(near) > allowed+1.5*math.Sqrt(allowed):
+		next = r.extra + max(durMS((q-mid)/2), durMS(g*l))
+	case near == 0 && q < lo && blocked && len(v) >= roomShrinkSamples && now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
 		next = r.extra - durMS((mid-q)/2)
 	}
-	next = min(max(next, s.cfg.RoomMin, 0), max(maxExtra, s.cfg.RoomMin))
+	next = min(max(next, s.cfg.RoomMin, 0), maxExtra)
 	// Changes below a millisecond are noise, not worth an event.
 	if d := next - r.extra; d > -time.Millisecond && d < time.Millisecond {
 		return
@@ -127,7 +139,8 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	}
 }
 
-func sorted(v []float64) []float64 {
-	slices.Sort(v)
-	return v
+// sortSearch is the index of the first value ≥ x in the sorted v.
+func sortSearch(v []float64, x float64) int {
+	i, _ := slices.BinarySearch(v, x)
+	return i
 }
