@@ -222,7 +222,8 @@ def run_pair(a, py, mode, cpus, work):
             fulcrumd = Proc("fulcrumd", [os.path.join(a.bin, "fulcrumd"), "--runtime-dir", os.path.join(d, "run"),
                                          "--state-dir", os.path.join(d, "state"), "--board", "none",
                                          "--latency", f"{a.budget_ms}ms", "--log-level", "info"], dcpu, d,
-                            dict(os.environ, FULCRUM_SCHEDULER_MARGIN_MS=str(a.margin_ms)), a.nice)
+                            dict(os.environ, FULCRUM_SCHEDULER_MARGIN_MS=str(a.margin_ms),
+                                 FULCRUM_SCHEDULER_ROOM_MAX_FRAC=str(a.room_max_frac)), a.nice)
             procs.append(fulcrumd)
             end = time.monotonic() + 15
             while not os.path.exists(sock):
@@ -329,6 +330,9 @@ def main():
     # a GPU, where they run on other cores.
     ap.add_argument("--margin-ms", type=int, default=20,
                     help="fulcrumd's scheduler.margin_ms: time kept free before each deadline")
+    ap.add_argument("--room-max-frac", type=float, default=0,
+                    help="fulcrumd's scheduler.room_max_frac: the learned admission room's bound as a fraction of the "
+                         "budget (0: off, fulcrumd's default; docs/runtime.md)")
     ap.add_argument("--alone-s", type=float, default=4, help="seconds the trainer runs alone before the server starts")
     ap.add_argument("--modes", default="managed,unmanaged")
     ap.add_argument("--nice", type=int, default=0,
@@ -389,15 +393,16 @@ def main():
     finally:
         if rows:
             desc = ("{} on {} (batch {}, {}×{} images) + {} inference (batch sizes up to {}), Poisson {:g} req/s × {} "
-                    "(seed {}), budget {} ms, margin {} ms; both pinned to one core, fulcrumd --board none on another"
+                    "(seed {}), budget {} ms, margin {} ms, learned room up to {:g} × budget; both pinned to one core, fulcrumd --board none on another"
                     ).format(a.train_model, a.device, a.train_batch, a.image_size, a.image_size, a.infer_model,
-                             a.infer_batch, a.rate, a.requests, a.seed, a.budget_ms, a.margin_ms)
+                             a.infer_batch, a.rate, a.requests, a.seed, a.budget_ms, a.margin_ms, a.room_max_frac)
             extra = "".join("\n- {}: p99 {} the budget; {} training minibatches in {:.1f} s (median {:.0f} ms); host "
                             "load average {} at the end{}".format(
                 r["mode"], "within" if r["p99_ms"] <= a.budget_ms else "OVER", r["minibatches"], r["window_s"],
                 r["step_ms_p50"], r["loadavg"],
                 "; fulcrumd's own view (arrival reported → release): p99 {p99_ms} ms, {deadline_misses} deadline "
-                "misses, {starved_admits} starved admits, expected minibatch {expected_minibatch_ms} ms at the end"
+                "misses, {starved_admits} starved admits, expected minibatch {expected_minibatch_ms} ms, admission room "
+                "{admission_room_ms} ms at the end"
                 .format(**r["fulcrumd"]) if "fulcrumd" in r else "") for r in rows)
             rep = ("## Real PyTorch end-to-end (`make test-pytorch`)\n\n" + desc + ".\n\n" + table(rows, a) +
                    "\n\ntarget = alone × (1 − inference share); managed ÷ target is issue 16's figure (goal ≥ 80 %)." +
