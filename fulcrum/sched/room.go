@@ -3,7 +3,6 @@ package sched
 // The admission room learned from the live latency window (issue 28, docs/design.md §9).
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -19,16 +18,16 @@ import (
 // learned room closes that loop, per inference stream:
 //
 //   - every RoomInterval at most, from the latencies served since the room last
-//     changed, the stream's p99 (the quantile the budget L promises) is compared with
-//     the guard band [L·(1−RoomGuard), ∞): at or over its lower edge the room grows by
-//     the overshoot past the middle of the hold zone (so one step usually lands in it);
-//   - below the hold zone [L·(1−2·RoomGuard), L·(1−RoomGuard)) the room shrinks by half
-//     the distance to the zone's middle, only while this stream's deadlines kept
-//     training out since the last evaluation (otherwise the room costs nothing), from at
-//     least roomShrinkSamples latencies and no sooner than two intervals after a change
-//     (shrinking can wait; growing cannot);
-//   - inside the hold zone nothing changes: in steady state the room stays put, so
-//     changes come only when the turn times change.
+//     changed (at least roomGrowSamples), it counts those in the guard band
+//     [L·(1−RoomGuard), ∞) — near the budget or over it. More than the 1 % the budget
+//     allows (and at least two): the room grows by half the overshoot of the p99 past
+//     the middle of the hold zone below, at least RoomGuard × L;
+//   - none at all among at least roomShrinkSamples, the p99 below the hold zone
+//     [L·(1−2·RoomGuard), L·(1−RoomGuard)), this stream's deadlines having kept
+//     training out since the last evaluation (otherwise the room costs nothing), and
+//     two intervals since the last change: it shrinks by half the distance from the
+//     p99 to the zone's middle (shrinking can wait; growing cannot);
+//   - otherwise nothing changes, so in steady state the room stays put.
 //
 // It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 (the default) turns
 // learning off: the room buys the p99 with training time (docs/runtime.md "The learned
@@ -109,15 +108,17 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	g := s.cfg.RoomGuard
 	hi, lo, mid := l*(1-g), l*(1-2*g), l*(1-1.5*g)
 	// near: latencies in the guard band or over the budget. The budget allows 1 % of
-	// requests late; growing takes evidence beyond that (binomial noise, so a steady
-	// stream whose band is rarely touched is left alone); shrinking takes a long run
-	// with none at all (a faster shrink oscillated in the simulated tails, docs/runtime.md).
+	// requests late: the room grows as soon as more than that (and at least two) fall in
+	// the band among the latencies since the last change (the evidence accumulates
+	// until a change, so a rate just over 1 % is caught within a few hundred requests);
+	// it shrinks only after a long run with none at all (a faster shrink oscillated
+	// in the simulated tails, docs/runtime.md).
 	near := len(v) - sortSearch(v, hi)
 	allowed := (1 - roomQuantile) * float64(len(v))
 	maxExtra := max(time.Duration(s.cfg.RoomMaxFrac*float64(budget)), s.cfg.RoomMin)
 	next := r.extra
 	switch {
-	case near >= 2 && float64(near) > allowed+1.5*math.Sqrt(allowed):
+	case near >= 2 && float64(near) > allowed:
 		next = r.extra + max(durMS((q-mid)/2), durMS(g*l))
 	case near == 0 && q < lo && blocked && len(v) >= roomShrinkSamples && now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
 		next = r.extra - durMS((mid-q)/2)

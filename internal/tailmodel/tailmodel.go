@@ -61,3 +61,32 @@ func (m Model) Scaled(k float64) Model {
 	}
 	return m
 }
+
+// PyTorchCPUTrain is the model fitted to the training minibatch times of the
+// real-PyTorch end-to-end test (resnet18, batch 8, 32×32, on a CPU core shared with the
+// inference server; `scripts/pytorch/seeds.sh` seeds 1–10 then
+// `scripts/pytorch/fit_tail.py`): docs/runtime.md "Heavy-tailed turn times".
+func PyTorchCPUTrain() Model {
+	return Model{Sigma: 0.261, TailProb: 0.0897, TailStart: 1.684, TailAlpha: 2.97, TailMax: 7.88}
+}
+
+// PyTorchCPUInfer is the model fitted to the same runs' inference batch times
+// (mobilenet_v3_small, each relative to its batch size's median).
+func PyTorchCPUInfer() Model {
+	return Model{Sigma: 0.456, TailProb: 0.093, TailStart: 2.488, TailAlpha: 1.99, TailMax: 28.2}
+}
+
+// Named returns a model by name: "none" (no tail, no spread) or "pytorch-cpu" (the
+// fitted models, for role "train" or "infer").
+func Named(name, role string) (Model, error) {
+	switch name {
+	case "", "none":
+		return Model{}, nil
+	case "pytorch-cpu":
+		if role == "train" {
+			return PyTorchCPUTrain(), nil
+		}
+		return PyTorchCPUInfer(), nil
+	}
+	return Model{}, fmt.Errorf("tail model %q: want none or pytorch-cpu", name)
+}
