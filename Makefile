@@ -76,13 +76,34 @@ SYSCONFDIR ?= /etc
 SYSTEMDUNITDIR ?= /lib/systemd/system
 SYSUSERSDIR ?= /usr/lib/sysusers.d
 TMPFILESDIR ?= /usr/lib/tmpfiles.d
-DOCS := README.md docs/install.md docs/fleet.md docs/board-layer.md docs/profiler.md docs/runtime.md docs/protocol.md
+MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+DOCS := README.md LICENSE docs/install.md docs/fleet.md docs/board-layer.md docs/profiler.md docs/runtime.md docs/protocol.md docs/operations.md docs/api.md
+# Man pages and shell completions, written by the binaries themselves from their command
+# trees (`fulcrumctl __gendocs DIR`: internal/gendocs, cobra's doc package). Dated by the
+# commit (SOURCE_DATE_EPOCH) so that a rebuild of one commit gives the same pages.
+GENDOCS := $(BIN)/gendocs
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
+export SOURCE_DATE_EPOCH
+
+.PHONY: gendocs
+gendocs: build ## man pages and bash/zsh/fish completions of both binaries into bin/gendocs
+	rm -rf $(GENDOCS)
+	$(BIN)/fulcrumctl __gendocs $(GENDOCS)
+	$(BIN)/fulcrumd __gendocs $(GENDOCS)
 
 .PHONY: install uninstall package
 
-install: build ## install binaries, systemd unit, sysusers/tmpfiles, config (DESTDIR, PREFIX)
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(SYSCONFDIR)/fulcrum $(DESTDIR)$(DOCDIR)
+install: build gendocs ## install binaries, man pages, completions, systemd unit, sysusers/tmpfiles, config (DESTDIR, PREFIX)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(SYSCONFDIR)/fulcrum $(DESTDIR)$(DOCDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 $(BIN)/fulcrumd $(BIN)/fulcrumctl $(DESTDIR)$(BINDIR)/
+	install -m 0644 $(GENDOCS)/man/man1/*.1.gz $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(GENDOCS)/completions/bash/* $(DESTDIR)$(BASHCOMPDIR)/
+	install -m 0644 $(GENDOCS)/completions/zsh/* $(DESTDIR)$(ZSHCOMPDIR)/
+	install -m 0644 $(GENDOCS)/completions/fish/* $(DESTDIR)$(FISHCOMPDIR)/
 	sed -e 's|/usr/bin/|$(BINDIR)/|g' -e 's|/usr/share/doc/fulcrum|$(DOCDIR)|g' systemd/fulcrumd.service > $(DESTDIR)$(SYSTEMDUNITDIR)/fulcrumd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/fulcrumd.service
 	install -m 0644 systemd/fulcrum.sysusers $(DESTDIR)$(SYSUSERSDIR)/fulcrum.conf
@@ -102,6 +123,10 @@ install: build ## install binaries, systemd unit, sysusers/tmpfiles, config (DES
 
 uninstall: ## remove what install put there (keeps the config and /var/lib/fulcrum)
 	rm -f $(DESTDIR)$(BINDIR)/fulcrumd $(DESTDIR)$(BINDIR)/fulcrumctl \
+		$(DESTDIR)$(MANDIR)/man1/fulcrumd.1.gz $(DESTDIR)$(MANDIR)/man1/fulcrumctl.1.gz $(DESTDIR)$(MANDIR)/man1/fulcrumctl-*.1.gz \
+		$(DESTDIR)$(BASHCOMPDIR)/fulcrumd $(DESTDIR)$(BASHCOMPDIR)/fulcrumctl \
+		$(DESTDIR)$(ZSHCOMPDIR)/_fulcrumd $(DESTDIR)$(ZSHCOMPDIR)/_fulcrumctl \
+		$(DESTDIR)$(FISHCOMPDIR)/fulcrumd.fish $(DESTDIR)$(FISHCOMPDIR)/fulcrumctl.fish \
 		$(DESTDIR)$(SYSTEMDUNITDIR)/fulcrumd.service \
 		$(DESTDIR)$(SYSUSERSDIR)/fulcrum.conf $(DESTDIR)$(TMPFILESDIR)/fulcrum.conf
 	rm -rf $(DESTDIR)$(DOCDIR)
@@ -125,14 +150,30 @@ VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [
 $(TOOLS)/nfpm:
 	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
-package: $(TOOLS)/nfpm ## .deb packages for PACKAGE_ARCHS (amd64 arm64) into DISTDIR (bin/dist)
-	@mkdir -p $(DISTDIR)
+# Man pages and completions come from the host's build (`make gendocs`): they describe the
+# same command tree on every architecture, and a cross-built binary cannot run here.
+package: $(TOOLS)/nfpm gendocs ## .deb packages for PACKAGE_ARCHS (amd64 arm64) into DISTDIR (bin/dist)
+	@mkdir -p $(DISTDIR) $(PKGBUILD)
+	packaging/changelog.sh '$(VERSION)' "$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" | gzip -9n > $(PKGBUILD)/changelog.gz
 	@set -e; for arch in $(PACKAGE_ARCHS); do \
 		echo "building linux/$$arch"; \
 		CGO_ENABLED=$(PACKAGE_CGO) GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(VERSION_LDFLAGS)' -o $(PKGBUILD)/$$arch/ ./cmd/fulcrumd ./cmd/fulcrumctl; \
-		ARCH=$$arch VERSION='$(VERSION)' PKGBUILD='$(PKGBUILD)' $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target $(DISTDIR)/; \
+		ARCH=$$arch VERSION='$(VERSION)' PKGBUILD='$(PKGBUILD)' GENDOCS='$(GENDOCS)' $(TOOLS)/nfpm package --config packaging/nfpm.yaml --packager deb --target $(DISTDIR)/; \
 	done
 	@ls -l $(DISTDIR)/*.deb
+
+# `make package` and lintian on the amd64 .deb, failing on any lintian error (CI runs it;
+# installs lintian with apt-get when run as root without it).
+.PHONY: package-check
+package-check: ## make package for amd64, then lintian (errors fail; warnings are printed)
+	@if ! command -v lintian >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends lintian >/dev/null; \
+		else echo "package-check needs lintian: apt-get install lintian (as root)"; exit 1; fi; \
+	fi
+	rm -rf $(BIN)/dist-check
+	$(MAKE) package PACKAGE_ARCHS=amd64 DISTDIR=$(BIN)/dist-check
+	lintian --fail-on error --tag-display-limit 0 $(BIN)/dist-check/*_amd64.deb
 
 # ---- reliability (docs/reliability.md) ----------------------------------------------------
 # Execution-count budgets, not durations: Go 1.26's fuzz coordinator can report a spurious

@@ -64,7 +64,7 @@ echo "managed: fulcrumd + $TRAIN + $INFER (batch $BATCH, $RATE req/s, budget ${L
 fpid=$!
 pids+=($fpid)
 wait_for "$W/run/worker.sock" "fulcrumd's socket"
-run_pair managed --socket "$W/run/worker.sock"
+run_pair managed --worker-socket "$W/run/worker.sock"
 kill -TERM "$fpid"
 wait "$fpid" || true
 

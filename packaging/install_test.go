@@ -2,7 +2,9 @@ package packaging
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -69,7 +71,7 @@ func TestMakeInstall(t *testing.T) {
 	dest := t.TempDir()
 	runMake(t, "install", "DESTDIR="+dest)
 
-	docs := []string{"README.md", "install.md", "fleet.md", "board-layer.md", "profiler.md", "runtime.md", "protocol.md", "fulcrum.yaml.example", "fulcrumd-metrics.conf"}
+	docs := []string{"README.md", "LICENSE", "install.md", "fleet.md", "board-layer.md", "profiler.md", "runtime.md", "protocol.md", "operations.md", "api.md", "fulcrum.yaml.example", "fulcrumd-metrics.conf"}
 	want := map[string]fs.FileMode{
 		"/usr/local/bin/fulcrumd":              0o755,
 		"/usr/local/bin/fulcrumctl":            0o755,
@@ -81,7 +83,27 @@ func TestMakeInstall(t *testing.T) {
 	for _, d := range docs {
 		want["/usr/local/share/doc/fulcrum/"+d] = 0o644
 	}
+	// Man pages and completions (make gendocs): one page per command, so the exact set
+	// follows fulcrumctl's commands; these must be there, and every page is a man page.
+	for _, p := range []string{
+		"/usr/local/share/man/man1/fulcrumd.1.gz", "/usr/local/share/man/man1/fulcrumctl.1.gz",
+		"/usr/local/share/man/man1/fulcrumctl-budget-set.1.gz", "/usr/local/share/man/man1/fulcrumctl-status.1.gz",
+		"/usr/local/share/bash-completion/completions/fulcrumd", "/usr/local/share/bash-completion/completions/fulcrumctl",
+		"/usr/local/share/zsh/site-functions/_fulcrumd", "/usr/local/share/zsh/site-functions/_fulcrumctl",
+		"/usr/local/share/fish/vendor_completions.d/fulcrumd.fish", "/usr/local/share/fish/vendor_completions.d/fulcrumctl.fish",
+	} {
+		want[p] = 0o644
+	}
 	got := tree(t, dest)
+	for p, m := range got {
+		if strings.HasPrefix(p, "/usr/local/share/man/man1/fulcrumctl-") && strings.HasSuffix(p, ".1.gz") {
+			want[p] = 0o644
+			if m != 0o644 {
+				t.Errorf("%s: mode %v", p, m)
+			}
+		}
+	}
+	checkManPage(t, filepath.Join(dest, "usr/local/share/man/man1/fulcrumctl-budget-set.1.gz"), "fulcrumctl-budget-set", "--workload")
 	for p, m := range want {
 		if gm, ok := got[p]; !ok {
 			t.Errorf("missing %s", p)
@@ -179,6 +201,34 @@ func verifyUnit(t *testing.T, dest, unit string) {
 	}
 	if err != nil {
 		t.Fatalf("systemd-analyze: %v", err)
+	}
+}
+
+// checkManPage gunzips a man page and checks its header, name and that it documents want.
+func checkManPage(t *testing.T, p, name, want string) {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Errorf("%s: not gzip: %v", p, err)
+		return
+	}
+	if zr.Name != "" || !zr.ModTime.IsZero() {
+		t.Errorf("%s: gzip header has name %q, time %v; want neither (gzip -n)", p, zr.Name, zr.ModTime)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Errorf("%s: %v", p, err)
+		return
+	}
+	page := string(raw)
+	if !strings.Contains(page, ".TH \""+strings.ToUpper(name)+"\" \"1\"") || !strings.Contains(page, ".SH NAME\n"+name+" - ") || !strings.Contains(page, want) {
+		t.Errorf("%s: want a section-1 page for %s mentioning %s:\n%.600s", p, name, want, page)
 	}
 }
 

@@ -37,7 +37,10 @@ type PowerReading struct {
 type ThermalZone struct {
 	Zone    string  `json:"zone"`
 	Celsius float64 `json:"celsius"`
-	Err     string  `json:"error,omitempty"`
+	// TripC is the zone's lowest passive trip point (where the kernel or the firmware
+	// starts to cap clocks), 0 when the zone has none.
+	TripC float64 `json:"trip_c,omitempty"`
+	Err   string  `json:"error,omitempty"`
 }
 
 // Snapshot is a board's state as found, enough to put it back: which backend took it,

@@ -54,6 +54,8 @@ func TestDetect(t *testing.T) {
 	plainConf := "< POWER_MODEL ID=0 NAME=15W >\n< POWER_MODEL ID=1 NAME=7W >\n"
 	nxSuperConf := "< POWER_MODEL ID=0 NAME=MAXN_SUPER >\n< POWER_MODEL ID=1 NAME=10W >\n< POWER_MODEL ID=2 NAME=15W >\n< POWER_MODEL ID=3 NAME=25W >\n< POWER_MODEL ID=4 NAME=40W >\n"
 	nxConf := "< POWER_MODEL ID=0 NAME=MAXN >\n< POWER_MODEL ID=1 NAME=10W >\n< POWER_MODEL ID=2 NAME=15W >\n< POWER_MODEL ID=3 NAME=25W >\n"
+	nano4Conf := "< POWER_MODEL ID=0 NAME=10W >\n< POWER_MODEL ID=1 NAME=7W_AI >\n< POWER_MODEL ID=2 NAME=7W_CPU >\n"
+	nano4SuperConf := "< POWER_MODEL ID=0 NAME=10W >\n< POWER_MODEL ID=1 NAME=25W >\n< POWER_MODEL ID=2 NAME=MAXN_SUPER >\n"
 	nxDT := func() map[string]string {
 		return dt("NVIDIA Jetson Orin NX Engineering Reference Developer Kit", "nvidia,p3768-0000+p3767-0000", "nvidia,p3767-0000", "nvidia,tegra234")
 	}
@@ -86,6 +88,15 @@ func TestDetect(t *testing.T) {
 			powermode.BoardInfo{Name: "orin-nano-8gb-super", Model: "Custom Orin Nano", Module: "p3767-0003", SoC: "tegra234"}},
 		{"orin nano production module, plain conf", with(dt("Custom Orin Nano", "nvidia,p3509-0000+p3767-0003", "nvidia,p3767-0003", "nvidia,tegra234"), "/etc/nvpmodel.conf", plainConf),
 			powermode.BoardInfo{Name: "orin-nano-8gb", Model: "Custom Orin Nano", Module: "p3767-0003", SoC: "tegra234"}},
+		// A JetPack 6.2 devkit whose device tree does not say "-super": the conf decides.
+		{"orin nano devkit, plain compatible, super names", with(dt("NVIDIA Jetson Orin Nano Developer Kit", "nvidia,p3768-0000+p3767-0005", "nvidia,p3767-0005", "nvidia,tegra234"), "/etc/nv_tegra_release", r36, "/etc/nvpmodel.conf", superConf),
+			powermode.BoardInfo{Name: "orin-nano-8gb-super", Model: "NVIDIA Jetson Orin Nano Developer Kit", Module: "p3767-0005", SoC: "tegra234", L4T: "R36.4.3"}},
+		{"orin nano 4gb, plain conf", with(dt("NVIDIA Jetson Orin Nano Engineering Reference Developer Kit", "nvidia,p3768-0000+p3767-0004", "nvidia,p3767-0004", "nvidia,tegra234"), "/etc/nv_tegra_release", r36, "/etc/nvpmodel.conf", nano4Conf),
+			powermode.BoardInfo{Name: "orin-nano-4gb", Model: "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit", Module: "p3767-0004", SoC: "tegra234", L4T: "R36.4.3"}},
+		{"orin nano 4gb, plain compatible, super names", with(dt("NVIDIA Jetson Orin Nano Engineering Reference Developer Kit", "nvidia,p3768-0000+p3767-0004", "nvidia,p3767-0004", "nvidia,tegra234"), "/etc/nv_tegra_release", r36, "/etc/nvpmodel.conf", nano4SuperConf),
+			powermode.BoardInfo{Name: "orin-nano-4gb-super", Model: "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit", Module: "p3767-0004", SoC: "tegra234", L4T: "R36.4.3"}},
+		{"xavier nx emmc jp5", with(dt("NVIDIA Jetson Xavier NX Developer Kit (eMMC)", "nvidia,p3509-0000+p3668-0001", "nvidia,tegra194"), "/etc/nv_tegra_release", r35),
+			powermode.BoardInfo{Name: "xavier-nx", Model: "NVIDIA Jetson Xavier NX Developer Kit (eMMC)", Module: "p3668-0001", SoC: "tegra194", L4T: "R35.4.1"}},
 		{"agx xavier jp4, model without NUL", with(map[string]string{"/proc/device-tree/model": "Jetson-AGX", "/proc/device-tree/compatible": "nvidia,p2972-0000\x00nvidia,galen\x00nvidia,tegra194\x00"}, "/etc/nv_tegra_release", r32),
 			powermode.BoardInfo{Name: "agx-xavier", Model: "Jetson-AGX", Module: "p2972-0000", SoC: "tegra194", L4T: "R32.7.1"}},
 	} {
@@ -122,8 +133,8 @@ func TestDetectErrors(t *testing.T) {
 			[]string{"not a Jetson", "Raspberry Pi 4 Model B Rev 1.4", "brcm,bcm2711", "fulcrumctl sim board"}},
 		{"model but no compatible", map[string]string{"/proc/device-tree/model": "Some board\x00"}, powermode.ErrNotJetson,
 			[]string{"Some board"}},
-		{"orin nano 4gb", dt("NVIDIA Jetson Orin Nano 4GB", "nvidia,p3768-0000+p3767-0004", "nvidia,p3767-0004", "nvidia,tegra234"), powermode.ErrUnknownBoard,
-			[]string{"p3767-0004", "NVIDIA Jetson Orin Nano 4GB", "agx-orin-64gb", "orin-nano-8gb-super", "configs/boards"}},
+		{"jetson nano (tegra210)", dt("NVIDIA Jetson Nano Developer Kit", "nvidia,p3449-0000-b00+p3448-0000-b00", "nvidia,jetson-nano", "nvidia,tegra210"), powermode.ErrUnknownBoard,
+			[]string{"p3448-0000", "NVIDIA Jetson Nano Developer Kit", "agx-orin-64gb", "orin-nano-8gb-super", "configs/boards"}},
 		{"tx2", dt("quill", "nvidia,p2771-0000", "nvidia,tegra186"), powermode.ErrUnknownBoard,
 			[]string{"p2771-0000", "known boards are agx-orin-32gb"}},
 		{"bad release", with(dt("NVIDIA Jetson AGX Orin", "nvidia,p3701-0005", "nvidia,tegra234"), "/etc/nv_tegra_release", "R36.4.3\n"), nil,

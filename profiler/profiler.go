@@ -170,11 +170,11 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 	for {
 		d, err := p.Runner.RunMinibatch(ctx, workload, role, batch)
 		if err != nil {
-			smp.stop()
+			_, _, _ = smp.stop()
 			return store.Profile{}, fmt.Errorf("profile %s: minibatch %d: %w", key, len(times)+1, err)
 		}
 		if d <= 0 {
-			smp.stop()
+			_, _, _ = smp.stop()
 			return store.Profile{}, fmt.Errorf("profile %s: minibatch %d: the runner reported a duration of %s, want a positive one", key, len(times)+1, d)
 		}
 		times = append(times, float64(d)/float64(time.Millisecond))
@@ -183,7 +183,7 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 			break
 		}
 	}
-	power, powerErr := smp.stop()
+	power, throttled, powerErr := smp.stop()
 	finished := clk.Now()
 	if len(power) == 0 {
 		return store.Profile{}, fmt.Errorf("profile %s: no board power reading succeeded while %d minibatches ran (last error: %v): check the power sensors (fulcrumctl board power)", key, len(times), powerErr)
@@ -203,6 +203,11 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 		PowerMW: store.PowerStats{Mean: pMean, Stddev: pSD},
 		Samples: sum.N, PowerSamples: len(power), Warmup: warm,
 		StartedAt: started.UTC(), FinishedAt: finished.UTC(), RSE: rse, Source: p.source(),
+		Throttled: throttled,
+	}
+	if throttled != nil {
+		p.logger().Warn("the board throttled while this profile was measured: it is stored marked throttled, with the numbers of the clocks the board ran; profile it again when the board is cool (fulcrumd re-measures it live when it runs cool)",
+			"key", key.String(), "gpu_hz_min", throttled.GPUHzMin, "readings", throttled.Readings)
 	}
 	if sum.N >= o.MaxSamples && rse > o.TargetRSE {
 		p.logger().Warn("sample cap reached before the target precision", "key", key.String(), "samples", sum.N, "rse", rse, "target_rse", o.TargetRSE)
@@ -215,13 +220,15 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 
 // powerSampler reads board power every interval, from the moment it starts (the first
 // measured minibatch is about to run) until stop (the last one has returned). It reads
-// immediately at start, so even a single short minibatch gets a reading.
+// immediately at start, so even a single short minibatch gets a reading. Where the
+// backend reads heat it notes throttling at each reading too.
 type powerSampler struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	mu      sync.Mutex
-	samples []float64
-	lastErr error
+	cancel    context.CancelFunc
+	done      chan struct{}
+	mu        sync.Mutex
+	samples   []float64
+	lastErr   error
+	throttled *store.Throttled
 }
 
 func startPowerSampler(ctx context.Context, b powermode.Backend, interval time.Duration) *powerSampler {
@@ -233,7 +240,16 @@ func startPowerSampler(ctx context.Context, b powermode.Backend, interval time.D
 		defer t.Stop()
 		for {
 			r, err := b.Power(ctx)
+			var heat *powermode.HeatReading
+			if hs, ok := b.(powermode.HeatSensor); ok {
+				if h, herr := hs.Heat(ctx); herr == nil {
+					heat = &h
+				}
+			}
 			s.mu.Lock()
+			if heat != nil {
+				s.throttled = store.NoteHeat(s.throttled, *heat)
+			}
 			switch {
 			case err != nil && ctx.Err() == nil:
 				s.lastErr = err
@@ -251,11 +267,12 @@ func startPowerSampler(ctx context.Context, b powermode.Backend, interval time.D
 	return s
 }
 
-// stop ends sampling and returns the readings in milliwatts and the last read error.
-func (s *powerSampler) stop() ([]float64, error) {
+// stop ends sampling and returns the readings in milliwatts, the throttling seen (nil:
+// none) and the last read error.
+func (s *powerSampler) stop() ([]float64, *store.Throttled, error) {
 	s.cancel()
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.samples, s.lastErr
+	return s.samples, s.throttled, s.lastErr
 }

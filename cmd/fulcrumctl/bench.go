@@ -74,8 +74,8 @@ same with every set of m training workloads sharing the training time equally.`,
 	seed := f.Uint64("seed", 1, "random seed (results depend only on it, not on --parallel)")
 	parallel := f.Int("parallel", runtime.NumCPU(), "worker goroutines")
 	board := f.String("board", "agx-orin-64gb", "catalog board whose nvpmodel presets are snapped into the table's space (GMD start, preset baseline)")
-	format := f.String("format", "table", "output format: table, json or csv (--json is --format json)")
-	asJSON := f.Bool("json", false, "print JSON, as every fulcrumctl command's --json does (same as --format json)")
+	format := f.String("format", "table", "output format: table, json or csv (same as -o)")
+	outFmt := addOutputFlag(cmd, "table", "json", "csv").withFormatAlias(format)
 	maxProfiles := f.Int("max-profiles", 0, "profile budget per searcher run (0: each searcher's default)")
 	quantile := f.Float64("quantile", plan.DefaultQuantile, "latency quantile the budgets apply to")
 	defRules := control.DecisionRules(control.DefaultConfig(), sched.DefaultConfig())
@@ -95,15 +95,11 @@ same with every set of m training workloads sharing the training time equally.`,
 		if *truthPath == "" {
 			return errors.New("--truth is required: a ground-truth CSV, e.g. from `fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv`")
 		}
-		if *asJSON {
-			if f.Changed("format") && *format != "json" {
-				return fmt.Errorf("--json and --format %s contradict: give one", *format)
-			}
-			*format = "json"
+		chosen, ferr := outFmt.Format()
+		if ferr != nil {
+			return ferr
 		}
-		if *format != "table" && *format != "json" && *format != "csv" {
-			return fmt.Errorf("--format %q: want table, json or csv", *format)
-		}
+		*format = chosen
 		if *streams < 1 {
 			return fmt.Errorf("--streams %d: want 1 (pairs) or more", *streams)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/units"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
@@ -122,7 +123,7 @@ func boardNvpmodel(bp *nvpmodel.BoardPresets) *nvpmodelJSON {
 
 func newBoardInfoCmd() *cobra.Command {
 	var root string
-	var asJSON bool
+	var outFmt *outputFlag
 	cmd := &cobra.Command{
 		Use:   "info",
 		Short: "Show the board, its mode space, the current mode, power and temperatures",
@@ -155,16 +156,14 @@ func newBoardInfoCmd() *cobra.Command {
 			} else {
 				out.Nvpmodel = boardNvpmodel(bp)
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+			if ok, err := outFmt.Print(cmd.OutOrStdout(), out); ok {
+				return err
 			}
 			return printBoardInfo(cmd.OutOrStdout(), &out)
 		},
 	}
 	boardRootFlag(cmd, &root)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	outFmt = addOutputFlag(cmd, "table", "json", "yaml")
 	return cmd
 }
 
@@ -181,7 +180,7 @@ func printBoardInfo(w io.Writer, in *boardInfoJSON) error {
 	fmt.Fprintf(tw, "space\t%d modes\n", in.SpaceSize)
 	fmt.Fprintf(tw, "current\t%s\t(%s)\n", in.Current.Human(), in.Current)
 	if in.Power != nil {
-		fmt.Fprintf(tw, "power\t%.0f mW total\n", in.Power.TotalMW)
+		fmt.Fprintf(tw, "power\t%s total\n", units.Watts(in.Power.TotalMW)) // W, as status and budgets print it
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -270,7 +269,8 @@ func orDash(s string) string {
 
 func newBoardModesCmd() *cobra.Command {
 	var root string
-	var asJSON, count bool
+	var count bool
+	var outFmt *outputFlag
 	cmd := &cobra.Command{
 		Use:   "modes",
 		Short: "List every power mode of the board (or, with --count, how many there are)",
@@ -282,9 +282,20 @@ func newBoardModesCmd() *cobra.Command {
 			}
 			sp := be.Space()
 			w := cmd.OutOrStdout()
+			format, err := outFmt.Format()
+			if err != nil {
+				return err
+			}
+			asJSON := format != "table"
+			encode := func(v any) error {
+				if format == "yaml" {
+					return printYAML(w, v)
+				}
+				return json.NewEncoder(w).Encode(v) // compact: one line per answer
+			}
 			switch {
 			case count && asJSON:
-				return json.NewEncoder(w).Encode(map[string]int{"space_size": sp.Size()})
+				return encode(map[string]int{"space_size": sp.Size()})
 			case count:
 				_, err := fmt.Fprintln(w, sp.Size())
 				return err
@@ -301,7 +312,7 @@ func newBoardModesCmd() *cobra.Command {
 						presets = append(presets, preset{ns[i], sp.Snap(ms[i])})
 					}
 				}
-				return json.NewEncoder(w).Encode(struct {
+				return encode(struct {
 					Levels    powermode.Levels `json:"levels"`
 					SpaceSize int              `json:"space_size"`
 					Modes     []powermode.Mode `json:"modes"`
@@ -317,7 +328,7 @@ func newBoardModesCmd() *cobra.Command {
 		},
 	}
 	boardRootFlag(cmd, &root)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: levels, space_size, every mode and the nvpmodel presets reachable without a reboot")
+	outFmt = addOutputFlag(cmd, "table", "json", "yaml") // json, yaml: levels, space_size, every mode and the nvpmodel presets reachable without a reboot
 	cmd.Flags().BoolVar(&count, "count", false, "print only the number of modes")
 	return cmd
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -159,7 +158,8 @@ func readBundleFile(path string) (*bundle.Bundle, error) {
 
 func newBundleImportCmd() *cobra.Command {
 	var root string
-	var force, overwrite, asJSON bool
+	var force, overwrite bool
+	var outFmt *outputFlag
 	cmd := &cobra.Command{
 		Use:   "import FILE",
 		Short: "Store a bundle's profiles and models, after checking it was made on this board model and L4T release",
@@ -192,10 +192,8 @@ stored profile or model that differs from the bundle's also refuses the import u
 				return err
 			}
 			w := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+			if ok, err := outFmt.Print(w, res); ok {
+				return err
 			}
 			if len(res.Forced) > 0 {
 				fmt.Fprintf(w, "warning: imported despite a different %s (--force)\n", strings.Join(res.Forced, " and "))
@@ -208,12 +206,13 @@ stored profile or model that differs from the bundle's also refuses the import u
 	boardRootFlag(cmd, &root)
 	cmd.Flags().BoolVar(&force, "force", false, "import even if the board model or L4T release differs")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace stored profiles and models that differ from the bundle's")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	outFmt = addOutputFlag(cmd, "table", "json", "yaml")
 	return cmd
 }
 
 func newBundleInspectCmd() *cobra.Command {
-	return &cobra.Command{
+	var outFmt *outputFlag
+	cmd := &cobra.Command{
 		Use:   "inspect FILE",
 		Short: "Check a bundle file and print its board, counts and checksum",
 		Args:  cobra.ExactArgs(1),
@@ -227,6 +226,14 @@ func newBundleInspectCmd() *cobra.Command {
 				workloads[p.Workload+" "+string(p.Role)]++
 			}
 			w := cmd.OutOrStdout()
+			summary := bundleSummary{File: args[0], FormatVersion: b.FormatVersion, Checksum: b.Checksum, CreatedAt: b.CreatedAt,
+				Identity: b.Identity, Profiles: len(b.Profiles), ByWorkload: workloads, Models: slices.Sorted(maps.Keys(b.Models))}
+			if summary.Models == nil {
+				summary.Models = []string{}
+			}
+			if ok, err := outFmt.Print(w, summary); ok {
+				return err
+			}
 			fmt.Fprintf(w, "bundle    %s (format %d, checksum ok: %s)\n", args[0], b.FormatVersion, b.Checksum)
 			fmt.Fprintf(w, "created   %s\n", b.CreatedAt.Format(time.RFC3339))
 			fmt.Fprintf(w, "board     %s — %s, module %s, %s, L4T %s\n", shown(b.Identity.Board), orDash(b.Identity.Model), orDash(b.Identity.Module), orDash(b.Identity.SoC), orDash(b.Identity.L4T))
@@ -241,4 +248,19 @@ func newBundleInspectCmd() *cobra.Command {
 			return nil
 		},
 	}
+	outFmt = addOutputFlag(cmd, "table", "json", "yaml")
+	return cmd
+}
+
+// bundleSummary is what bundle inspect prints with -o json or yaml (the checksum was
+// verified on reading).
+type bundleSummary struct {
+	File          string         `json:"file"`
+	FormatVersion int            `json:"format_version"`
+	Checksum      string         `json:"checksum"`
+	CreatedAt     time.Time      `json:"created_at"`
+	Identity      any            `json:"identity"`
+	Profiles      int            `json:"profiles"`
+	ByWorkload    map[string]int `json:"profiles_by_workload"`
+	Models        []string       `json:"models"`
 }

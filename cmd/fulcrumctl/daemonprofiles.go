@@ -29,9 +29,13 @@ func newDaemonCmd() *cobra.Command {
 
 	ls := &cobra.Command{Use: "ls", Short: "List stored profiles", Args: cobra.NoArgs}
 	lsFilter := remoteFilterFlags(ls)
-	lsJSON := ls.Flags().Bool("json", false, "print a JSON array of profile records")
+	lsFmt := addOutputFlag(ls, "table", "json", "yaml")
 	ls.RunE = func(cmd *cobra.Command, _ []string) error {
 		f, err := lsFilter()
+		if err != nil {
+			return err
+		}
+		format, err := lsFmt.Format()
 		if err != nil {
 			return err
 		}
@@ -41,7 +45,7 @@ func newDaemonCmd() *cobra.Command {
 		if err != nil {
 			return explain("profiles", err)
 		}
-		if err := printProfiles(cmd.OutOrStdout(), ps, *lsJSON); err != nil || *lsJSON {
+		if err := printProfiles(cmd.OutOrStdout(), ps, format); err != nil || format != "table" {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "%d profile(s) in fulcrumd at %s\n", len(ps), c.Socket())
@@ -51,6 +55,8 @@ func newDaemonCmd() *cobra.Command {
 	export := &cobra.Command{Use: "export", Short: "Export stored profiles (CSV: the ground-truth table plus lossless columns; or JSON)", Args: cobra.NoArgs}
 	exFilter := remoteFilterFlags(export)
 	exFormat := export.Flags().String("format", "csv", "csv or json")
+	// -o and --output are this command's file (--out) already: --json is the alias here.
+	exJSON := export.Flags().Bool("json", false, "same as --format json")
 	exOut := export.Flags().StringP("out", "o", "-", "file to write (- for stdout)")
 	// --out is every fulcrumctl command's name for the file written; --output was this one's.
 	export.Flags().StringVar(exOut, "output", "-", "")
@@ -60,6 +66,12 @@ func newDaemonCmd() *cobra.Command {
 		f, err := exFilter()
 		if err != nil {
 			return err
+		}
+		if *exJSON {
+			if cmd.Flags().Changed("format") && *exFormat != "json" {
+				return fmt.Errorf("--json and --format %s contradict: give one", *exFormat)
+			}
+			*exFormat = "json"
 		}
 		format, err := store.ParseFormat(*exFormat)
 		if err != nil {

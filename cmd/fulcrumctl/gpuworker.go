@@ -81,7 +81,7 @@ func openCUDA(lib string) (*cuda.Driver, error) {
 
 func newGPUWorkerCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "worker --role train|infer [--socket PATH] [--kernel compute|memory]",
+		Use:   "worker --role train|infer [--worker-socket PATH] [--kernel compute|memory]",
 		Short: "Run a synthetic training or inference worker whose minibatches are GPU kernels",
 		Long: `worker is fulcrumctl sim worker on a real GPU: each minibatch runs a CUDA kernel
 (compute: an FMA loop; memory: a STREAM-style triad) for the time the flags give,
@@ -100,7 +100,8 @@ At the end it prints the same JSON report as fulcrumctl sim worker.`,
 	var o gpuWorkerOptions
 	f.StringVar(&o.Role, "role", "", "train or infer (required)")
 	f.StringVar(&o.Workload, "workload", "", "workload name to register (default gpu-KERNEL-ROLE)")
-	f.StringVar(&o.Socket, "socket", "", "fulcrumd's worker socket; empty runs unmanaged")
+	f.StringVar(&o.Socket, "worker-socket", "", "fulcrumd's worker socket; empty runs unmanaged")
+	workerSocketAlias(cmd, &o.Socket)
 	f.IntVar(&o.Batch, "batch", 0, "training: samples per minibatch (default 32); inference: batch to serve (default 8)")
 	f.Float64Var(&o.TrainMS, "train-ms", 100, "training minibatch time (ms) at the calibration clocks")
 	f.Float64Var(&o.InferMS, "infer-ms", 5, "inference batch time, fixed part (ms)")

@@ -31,7 +31,7 @@ probe: a board or store failure is a reason not to be ready, not to be restarted
 	client := addSocketFlag(cmd)
 	live := cmd.Flags().Bool("live", false, "only require the control loop (liveness), not the board and store")
 	timeout := cmd.Flags().Duration("timeout", 10*time.Second, "give up after this long (a stuck fulcrumd is not healthy)")
-	asJSON := cmd.Flags().Bool("json", false, "print the answer as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
 		defer cancel()
@@ -41,12 +41,10 @@ probe: a board or store failure is a reason not to be ready, not to be restarted
 		if err != nil {
 			return fmt.Errorf("health: %w", err)
 		}
-		if *asJSON {
-			if err := printJSON(cmd.OutOrStdout(), h); err != nil {
-				return err
-			}
-		} else {
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), h); !ok {
 			writeHealth(cmd.OutOrStdout(), h)
+		} else if err != nil {
+			return err
 		}
 		ok := h.Ready
 		if *live {

@@ -11,11 +11,17 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
+	"github.com/fulcrum-edge/fulcrum/internal/gendocs"
 )
 
 func main() {
+	// `fulcrumctl __gendocs DIR`: man pages and completions for make package/install.
+	if ok, code := gendocs.Main(os.Args, newRootCmd); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
@@ -46,13 +52,46 @@ simulated board's tree.`,
 		newBenchCmd(),
 		newBundleCmd(),
 		newGPUCmd(),
-		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newDaemonCmd(), newHealthCmd(),
+		newStatusCmd(), newBudgetCmd(), newWorkersCmd(), newModeCmd(), newOptimizeCmd(), newEventsCmd(), newWatchCmd(), newTopCmd(), newDaemonCmd(), newHealthCmd(),
 	)
 	// cobra adds its completion command only when the root executes; add it now so that
 	// `completion bogus` fails like every other group.
 	root.InitDefaultCompletionCmd()
+	root.SetHelpCommand(newHelpCmd())
 	requireKnownSubcommands(root)
 	return root
+}
+
+// newHelpCmd is cobra's help command, except that an unknown topic fails (exit 1):
+// cobra's prints "Unknown help topic" and exits 0, so a script cannot tell.
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help prints the help of any command: fulcrumctl help budget set.",
+		ValidArgsFunction: func(c *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			cmd, _, err := c.Root().Find(args)
+			if err != nil || cmd == nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []string
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() {
+					names = append(names, sub.Name())
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err == nil && cmd != nil && len(rest) == 0 {
+				cmd.InitDefaultHelpFlag()
+				cmd.InitDefaultVersionFlag()
+				return cmd.Help()
+			}
+			return fmt.Errorf("unknown help topic %q: fulcrumctl help lists the commands", strings.Join(args, " "))
+		},
+	}
 }
 
 // requireKnownSubcommands makes every command group (subcommands, no action of its own)
@@ -65,7 +104,15 @@ func requireKnownSubcommands(cmd *cobra.Command) {
 	if !cmd.HasSubCommands() || cmd.Runnable() || !cmd.HasParent() {
 		return
 	}
-	cmd.Args = func(c *cobra.Command, args []string) error {
+	// The group parses no flags of its own: with parsing, "budget sett --latency 10ms"
+	// failed on the flag ("unknown flag: --latency") before the misspelt command.
+	cmd.DisableFlagParsing = true
+	cmd.Args = func(c *cobra.Command, raw []string) error {
+		args, unknown := splitGroupArgs(c, raw)
+		if len(args) == 0 && unknown != "" {
+			return fmt.Errorf("unknown flag %s for %q: flags go after a subcommand, e.g. %s %s %s\n\n%s",
+				unknown, c.CommandPath(), c.CommandPath(), firstSubcommand(c), unknown, c.UsageString())
+		}
 		if len(args) == 0 {
 			return nil
 		}
@@ -79,4 +126,51 @@ func requireKnownSubcommands(cmd *cobra.Command) {
 		return fmt.Errorf("%s\n\n%s", msg, c.UsageString())
 	}
 	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+}
+
+// splitGroupArgs splits a command group's unparsed arguments into its positional ones
+// and the first flag it does not know. A flag it knows (--socket, --help) takes its
+// value as the flag set says; an unknown one takes the next word unless that is a flag,
+// as pflag does with unknown flags allowed.
+func splitGroupArgs(c *cobra.Command, raw []string) (args []string, unknown string) {
+	for i := 0; i < len(raw); i++ {
+		a := raw[i]
+		if a == "--" {
+			return append(args, raw[i+1:]...), unknown
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			args = append(args, a)
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		var fl *pflag.Flag
+		if strings.HasPrefix(a, "--") {
+			fl = c.Flags().Lookup(name)
+		} else if len(name) == 1 {
+			fl = c.Flags().ShorthandLookup(name)
+		}
+		takesValue := fl == nil || fl.NoOptDefVal == ""
+		if fl == nil && unknown == "" && name != "help" && name != "h" {
+			unknown = a
+		}
+		if !hasValue && takesValue && i+1 < len(raw) && !strings.HasPrefix(raw[i+1], "-") {
+			i++ // the flag's value
+		}
+	}
+	return args, unknown
+}
+
+// firstSubcommand names a group's first subcommand that takes flags (for examples).
+func firstSubcommand(c *cobra.Command) string {
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() && sub.Name() == "set" {
+			return sub.Name()
+		}
+	}
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			return sub.Name()
+		}
+	}
+	return "SUBCOMMAND"
 }

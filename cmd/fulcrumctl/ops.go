@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -42,6 +42,26 @@ func addSocketFlag(cmd *cobra.Command) func() *api.Client {
 	return func() *api.Client { return api.NewClient(*p) }
 }
 
+// workerSocketAlias keeps a worker command's old --socket (the worker socket there, the
+// control socket everywhere else) as a deprecated alias of --worker-socket.
+func workerSocketAlias(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVar(p, "socket", "", "fulcrumd's worker socket (deprecated: --worker-socket)")
+	_ = cmd.Flags().MarkHidden("socket")
+	_ = cmd.MarkFlagFilename("worker-socket", "sock")
+	// Noted on stderr here: cobra's deprecation note goes to the command's output, where
+	// the worker prints its JSON report.
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(c *cobra.Command, args []string) error {
+		if c.Flags().Changed("socket") {
+			fmt.Fprintln(c.ErrOrStderr(), "fulcrumctl: --socket is deprecated here: use --worker-socket (--socket is fulcrumd's control socket in the other commands)")
+		}
+		if prev != nil {
+			return prev(c, args)
+		}
+		return nil
+	}
+}
+
 // explain turns a daemon error into the user's problem and its fix.
 func explain(what string, err error) error {
 	var ae *api.Error
@@ -61,6 +81,23 @@ func explain(what string, err error) error {
 	return fmt.Errorf("%s failed in fulcrumd: %s (see journalctl -u fulcrumd)", what, shown(ae.Message))
 }
 
+// flagWords rewords a daemon's budget error in fulcrumctl's flags: an operator typed
+// --latency, not latency_ms. Other errors pass unchanged.
+func flagWords(err error) error {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	// Longest first where one name starts another; the replaced text is not scanned again.
+	words := strings.NewReplacer(
+		"rate_auto = true", "--rate auto", "rate_auto = false", "a --rate", "rate_auto", "--rate auto",
+		"latency_ms", "--latency", "power_mw", "--power", "rate_rps", "--rate", "train_weight", "--weight",
+		"rho_max", "--rho-max", "shared = true", "--shared", "without workload", "without --workload")
+	out := *ae
+	out.Message = words.Replace(ae.Message)
+	return &out
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -76,8 +113,9 @@ func budgetRate(s string) (auto bool, rps float64, err error) {
 		return true, 0, nil
 	}
 	v, perr := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSuffix(s, "/s"), "rps"), 64)
-	if perr != nil || v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-		return false, 0, fmt.Errorf("--rate %q: want auto (measure it) or requests per second, %g to %g", s, plan.MinRateRPS, plan.MaxRateRPS)
+	if perr != nil || !(v >= plan.MinRateRPS) || v > plan.MaxRateRPS {
+		// Checked here: the daemon's message names rate_rps and rate_auto.
+		return false, 0, fmt.Errorf("--rate %s: want auto (measure it) or requests per second, %g to %g", s, plan.MinRateRPS, plan.MaxRateRPS)
 	}
 	return false, v, nil
 }
@@ -85,13 +123,13 @@ func budgetRate(s string) (auto bool, rps float64, err error) {
 // budgetQuantile reads 0.99 or p99 / p99.9.
 func budgetQuantile(s string) (float64, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
-	div := 1.0
+	given, div := s, 1.0
 	if rest, ok := strings.CutPrefix(s, "p"); ok {
 		s, div = rest, 100
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("--quantile %q: want a fraction like 0.99 or p99 (valid %g to %g)", s, plan.MinQuantile, plan.MaxQuantile)
+	if err != nil || !(v/div >= plan.MinQuantile) || v/div > plan.MaxQuantile {
+		return 0, fmt.Errorf("--quantile %s: want a fraction like 0.99 or p99 (valid %g to %g)", given, plan.MinQuantile, plan.MaxQuantile)
 	}
 	return v / div, nil
 }
@@ -105,7 +143,7 @@ func newStatusCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	client := addSocketFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print the status as JSON (GET /v1/status)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -113,8 +151,8 @@ func newStatusCmd() *cobra.Command {
 		if err != nil {
 			return explain("status", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), st)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), st); ok {
+			return err
 		}
 		return writeStatus(cmd.OutOrStdout(), st)
 	}
@@ -205,6 +243,7 @@ func writeStatus(w io.Writer, st api.Status) error {
 	} else {
 		fmt.Fprintf(tw, "power\tno power sensors\n")
 	}
+	writeHeat(tw, st.Heat)
 	state := "ok"
 	if st.Degraded {
 		state = "DEGRADED: " + shown(st.DegradedReason)
@@ -297,7 +336,7 @@ func newBudgetCmd() *cobra.Command {
 
 func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
 	cmd := &cobra.Command{Use: "get", Short: "Show the budgets in force", Args: cobra.NoArgs}
-	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/budgets)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -305,8 +344,8 @@ func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
 		if err != nil {
 			return explain("budget get", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), b)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), b); ok {
+			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), shownBudgets(b))
 		return nil
@@ -335,17 +374,27 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	workload := f.String("workload", "", "set one workload's own budgets (the name its worker registers): --latency and --rate for an inference stream, --weight for a training job, --shared to drop them")
 	shared := f.Bool("shared", false, "with --workload: drop the workload's own budgets; it uses the shared ones again")
 	weight := f.Float64("weight", 0, "with --workload naming a training workload: its share weight of training GPU time with several training jobs (default 1)")
-	asJSON := f.Bool("json", false, "print the resulting budgets as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	_ = cmd.RegisterFlagCompletionFunc("rate", cobra.FixedCompletions([]string{"auto"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("power", cobra.FixedCompletions([]string{"none", "15W", "30W", "50W"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("latency", cobra.FixedCompletions([]string{"50ms", "100ms", "200ms"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("quantile", cobra.FixedCompletions([]string{"p50", "p95", "p99", "p99.9"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		u := api.BudgetsUpdate{Workload: *workload, Shared: *shared}
+		if f.Changed("workload") && strings.TrimSpace(*workload) == "" {
+			// It used to set the shared budgets, as if --workload were not given.
+			return errors.New(`budget set: --workload "" names no workload: give the name its worker registers (fulcrumctl workers lists them), or leave --workload out to change the shared budgets`)
+		}
 		if (*shared || f.Changed("weight")) && *workload == "" {
 			return errors.New("budget set: --shared and --weight are one workload's: give --workload NAME")
 		}
+		if *shared && (f.Changed("latency") || f.Changed("rate") || f.Changed("weight")) {
+			return errors.New("budget set: --shared drops the workload's own budgets: give it alone, or give --latency, --rate or --weight without it")
+		}
 		if f.Changed("weight") {
+			if !(*weight >= api.MinTrainWeight) || *weight > api.MaxTrainWeight {
+				return fmt.Errorf("budget set: --weight %v: want a share weight from %g to %d (default 1; weights are relative)", *weight, api.MinTrainWeight, api.MaxTrainWeight)
+			}
 			u.TrainWeight = weight
 		}
 		if *workload != "" {
@@ -388,6 +437,9 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 			u.Quantile = &v
 		}
 		if f.Changed("rho-max") {
+			if !(*rho >= plan.MinRhoMax) || *rho > plan.MaxRhoMax {
+				return fmt.Errorf("budget set: --rho-max %v: want %g to %g (inference's share of GPU time)", *rho, plan.MinRhoMax, plan.MaxRhoMax)
+			}
 			u.RhoMax = rho
 		}
 		if u.Empty() {
@@ -400,10 +452,13 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 		defer c.Close()
 		b, err := c.SetBudgets(cmd.Context(), u)
 		if err != nil {
-			return explain("budget", err)
+			return explain("budget", flagWords(err))
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), b)
+		for _, w := range b.Warnings {
+			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", shownLines(w))
+		}
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), b); ok {
+			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), "budgets set:", shownBudgets(b))
 		return nil
@@ -423,7 +478,7 @@ force again, no workload has budgets of its own, no mode is held, and the saved 
 deleted (docs/operations.md, "Budgets across restarts").`,
 		Args: cobra.NoArgs,
 	}
-	asJSON := cmd.Flags().Bool("json", false, "print the resulting budgets as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -431,8 +486,8 @@ deleted (docs/operations.md, "Budgets across restarts").`,
 		if err != nil {
 			return explain("budget reset", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), b)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), b); ok {
+			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), "budgets reset to the configuration's:", shownBudgets(b))
 		return nil
@@ -445,7 +500,7 @@ deleted (docs/operations.md, "Budgets across restarts").`,
 func newWorkersCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "workers", Short: "List the workers connected to fulcrumd", Args: cobra.NoArgs}
 	client := addSocketFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/workers)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -453,11 +508,11 @@ func newWorkersCmd() *cobra.Command {
 		if err != nil {
 			return explain("workers", err)
 		}
-		if *asJSON {
-			if ws == nil {
-				ws = []api.Worker{}
-			}
-			return printJSON(cmd.OutOrStdout(), ws)
+		if ws == nil {
+			ws = []api.Worker{}
+		}
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), ws); ok {
+			return err
 		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tROLE\tWORKLOAD\tBATCH\tPID\tUID\tWAITING\tQUEUED")
@@ -482,7 +537,7 @@ func newModeCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	client := addSocketFlag(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print JSON (GET /v1/mode)")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -490,8 +545,8 @@ func newModeCmd() *cobra.Command {
 		if err != nil {
 			return explain("mode", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), mi)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+			return err
 		}
 		return writeModeInfo(cmd.OutOrStdout(), mi)
 	}
@@ -509,7 +564,7 @@ enforce the power budget, and fulcrumctl status says DEGRADED. mode resume write
 mode again (an operator's held mode, or its plan) and re-plans; a budget change does the same.`,
 		Args: cobra.NoArgs,
 	}
-	asJSON := cmd.Flags().Bool("json", false, "print the resulting mode as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c := client()
 		defer c.Close()
@@ -517,8 +572,8 @@ mode again (an operator's held mode, or its plan) and re-plans; a budget change 
 		if err != nil {
 			return explain("mode resume", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), mi)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "board taken back: %s [%s]\n", mi.Current.Human(), mi.Current)
 		return nil
@@ -552,28 +607,71 @@ func writeModeInfo(w io.Writer, mi api.ModeInfo) error {
 		cores[i] = int64(c)
 	}
 	fmt.Fprintf(tw, "cores\t%s\n", join(cores))
-	fmt.Fprintf(tw, "cpu_khz\t%s\n", join(mi.Levels.CPUKHz))
-	fmt.Fprintf(tw, "gpu_hz\t%s\n", join(mi.Levels.GPUHz))
-	fmt.Fprintf(tw, "emc_hz\t%s\n", join(mi.Levels.EMCHz))
+	fmt.Fprintf(tw, "cpu\t%s\n", mhzList(mi.Levels.CPUKHz, 1000))
+	fmt.Fprintf(tw, "gpu\t%s\n", mhzList(mi.Levels.GPUHz, 1))
+	fmt.Fprintf(tw, "emc\t%s\n", mhzList(mi.Levels.EMCHz, 1))
 	return tw.Flush()
+}
+
+// mhzList prints clock levels (in units of perHz Hz) as MHz: "306 408 612 MHz".
+func mhzList(levels []int64, perHz int64) string {
+	s := make([]string, len(levels))
+	for i, v := range levels {
+		s[i] = strconv.FormatFloat(float64(v*perHz)/1e6, 'f', -1, 64)
+	}
+	return strings.Join(s, " ") + " MHz"
+}
+
+// checkLevel refuses a knob value that is not one of the board's levels before the
+// daemon does, in MHz and the flags' words: "nearest: 306000000" alone did not say
+// that --gpu-hz 612 was meant as 612 MHz.
+func checkLevel(flag, mhzFlag, what, board string, v int64, levels []int64, perHz int64) error {
+	if len(levels) == 0 || slices.Contains(levels, v) {
+		return nil
+	}
+	nearest := levels[0]
+	for _, l := range levels {
+		if abs64(l-v) < abs64(nearest-v) {
+			nearest = l
+		}
+	}
+	msg := fmt.Sprintf("--%s %d is not a %s level of %s: the nearest is %s (%d); levels: %s",
+		flag, v, what, shown(board), units.MHz(nearest*perHz), nearest, mhzList(levels, perHz))
+	// A value that is a level in MHz was most likely meant as MHz.
+	if mhz := v * 1_000_000 / perHz; slices.Contains(levels, mhz) {
+		msg += fmt.Sprintf("; --%s is in %s: did you mean --%s %dMHz?", flag, map[int64]string{1: "Hz", 1000: "kHz"}[perHz], mhzFlag, v)
+	} else {
+		msg += fmt.Sprintf(" (give --%s with a unit, e.g. --%s %s)", mhzFlag, mhzFlag, strings.ReplaceAll(units.MHz(nearest*perHz), " ", ""))
+	}
+	return errors.New(msg)
+}
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }
 
 func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Apply a power mode now (knobs not given keep their current value); fulcrumd holds it until budgets change",
-		Example: `  fulcrumctl mode apply --cores 8 --cpu-khz 1728000 --gpu-hz 612000000 --emc-hz 3199000000
-  fulcrumctl mode apply --gpu-hz 408000000
+		Example: `  fulcrumctl mode apply --cores 8 --cpu 1728MHz --gpu 612MHz --emc 3199MHz
+  fulcrumctl mode apply --gpu 408MHz     (or --gpu-hz 408000000)
   fulcrumctl mode apply --preset MODE_30W     (or --preset 2: a live nvpmodel preset's caps)`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
 	cores := f.Int("cores", 0, "online CPU cores")
-	cpu := f.Int64("cpu-khz", 0, "CPU frequency (kHz)")
-	gpu := f.Int64("gpu-hz", 0, "GPU frequency (Hz)")
-	emc := f.Int64("emc-hz", 0, "memory (EMC) frequency (Hz)")
+	cpu := f.Int64("cpu-khz", 0, "CPU frequency in kHz (or --cpu with a unit)")
+	gpu := f.Int64("gpu-hz", 0, "GPU frequency in Hz (or --gpu with a unit)")
+	emc := f.Int64("emc-hz", 0, "memory (EMC) frequency in Hz (or --emc with a unit)")
+	cpuU := f.String("cpu", "", "CPU frequency with its unit: 1728MHz, 1.7GHz")
+	gpuU := f.String("gpu", "", "GPU frequency with its unit: 612MHz, 1.3GHz")
+	emcU := f.String("emc", "", "memory (EMC) frequency with its unit: 3199MHz")
 	preset := f.String("preset", "", "a live nvpmodel preset by name or id (as nvpmodel -m takes it), instead of the knobs")
-	asJSON := f.Bool("json", false, "print the resulting mode as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	// Complete knob values from the board's levels, asked of the daemon.
 	levelsCompletion := func(pick func(api.Levels) []string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return func(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
@@ -606,12 +704,32 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 	_ = cmd.RegisterFlagCompletionFunc("gpu-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.GPUHz) }))
 	_ = cmd.RegisterFlagCompletionFunc("emc-hz", levelsCompletion(func(l api.Levels) []string { return i64s(l.EMCHz) }))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		// The unit flags: --gpu 612MHz is --gpu-hz 612000000.
+		for _, u := range []struct {
+			name, raw string
+			perHz     int64
+			dst       *int64
+		}{{"cpu", *cpuU, 1000, cpu}, {"gpu", *gpuU, 1, gpu}, {"emc", *emcU, 1, emc}} {
+			if !f.Changed(u.name) {
+				continue
+			}
+			old := map[string]string{"cpu": "cpu-khz", "gpu": "gpu-hz", "emc": "emc-hz"}[u.name]
+			if f.Changed(old) {
+				return fmt.Errorf("mode apply: give --%s or --%s, not both", u.name, old)
+			}
+			hz, err := units.FreqHz(u.name, u.raw)
+			if err != nil {
+				return err
+			}
+			*u.dst = hz / u.perHz
+			_ = f.Set(old, strconv.FormatInt(hz/u.perHz, 10)) // marks it Changed
+		}
 		knobs := f.Changed("cores") || f.Changed("cpu-khz") || f.Changed("gpu-hz") || f.Changed("emc-hz")
 		if *preset != "" && knobs {
-			return errors.New("mode apply: give --preset or knobs (--cores, --cpu-khz, --gpu-hz, --emc-hz), not both")
+			return errors.New("mode apply: give --preset or knobs (--cores, --cpu, --gpu, --emc), not both")
 		}
 		if !knobs && *preset == "" {
-			return errors.New("mode apply: give at least one of --cores, --cpu-khz, --gpu-hz, --emc-hz, or --preset NAME (fulcrumctl mode lists the board's levels)")
+			return errors.New("mode apply: give at least one of --cores, --cpu, --gpu, --emc (e.g. --gpu 612MHz), or --preset NAME (fulcrumctl mode lists the board's levels)")
 		}
 		c := client()
 		defer c.Close()
@@ -620,8 +738,8 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 			if err != nil {
 				return explain("mode", err)
 			}
-			if *asJSON {
-				return printJSON(cmd.OutOrStdout(), mi)
+			if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "preset %s applied: %s [%s]\n", *preset, mi.Current.Human(), mi.Current)
 			return nil
@@ -631,6 +749,27 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 			return explain("mode", err)
 		}
 		m := cur.Current
+		lv := cur.Levels
+		if f.Changed("cores") && len(lv.Cores) > 0 && !slices.Contains(lv.Cores, *cores) {
+			// The daemon's answer named its JSON body ("give all four knobs ... GET /v1/mode").
+			cs := make([]string, len(lv.Cores))
+			for i, c := range lv.Cores {
+				cs[i] = strconv.Itoa(c)
+			}
+			return fmt.Errorf("--cores %d is not a core count of %s: want one of %s", *cores, shown(cur.Board), strings.Join(cs, " "))
+		}
+		for _, k := range []struct {
+			flag, mhzFlag, what string
+			v                   int64
+			levels              []int64
+			perHz               int64
+		}{{"cpu-khz", "cpu", "CPU", *cpu, lv.CPUKHz, 1000}, {"gpu-hz", "gpu", "GPU", *gpu, lv.GPUHz, 1}, {"emc-hz", "emc", "memory (EMC)", *emc, lv.EMCHz, 1}} {
+			if f.Changed(k.flag) {
+				if err := checkLevel(k.flag, k.mhzFlag, k.what, cur.Board, k.v, k.levels, k.perHz); err != nil {
+					return fmt.Errorf("mode apply: %w", err)
+				}
+			}
+		}
 		if f.Changed("cores") {
 			m.Cores = *cores
 		}
@@ -647,8 +786,8 @@ func newModeApplyCmd(client func() *api.Client) *cobra.Command {
 		if err != nil {
 			return explain("mode", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), mi)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), mi); ok {
+			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "mode applied: %s [%s]\n", mi.Current.Human(), mi.Current)
 		return nil
@@ -671,7 +810,7 @@ Ctrl-C stops the search and fulcrumd returns to its previous plan.`,
 	client := addSocketFlag(cmd)
 	method := cmd.Flags().String("method", api.OptimizeGMD, "searcher: gmd (about 15 profiled modes) or als (up to 50, reusable)")
 	maxProfiles := cmd.Flags().Int("max-profiles", 0, "cap on modes profiled (0: the searcher's default)")
-	asJSON := cmd.Flags().Bool("json", false, "print the result as JSON")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	_ = cmd.RegisterFlagCompletionFunc("method", cobra.FixedCompletions(
 		[]string{api.OptimizeGMD + "\tgradient descent, about 15 profiled modes", api.OptimizeALS + "\tactive learning, up to 50 modes, reusable"},
 		cobra.ShellCompDirectiveNoFileComp))
@@ -690,8 +829,8 @@ Ctrl-C stops the search and fulcrumd returns to its previous plan.`,
 			}
 			return explain("optimize", err)
 		}
-		if *asJSON {
-			return printJSON(cmd.OutOrStdout(), res)
+		if ok, err := outFmt.Print(cmd.OutOrStdout(), res); ok {
+			return err
 		}
 		out := cmd.OutOrStdout()
 		p := res.Plan
@@ -719,19 +858,29 @@ func newEventsCmd() *cobra.Command {
 	client := addSocketFlag(cmd)
 	follow := cmd.Flags().BoolP("follow", "f", false, "keep printing new events until Ctrl-C")
 	since := cmd.Flags().Uint64("since", 0, "only events after this seq")
-	asJSON := cmd.Flags().Bool("json", false, "print one JSON object per line")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		format, err := outFmt.Format()
+		if err != nil {
+			return err
+		}
 		c := client()
 		defer c.Close()
 		out := cmd.OutOrStdout()
 		print := func(e api.Event) error {
-			if *asJSON {
+			switch format {
+			case "json": // one object per line, as --json always printed
 				b, err := json.Marshal(e)
 				if err != nil {
 					return err
 				}
 				_, err = fmt.Fprintf(out, "%s\n", b)
 				return err
+			case "yaml": // one document per event
+				if _, err := fmt.Fprintln(out, "---"); err != nil {
+					return err
+				}
+				return printYAML(out, e)
 			}
 			_, err := fmt.Fprintln(out, formatEvent(e))
 			return err
@@ -748,7 +897,7 @@ func newEventsCmd() *cobra.Command {
 			}
 			return nil
 		}
-		err := c.Follow(cmd.Context(), *since, print)
+		err = c.Follow(cmd.Context(), *since, print)
 		if errors.Is(err, context.Canceled) {
 			return nil // Ctrl-C
 		}

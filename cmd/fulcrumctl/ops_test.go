@@ -71,13 +71,13 @@ func TestBudgetCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--latency", "-5ms"}, "budget rejected: latency_ms = -5 is out of range: want 0.1 to 600000 milliseconds"},
+		{[]string{"--latency", "-5ms"}, "--latency -5ms is out of range (valid 0.1 ms to 600000 ms)"},
 		{[]string{"--latency", "80"}, "--latency 80: give a unit, e.g. 80ms or 80s"},
 		{[]string{"--power", "30000"}, "did you mean 30000mW (30 W)?"},
-		{[]string{"--power", "2kW"}, "budget rejected: power_mw = 2e+06 is out of range: want 1000 to 1e+06 milliwatts"},
-		{[]string{"--power", "0.5W"}, "probably watts given as mW"},
-		{[]string{"--rate", "fast"}, `--rate "fast": want auto`},
-		{[]string{"--quantile", "p20"}, "budget rejected: quantile = 0.2 is out of range: want 0.5 to 0.99999"},
+		{[]string{"--power", "2kW"}, "--power 2kW (2000 W) is out of range (valid 1 W to 1000 W, or none)"},
+		{[]string{"--power", "0.5W"}, "--power 0.5W (0.5 W) is out of range"},
+		{[]string{"--rate", "fast"}, `--rate fast: want auto`},
+		{[]string{"--quantile", "p20"}, "--quantile p20: want a fraction like 0.99 or p99 (valid 0.5 to 0.99999)"},
 		{[]string{}, "give at least one of --latency"},
 	} {
 		_, _, err := fulcrumctl(context.Background(), append([]string{"budget", "set", "--socket", sock}, tc.args...)...)
@@ -113,9 +113,9 @@ func TestBudgetSetWorkload(t *testing.T) {
 		{[]string{"--workload", "cam", "--power", "20W"}, "--power is shared by every workload"},
 		{[]string{"--shared"}, "give --workload NAME"},
 		{[]string{"--weight", "2"}, "give --workload NAME"},
-		{[]string{"--workload", "trainer", "--weight", "0"}, "train_weight = 0 is out of range"},
+		{[]string{"--workload", "trainer", "--weight", "0"}, "--weight 0: want a share weight from 0.01 to 1000"},
 		{[]string{"--workload", "cam"}, "give --latency, --rate, --weight or --shared"},
-		{[]string{"--workload", "cam", "--shared", "--latency", "50ms"}, "shared = true drops the workload's own budgets"},
+		{[]string{"--workload", "cam", "--shared", "--latency", "50ms"}, "--shared drops the workload's own budgets"},
 	} {
 		_, _, err := fulcrumctl(context.Background(), append([]string{"budget", "set", "--socket", sock}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -240,7 +240,7 @@ func TestModeCommands(t *testing.T) {
 	sock := apitest.Serve(t, allowAll, fake)
 	out := mustRun(t, "mode", "--socket", sock)
 	if !strings.Contains(out, "current  8c cpu 1728MHz gpu 612MHz emc 3199MHz  [8/1728000/612000000/3199000000]") ||
-		!strings.Contains(out, "gpu_hz   306000000 408000000") {
+		!strings.Contains(out, "gpu      306 408 612 816 1020 1300.5 MHz") {
 		t.Fatalf("mode:\n%s", out)
 	}
 	out = mustRun(t, "mode", "apply", "--socket", sock, "--gpu-hz", "408000000", "--cores", "4")
@@ -252,7 +252,7 @@ func TestModeCommands(t *testing.T) {
 		t.Error("mode does not say it is held")
 	}
 	_, _, err := fulcrumctl(context.Background(), "mode", "apply", "--socket", sock, "--gpu-hz", "400000000")
-	if err == nil || !strings.Contains(err.Error(), "rejected: gpu_hz = 400000000 is not a level of agx-orin-64gb") {
+	if err == nil || !strings.Contains(err.Error(), "--gpu-hz 400000000 is not a GPU level of agx-orin-64gb") {
 		t.Fatalf("bad level: %v", err)
 	}
 	if _, _, err := fulcrumctl(context.Background(), "mode", "apply", "--socket", sock); err == nil || !strings.Contains(err.Error(), "give at least one of --cores") {

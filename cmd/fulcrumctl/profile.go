@@ -76,10 +76,14 @@ func newProfileLsCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	filter := filterFlags(cmd)
-	asJSON := cmd.Flags().Bool("json", false, "print a JSON array of profile records")
+	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	campaigns := cmd.Flags().Bool("campaigns", false, "list campaign records instead (state, counts, whether a board snapshot awaits restoring)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		f, err := filter()
+		if err != nil {
+			return err
+		}
+		format, err := outFmt.Format()
 		if err != nil {
 			return err
 		}
@@ -89,13 +93,13 @@ func newProfileLsCmd() *cobra.Command {
 		}
 		defer s.Close()
 		if *campaigns {
-			return listCampaigns(cmd.OutOrStdout(), s, *asJSON)
+			return listCampaigns(cmd.OutOrStdout(), s, format)
 		}
 		ps, err := s.List(f)
 		if err != nil {
 			return err
 		}
-		if err := printProfiles(cmd.OutOrStdout(), ps, *asJSON); err != nil || *asJSON {
+		if err := printProfiles(cmd.OutOrStdout(), ps, format); err != nil || format != "table" {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "%d profile(s) in %s\n", len(ps), s.Path())
@@ -105,7 +109,7 @@ func newProfileLsCmd() *cobra.Command {
 }
 
 // listCampaigns prints the campaign records, sorted by id.
-func listCampaigns(out io.Writer, s *store.Store, asJSON bool) error {
+func listCampaigns(out io.Writer, s *store.Store, format string) error {
 	raw, err := s.Campaigns()
 	if err != nil {
 		return err
@@ -119,10 +123,11 @@ func listCampaigns(out io.Writer, s *store.Store, asJSON bool) error {
 		recs = append(recs, rec)
 	}
 	slices.SortFunc(recs, func(a, b profiler.CampaignRecord) int { return strings.Compare(a.ID, b.ID) })
-	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(recs)
+	switch format {
+	case "json":
+		return printJSON(out, recs)
+	case "yaml":
+		return printYAML(out, recs)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CAMPAIGN\tSTATE\tMEASURED\tSKIPPED\tTOTAL\tUPDATED\tBOARD_SNAPSHOT\tERROR")
@@ -143,14 +148,19 @@ func newProfileExportCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	filter := filterFlags(cmd)
-	format := cmd.Flags().String("format", "csv", "csv or json")
+	format := cmd.Flags().String("format", "csv", "csv or json (same as -o)")
+	outFmt := addOutputFlag(cmd, "csv", "json").withFormatAlias(format)
 	outPath := cmd.Flags().String("out", "", "write to this file (atomically) instead of stdout")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		f, err := filter()
 		if err != nil {
 			return err
 		}
-		fm, err := store.ParseFormat(*format)
+		chosen, err := outFmt.Format()
+		if err != nil {
+			return err
+		}
+		fm, err := store.ParseFormat(chosen)
 		if err != nil {
 			return fmt.Errorf("--format: %w", err)
 		}
@@ -238,7 +248,8 @@ Identical profiles already stored are counted as unchanged. A plain ground-truth
 }
 
 func newProfileCheckCmd() *cobra.Command {
-	return &cobra.Command{
+	var outFmt *outputFlag
+	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check the profile store's integrity (bbolt pages, schema, every record); migrates an older schema",
 		Args:  cobra.NoArgs,
@@ -259,10 +270,21 @@ func newProfileCheckCmd() *cobra.Command {
 				return err
 			}
 			v, _ := s.Version()
+			res := struct {
+				Path          string `json:"path"`
+				OK            bool   `json:"ok"`
+				SchemaVersion int    `json:"schema_version"`
+				Profiles      int    `json:"profiles"`
+			}{s.Path(), true, v, n}
+			if ok, err := outFmt.Print(cmd.OutOrStdout(), res); ok {
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (schema version %s, %d profiles)\n", s.Path(), strconv.Itoa(v), n)
 			return nil
 		},
 	}
+	outFmt = addOutputFlag(cmd, "table", "json", "yaml")
+	return cmd
 }
 
 // simMarker is the file the simulator writes in a simulated board's tree (in-board
@@ -307,7 +329,9 @@ SIGKILL) and run the same command again: stored entries are skipped, at most the
 in flight is lost, nothing is duplicated. The board is snapshotted first and restored at
 the end, also on Ctrl-C/SIGTERM; after a crash the next campaign restores the saved state.
 
---modes: all (every mode of the board), presets (the nvpmodel presets), random:N (N modes
+--modes: all (every mode of the board), presets (the nvpmodel presets reachable without a
+reboot from the running mode: a preset with another TPC mask needs one and is left out;
+on an AGX Orin in MODE_30W that is MODE_30W alone), random:N (N modes
 drawn with --seed; the same seed draws the same modes, so a rerun resumes), or a file
 with one mode per line as cores/cpu_khz/gpu_hz/emc_hz or CSV cores,cpu_khz,gpu_hz,emc_hz.
 
@@ -500,20 +524,25 @@ func drawBar(w io.Writer, p profiler.Progress) {
 
 // printProfiles writes profiles as indented JSON or as a table (fulcrumctl profile ls
 // and daemon profiles ls).
-func printProfiles(out io.Writer, ps []store.Profile, asJSON bool) error {
-	if asJSON {
-		if ps == nil {
-			ps = []store.Profile{}
-		}
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ps)
+func printProfiles(out io.Writer, ps []store.Profile, format string) error {
+	if ps == nil {
+		ps = []store.Profile{}
+	}
+	switch format {
+	case "json":
+		return printJSON(out, ps)
+	case "yaml":
+		return printYAML(out, ps)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BOARD\tWORKLOAD\tROLE\tMODE\tBATCH\tTIME_MS\tP95_MS\tPOWER_MW\tSAMPLES\tRSE\tSOURCE")
 	for _, p := range ps {
+		src := shown(p.Source)
+		if p.Throttled != nil {
+			src += " (throttled)" // measured while the board ran slower than the mode: docs/profiler.md
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
-			shown(p.Board), shown(p.Workload), shown(string(p.Role)), p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, shown(p.Source))
+			shown(p.Board), shown(p.Workload), shown(string(p.Role)), p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, src)
 	}
 	return tw.Flush()
 }

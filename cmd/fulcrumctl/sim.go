@@ -161,6 +161,11 @@ scratch). Point other commands at the tree with --root DIR.`,
 	layout := cmd.Flags().String("layout", "", "sysfs layout: jp4, jp5 or jp6 (default the board's newest)")
 	interval := cmd.Flags().Duration("interval", sim.DefaultInterval, "physics loop period")
 	models := cmd.Flags().String("models", "", "directory of workload model *.yaml to use instead of the built-in ones")
+	heat := cmd.Flags().Bool("heat", false, "model thermal throttling: past a zone's trip point the simulated firmware caps the clocks (off: the cold steady state)")
+	ambient := cmd.Flags().Float64("ambient-c", sim.DefaultAmbientC, "air temperature around the heat sink, °C")
+	tau := cmd.Flags().Duration("thermal-tau", sim.DefaultThermalTau, "the heat sink's time constant")
+	cPerW := cmd.Flags().Float64("c-per-w", sim.DefaultCPerW, "with --heat: steady-state rise per board watt, °C/W (1.5-2 for a passively cooled module)")
+	tripC := cmd.Flags().Float64("trip-c", 0, "with --heat: every zone's passive trip point, °C (default the tree's 99)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *dir == "" {
 			return errors.New("--dir is required: a new or empty directory for the simulated tree")
@@ -176,11 +181,21 @@ scratch). Point other commands at the tree with --root DIR.`,
 		if err != nil {
 			return err
 		}
-		b, err := sim.New(*dir, spec, sim.Options{Layout: *layout, Interval: *interval, Workloads: ws})
+		if *tau <= 0 || *cPerW <= 0 || *tripC < 0 {
+			return fmt.Errorf("--thermal-tau %v, --c-per-w %v, --trip-c %v: want positive values (--trip-c 0 keeps the tree's)", *tau, *cPerW, *tripC)
+		}
+		opts := sim.Options{Layout: *layout, Interval: *interval, Workloads: ws, AmbientC: *ambient, ThermalTau: *tau}
+		if *heat {
+			opts.Heat = &sim.HeatOptions{CPerW: *cPerW, TripC: *tripC}
+		}
+		b, err := sim.New(*dir, spec, opts)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "simulated %s (%s layout) running in %s, physics every %v\n", spec.Display, b.Tree().Layout(), b.Root(), *interval)
+		if *heat {
+			fmt.Fprintf(cmd.OutOrStdout(), "heat on: ambient %.0f °C, %.2f °C/W, time constant %v; clocks capped past the trip point\n", *ambient, *cPerW, *tau)
+		}
 		fmt.Fprintf(cmd.OutOrStdout(), "point other commands at it with --root %s (Ctrl-C or SIGTERM stops it)\n", b.Root())
 		if err := b.Run(cmd.Context()); err != nil {
 			return err

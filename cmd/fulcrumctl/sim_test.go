@@ -165,3 +165,48 @@ func TestSimBoardRunsUntilCancelled(t *testing.T) {
 		t.Errorf("restart on a stopped tree of the same board: %v", err)
 	}
 }
+
+// sim board --heat: the trip point asked for is written into the tree, and past it the
+// simulated firmware caps the clocks (the throttle state the runners read goes up);
+// bad heat flags are refused.
+func TestSimBoardHeat(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "orin")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	var out string
+	go func() {
+		o, _, err := simExec(ctx, "sim", "board", "--dir", dir, "--board", "agx-orin-64gb", "--interval", "5ms",
+			"--heat", "--trip-c", "40", "--thermal-tau", "100ms")
+		out = o
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		raw, _ := os.ReadFile(filepath.Join(dir, sim.ThrottlePath))
+		if s := strings.TrimSpace(string(raw)); s != "" && s != "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the simulated firmware never capped the clocks of a board past a 40 °C trip point")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	trip, err := os.ReadFile(filepath.Join(dir, "/sys/devices/virtual/thermal/thermal_zone0/trip_point_0_temp"))
+	if err != nil || strings.TrimSpace(string(trip)) != "40000" {
+		t.Errorf("trip point = %q, %v: want the 40 °C asked for", trip, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("sim board --heat: %v", err)
+	}
+	if !strings.Contains(out, "heat on") {
+		t.Errorf("output does not say heat is on:\n%s", out)
+	}
+	for _, bad := range [][]string{{"--c-per-w", "-1"}, {"--trip-c", "-5"}, {"--thermal-tau", "0s"}} {
+		args := append([]string{"sim", "board", "--dir", filepath.Join(t.TempDir(), "x"), "--board", "agx-orin-64gb", "--heat"}, bad...)
+		if _, _, err := simExec(context.Background(), args...); err == nil {
+			t.Errorf("%v: want an error", bad)
+		}
+	}
+}

@@ -18,7 +18,7 @@ import (
 // whose minibatches run on a simulated board, under fulcrumd (--socket) or unmanaged.
 func newSimWorkerCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "worker --role train|infer --workload NAME --root DIR [--socket PATH]",
+		Use:   "worker --role train|infer --workload NAME --root DIR [--worker-socket PATH]",
 		Short: "Run a synthetic training or inference worker on a simulated board",
 		Long: `worker runs a synthetic worker whose minibatches take the time the workload model
 gives at the clocks currently written in the simulated board's tree (fulcrumctl sim
@@ -39,7 +39,8 @@ JSON report: requests served, latency p50/p99/max, minibatches, throughput.`,
 	workload := f.String("workload", "", "workload model name, e.g. resnet18-train (required)")
 	root := f.String("root", "", "the simulated board's tree (required)")
 	board := f.String("board", "", "catalog board name (default: detect from --root)")
-	socket := f.String("socket", "", "fulcrumd's worker socket; empty runs unmanaged")
+	socket := f.String("worker-socket", "", "fulcrumd's worker socket; empty runs unmanaged")
+	workerSocketAlias(cmd, socket)
 	batch := f.Int("batch", 0, "minibatch size (train: default the workload's; infer: batch to serve, default ≤8)")
 	rate := f.Float64("rate", 0, "inference arrival rate, requests/s (Poisson)")
 	trace := f.String("trace", "", "inference arrival trace file")

@@ -18,10 +18,15 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/internal/buildinfo"
+	"github.com/fulcrum-edge/fulcrum/internal/gendocs"
 	"github.com/fulcrum-edge/fulcrum/internal/units"
 )
 
 func main() {
+	// `fulcrumd __gendocs DIR`: man pages and completions for make package/install.
+	if ok, code := gendocs.Main(os.Args, newRootCmd); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {

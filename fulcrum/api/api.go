@@ -129,6 +129,10 @@ type Budgets struct {
 	// Streams are the inference streams with budgets of their own (by workload name);
 	// every other stream uses the latency and rate above.
 	Streams []StreamBudgets `json:"streams,omitempty"`
+	// Warnings (PUT /v1/budgets replies only) say what in the update looks like a
+	// mistake but was applied: a workload no worker has registered (a typo, or one
+	// not started yet), a field that does not fit the workload's role.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // StreamBudgets are one inference stream's own budgets (docs/design.md §2, "Model v1
@@ -165,6 +169,10 @@ type BudgetsUpdate struct {
 	Shared    bool     `json:"shared,omitempty"`
 	// TrainWeight (with Workload, a training workload) is its time-share weight.
 	TrainWeight *float64 `json:"train_weight,omitempty"`
+
+	// workloadGiven: the JSON body had a "workload" key (UnmarshalJSON), so an empty
+	// or null workload is a mistake, not the shared budgets.
+	workloadGiven bool
 }
 
 // Rail is one power rail's reading.
@@ -219,6 +227,7 @@ type Status struct {
 	Budgets   Budgets         `json:"budgets"`
 	Plan      *Plan           `json:"plan,omitempty"`  // nil until the first plan
 	Power     *Power          `json:"power,omitempty"` // nil without power sensors
+	Heat      *Heat           `json:"heat,omitempty"`  // nil without thermal sensors (heat.go)
 	Workers   []Worker        `json:"workers"`
 	Workloads []WorkloadStats `json:"workloads"`
 	// Streams is every inference stream planned for, with its budget, its planned batch,

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
@@ -85,10 +87,64 @@ func (b Budgets) Validate() error {
 // already all of the time).
 const MaxTrainWeight = 1000
 
+// MinTrainWeight is the smallest: a weight of 5e-324 was "above 0" yet starved the job
+// (2 turns in 8 s); 0.01 against the default 1 is already 1 % of training's time.
+const MinTrainWeight = 0.01
+
 func checkWeight(w float64) *Error {
-	if !(w > 0) || w > MaxTrainWeight {
+	if !(w >= MinTrainWeight) || w > MaxTrainWeight {
 		return Errorf(http.StatusBadRequest, CodeBadBudget, "train_weight",
-			"train_weight = %v is out of range: want a share weight above 0 and at most %d (default 1; weights are relative)", w, MaxTrainWeight)
+			"train_weight = %v is out of range: want a share weight from %g to %d (default 1; weights are relative)", w, MinTrainWeight, MaxTrainWeight)
+	}
+	return nil
+}
+
+// UnmarshalJSON decodes an update and notes whether the body named a workload: an
+// empty or null "workload" must not fall back to the shared budgets.
+func (u *BudgetsUpdate) UnmarshalJSON(b []byte) error {
+	type plain BudgetsUpdate // no UnmarshalJSON: no recursion
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return err
+	}
+	_, p.workloadGiven = keys["workload"]
+	*u = BudgetsUpdate(p)
+	return nil
+}
+
+// Warnings returns what in u looks like a mistake although it is valid, given the
+// workers registered now: a workload none of them registered (a misspelling, or one
+// not started yet: budgets for it are kept), inference fields on a training workload
+// and a training weight on an inference stream. They name the registered workloads.
+func (u BudgetsUpdate) Warnings(workers []Worker) []string {
+	if u.Workload == "" {
+		return nil
+	}
+	roles := map[string]string{}
+	var names []string
+	for _, w := range workers {
+		if _, ok := roles[w.Workload]; !ok {
+			names = append(names, fmt.Sprintf("%s (%s)", w.Workload, w.Role))
+		}
+		roles[w.Workload] = w.Role
+	}
+	slices.Sort(names)
+	registered := "none"
+	if len(names) > 0 {
+		registered = strings.Join(names, ", ")
+	}
+	role, ok := roles[u.Workload]
+	switch {
+	case !ok:
+		return []string{fmt.Sprintf("no worker has registered workload %q (registered now: %s): its budgets are kept and apply when it registers; check the spelling", u.Workload, registered)}
+	case role == "train" && (u.LatencyMS != nil || u.RateRPS != nil || u.RateAuto != nil):
+		return []string{fmt.Sprintf("workload %q is a training workload: a latency or rate budget applies to inference streams only; a training job takes a weight (registered now: %s)", u.Workload, registered)}
+	case role == "infer" && u.TrainWeight != nil:
+		return []string{fmt.Sprintf("workload %q is an inference stream: a training weight applies to training workloads only; a stream takes a latency and a rate (registered now: %s)", u.Workload, registered)}
 	}
 	return nil
 }
@@ -109,6 +165,11 @@ func (u BudgetsUpdate) Empty() bool {
 // Apply returns cur with u applied, or an *Error (400 bad_budget) naming the first field
 // out of range; cur is never changed.
 func (u BudgetsUpdate) Apply(cur Budgets) (Budgets, error) {
+	if u.workloadGiven && u.Workload == "" {
+		// Before: "workload": "" or null set the shared (global) budgets.
+		return cur, Errorf(http.StatusBadRequest, CodeBadBudget, "workload",
+			"workload is empty or null: give the name a worker registers, or leave workload out to change the shared budgets")
+	}
 	if u.Workload != "" || u.Shared || u.TrainWeight != nil {
 		return u.applyStream(cur)
 	}
@@ -265,21 +326,34 @@ func (b Budgets) String() string {
 	}
 	out := fmt.Sprintf("latency %gms (p%g), power %s, rate %s", b.LatencyMS, b.Quantile*100, power, rate)
 	for _, s := range b.Streams {
-		l, r := "shared latency", "shared rate"
-		if s.LatencyMS > 0 {
-			l = fmt.Sprintf("latency %gms", s.LatencyMS)
-		}
-		if s.RateRPS > 0 {
-			r = fmt.Sprintf("rate %g req/s", s.RateRPS)
-		}
 		if s.LatencyMS == 0 && s.RateRPS == 0 {
-			out += fmt.Sprintf("; %s: training weight %g", s.Workload, s.TrainWeight)
+			out += fmt.Sprintf("; %s: %s", s.Workload, s)
 			continue
 		}
-		out += fmt.Sprintf("; stream %s: %s, %s", s.Workload, l, r)
-		if s.TrainWeight > 0 {
-			out += fmt.Sprintf(", training weight %g", s.TrainWeight)
+		out += fmt.Sprintf("; stream %s: %s", s.Workload, s)
+	}
+	return out
+}
+
+// String is one workload's own budgets in the words Budgets.String uses (and the
+// controller's events): "latency 50ms, shared rate", "training weight 2", "shared".
+func (s StreamBudgets) String() string {
+	if s.LatencyMS == 0 && s.RateRPS == 0 {
+		if s.TrainWeight == 0 {
+			return "shared"
 		}
+		return fmt.Sprintf("training weight %g", s.TrainWeight)
+	}
+	l, r := "shared latency", "shared rate"
+	if s.LatencyMS > 0 {
+		l = fmt.Sprintf("latency %gms", s.LatencyMS)
+	}
+	if s.RateRPS > 0 {
+		r = fmt.Sprintf("rate %g req/s", s.RateRPS)
+	}
+	out := l + ", " + r
+	if s.TrainWeight > 0 {
+		out += fmt.Sprintf(", training weight %g", s.TrainWeight)
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -20,6 +21,10 @@ import (
 
 // ErrNoDaemon is wrapped by a Client's error when nothing answers on the socket.
 var ErrNoDaemon = errors.New("cannot reach fulcrumd")
+
+// ErrNotControlSocket is wrapped by a Client's error when the socket answers but not in
+// HTTP (the worker socket, most likely).
+var ErrNotControlSocket = errors.New("not fulcrumd's control socket")
 
 // Client calls the control API over its unix socket.
 type Client struct {
@@ -77,6 +82,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
 			return nil, c.connErr(err)
+		}
+		if strings.Contains(err.Error(), "malformed HTTP") {
+			// The worker socket answers a request line with a JSON error line.
+			return nil, fmt.Errorf("%w: %s did not answer in HTTP; it is probably fulcrumd's worker socket (worker.sock, where workers register), not its control socket: give the control socket, e.g. --socket %s", ErrNotControlSocket, c.socket, DefaultSocket)
 		}
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
 	}

@@ -393,6 +393,12 @@ func (s *Server) putBudgets(w http.ResponseWriter, r *http.Request, by Caller) {
 		s.fail(w, r, err)
 		return
 	}
+	if u.Workload != "" {
+		// Workers only fails when the controller is gone; the budgets are set anyway.
+		if ws, err := s.ctl.Workers(r.Context()); err == nil {
+			b.Warnings = u.Warnings(ws)
+		}
+	}
 	writeJSON(w, http.StatusOK, b)
 }
 

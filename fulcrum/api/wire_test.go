@@ -22,6 +22,7 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden.json fr
 func goldenStatus() Status {
 	at := time.Date(2026, 11, 25, 9, 30, 0, 0, time.UTC)
 	mode := powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
+	load := 0.875
 	q := Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}
 	return Status{
 		Version: "v1.2.3", Board: "sim:agx-orin-64gb", Mode: mode, ModeHeld: true,
@@ -29,7 +30,10 @@ func goldenStatus() Status {
 			Streams: []StreamBudgets{{Workload: "mobilenet", LatencyMS: 50, RateRPS: 30}, {Workload: "resnet18", TrainWeight: 2}}},
 		Plan: &Plan{Mode: mode, InferBatch: 4, Feasible: false, Binding: "power", PredLatencyMS: 80.5, PredPowerMW: 29000,
 			PredThroughputSamplesPerS: 310.25, Rho: 0.3, Source: "gmd", Reason: "after gmd", At: at, ApplyError: "ina3221: busy"},
-		Power:   &Power{TotalMW: 31000, Avg1sMW: 30500, Avg1sSamples: 10, Rails: []Rail{{Name: "VDD_GPU_SOC", PowerMW: 9000}}, At: at},
+		Power: &Power{TotalMW: 31000, Avg1sMW: 30500, Avg1sSamples: 10, Rails: []Rail{{Name: "VDD_GPU_SOC", PowerMW: 9000}}, At: at},
+		Heat: &Heat{At: at, Zones: []ThermalZone{{Zone: "gpu-thermal", Celsius: 97.5, TripC: 99}, {Zone: "cv0-thermal", Error: "EAGAIN"}},
+			GPULoad: &load, GPUHz: 510000000, GPUFloorHz: 612000000, CPUKHz: 1497600, CPUFloorKHz: 1728000, Throttled: true,
+			ThrottleReason: "GPU runs 510 MHz under its 612 MHz floor", ThrottledSince: &at, CapGPUHz: 510000000, CapCPUKHz: 1497600},
 		Workers: []Worker{{ID: "w1", Role: "infer", Workload: "mobilenet", Batch: 4, BatchSizes: []int{1, 2, 4}, PID: 4242, UID: 1000, Waiting: true, Queued: 3}},
 		Workloads: []WorkloadStats{{Workload: "mobilenet", Role: "infer", LiveWorkers: 1, Requests: 1200, Served: 1190, Failed: 2,
 			DeadlineMisses: 8, Latency: q, LatencyRecent: q, ArrivalRateHz: 40.2, ExpectedBatchMS: map[int]float64{1: 5.5, 4: 12},

@@ -86,6 +86,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 			s.Power = p
 		}
 	}
+	s.Heat = st.Heat
 	for _, x := range st.Streams {
 		s.Streams = append(s.Streams, api.StreamStatus{Workload: x.Workload, Batch: x.Batch, LatencyBudgetMS: x.LatencyBudgetMS,
 			OwnBudget: x.OwnBudget, RateRPS: x.RateRPS, RateFixed: x.RateFixed, PlanRateRPS: x.PlanRateRPS, PredLatencyMS: x.PredLatencyMS,

@@ -51,21 +51,19 @@ func (c *Controller) SetBudgetsBy(b plan.Budgets, by *api.Caller) error {
 	c.takeBack(c.base, "budgets changed", by) // a stand-down ends: the new budgets are enforced
 	c.mu.Unlock()
 	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
+	if old.WithDefaults() != b {
+		// The same budgets again still re-plan and end a stand-down, but "changed from X
+		// to X" would only fill the log.
+		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
+	}
 	c.persistSettings() // kept across a restart (settings.go)
 	return nil
 }
 
-// budgetsString is the operator's targets in an event's words.
+// budgetsString is the operator's targets in an event's words, as fulcrumctl budget get
+// prints them (one way to print budgets everywhere).
 func budgetsString(b plan.Budgets) string {
-	p, r := "none", "auto"
-	if b.PowerMW > 0 {
-		p = fmt.Sprintf("%.1f W", b.PowerMW/1000)
-	}
-	if b.RateRPS > 0 {
-		r = fmt.Sprintf("%.1f/s", b.RateRPS)
-	}
-	return fmt.Sprintf("{latency p%g %.0f ms, power %s, rate %s}", b.WithDefaults().Quantile*100, b.LatencyMS, p, r)
+	return "{" + api.BudgetsFrom(b, 0).String() + "}"
 }
 
 // admissionBudgets returns the budgets as the scheduler's admission test sees them: it

@@ -208,6 +208,7 @@ type Controller struct {
 	live        LiveCounts
 	lastSearch  *search.Result
 	violations  map[string]uint64 // budget violations acted on, by budget
+	heat        heatState         // temperatures, throttling and the thermal cap (heat.go)
 
 	declined []string // workloads whose workers all decline profile batches (decline.go)
 	notices  []string // what the operator must act on, kept until restart (Notice)
@@ -450,6 +451,7 @@ func (c *Controller) Step(ctx context.Context) {
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
+		c.observeHeat(ctx, now)
 		// Another tool's clock, core or EMC change (jetson_clocks, nvpmodel -m) is seen
 		// within one period; standing down, nothing below writes a mode.
 		if !c.job && c.watchExternal(ctx, now) {

@@ -71,8 +71,8 @@ func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
 	}
 	c.stepped, c.held = true, false
 	c.belowSince = time.Time{}
-	reason := fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s; the board draws %.2f× the predicted power; stepping to %s (target ≤ %.1f W)",
-		avg/1000, budget/1000, c.cur.Mode.Human(), k, how, target/1000)
+	reason := fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s%s; the board draws %.2f× the predicted power; stepping to %s (target ≤ %.1f W)",
+		avg/1000, budget/1000, c.cur.Mode.Human(), c.heatNote(), k, how, target/1000)
 	c.decide(ctx, KindStepDown, reason, *pick, rate)
 }
 
@@ -130,8 +130,8 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	}
 	c.stepped, c.held = true, false
 	c.belowSince = time.Time{}
-	reason := fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget at mode %s batch %d (%.2f× the predicted); stepping to a shorter training minibatch or smaller batch: %s",
-		p99, c.budgets.LatencyMS, cur.Mode.Human(), cur.Batch, kL, how)
+	reason := fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget at mode %s batch %d (%.2f× the predicted)%s; stepping to a shorter training minibatch or smaller batch: %s",
+		p99, c.budgets.LatencyMS, cur.Mode.Human(), cur.Batch, kL, c.heatNote(), how)
 	c.decide(ctx, KindStepDown, reason, *pick, rate)
 }
 

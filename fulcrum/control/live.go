@@ -291,13 +291,17 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 		return plan.ModeProfile{}, fmt.Errorf("mode %s is not one of the board's modes", m.Human())
 	}
 	o := p.Options.withDefaults()
-	// What is stored already is never measured again.
+	// What is stored already is never measured again, but for a point measured while
+	// the board throttled, once the board runs cool (docs/profiler.md).
 	have := map[store.Key]store.Profile{}
 	keys := p.keys(m)
 	var missing []store.Key
+	cool := p.cool(ctx)
 	for _, k := range keys {
 		prof, err := p.Store.Get(k)
 		switch {
+		case err == nil && prof.Throttled != nil && cool:
+			missing = append(missing, k)
 		case err == nil:
 			have[k] = prof
 		case errors.Is(err, store.ErrNotFound):
@@ -487,6 +491,23 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 
 var errOverBudget = errors.New("power over budget")
 
+// heat reads the board's heat where it can (false: it cannot, or the read failed).
+func (p *LiveProfiler) heat(ctx context.Context) (powermode.HeatReading, bool) {
+	hs, ok := p.Board.(powermode.HeatSensor)
+	if !ok {
+		return powermode.HeatReading{}, false
+	}
+	h, err := hs.Heat(ctx)
+	return h, err == nil
+}
+
+// cool says the board reads as not throttling now (a board without heat sensors never
+// marks a profile throttled, so the answer does not matter there).
+func (p *LiveProfiler) cool(ctx context.Context) bool {
+	h, ok := p.heat(ctx)
+	return ok && !h.Throttled
+}
+
 // minBatchReadings is how many in-batch power readings a point needs for its power to be
 // their mean rather than the mean over the whole measurement.
 const minBatchReadings = 3
@@ -519,6 +540,7 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	start := p.clock().Now()
 	var times []float64
 	var batches []Interval // when readings show a measured batch alone
+	var throttled *store.Throttled
 	// A batch far faster than the workload's real ones ran nothing real: discarded.
 	ref := p.discardRef(k)
 	discarded, fastest := 0, math.Inf(1)
@@ -552,6 +574,9 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 			continue
 		}
 		times = append(times, float64(d)/float64(time.Millisecond))
+		if h, ok := p.heat(ctx); ok {
+			throttled = store.NoteHeat(throttled, h)
+		}
 		done := p.clock().Now()
 		batches = append(batches, Interval{From: done.Add(-d + o.SensorLag), To: done})
 		if avg, bad := guard(); bad {
@@ -604,11 +629,20 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		PowerMW: store.PowerStats{Mean: pw},
 		Samples: len(times), PowerSamples: n, Warmup: o.Warmup,
 		StartedAt: start.UTC(), FinishedAt: end.UTC(), RSE: rse, Source: store.SourceLive,
+		Throttled: throttled,
 	}
 	if !put {
 		return prof, 0, nil
 	}
-	if err := p.Store.Put(prof); err != nil && !errors.Is(err, store.ErrExists) {
+	err := p.Store.Put(prof)
+	if errors.Is(err, store.ErrExists) && prof.Throttled == nil {
+		// A cool measurement replaces one taken while the board throttled (Profile
+		// measures such a point again once the board runs cool); nothing else is lost.
+		if old, gerr := p.Store.Get(k); gerr == nil && old.Throttled != nil {
+			err = p.Store.Put(prof, store.Overwrite)
+		}
+	}
+	if err != nil && !errors.Is(err, store.ErrExists) {
 		return store.Profile{}, 0, fmt.Errorf("store live profile %s: %w", k, err)
 	}
 	return prof, 0, nil
@@ -646,9 +680,33 @@ func combineRepeats(reps []store.Profile) store.Profile {
 	}
 	out.Samples, out.PowerSamples = n, np
 	out.Repeats = len(reps)
+	out.Throttled = pooledThrottle(reps)
 	out.RSE = 0
 	if n > 1 && mean > 0 {
 		out.RSE = sd / math.Sqrt(float64(n)) / mean
+	}
+	return out
+}
+
+// pooledThrottle is the throttling of pooled repeats: throttled when any was, with
+// every throttled reading counted and the slowest clocks seen.
+func pooledThrottle(reps []store.Profile) *store.Throttled {
+	var out *store.Throttled
+	for _, r := range reps {
+		t := r.Throttled
+		if t == nil {
+			continue
+		}
+		if out == nil {
+			c := *t
+			out = &c
+			continue
+		}
+		out.Readings += t.Readings
+		out.GPUHzMin = min(out.GPUHzMin, t.GPUHzMin)
+		if t.CPUKHzMin > 0 && (out.CPUKHzMin == 0 || t.CPUKHzMin < out.CPUKHzMin) {
+			out.CPUKHzMin = t.CPUKHzMin
+		}
 	}
 	return out
 }

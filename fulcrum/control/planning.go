@@ -92,6 +92,7 @@ func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 // choose is the decision (plan.Decider, the one `fulcrumctl bench` scores) over ps
 // against the budgets b, with the controller's decision rules.
 func (c *Controller) choose(ps []plan.ModeProfile, b plan.Budgets) (plan.Decision, error) {
+	ps = underCap(c, ps, func(p plan.ModeProfile) powermode.Mode { return p.Mode })
 	d, err := c.Rules().For(b, c.cfg.InferBatches).Decide(ps)
 	if err != nil {
 		return d, fmt.Errorf("no stored profile of this workload pair: run fulcrumctl optimize, or fulcrumctl profile: %w", err)

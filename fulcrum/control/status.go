@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 )
@@ -44,6 +45,8 @@ type Status struct {
 	Streams []StreamStatus `json:"streams,omitempty"`
 	// Train is every training job planned for when there are several or several streams.
 	Train []TrainJob `json:"train,omitempty"`
+	// Heat is the last heat reading and the thermal cap (nil before one; heat.go).
+	Heat *api.Heat `json:"heat,omitempty"`
 	// Profiling names the workloads left out of live profiling because their workers
 	// declined profile batches (no on_profile handler); "" when none is.
 	Profiling string `json:"profiling,omitempty"`
@@ -96,6 +99,7 @@ func (c *Controller) Status() Status {
 	if r := c.externalReason(); r != "" {
 		s.Degraded = strings.TrimPrefix(s.Degraded+"; "+r, "; ")
 	}
+	s.Heat = c.heatStatus()
 	if ev := c.events.List(0); len(ev) > 0 {
 		s.LastEvent = ev[len(ev)-1].Seq
 	}

@@ -172,7 +172,9 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 	if t != (StreamTarget{}) {
 		to = t.String()
 	}
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
+	if from != to || (had && old != t) {
+		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
+	}
 	return nil
 }
 
@@ -192,8 +194,8 @@ func checkStreamTarget(workload string, t StreamTarget) error {
 			return err
 		}
 	}
-	if t.TrainWeight != 0 && (!(t.TrainWeight > 0) || t.TrainWeight > api.MaxTrainWeight) {
-		return fmt.Errorf("training weight: train_weight = %v: want above 0 and at most %d", t.TrainWeight, api.MaxTrainWeight)
+	if t.TrainWeight != 0 && (!(t.TrainWeight >= api.MinTrainWeight) || t.TrainWeight > api.MaxTrainWeight) {
+		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, api.MinTrainWeight, api.MaxTrainWeight)
 	}
 	return nil
 }
@@ -214,19 +216,9 @@ func (c *Controller) streamSchedTargets() (map[string]time.Duration, map[string]
 	return lat, weights
 }
 
-// String is the target in an event's words.
+// String is the target in an event's words, as fulcrumctl budget get prints it.
 func (t StreamTarget) String() string {
-	l, r := "shared", "shared"
-	if t.LatencyMS > 0 {
-		l = fmt.Sprintf("%.0f ms", t.LatencyMS)
-	}
-	if t.RateRPS > 0 {
-		r = fmt.Sprintf("%.1f/s", t.RateRPS)
-	}
-	if t.TrainWeight > 0 {
-		return fmt.Sprintf("{latency %s, rate %s, training weight %g}", l, r, t.TrainWeight)
-	}
-	return fmt.Sprintf("{latency %s, rate %s}", l, r)
+	return "{" + api.StreamBudgets{LatencyMS: t.LatencyMS, RateRPS: t.RateRPS, TrainWeight: t.TrainWeight}.String() + "}"
 }
 
 // streamPoint is one stream's batch at one mode.
@@ -458,6 +450,7 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	}
 	rates, _ := c.streamRates(c.clock.Now())
 	mb := c.multiBudgets(rates)
+	ps = underCap(c, ps, func(p plan.MultiProfile) powermode.Mode { return p.Mode })
 	d, err := c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(ps)
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: fmt.Sprintf("no stored profile of every stream: run fulcrumctl optimize: %v", err)})
@@ -535,8 +528,8 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 			c.corrP[c.cur.Mode] = max(c.corrP[c.cur.Mode], k*max(c.corrP[c.cur.Mode], 1))
 		}
 		c.needPlan = ""
-		c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction",
-			avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k), false)
+		c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction%s",
+			avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k, c.heatNote()), false)
 		c.stepped = true
 		return
 	}
@@ -573,8 +566,8 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 				c.badPoint = map[streamPoint]bool{}
 			}
 			c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
-			c.planMulti(ctx, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms); leaving that batch out there and re-deciding",
-				s.Workload, wl.LatencyRecent.P99MS, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS), false)
+			c.planMulti(ctx, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms); leaving that batch out there and re-deciding%s",
+				s.Workload, wl.LatencyRecent.P99MS, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS, c.heatNote()), false)
 			c.stepped = true
 			return
 		}

@@ -61,7 +61,7 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 		name := strings.TrimPrefix(spec, "sim:")
 		bs, err = cat.Board(name)
 		if err != nil {
-			return nil, fmt.Errorf("board %s: %w (known: %s)", spec, err, strings.Join(cat.Names(), ", "))
+			return nil, fmt.Errorf("board %s: %w", spec, err) // err lists the known boards
 		}
 		info = powermode.BoardInfo{Name: bs.Name, Model: bs.Model, SoC: bs.SoC}
 		if root == "" || root == "/" {
@@ -169,6 +169,14 @@ func (b *Board) Current(ctx context.Context) (powermode.Mode, error) { return b.
 // Power reads board power.
 func (b *Board) Power(ctx context.Context) (powermode.PowerReading, error) {
 	return b.Backend.Power(ctx)
+}
+
+// Heat reads the board's heat where the backend can (tegra), else powermode.ErrNoHeat.
+func (b *Board) Heat(ctx context.Context) (powermode.HeatReading, error) {
+	if hs, ok := b.Backend.(powermode.HeatSensor); ok {
+		return hs.Heat(ctx)
+	}
+	return powermode.HeatReading{}, powermode.ErrNoHeat
 }
 
 // Apply sets mode m. Before the first change it snapshots the board and saves the

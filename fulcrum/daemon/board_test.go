@@ -33,7 +33,7 @@ func TestOpenBoard(t *testing.T) {
 	}
 	for spec, want := range map[string]string{
 		"auto":              "simulat", // a non-Jetson tree: the error names the simulator
-		"sim:no-such":       "known:",
+		"sim:no-such":       "known boards are",
 		"sim:agx-orin-64gb": "board_root",
 		"jetson":            `want "auto"`,
 	} {

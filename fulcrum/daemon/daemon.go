@@ -95,10 +95,15 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		}
 	}
 	d := &Daemon{Server: NewServer(o.Server), log: o.Log}
-	if err := d.Server.Listen(); err != nil {
+	// The runtime lock first: it keeps a second fulcrumd off the board and its sockets.
+	if err := d.Server.Lock(); err != nil {
 		return nil, err
 	}
+	apiSocket := cmp.Or(o.API.SocketPath, filepath.Join(o.Server.RuntimeDir, api.SocketName))
 	fail := func(err error) (*Daemon, error) {
+		// Under the lock no other fulcrumd serves this runtime directory: a control
+		// socket left by a killed run would tell fulcrumctl a daemon is there.
+		removeStaleSocket(apiSocket, d.log)
 		d.Server.abandon()
 		if d.metricsLn != nil {
 			d.metricsLn.Close()
@@ -125,6 +130,11 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		return fail(err)
 	}
 	d.Board = b
+	// Workers may connect once the board is known good (they would otherwise register
+	// with a fulcrumd about to exit).
+	if err := d.Server.Listen(); err != nil {
+		return fail(err)
+	}
 	db := o.DBPath
 	if db == "" {
 		if o.StateDir == "" {
@@ -164,9 +174,7 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	if !o.NoAPI {
 		ac := o.API
-		if ac.SocketPath == "" {
-			ac.SocketPath = filepath.Join(o.Server.RuntimeDir, api.SocketName)
-		}
+		ac.SocketPath = apiSocket
 		ac.Log = o.Log
 		boardName := o.Board
 		if boardName == "" {
@@ -275,7 +283,22 @@ func (d *Daemon) close() {
 	}
 }
 
-// abandon undoes Listen when startup fails later.
+// removeStaleSocket removes the socket file at path unless something answers on it.
+func removeStaleSocket(path string, log *slog.Logger) {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Type() != os.ModeSocket {
+		return
+	}
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return
+	}
+	if err := os.Remove(path); err == nil {
+		log.Info("removed a stale control socket", "path", path)
+	}
+}
+
+// abandon undoes Lock and Listen when startup fails later.
 func (s *Server) abandon() {
 	if s.ln != nil {
 		s.ln.Close()

@@ -203,6 +203,41 @@ var ErrAlreadyRunning = errors.New("another fulcrumd is running")
 // A socket file left by a crashed fulcrumd is removed; one a live process answers on is
 // an error naming it.
 func (s *Server) Listen() error {
+	if err := s.Lock(); err != nil {
+		return err
+	}
+	f, sock := s.lock, s.SocketPath()
+	s.lock = nil // set again below with the listener; f is closed on failure
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(sock, s.cfg.SocketMode); err != nil {
+		ln.Close()
+		f.Close()
+		return fmt.Errorf("chmod %s: %w", sock, err)
+	}
+	gid, err := s.chownGroup(sock)
+	if err != nil {
+		ln.Close()
+		f.Close()
+		return err
+	}
+	s.lock, s.ln = f, ln
+	s.log.Info("worker socket listening", "path", sock, "mode", fmt.Sprintf("%#o", s.cfg.SocketMode), "group_gid", gid)
+	return nil
+}
+
+// Lock takes the runtime directory's lock (one fulcrumd per runtime directory, and so
+// per board) and removes a stale worker socket, without listening yet: fulcrumd checks
+// its board under the lock before workers can connect (Listen). Listen takes the lock
+// itself when Lock was not called.
+func (s *Server) Lock() error {
+	if s.lock != nil {
+		return nil
+	}
 	dir := s.cfg.RuntimeDir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create runtime directory %s: %w (set runtime_dir or run as a user who may create it)", dir, err)
@@ -239,25 +274,7 @@ func (s *Server) Listen() error {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("listen on %s: %w", sock, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(sock, s.cfg.SocketMode); err != nil {
-		ln.Close()
-		f.Close()
-		return fmt.Errorf("chmod %s: %w", sock, err)
-	}
-	gid, err := s.chownGroup(sock)
-	if err != nil {
-		ln.Close()
-		f.Close()
-		return err
-	}
-	s.lock, s.ln = f, ln
-	s.log.Info("worker socket listening", "path", sock, "mode", fmt.Sprintf("%#o", s.cfg.SocketMode), "group_gid", gid)
+	s.lock = f
 	return nil
 }
 

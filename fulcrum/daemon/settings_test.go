@@ -125,7 +125,7 @@ func TestRunTimeSettingsSurviveRestart(t *testing.T) {
 		t.Fatalf("after a restart: mode %v held=%v, want the operator's %v held", mi.Current, mi.Held, held)
 	}
 	evs := eventsOf(t, cl, api.EventSettings)
-	for _, sub := range []string{"budgets {latency p99 42 ms, power 21.0 W, rate auto} restored from the run-time settings", "budgets of workload yolo-infer", "budgets of workload resnet-train", "held mode " + held.Human() + " restored"} {
+	for _, sub := range []string{"budgets {latency 42ms (p99), power 21W, rate auto} restored from the run-time settings", "budgets of workload yolo-infer", "budgets of workload resnet-train", "held mode " + held.Human() + " restored"} {
 		if !anyContains(evs, sub) {
 			t.Errorf("no settings event saying %q; events: %q", sub, evs)
 		}

@@ -25,6 +25,7 @@ type collector struct {
 	profiles, violations, decisions, degraded, paused, uptime        *prometheus.Desc
 	planFeasible, planBatch, planInForce                             *prometheus.Desc
 	clamped, expired                                                 *prometheus.Desc
+	temp, trip, throttled, gpuLoad, gpuRunHz, cpuRunHz, capGPUHz     *prometheus.Desc
 	room, roomLearned, roomChanges                                   *prometheus.Desc
 }
 
@@ -71,6 +72,13 @@ func newCollector(src Source, timeout time.Duration) *collector {
 		planFeasible:   desc("fulcrum_plan_feasible", "1 when the current plan meets every budget; absent before the first plan."),
 		planBatch:      desc("fulcrum_plan_infer_batch", "Inference batch size of the current plan."),
 		planInForce:    desc("fulcrum_plan_in_force", "1 when the board runs the current plan's mode, 0 while the board refuses the change (fulcrum_degraded is then 1)."),
+		temp:           desc("fulcrum_board_temperature_celsius", "Temperature of each readable thermal zone.", "zone"),
+		trip:           desc("fulcrum_board_trip_point_celsius", "Passive trip point of each thermal zone (where clocks start to be capped).", "zone"),
+		throttled:      desc("fulcrum_board_throttled", "1 while the board runs a clock under the floor it was set to (thermal throttling)."),
+		gpuLoad:        desc("fulcrum_gpu_load_ratio", "GPU busy fraction, 0 to 1 (tegrastats GR3D_FREQ)."),
+		gpuRunHz:       desc("fulcrum_board_gpu_running_frequency_hertz", "GPU clock the board runs now (cur_freq), next to fulcrum_mode_gpu_frequency_hertz set."),
+		cpuRunHz:       desc("fulcrum_board_cpu_running_frequency_hertz", "CPU clock of the slowest online cluster now (cur_freq)."),
+		capGPUHz:       desc("fulcrum_thermal_cap_gpu_frequency_hertz", "GPU clock the plan keeps under after throttling; absent without a thermal cap."),
 	}
 }
 
@@ -80,6 +88,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.budgetLatency, c.budgetPower, c.budgetRate, c.budgetQuantile, c.rateAuto, c.windowLatency, c.arrivalRate, c.requests,
 		c.served, c.failed, c.misses, c.throughput, c.samples, c.minibatches, c.overruns, c.workers, c.profiles, c.violations,
 		c.decisions, c.degraded, c.paused, c.uptime, c.planFeasible, c.planBatch, c.planInForce, c.clamped, c.expired,
+		c.temp, c.trip, c.throttled, c.gpuLoad, c.gpuRunHz, c.cpuRunHz, c.capGPUHz,
 		c.room, c.roomLearned, c.roomChanges} {
 		ch <- d
 	}
@@ -126,6 +135,27 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.power, p.TotalMW/1000)
 		if p.Avg1sSamples > 0 || p.Avg1sMW != 0 { // no reading in the window: absent, not 0 W
 			gauge(c.powerAvg, p.Avg1sMW/1000)
+		}
+	}
+	if h := st.Heat; h != nil {
+		for _, z := range h.Zones {
+			if z.Error == "" {
+				gauge(c.temp, z.Celsius, z.Zone)
+			}
+			if z.TripC > 0 {
+				gauge(c.trip, z.TripC, z.Zone)
+			}
+		}
+		gauge(c.throttled, b01(h.Throttled))
+		if h.GPULoad != nil {
+			gauge(c.gpuLoad, *h.GPULoad)
+		}
+		gauge(c.gpuRunHz, float64(h.GPUHz))
+		if h.CPUKHz > 0 {
+			gauge(c.cpuRunHz, float64(h.CPUKHz)*1000)
+		}
+		if h.CapGPUHz > 0 {
+			gauge(c.capGPUHz, float64(h.CapGPUHz))
 		}
 	}
 	if st.Mode.Cores > 0 {

@@ -12,18 +12,27 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 )
 
-// LatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds. A bare number
-// is refused: ms and s differ by 1000x and both are common.
+// LatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds, within plan's
+// range. A bare number is refused: ms and s differ by 1000x and both are common.
 func LatencyMS(s string) (float64, error) {
 	s = strings.TrimSpace(s)
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("--latency %s: give a unit, e.g. %sms or %ss (valid %g ms to %g ms)", s, s, s, plan.MinLatencyMS, plan.MaxLatencyMS)
+	valid := fmt.Sprintf("valid %g ms to %g ms", plan.MinLatencyMS, plan.MaxLatencyMS)
+	if v, err := strconv.ParseFloat(s, 64); err == nil {
+		if !(v >= plan.MinLatencyMS) || v > plan.MaxLatencyMS {
+			// "e.g. 0ms" used to be suggested here, then refused.
+			return 0, fmt.Errorf("--latency %s: give a duration with its unit, e.g. 80ms or 0.08s (%s)", s, valid)
+		}
+		return 0, fmt.Errorf("--latency %s: give a unit, e.g. %sms or %ss (%s)", s, s, s, valid)
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("--latency %q: want a duration like 80ms or 0.08s (valid %g ms to %g ms)", s, plan.MinLatencyMS, plan.MaxLatencyMS)
+		return 0, fmt.Errorf("--latency %q: want a duration like 80ms or 0.08s (%s)", s, valid)
 	}
-	return float64(d) / float64(time.Millisecond), nil
+	ms := float64(d) / float64(time.Millisecond)
+	if ms < plan.MinLatencyMS || ms > plan.MaxLatencyMS {
+		return 0, fmt.Errorf("--latency %s is out of range (%s)", s, valid)
+	}
+	return ms, nil
 }
 
 // PowerMW reads 30W, 30.5w, 30000mW, a bare number of watts (30), or none / off
@@ -53,8 +62,49 @@ func PowerMW(s string) (float64, error) {
 		// 0 used to remove the budget silently; "none" says that on purpose.
 		return 0, fmt.Errorf("--power %s: a power budget must be at least %g W; to remove the power budget give --power none (%s)", s, plan.MinPowerMW/1000, rangeHint)
 	}
-	if unit == "W" && num == lower && v >= 1000 {
+	if unit == "W" && num == lower && v > plan.MaxPowerMW/1000 {
 		return 0, fmt.Errorf("--power %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", s, s, s, v/1000, rangeHint)
 	}
-	return v * scale, nil
+	mw := v * scale
+	if mw < plan.MinPowerMW || mw > plan.MaxPowerMW {
+		return 0, fmt.Errorf("--power %s (%g W) is out of range (%s)", s, mw/1000, rangeHint)
+	}
+	return mw, nil
+}
+
+// FreqHz reads a clock frequency with its unit: 612MHz, 1.7GHz, 204000kHz, 612000000Hz
+// (case-insensitive, a space before the unit allowed). A bare number is refused: the
+// board's knobs are in kHz (CPU) and Hz (GPU, EMC), so it would be ambiguous.
+func FreqHz(flag, s string) (int64, error) {
+	lower := strings.ToLower(strings.TrimSpace(s))
+	var scale float64
+	num := lower
+	for _, u := range []struct {
+		suffix string
+		scale  float64
+	}{{"ghz", 1e9}, {"mhz", 1e6}, {"khz", 1e3}, {"hz", 1}} {
+		if rest, ok := strings.CutSuffix(lower, u.suffix); ok {
+			num, scale = strings.TrimSpace(rest), u.scale
+			break
+		}
+	}
+	if scale == 0 {
+		return 0, fmt.Errorf("--%s %s: give a unit, e.g. %sMHz or 1.2GHz", flag, s, strings.TrimSpace(s))
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(v > 0) || math.IsInf(v, 0) || v*scale > 1e12 {
+		return 0, fmt.Errorf("--%s %q: want a frequency like 612MHz or 1.2GHz", flag, s)
+	}
+	return int64(math.Round(v * scale)), nil
+}
+
+// MHz prints a frequency in Hz as MHz with its unit, e.g. "612 MHz", "1728 MHz",
+// "204.8 MHz".
+func MHz(hz int64) string {
+	return strconv.FormatFloat(float64(hz)/1e6, 'f', -1, 64) + " MHz"
+}
+
+// Watts prints milliwatts as watts with one decimal and the unit, e.g. "30.0 W".
+func Watts(mw float64) string {
+	return strconv.FormatFloat(mw/1000, 'f', 1, 64) + " W"
 }

@@ -36,3 +36,53 @@ func TestUnitParsing(t *testing.T) {
 		t.Errorf("power 0W: %v, want a message pointing to --power none", err)
 	}
 }
+
+// Issue 34: every message agrees with what is accepted.
+func TestUnitMessagesAgree(t *testing.T) {
+	// --power 1000 was refused while the message said "valid 1 W to 1000 W".
+	if v, err := PowerMW("1000"); err != nil || v != 1e6 {
+		t.Errorf("power 1000 = %v, %v; want 1000 W (the top of the range it names)", v, err)
+	}
+	// --power 0.5W got the API's "a value below 1000 is probably watts given as mW".
+	_, err := PowerMW("0.5W")
+	if err == nil || !strings.Contains(err.Error(), "out of range") || strings.Contains(err.Error(), "given as mW") {
+		t.Errorf("power 0.5W: %v, want out of range in watts", err)
+	}
+	for _, in := range []string{"2000W", "500mW", "2kW"} {
+		if _, err := PowerMW(in); err == nil {
+			t.Errorf("power %s accepted", in)
+		}
+	}
+	// --latency 0 suggested "e.g. 0ms", which is then refused.
+	_, err = LatencyMS("0")
+	if err == nil || strings.Contains(err.Error(), "e.g. 0ms") {
+		t.Errorf("latency 0: %v, want no suggestion of 0ms", err)
+	}
+	for _, in := range []string{"0ms", "0s", "-5ms", "20m"} {
+		if _, err := LatencyMS(in); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("latency %s: %v, want out of range", in, err)
+		}
+	}
+}
+
+func TestFreqHz(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		hz   int64
+		fail bool
+	}{
+		{"612MHz", 612e6, false}, {"612 mhz", 612e6, false}, {"1.7GHz", 1.7e9, false}, {"204000kHz", 204e6, false},
+		{"306000000Hz", 306e6, false}, {"612", 0, true}, {"MHz", 0, true}, {"-5MHz", 0, true}, {"0MHz", 0, true}, {"fastMHz", 0, true},
+	} {
+		v, err := FreqHz("gpu", tc.in)
+		if (err != nil) != tc.fail || (!tc.fail && v != tc.hz) {
+			t.Errorf("FreqHz(%q) = %v, %v", tc.in, v, err)
+		}
+	}
+	if got := MHz(1728000000); got != "1728 MHz" {
+		t.Errorf("MHz = %q", got)
+	}
+	if got := Watts(30500); got != "30.5 W" {
+		t.Errorf("Watts = %q", got)
+	}
+}

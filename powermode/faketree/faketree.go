@@ -455,7 +455,6 @@ func idleReading(spec *powermode.BoardSpec, label string) Reading {
 // power writes the INA3221 sensors for the spec's driver.
 func (t *Tree) power(b *builder, start map[string]Reading) {
 	spec := t.spec
-	bus := i2cBusDir(t.layout)
 	// hwmon numbers are handed out at probe time and are neither 0-based nor
 	// contiguous: hwmon0 is soctherm_oc, hwmon2 a fan, the sensors 1, 4, 5, ...
 	hwmonNum := func(i int) int {
@@ -465,7 +464,7 @@ func (t *Tree) power(b *builder, start map[string]Reading) {
 		return 3 + i
 	}
 	for i, s := range spec.Power.Sensors {
-		dev := bus + "/" + s.Addr
+		dev := i2cBusDir(t.layout, s.Addr) + "/" + s.Addr
 		var dir string
 		switch spec.Power.Driver {
 		case "iio":
@@ -595,6 +594,23 @@ func idleTempMC(zone string) int64 {
 	return 44000
 }
 
+// tripPoints are every zone's trip points: a passive one where the firmware starts to
+// cap clocks (software throttling) and the critical shutdown. Estimates for Orin-class
+// modules (NVIDIA's thermal design guides put throttling near 99 °C and shutdown a few
+// degrees above); the simulator's heat reads the passive one from the tree, so a test
+// may lower it by rewriting the file.
+func tripPoints() []tripPoint {
+	return []tripPoint{{"passive", DefaultTripMC, 2000}, {"critical", 105000, 0}}
+}
+
+type tripPoint struct {
+	typ        string
+	mc, hystMC int64
+}
+
+// DefaultTripMC is the passive trip point every zone of a built tree has (m°C).
+const DefaultTripMC = 99000
+
 func (b *builder) thermal(spec *powermode.BoardSpec, start map[string]int64) {
 	for i, zone := range spec.Thermal {
 		dev := fmt.Sprintf("/sys/devices/virtual/thermal/thermal_zone%d", i)
@@ -605,6 +621,11 @@ func (b *builder) thermal(spec *powermode.BoardSpec, start map[string]int64) {
 		b.file(dev+"/type", zone+"\n")
 		b.file(dev+"/temp", itoa(temp)+"\n")
 		b.file(dev+"/mode", "enabled\n")
+		for n, tp := range tripPoints() {
+			b.file(fmt.Sprintf("%s/trip_point_%d_type", dev, n), tp.typ+"\n")
+			b.file(fmt.Sprintf("%s/trip_point_%d_temp", dev, n), itoa(tp.mc)+"\n")
+			b.file(fmt.Sprintf("%s/trip_point_%d_hyst", dev, n), itoa(tp.hystMC)+"\n")
+		}
 		b.link(fmt.Sprintf("/sys/class/thermal/thermal_zone%d", i), dev)
 	}
 }

@@ -582,3 +582,23 @@ func seq(n int) []int {
 	}
 	return out
 }
+
+// The Xavier NX's INA3221 sits on I2C bus 7 (c250000.i2c), not bus 1: the driver link
+// and the device directory follow the sensor's address.
+func TestXavierNXSensorOnBus7(t *testing.T) {
+	spec, err := testboard.Catalog(t).Board("xavier-nx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := build(t, spec, faketree.Options{})
+	target, err := os.Readlink(tr.Path("/sys/bus/i2c/drivers/ina3221/7-0040"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(target, "devices/c250000.i2c/i2c-7/7-0040") {
+		t.Errorf("ina3221 7-0040 links to %s, want .../devices/c250000.i2c/i2c-7/7-0040", target)
+	}
+	if got := read(t, tr, "/sys/devices/c250000.i2c/i2c-7/7-0040/name"); got != "ina3221\n" {
+		t.Errorf("7-0040/name = %q", got)
+	}
+}

@@ -91,14 +91,22 @@ func Layouts(spec *powermode.BoardSpec) []string {
 	return out
 }
 
-// i2cBusDir is the I2C controller's device directory; the INA3221s hang off its bus 1.
-// JetPack 6 device trees put the controllers under bus@0 (assumption for the I2C bus,
-// by analogy with the GPU's move to /sys/devices/platform/bus@0 in R36).
-func i2cBusDir(layout string) string {
-	if layout == LayoutJP6 {
-		return "/sys/devices/platform/bus@0/c240000.i2c/i2c-1"
+// i2cBusDir is the I2C controller's bus directory for a sensor at addr ("1-0040"): the
+// bus number is addr's prefix. Bus 1 is c240000.i2c (the Orins, AGX Xavier), bus 7
+// c250000.i2c (Xavier NX: NVIDIA's nvpmodel_t194_p3668.conf names
+// c250000.i2c/i2c-7/7-0040). JetPack 6 device trees put the controllers under bus@0
+// (assumption for the I2C bus, by analogy with the GPU's move to /sys/devices/platform/bus@0 in R36).
+func i2cBusDir(layout, addr string) string {
+	bus, _, _ := strings.Cut(addr, "-")
+	ctrl := "c240000.i2c"
+	if bus == "7" {
+		ctrl = "c250000.i2c"
 	}
-	return "/sys/devices/c240000.i2c/i2c-1"
+	dir := "/sys/devices/" + ctrl + "/i2c-" + bus
+	if layout == LayoutJP6 {
+		dir = "/sys/devices/platform/bus@0/" + ctrl + "/i2c-" + bus
+	}
+	return dir
 }
 
 // emcCapPath is the file nvpmodel writes its EMC cap to.

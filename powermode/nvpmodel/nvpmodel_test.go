@@ -1,6 +1,7 @@
 package nvpmodel_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,187 +13,129 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 )
 
-// agxOrinConf is our own text in the syntax of NVIDIA's AGX Orin conf
-// (nvpmodel_p3701_0000.conf in LineageOS/android_device_nvidia_concord): the header
-// comment, FILE and CLOCK params with _KNEXT duplicates, "<PARAM" without a space and
-// TYPE=CLOCK for EMC, a DLA clock we do not use, a HWMON block with three-field lines
-// (as Xavier NX's conf has), string values, -1 caps, per-cluster CPU params and a
-// trailing PM_CONFIG. Caps and TPC masks are NVIDIA's for the 64GB module: MAXN 0,
-// MODE_15W 248, MODE_30W 240, MODE_50W 0, so from the default MODE_30W every other
-// preset needs a reboot.
-const agxOrinConf = `#
-# Copyright (c) 2022, NVIDIA CORPORATION.  All rights reserved.
-#
-# FORMAT:
-# < PARAM TYPE=PARAM_TYPE NAME=PARAM_NAME >
-# ARG1_NAME ARG1_PATH_VAL
-#
+// agxOrinConf is a conf for the AGX Orin 64GB written by this project in the syntax
+// nvpmodel reads (the file on a board is nvpmodel_p3701_0000.conf): no text is copied
+// from NVIDIA's file, the power models are generated from the values table below. It
+// uses every syntax feature a real conf has: a header comment, FILE and CLOCK params with
+// _KNEXT duplicates, "<PARAM" without a space and TYPE=CLOCK for EMC, a DLA clock we do
+// not use, a HWMON block with three-field lines (as Xavier NX's conf has), string values,
+// -1 caps, per-cluster CPU params and a trailing PM_CONFIG. The caps and TPC masks are
+// the module's published values: MAXN 0, MODE_15W 248, MODE_30W 240, MODE_50W 0, so from
+// the default MODE_30W every other preset needs a reboot.
+var agxOrinConf = buildAGXOrinConf()
 
-< PARAM TYPE=FILE NAME=CPU_ONLINE >
-CORE_0 /sys/devices/system/cpu/cpu0/online
-CORE_1 /sys/devices/system/cpu/cpu1/online
-CORE_2 /sys/devices/system/cpu/cpu2/online
-CORE_3 /sys/devices/system/cpu/cpu3/online
-CORE_4 /sys/devices/system/cpu/cpu4/online
-CORE_5 /sys/devices/system/cpu/cpu5/online
-CORE_6 /sys/devices/system/cpu/cpu6/online
-CORE_7 /sys/devices/system/cpu/cpu7/online
-CORE_8 /sys/devices/system/cpu/cpu8/online
-CORE_9 /sys/devices/system/cpu/cpu9/online
-CORE_10 /sys/devices/system/cpu/cpu10/online
-CORE_11 /sys/devices/system/cpu/cpu11/online
+// orinModel is one power model of agxOrinConf: caps as nvpmodel writes them ("-1": none).
+type orinModel struct {
+	id, cores, tpcMask int
+	name               string
+	cpuMax             string // every online cluster's MAX_FREQ
+	gpuMax, emcMax     string
+	dlaMax             string // "" leaves the DLA line out
+	ocLimit            bool   // the VDDIN_OC_LIMIT lines
+}
 
-< PARAM TYPE=FILE NAME=TPC_POWER_GATING >
-TPC_PG_MASK /sys/devices/gpu.0/tpc_pg_mask
+func buildAGXOrinConf() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("# Test conf for nvpmodel.Parse: the AGX Orin 64GB's four power models.")
+	w("# Sections: PARAM (what a name writes), POWER_MODEL (the values), PM_CONFIG (the default).")
+	w("")
+	w("< PARAM TYPE=FILE NAME=CPU_ONLINE >")
+	for i := range 12 {
+		w("CORE_%d /sys/devices/system/cpu/cpu%d/online", i, i)
+	}
+	w("")
+	for _, f := range []struct{ name, arg, file string }{
+		{"TPC_POWER_GATING", "TPC_PG_MASK", "tpc_pg_mask"},
+		{"GPU_POWER_CONTROL_ENABLE", "GPU_PWR_CNTL_EN", "power/control"},
+		{"GPU_POWER_CONTROL_DISABLE", "GPU_PWR_CNTL_DIS", "power/control"},
+	} {
+		w("< PARAM TYPE=FILE NAME=%s >", f.name)
+		w("%s /sys/devices/gpu.0/%s", f.arg, f.file)
+		w("")
+	}
+	for i, first := range []int{0, 4, 8} {
+		cpufreq := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/cpufreq/", first)
+		w("< PARAM TYPE=CLOCK NAME=CPU_A78_%d >", i)
+		w("FREQ_TABLE %sscaling_available_frequencies", cpufreq)
+		w("MAX_FREQ %sscaling_max_freq", cpufreq)
+		w("MIN_FREQ %sscaling_min_freq", cpufreq)
+		if i == 0 {
+			w("FREQ_TABLE_KNEXT %sscaling_available_frequencies", cpufreq)
+			w("MAX_FREQ_KNEXT %sscaling_max_freq", cpufreq)
+			w("MIN_FREQ_KNEXT %sscaling_min_freq", cpufreq)
+		}
+		w("")
+	}
+	w("< PARAM TYPE=CLOCK NAME=GPU >")
+	for _, dir := range []string{"devfreq/17000000.ga10b/", "devfreq_dev/"} {
+		knext := ""
+		if dir == "devfreq_dev/" {
+			knext = "_KNEXT"
+		}
+		w("FREQ_TABLE%s /sys/devices/17000000.ga10b/%savailable_frequencies", knext, dir)
+		w("MAX_FREQ%s /sys/devices/17000000.ga10b/%smax_freq", knext, dir)
+		w("MIN_FREQ%s /sys/devices/17000000.ga10b/%smin_freq", knext, dir)
+	}
+	w("")
+	w("< PARAM TYPE=CLOCK NAME=DLA0_CORE >")
+	w("MAX_FREQ /sys/devices/platform/13e40000.host1x/15880000.nvdla0/acm/clk_cap/dla0_core")
+	w("")
+	w("<PARAM TYPE=CLOCK NAME=EMC >")
+	w("MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap")
+	w("MAX_FREQ_KNEXT /sys/kernel/nvpmodel_clk_cap/emc")
+	w("")
+	w("< PARAM TYPE=HWMON NAME=VDDIN_OC_LIMIT >")
+	w("WARN /sys/bus/i2c/drivers/ina3221/1-0040/hwmon curr1_max")
+	w("CRIT /sys/bus/i2c/drivers/ina3221/1-0040/hwmon curr1_crit")
+	for _, m := range []orinModel{
+		{id: 0, name: "MAXN", cores: 12, tpcMask: 0, cpuMax: "-1", gpuMax: "-1", emcMax: "0", dlaMax: "-1"},
+		{id: 1, name: "MODE_15W", cores: 4, tpcMask: 248, cpuMax: "1113600", gpuMax: "408000000", emcMax: "2133000000", dlaMax: "614400000"},
+		{id: 2, name: "MODE_30W", cores: 8, tpcMask: 240, cpuMax: "1728000", gpuMax: "612000000", emcMax: "-1", ocLimit: true},
+		{id: 3, name: "MODE_50W", cores: 12, tpcMask: 0, cpuMax: "1497600", gpuMax: "816000000", emcMax: "0"},
+	} {
+		w("")
+		w("< POWER_MODEL ID=%d NAME=%s >", m.id, m.name)
+		for i := range 12 {
+			on := 0
+			if i < m.cores {
+				on = 1
+			}
+			w("CPU_ONLINE CORE_%d %d", i, on)
+		}
+		w("TPC_POWER_GATING TPC_PG_MASK %d", m.tpcMask)
+		w("GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on")
+		for c := range (m.cores + 3) / 4 {
+			w("CPU_A78_%d MIN_FREQ 729600", c)
+			w("CPU_A78_%d MAX_FREQ %s", c, m.cpuMax)
+		}
+		w("GPU MIN_FREQ 0")
+		w("GPU MAX_FREQ %s", m.gpuMax)
+		w("GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto")
+		if m.dlaMax != "" {
+			w("DLA0_CORE MAX_FREQ %s", m.dlaMax)
+		}
+		w("EMC MAX_FREQ %s", m.emcMax)
+		if m.ocLimit {
+			w("VDDIN_OC_LIMIT WARN 3000")
+			w("VDDIN_OC_LIMIT CRIT 5000")
+		}
+	}
+	w("")
+	w("# the default mode")
+	w("< PM_CONFIG DEFAULT=2 >")
+	return b.String()
+}
 
-< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >
-GPU_PWR_CNTL_EN /sys/devices/gpu.0/power/control
-
-< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >
-GPU_PWR_CNTL_DIS /sys/devices/gpu.0/power/control
-
-< PARAM TYPE=CLOCK NAME=CPU_A78_0 >
-FREQ_TABLE /sys/devices/system/cpu/cpu0/cpufreq/scaling_available_frequencies
-MAX_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
-MIN_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_min_freq
-FREQ_TABLE_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_available_frequencies
-MAX_FREQ_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
-MIN_FREQ_KNEXT /sys/devices/system/cpu/cpu0/cpufreq/scaling_min_freq
-
-< PARAM TYPE=CLOCK NAME=CPU_A78_1 >
-FREQ_TABLE /sys/devices/system/cpu/cpu4/cpufreq/scaling_available_frequencies
-MAX_FREQ /sys/devices/system/cpu/cpu4/cpufreq/scaling_max_freq
-MIN_FREQ /sys/devices/system/cpu/cpu4/cpufreq/scaling_min_freq
-
-< PARAM TYPE=CLOCK NAME=CPU_A78_2 >
-FREQ_TABLE /sys/devices/system/cpu/cpu8/cpufreq/scaling_available_frequencies
-MAX_FREQ /sys/devices/system/cpu/cpu8/cpufreq/scaling_max_freq
-MIN_FREQ /sys/devices/system/cpu/cpu8/cpufreq/scaling_min_freq
-
-< PARAM TYPE=CLOCK NAME=GPU >
-FREQ_TABLE /sys/devices/17000000.ga10b/devfreq/17000000.ga10b/available_frequencies
-MAX_FREQ /sys/devices/17000000.ga10b/devfreq/17000000.ga10b/max_freq
-MIN_FREQ /sys/devices/17000000.ga10b/devfreq/17000000.ga10b/min_freq
-FREQ_TABLE_KNEXT /sys/devices/17000000.ga10b/devfreq_dev/available_frequencies
-MAX_FREQ_KNEXT /sys/devices/17000000.ga10b/devfreq_dev/max_freq
-MIN_FREQ_KNEXT /sys/devices/17000000.ga10b/devfreq_dev/min_freq
-
-< PARAM TYPE=CLOCK NAME=DLA0_CORE >
-MAX_FREQ /sys/devices/platform/13e40000.host1x/15880000.nvdla0/acm/clk_cap/dla0_core
-
-<PARAM TYPE=CLOCK NAME=EMC >
-MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
-MAX_FREQ_KNEXT /sys/kernel/nvpmodel_clk_cap/emc
-
-< PARAM TYPE=HWMON NAME=VDDIN_OC_LIMIT >
-WARN /sys/bus/i2c/drivers/ina3221/1-0040/hwmon curr1_max
-CRIT /sys/bus/i2c/drivers/ina3221/1-0040/hwmon curr1_crit
-
-< POWER_MODEL ID=0 NAME=MAXN >
-CPU_ONLINE CORE_0 1
-CPU_ONLINE CORE_1 1
-CPU_ONLINE CORE_2 1
-CPU_ONLINE CORE_3 1
-CPU_ONLINE CORE_4 1
-CPU_ONLINE CORE_5 1
-CPU_ONLINE CORE_6 1
-CPU_ONLINE CORE_7 1
-CPU_ONLINE CORE_8 1
-CPU_ONLINE CORE_9 1
-CPU_ONLINE CORE_10 1
-CPU_ONLINE CORE_11 1
-TPC_POWER_GATING TPC_PG_MASK 0
-GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
-CPU_A78_0 MIN_FREQ 729600
-CPU_A78_0 MAX_FREQ -1
-CPU_A78_1 MIN_FREQ 729600
-CPU_A78_1 MAX_FREQ -1
-CPU_A78_2 MIN_FREQ 729600
-CPU_A78_2 MAX_FREQ -1
-GPU MIN_FREQ 0
-GPU MAX_FREQ -1
-GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
-DLA0_CORE MAX_FREQ -1
-EMC MAX_FREQ 0
-
-< POWER_MODEL ID=1 NAME=MODE_15W >
-CPU_ONLINE CORE_0 1
-CPU_ONLINE CORE_1 1
-CPU_ONLINE CORE_2 1
-CPU_ONLINE CORE_3 1
-CPU_ONLINE CORE_4 0
-CPU_ONLINE CORE_5 0
-CPU_ONLINE CORE_6 0
-CPU_ONLINE CORE_7 0
-CPU_ONLINE CORE_8 0
-CPU_ONLINE CORE_9 0
-CPU_ONLINE CORE_10 0
-CPU_ONLINE CORE_11 0
-TPC_POWER_GATING TPC_PG_MASK 248
-GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
-CPU_A78_0 MIN_FREQ 729600
-CPU_A78_0 MAX_FREQ 1113600
-GPU MIN_FREQ 0
-GPU MAX_FREQ 408000000
-GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
-DLA0_CORE MAX_FREQ 614400000
-EMC MAX_FREQ 2133000000
-
-< POWER_MODEL ID=2 NAME=MODE_30W >
-CPU_ONLINE CORE_0 1
-CPU_ONLINE CORE_1 1
-CPU_ONLINE CORE_2 1
-CPU_ONLINE CORE_3 1
-CPU_ONLINE CORE_4 1
-CPU_ONLINE CORE_5 1
-CPU_ONLINE CORE_6 1
-CPU_ONLINE CORE_7 1
-CPU_ONLINE CORE_8 0
-CPU_ONLINE CORE_9 0
-CPU_ONLINE CORE_10 0
-CPU_ONLINE CORE_11 0
-TPC_POWER_GATING TPC_PG_MASK 240
-GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
-CPU_A78_0 MIN_FREQ 729600
-CPU_A78_0 MAX_FREQ 1728000
-CPU_A78_1 MIN_FREQ 729600
-CPU_A78_1 MAX_FREQ 1728000
-GPU MIN_FREQ 0
-GPU MAX_FREQ 612000000
-GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
-EMC MAX_FREQ -1
-VDDIN_OC_LIMIT WARN 3000
-VDDIN_OC_LIMIT CRIT 5000
-
-< POWER_MODEL ID=3 NAME=MODE_50W >
-CPU_ONLINE CORE_0 1
-CPU_ONLINE CORE_1 1
-CPU_ONLINE CORE_2 1
-CPU_ONLINE CORE_3 1
-CPU_ONLINE CORE_4 1
-CPU_ONLINE CORE_5 1
-CPU_ONLINE CORE_6 1
-CPU_ONLINE CORE_7 1
-CPU_ONLINE CORE_8 1
-CPU_ONLINE CORE_9 1
-CPU_ONLINE CORE_10 1
-CPU_ONLINE CORE_11 1
-TPC_POWER_GATING TPC_PG_MASK 0
-GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on
-CPU_A78_0 MIN_FREQ 729600
-CPU_A78_0 MAX_FREQ 1497600
-CPU_A78_1 MIN_FREQ 729600
-CPU_A78_1 MAX_FREQ 1497600
-CPU_A78_2 MIN_FREQ 729600
-CPU_A78_2 MAX_FREQ 1497600
-GPU MIN_FREQ 0
-GPU MAX_FREQ 816000000
-GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto
-EMC MAX_FREQ 0
-
-# mandatory section to configure the default power mode
-< PM_CONFIG DEFAULT=2 >
-`
+// lineOf is the 1-based number of the first line of text that contains sub.
+func lineOf(text, sub string) int {
+	for i, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			return i + 1
+		}
+	}
+	return 0
+}
 
 func TestParseRealConf(t *testing.T) {
 	c, err := nvpmodel.Parse(strings.NewReader(agxOrinConf))
@@ -203,7 +146,7 @@ func TestParseRealConf(t *testing.T) {
 		t.Fatalf("default %d, %d models, %d params", c.Default, len(c.Models), len(c.Params))
 	}
 	gpu, ok := c.Param("GPU")
-	if !ok || gpu.Type != "CLOCK" || gpu.Args["MAX_FREQ"] != "/sys/devices/17000000.ga10b/devfreq/17000000.ga10b/max_freq" || gpu.Line != 50 {
+	if !ok || gpu.Type != "CLOCK" || gpu.Args["MAX_FREQ"] != "/sys/devices/17000000.ga10b/devfreq/17000000.ga10b/max_freq" || gpu.Line != lineOf(agxOrinConf, "NAME=GPU >") {
 		t.Errorf("GPU param = %+v", gpu)
 	}
 	m, _ := c.Model(1)

@@ -32,6 +32,8 @@ type Options struct {
 	AmbientC float64
 	// ThermalTau is the heat sink's time constant; default 30 s.
 	ThermalTau time.Duration
+	// Heat switches on thermal throttling (heat.go); nil: clocks are never capped.
+	Heat *HeatOptions
 	// Logger receives notes (unknown workloads, write failures); default slog.Default().
 	Logger *slog.Logger
 }
@@ -69,6 +71,10 @@ type Board struct {
 	last    time.Time
 	online  string // last online list written
 	unknown map[string]bool
+	// throttle is the simulated firmware's cooling state (Options.Heat), lastPoll when
+	// its governor last stepped.
+	throttle int
+	lastPoll time.Time
 }
 
 // New materialises spec's tree under dir and returns the board, ready to Run. dir may
@@ -88,6 +94,7 @@ func New(dir string, spec *powermode.BoardSpec, opts Options) (*Board, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Heat = opts.Heat.withDefaults()
 	if opts.Workloads == nil {
 		ws, err := LoadWorkloads(configs.FS, "workloads")
 		if err != nil {
@@ -120,6 +127,14 @@ func New(dir string, spec *powermode.BoardSpec, opts Options) (*Board, error) {
 	}
 	if err := os.MkdirAll(filepath.Join(root, ActivityDir), 0o755); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
+	}
+	if err := clearThrottle(paths); err != nil {
+		return nil, err
+	}
+	if h := opts.Heat; h != nil && h.TripC > 0 {
+		if err := b.setTrips(h.TripC); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.writeMarker(0); err != nil {
 		return nil, err
@@ -220,6 +235,8 @@ type StepResult struct {
 	Active  []Activity
 	Power   PowerBreakdown
 	TotalMW float64
+	// Throttle is the cooling state the step ran under (0 without Options.Heat).
+	Throttle int
 }
 
 // Step advances the physics to now once: it reads the control files and the activity
@@ -237,6 +254,8 @@ func (b *Board) Step(now time.Time) (StepResult, error) {
 		return res, err
 	}
 	res.Active = acts
+	res.Throttle = b.throttle
+	st = st.capped(b.paths, b.throttle)
 	clk := st.running(len(acts) > 0)
 	res.Mode = st.mode(clk)
 	res.Power = b.power(res.Mode, acts)
@@ -251,6 +270,8 @@ func (b *Board) Step(now time.Time) (StepResult, error) {
 	}
 	b.last = now
 	errs = append(errs, b.writeThermal(res.Power, dt))
+	_, err = b.stepThrottle(now)
+	errs = append(errs, err)
 	return res, errors.Join(errs...)
 }
 
@@ -451,7 +472,10 @@ func (b *Board) writeRails(p PowerBreakdown) []error {
 // zoneTarget is a zone's steady-state temperature: ambient plus the heat sink's rise
 // with total power, plus a local rise with the power of the block the zone sits on.
 func (b *Board) zoneTarget(zone string, p PowerBreakdown) float64 {
-	const sinkCPerW = 0.55 // heat sink + fan, °C per board watt (estimate)
+	sinkCPerW := DefaultCPerW // heat sink + fan, °C per board watt (estimate)
+	if b.opts.Heat != nil {
+		sinkCPerW = b.opts.Heat.CPerW
+	}
 	t := b.opts.AmbientC + sinkCPerW*p.TotalMW()/1000
 	z := strings.ToLower(zone)
 	switch {

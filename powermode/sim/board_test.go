@@ -370,7 +370,9 @@ func TestEveryCatalogBoardSimulates(t *testing.T) {
 				if want := w.PowerMW(sp, top, 32); math.Abs(busy.TotalMW-want) > 1e-6*want {
 					t.Errorf("busy %0.f mW, model %.0f", busy.TotalMW, want)
 				}
-				if busy.TotalMW < idle.TotalMW*2 {
+				// 1.5×: the smallest modules (Orin Nano 4GB, 10 W at most) idle near half
+				// their top; every board must still rise clearly under training.
+				if busy.TotalMW < idle.TotalMW*1.5 {
 					t.Errorf("training at the top mode %.0f mW, idle %.0f mW: want a clear rise", busy.TotalMW, idle.TotalMW)
 				}
 				t.Logf("%s: idle %.1f W, resnet18 at top %.1f W, %.0f ms", name, idle.TotalMW/1000, busy.TotalMW/1000, w.TimeMS(sp, top, 32))

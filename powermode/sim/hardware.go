@@ -115,6 +115,8 @@ func HardwareFor(spec *powermode.BoardSpec) Hardware {
 		{"orin-nano-8gb", []string{"p3767-0003", "p3767-0005"}, 1024, 32, 3000, false},
 		{"orin-nano-4gb", []string{"p3767-0004"}, 512, 16, 2800, false},
 		{"agx-xavier", []string{"p2888-0001", "p2888-0004", "p2888-0005", "p2888"}, 512, 64, 5500, true},
+		// Xavier NX: 384 Volta cores, 128-bit LPDDR4x (half the AGX Xavier's bus).
+		{"xavier-nx", []string{"p3668-0000", "p3668-0001", "p3668-0003"}, 384, 32, 3500, true},
 	}
 	for _, k := range known {
 		for _, m := range spec.Modules {

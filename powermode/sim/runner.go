@@ -51,6 +51,17 @@ func RunMinibatch(ctx context.Context, root string, spec *powermode.BoardSpec, w
 	return r.Run(ctx, w, batch, rng)
 }
 
+// Clocks is the mode a minibatch runs at now: the clocks written in the tree, capped
+// by the simulated firmware's throttle when the board is hot (Options.Heat).
+func (r *Runner) Clocks() (powermode.Mode, error) {
+	st, err := r.paths.readState()
+	if err != nil {
+		return powermode.Mode{}, err
+	}
+	st = st.capped(r.paths, r.paths.readThrottle())
+	return st.mode(st.running(true)), nil
+}
+
 // Run runs one minibatch (see RunMinibatch). On cancellation it unregisters and returns
 // the time spent with ctx's error.
 // maxRefreshFails is how many clock re-reads in a row may fail mid-run before a
@@ -77,11 +88,11 @@ func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand
 	// The clocks are re-read every Refresh; the number of minibatches sharing the GPU
 	// (a directory listing, cheap) every tick, so two that start together share at once.
 	refresh := func(now time.Time) error {
-		st, err := r.paths.readState()
+		m, err := r.Clocks()
 		if err != nil {
 			return err
 		}
-		tauSec = w.Time(&r.hw, st.mode(st.running(true)), batch).TotalSec * factor
+		tauSec = w.Time(&r.hw, m, batch).TotalSec * factor
 		readAt = now
 		return nil
 	}

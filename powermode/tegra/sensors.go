@@ -163,7 +163,108 @@ func (b *Backend) Thermal(ctx context.Context) ([]powermode.ThermalZone, error) 
 		} else {
 			tz.Celsius = float64(mc) / 1000
 		}
+		tz.TripC = b.tripC(z.dir)
 		out = append(out, tz)
 	}
 	return out, nil
+}
+
+// maxTrips bounds the trip_point_N files looked at per zone (Jetson zones have up to 5).
+const maxTrips = 16
+
+// tripC is a zone's lowest passive trip point in °C, where clocks start to be capped;
+// without a passive one, its lowest hot or critical one (active trips drive fans, not
+// clocks); 0 when it has none.
+func (b *Backend) tripC(dir string) float64 {
+	var passive, other float64
+	for n := range maxTrips {
+		typ, err := b.t.readString(fmt.Sprintf("%s/trip_point_%d_type", dir, n))
+		if err != nil {
+			break
+		}
+		s, err := b.t.readString(fmt.Sprintf("%s/trip_point_%d_temp", dir, n))
+		if err != nil {
+			continue
+		}
+		mc, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || mc <= 0 {
+			continue
+		}
+		c := float64(mc) / 1000
+		switch typ {
+		case "passive":
+			if passive == 0 || c < passive {
+				passive = c
+			}
+		case "hot", "critical":
+			if other == 0 || c < other {
+				other = c
+			}
+		}
+	}
+	if passive > 0 {
+		return passive
+	}
+	return other
+}
+
+// Heat reads the thermal zones, the GPU's load and the clocks running against the
+// floors set. A clock under its floor is throttled: Apply
+// pins min = max, so only a thermal (or power) cap outside the kernel's governors
+// takes it there; on Jetson that is the BPMP firmware's throttling, which cpufreq and
+// devfreq report in cur_freq but not in scaling_min_freq/min_freq.
+func (b *Backend) Heat(ctx context.Context) (powermode.HeatReading, error) {
+	zones, err := b.Thermal(ctx)
+	if err != nil {
+		return powermode.HeatReading{}, err
+	}
+	h := powermode.HeatReading{At: b.now(), Zones: zones, GPULoad: -1}
+	var why []string
+	if v, err := b.readInt(b.gpuLoadPath()); err == nil {
+		h.GPULoad = min(max(float64(v)/1000, 0), 1)
+	}
+	if h.GPUHz, err = b.readInt(b.gpu.file("cur_freq")); err != nil {
+		return h, fmt.Errorf("heat: %w", err)
+	}
+	if h.GPUFloorHz, err = b.readInt(b.gpu.file("min_freq")); err != nil {
+		return h, fmt.Errorf("heat: %w", err)
+	}
+	if h.GPUHz < h.GPUFloorHz {
+		h.Throttled = true
+		why = append(why, fmt.Sprintf("GPU runs %d MHz under its %d MHz floor", h.GPUHz/1e6, h.GPUFloorHz/1e6))
+	}
+	online, err := b.onlineSet()
+	if err != nil {
+		return h, fmt.Errorf("heat: %w", err)
+	}
+	for _, p := range b.policies {
+		if !p.active(online) {
+			continue
+		}
+		cur, err := b.readInt(p.file("cpuinfo_cur_freq"))
+		if err != nil {
+			if cur, err = b.readInt(p.file("scaling_cur_freq")); err != nil {
+				return h, fmt.Errorf("heat: %w", err)
+			}
+		}
+		floor, err := b.readInt(p.file("scaling_min_freq"))
+		if err != nil {
+			return h, fmt.Errorf("heat: %w", err)
+		}
+		if h.CPUKHz == 0 || cur < h.CPUKHz {
+			h.CPUKHz, h.CPUFloorKHz = cur, floor
+		}
+		if cur < floor {
+			h.Throttled = true
+			why = append(why, fmt.Sprintf("CPU policy%d runs %d MHz under its %d MHz floor", p.Num, cur/1000, floor/1000))
+		}
+	}
+	h.Why = strings.Join(why, "; ")
+	return h, nil
+}
+
+// gpuLoadPath is the GPU device's load node (per mille busy): the devfreq directory
+// sits at <device>/devfreq/<device>.
+func (b *Backend) gpuLoadPath() string {
+	return path.Dir(path.Dir(b.gpu.Dir)) + "/load"
 }

@@ -53,6 +53,37 @@ type Profile struct {
 	// searcher measures a mode again to confirm it, and the decision trusts the pooled
 	// values more (plan.Decider).
 	Repeats int `json:"repeats,omitempty"`
+	// Throttled is set when the board throttled while the profile was measured: the
+	// numbers are those of the slower clocks it really ran, not the mode's cold ones
+	// (docs/profiler.md "Profiles taken while the board throttles"). Absent in stores
+	// written before it existed, which read as not throttled.
+	Throttled *Throttled `json:"throttled,omitempty"`
+}
+
+// Throttled says how a profile's measurement was throttled.
+type Throttled struct {
+	Readings  int   `json:"readings"`              // heat readings that showed a clock under its floor
+	GPUHzMin  int64 `json:"gpu_hz_min"`            // the slowest GPU clock seen running
+	CPUKHzMin int64 `json:"cpu_khz_min,omitempty"` // the slowest CPU clock seen running
+}
+
+// NoteHeat adds a heat reading to t (nil: none yet) and returns the result, which
+// stays nil while no reading has shown throttling.
+func NoteHeat(t *Throttled, h powermode.HeatReading) *Throttled {
+	if !h.Throttled {
+		return t
+	}
+	if t == nil {
+		t = &Throttled{GPUHzMin: h.GPUHz, CPUKHzMin: h.CPUKHz}
+	}
+	t.Readings++
+	if h.GPUHz > 0 && h.GPUHz < t.GPUHzMin {
+		t.GPUHzMin = h.GPUHz
+	}
+	if h.CPUKHz > 0 && (t.CPUKHzMin == 0 || h.CPUKHz < t.CPUKHzMin) {
+		t.CPUKHzMin = h.CPUKHz
+	}
+	return t
 }
 
 // Key identifies what a profile measures; a store holds at most one profile per key.
@@ -123,6 +154,9 @@ func (p Profile) Validate() error {
 		return bad("warmup = %d: want zero or more", p.Warmup)
 	case p.FinishedAt.Before(p.StartedAt):
 		return bad("finished_at %s is before started_at %s", p.FinishedAt.Format(time.RFC3339Nano), p.StartedAt.Format(time.RFC3339Nano))
+	}
+	if t := p.Throttled; t != nil && (t.Readings < 1 || t.GPUHzMin < 0 || t.CPUKHzMin < 0) {
+		return bad("throttled = %+v: want at least 1 reading and clocks of zero or more", *t)
 	}
 	switch p.Source {
 	case SourceSim, SourceTegra, SourceImport, SourceLive:

@@ -174,7 +174,7 @@ func run(ctx context.Context, o options) error {
 	for i := 0; i < o.inferN; i++ {
 		var out strings.Builder
 		c, err := start(fmt.Sprintf("infer%d", i), &out, fulcrumctl, "sim", "worker", "--role", "infer", "--workload", o.infer, "--models", modelsDir,
-			"--root", boardDir, "--socket", sock, "--rate", strconv.FormatFloat(perRPS, 'f', -1, 64), "--batch", strconv.Itoa(o.batch),
+			"--root", boardDir, "--worker-socket", sock, "--rate", strconv.FormatFloat(perRPS, 'f', -1, 64), "--batch", strconv.Itoa(o.batch),
 			"--requests", strconv.Itoa(int(perRPS*dur.Seconds())), "--latency", time.Duration(o.latencyMS*float64(time.Millisecond)).String(), "--seed", strconv.Itoa(100+i))
 		if err != nil {
 			return err
@@ -184,7 +184,7 @@ func run(ctx context.Context, o options) error {
 	for i := 0; i < o.trainN; i++ {
 		var out strings.Builder
 		c, err := start(fmt.Sprintf("train%d", i), &out, fulcrumctl, "sim", "worker", "--role", "train", "--workload", o.train, "--models", modelsDir,
-			"--root", boardDir, "--socket", sock, "--duration", dur.String(), "--seed", strconv.Itoa(200+i))
+			"--root", boardDir, "--worker-socket", sock, "--duration", dur.String(), "--seed", strconv.Itoa(200+i))
 		if err != nil {
 			return err
 		}

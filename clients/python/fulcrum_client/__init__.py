@@ -17,6 +17,9 @@ Inference::
     future = server.submit(image)      # from any thread
     result = future.result()
 
+A request fulcrumd refuses (its stream asks for more than its share of the GPU beside
+other inference streams) fails with RateLimited; the server carries on with the others.
+
 When fulcrumd restarts the client reconnects and registers again: a trainer waits for it
 (or trains without turns: train_while_away=True), an InferenceServer serves what is queued
 itself meanwhile. See docs/runtime.md, and docs/protocol.md for the wire protocol.
@@ -28,7 +31,8 @@ from .client import (
     FulcrumError,
     Grant,
     InferenceServer,
+    RateLimited,
 )
 
-__all__ = ["PROTOCOL_VERSION", "Client", "FulcrumError", "Grant", "InferenceServer"]
+__all__ = ["PROTOCOL_VERSION", "Client", "FulcrumError", "Grant", "InferenceServer", "RateLimited"]
 __version__ = "0.1.0"

@@ -33,6 +33,24 @@ class FulcrumError(Exception):
         self.ref = ref
 
 
+class RateLimited(FulcrumError):
+    """One inference request fulcrumd refused (code "rate_limited"): its stream asked for
+    more than its share of the GPU while other inference streams are registered. The
+    request will not be served; the connection and the other requests carry on.
+
+    request_id is the refused request, workload the stream (its registered workload),
+    fulcrumd_message what fulcrumd said (the counts and the share)."""
+
+    def __init__(self, request_id, workload, fulcrumd_message, ref="arrivals"):
+        msg = ("request {} of inference stream {!r} refused by fulcrumd: {}. Lower this stream's "
+               "request rate, or give it a larger share of the GPU (fewer inference streams beside it); "
+               "see docs/protocol.md, per-stream admission").format(request_id, workload, fulcrumd_message)
+        super().__init__("rate_limited", msg, ref)
+        self.request_id = request_id
+        self.workload = workload
+        self.fulcrumd_message = fulcrumd_message
+
+
 Grant = collections.namedtuple("Grant", "id kind batch request_ids deadline_ms")
 Grant.__doc__ = """A turn on the GPU: kind is "train", "infer" or "profile" ("unmanaged" for a
 training step taken while fulcrumd is away, see Client(train_while_away=True)); batch the
@@ -126,6 +144,8 @@ class Client:
         self._wait_s = self._backoff[0]
         self._next_try = 0.0
         self._on_register = []  # callables(gen) run after registering again
+        self._on_refused = []  # callables(list of RateLimited), see add_refused_hook
+        self._refused = collections.deque()  # RateLimited not yet handed to hooks or take_refused
         self._conn = _Conn(self._connect(connect_timeout), 0)
         if role is not None:
             try:
@@ -212,6 +232,13 @@ class Client:
             line, conn.buf = conn.buf.split(b"\n", 1)
             if not line.strip():
                 continue
+            if line.startswith(b"HTTP/"):
+                # The control socket answers a JSON line with an HTTP 400.
+                self._mark_closed(conn, "{} answered in HTTP: it is fulcrumd's control socket (control.sock, "
+                                  "for fulcrumctl), not its worker socket; give the worker socket "
+                                  "(worker.sock in the same directory; default /run/fulcrum/worker.sock, "
+                                  "or FULCRUM_WORKER_SOCKET)".format(self.socket_path))
+                return
             try:
                 m = json.loads(line)
             except ValueError as e:
@@ -255,6 +282,7 @@ class Client:
                 with self._cond:
                     conn.reading = False
                     self._cond.notify_all()  # another waiter may take over the reading
+            self._deliver_refused()
 
     def _dispatch(self, conn, m):
         t = m.get("type")
@@ -262,6 +290,14 @@ class Client:
             seq = m.get("seq")
             if t == "grant":
                 conn.grants.append(m)
+                self._cond.notify_all()
+                return
+            if t == "error" and m.get("code") == "rate_limited":
+                # A refusal of the requests it names, not of a call: a pending acquire
+                # keeps waiting, nothing is raised (take_refused, add_refused_hook).
+                workload = self._reg[1] if self._reg else None
+                for rid in m.get("request_ids") or []:
+                    self._refused.append(RateLimited(str(rid), workload, m.get("message", ""), m.get("ref", "")))
                 self._cond.notify_all()
                 return
             if t == "error":
@@ -346,6 +382,30 @@ class Client:
         again, before anything else is sent on it (InferenceServer reports its queued
         requests again from it)."""
         self._on_register.append(fn)
+
+    def add_refused_hook(self, fn):
+        """fn(list of RateLimited) runs, in the thread that read them and holding no lock
+        of the client, for requests fulcrumd refused with rate_limited (InferenceServer
+        fails their futures from it). Without a hook they wait for take_refused()."""
+        self._on_refused.append(fn)
+        self._deliver_refused()
+
+    def take_refused(self):
+        """Return (and forget) the requests fulcrumd refused with rate_limited since the
+        last call and not handed to a hook: a list of RateLimited, oldest first. They are
+        read while a call waits for fulcrumd (acquire, heartbeat)."""
+        with self._cond:
+            out = list(self._refused)
+            self._refused.clear()
+        return out
+
+    def _deliver_refused(self):
+        if not self._on_refused:
+            return
+        refused = self.take_refused()
+        if refused:
+            for fn in list(self._on_refused):
+                fn(refused)
 
     def _lost(self, conn, err):
         """Note that conn (the present connection) is gone: start the back-off."""
@@ -494,6 +554,7 @@ class Client:
                     raise FulcrumError("away", "fulcrumd is away ({}); reconnecting".format(e)) from e
 
     def _acquire_on(self, conn):
+        self._deliver_refused()  # refusals read while a send failed (_close_reason_error)
         err = self._take_error(conn)
         if err:
             raise err
@@ -612,6 +673,10 @@ class InferenceServer:
     one, here or on the client, the worker declines profile batches).
     submit(payload) may be called from any thread and returns a concurrent.futures.Future.
 
+    A request fulcrumd refuses (rate_limited: this stream asks for more than its share of
+    the GPU beside other inference streams) fails with RateLimited at once; the server
+    carries on with the others (server.refused counts them).
+
     While fulcrumd is away (restarting) the server keeps answering: it serves what is
     queued itself, up to the client's batch, as soon as the previous batch is done, and
     after registering again reports the requests still queued to the new fulcrumd. No
@@ -634,7 +699,10 @@ class InferenceServer:
         self._thread = None
         self._stopping = False
         self.unmanaged_batches = 0  # batches served while fulcrumd was away
+        self.refused = 0  # requests fulcrumd refused (rate_limited): their futures failed
+        self._refused_logged_at, self._refused_unlogged = -1e9, 0
         client.add_register_hook(self._report_again)
+        client.add_refused_hook(self._refuse)
 
     def submit(self, payload):
         """Queue one request; returns a Future resolved with the handler's result."""
@@ -656,6 +724,26 @@ class InferenceServer:
                 # else: kept; served here while fulcrumd is away, or reported again
             self._arrived.notify_all()
         return fut
+
+    def _refuse(self, refused):
+        """Fail the futures of the requests fulcrumd refused (RateLimited each); the
+        others are served as usual."""
+        with self._lock:
+            entries = [(r, self._pending.pop(r.request_id, None)) for r in refused]
+        n = 0
+        for r, e in entries:
+            if e is not None and not e[1].done():
+                e[1].set_exception(r)
+                n += 1
+        if n:
+            self.refused += n
+            self._refused_unlogged += n
+            now = time.monotonic()
+            if now - self._refused_logged_at >= 1.0:  # at most one line a second
+                log.warning("fulcrumd refused %d inference requests of stream %r (rate_limited; their futures "
+                            "failed with RateLimited): %s", self._refused_unlogged, refused[0].workload,
+                            refused[0].fulcrumd_message)
+                self._refused_logged_at, self._refused_unlogged = now, 0
 
     def _report_again(self, gen):
         with self._lock:

@@ -292,6 +292,19 @@ class ClientTest(unittest.TestCase):
         self.assertGreaterEqual(time.monotonic() - start, 0.4)
         self.assertFalse(c.connected)
 
+    def test_control_socket_named(self):
+        # Pointed at the control socket, the error says which socket it is (it was "a
+        # line that is not JSON"). The control socket opens after the worker socket.
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.d.control) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self.assertRaises(FulcrumError) as cm:
+            Client(self.d.control, role="train", workload="resnet18", batch=8, reconnect=False)
+        msg = str(cm.exception)
+        self.assertIn("control socket", msg)
+        self.assertIn("not its worker socket", msg)
+        self.assertNotIn("not JSON", msg)
+
     def test_no_daemon(self):
         with self.assertRaises(FulcrumError) as cm:
             Client(os.path.join(self.d.dir, "nope.sock"))

@@ -70,14 +70,17 @@ type Options struct {
 
 // Report is what a worker measured, from its own side.
 type Report struct {
-	Role           string  `json:"role"`
-	Workload       string  `json:"workload"`
-	Managed        bool    `json:"managed"`
-	Batch          int     `json:"batch"`
-	ElapsedS       float64 `json:"elapsed_s"`
-	Requests       int     `json:"requests,omitempty"`
-	Served         int     `json:"served,omitempty"`
-	Unserved       int     `json:"unserved,omitempty"`
+	Role     string  `json:"role"`
+	Workload string  `json:"workload"`
+	Managed  bool    `json:"managed"`
+	Batch    int     `json:"batch"`
+	ElapsedS float64 `json:"elapsed_s"`
+	Requests int     `json:"requests,omitempty"`
+	Served   int     `json:"served,omitempty"`
+	Unserved int     `json:"unserved,omitempty"`
+	// Refused: requests fulcrumd refused with rate_limited (the stream asked for more
+	// than its share of the GPU); counted apart from served and unserved.
+	Refused        int     `json:"refused,omitempty"`
 	DeadlineMisses int     `json:"deadline_misses,omitempty"`
 	LatencyP50MS   float64 `json:"latency_p50_ms,omitempty"`
 	LatencyP99MS   float64 `json:"latency_p99_ms,omitempty"`
@@ -326,6 +329,22 @@ type pending struct {
 	lat      []float64
 	misses   int
 	requests int
+	refused  int
+}
+
+// refuse forgets the requests fulcrumd refused (rate_limited): they will not be served.
+func (p *pending) refuse(rs []client.Refusal) {
+	if len(rs) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range rs {
+		if _, ok := p.arrived[r.ID]; ok {
+			delete(p.arrived, r.ID)
+			p.refused++
+		}
+	}
 }
 
 func (w *worker) arrivals(ctx context.Context, p *pending) {
@@ -403,6 +422,9 @@ func (w *worker) infer(ctx context.Context) error {
 	go w.arrivals(actx, p)
 	defer w.summarise(p)
 	finished := func() bool {
+		if w.c != nil {
+			p.refuse(w.c.TakeRefused())
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.done && len(p.arrived) == 0
@@ -526,6 +548,9 @@ func (w *worker) inferUnmanaged(ctx context.Context, p *pending, finished func()
 }
 
 func (w *worker) summarise(p *pending) {
+	if w.c != nil {
+		p.refuse(w.c.TakeRefused())
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	lat := append([]float64(nil), p.lat...)
@@ -533,6 +558,7 @@ func (w *worker) summarise(p *pending) {
 	w.rep.Requests = p.requests
 	w.rep.Served = len(lat)
 	w.rep.Unserved = len(p.arrived)
+	w.rep.Refused = p.refused
 	w.rep.DeadlineMisses = p.misses
 	if len(lat) > 0 {
 		w.rep.LatencyP50MS = stats.Quantile(lat, 0.5)

@@ -54,11 +54,20 @@ type Client struct {
 	grants  []proto.Msg    // grants read by another call, oldest first
 	hbs     int            // heartbeat echoes read by another call
 	errs    []*proto.Error // errors not tied to a waiting call, oldest first
+	refused []Refusal      // requests refused with rate_limited, not yet taken
 	readErr error          // why the connection ended; nil while it is up
 }
 
 // Error is a protocol error reply from fulcrumd.
 type Error = proto.Error
+
+// Refusal is one inference request fulcrumd refused (rate_limited: the stream asked for
+// more than its share of the GPU). Err is the error that named it, shared by the requests
+// it named. The request will not be granted; the connection and the other requests carry on.
+type Refusal struct {
+	ID  string
+	Err *proto.Error
+}
 
 // Dial connects to the worker socket at path and registers.
 func Dial(ctx context.Context, path string, reg Registration) (*Client, error) {
@@ -220,7 +229,18 @@ func (c *Client) read(ctx context.Context, kind awaitKind) (proto.Msg, error) {
 			c.notifyLocked()
 			c.mu.Unlock()
 		case proto.TypeError:
-			e := &proto.Error{Code: m.Code, Message: m.Message, Ref: m.Ref}
+			e := &proto.Error{Code: m.Code, Message: m.Message, Ref: m.Ref, IDs: m.RequestIDs}
+			if m.Code == proto.CodeRateLimited {
+				// A refusal of some requests, not of the call waiting: an Acquire stays
+				// pending at fulcrumd and keeps waiting for its grant.
+				c.mu.Lock()
+				for _, id := range m.RequestIDs {
+					c.refused = append(c.refused, Refusal{ID: id, Err: e})
+				}
+				c.notifyLocked()
+				c.mu.Unlock()
+				continue
+			}
 			if kind == awaitGrant || (kind == awaitRegistered && m.Ref == proto.TypeRegister) {
 				return proto.Msg{}, e
 			}
@@ -307,8 +327,21 @@ func (c *Client) TakeError() *proto.Error {
 	return e
 }
 
+// TakeRefused returns (and forgets) the requests fulcrumd refused with rate_limited since
+// the last call, oldest first, each with the error that named it. They will not be granted:
+// fail them to their submitters. Replies are read only while a call waits on the socket
+// (Acquire, Heartbeat); a refusal never ends such a wait.
+func (c *Client) TakeRefused() []Refusal {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.refused
+	c.refused = nil
+	return out
+}
+
 // Acquire asks for a turn and waits for the grant. An error reply received before the
-// grant (to this acquire or to an earlier release or arrivals) is returned instead.
+// grant (to this acquire or to an earlier release or arrivals) is returned instead,
+// except rate_limited, which refuses requests, not the acquire: see TakeRefused.
 func (c *Client) Acquire(ctx context.Context) (proto.Msg, error) {
 	if e := c.TakeError(); e != nil {
 		return proto.Msg{}, e

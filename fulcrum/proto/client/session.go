@@ -92,6 +92,7 @@ type Session struct {
 	queued   map[string]time.Time // reported, not yet granted: id → arrival
 	order    []string             // queued ids, oldest first (may hold granted ones)
 	closed   bool
+	refused  []Refusal // taken from a lost connection, not yet from the session
 
 	reconnects int
 	away       time.Duration // summed over every loss
@@ -161,6 +162,10 @@ func (s *Session) lose(c *Client, err error) {
 		return
 	}
 	_ = c.Close()
+	for _, r := range c.TakeRefused() { // read before the loss: still refusals
+		s.refused = append(s.refused, r)
+		delete(s.queued, r.ID) // not to be reported again
+	}
 	s.c = nil
 	s.grantGen = 0
 	s.lostAt = time.Now()
@@ -356,6 +361,24 @@ func (s *Session) Arrivals(reqs []proto.Request) error {
 		return nil
 	}
 	return err
+}
+
+// TakeRefused returns (and forgets) the requests fulcrumd refused with rate_limited
+// (Client.TakeRefused), also those read on a connection since lost. The session forgets
+// them too: they are not reported again after re-registering nor handed out by
+// TakeQueued.
+func (s *Session) TakeRefused() []Refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.refused
+	s.refused = nil
+	if s.c != nil {
+		out = append(out, s.c.TakeRefused()...)
+	}
+	for _, r := range out {
+		delete(s.queued, r.ID)
+	}
+	return out
 }
 
 // TakeQueued removes and returns up to n of the oldest requests reported and not

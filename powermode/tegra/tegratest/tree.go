@@ -362,6 +362,12 @@ func Write(dir string, b Board) error {
 		d := fmt.Sprintf("/sys/class/thermal/thermal_zone%d", i)
 		w.file(d+"/type", z+"\n")
 		w.file(d+"/temp", nl(int64(40000+500*i)))
+		w.file(d+"/trip_point_0_type", "active\n") // a fan trip: never the clock cap
+		w.file(d+"/trip_point_0_temp", "50000\n")
+		w.file(d+"/trip_point_1_type", "passive\n")
+		w.file(d+"/trip_point_1_temp", nl(int64(97000+500*i)))
+		w.file(d+"/trip_point_2_type", "critical\n")
+		w.file(d+"/trip_point_2_temp", "104500\n")
 	}
 	if b.NvpmodelConf != "" {
 		w.file("/etc/nvpmodel/"+b.NvpmodelConfName, b.NvpmodelConf)
