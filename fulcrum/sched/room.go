@@ -145,3 +145,15 @@ func sortSearch(v []float64, x float64) int {
 	i, _ := slices.BinarySearch(v, x)
 	return i
 }
+
+// restartRoomEvidence makes every stream's learned room judge only latencies served from
+// now on: those before a budget change were measured against the old budget. Called with
+// s.mu held.
+func (s *Scheduler) restartRoomEvidence() {
+	now := s.clock.Now()
+	for _, wl := range s.wlOrder {
+		if !wl.room.changed.IsZero() {
+			wl.room.changed = now
+		}
+	}
+}

@@ -291,3 +291,33 @@ func TestAdmissionRoomStillWithoutTails(t *testing.T) {
 		t.Errorf("%d minibatches with the learned room, %d without: a room that never changed changed the schedule", a, b)
 	}
 }
+
+// A budget change restarts the evidence: latencies served against the old budget do not
+// grow the room against the new one.
+func TestAdmissionRoomEvidenceRestartsOnBudgetChange(t *testing.T) {
+	c := roomSimConfig(true)
+	c.RoomInterval = time.Second
+	h := newHarness(t, c)
+	inf := h.register(proto.RoleInfer, "cam", 1)
+	serve := func(n int, age float64) {
+		for i := range n {
+			h.must(h.s.Acquire(inf, 0))
+			h.must(h.s.Arrivals(inf, []proto.Request{{ID: fmt.Sprint(h.clock.Now().UnixNano(), i), AgeMS: age}}))
+			h.release(inf, h.one(), time.Millisecond)
+			h.clock.Advance(100 * msec)
+		}
+	}
+	h.s.SetLatencyBudget(600 * msec)
+	serve(40, 290) // 291 ms against 600: far below the band, too few to judge yet
+	h.s.SetLatencyBudget(300 * msec)
+	serve(60, 200) // 201 ms against 300: below the band
+	st, _ := h.s.Snapshot().Workload(proto.RoleInfer, "cam")
+	if st.RoomChanges != 0 {
+		t.Fatalf("room changed %d times (learned %v ms): latencies against the old budget were counted against the new one", st.RoomChanges, st.RoomLearnedMS)
+	}
+	serve(60, 290) // 291 ms against 300: in the guard band
+	st, _ = h.s.Snapshot().Workload(proto.RoleInfer, "cam")
+	if st.RoomChanges == 0 || st.RoomLearnedMS <= 0 {
+		t.Fatalf("room unchanged after 60 latencies in the new budget's guard band: %+v", st)
+	}
+}

@@ -247,6 +247,7 @@ func (s *Scheduler) SetLatencyBudget(l time.Duration) {
 	}
 	s.mu.Lock()
 	s.cfg.LatencyBudget = l
+	s.restartRoomEvidence()
 	s.schedule()
 	s.unlockAndDeliver()
 }
@@ -276,6 +277,7 @@ func (s *Scheduler) SetStreamLatencyBudgets(budgets map[string]time.Duration) er
 	}
 	s.mu.Lock()
 	s.streamBudget = m
+	s.restartRoomEvidence()
 	s.schedule()
 	s.unlockAndDeliver()
 	return nil
