@@ -284,6 +284,8 @@ func TestAdmissionRoomStillWithoutTails(t *testing.T) {
 	r := simulate(t, spec)
 	spec.cfg = roomSimConfig(false)
 	fixed := simulate(t, spec)
+	p, _ := r.p99("cam", 60*time.Second, 120*time.Second)
+	t.Logf("without tails: p99 %.0f ms, minibatches 60–120 s %d", p, r.minibatches(60*time.Second, 120*time.Second))
 	if n := len(r.changes["cam"]); n != 0 {
 		t.Errorf("the room changed %d times with steady turn times: %v", n, r.changes["cam"])
 	}
