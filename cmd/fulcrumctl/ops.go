@@ -177,6 +177,26 @@ func uptime(s float64) string {
 	return d.String()
 }
 
+// noPlan says why a status has no plan and what the operator can do that works there.
+func noPlan(st api.Status) string {
+	roles := map[string]bool{}
+	for _, wl := range st.Workloads {
+		if wl.LiveWorkers > 0 {
+			roles[wl.Role] = true
+		}
+	}
+	switch {
+	case st.Board == "none":
+		return "none: fulcrumd has no board (board: none), so it grants GPU turns and sets batch sizes only, with no power modes to plan; " +
+			"to plan modes, start fulcrumd with a board (board: auto on a Jetson, or sim:NAME beside fulcrumctl sim board)"
+	case st.Optimizing != "":
+		return "none yet: the " + shown(st.Optimizing) + " search is profiling modes; the plan follows when it ends (fulcrumctl events --follow shows its progress)"
+	case !roles["train"] || !roles["infer"]:
+		return "none yet: fulcrumd plans once a training and an inference worker are registered (fulcrumctl workers lists them)"
+	}
+	return "none yet (no stored profiles for the running workloads? run fulcrumctl optimize)"
+}
+
 // writeStatus prints a readable status.
 func writeStatus(w io.Writer, st api.Status) error {
 	var b bytes.Buffer
@@ -223,11 +243,17 @@ func writeStatus(w io.Writer, st api.Status) error {
 		}
 		fmt.Fprintf(tw, "plan\t%s, infer batch %s, %s, from %s\n", p.Mode.Human(), batch, feas, shown(p.Source))
 		if predicted {
-			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, training %.1f samples/s, inference GPU share %.0f%%\n",
-				p.PredLatencyMS, watts(p.PredPowerMW), p.PredThroughputSamplesPerS, 100*p.Rho)
+			// Training's figure is the model's with training running: while training is
+			// paused it gets no turns, and the line says so rather than a rate it is not getting.
+			training := fmt.Sprintf("training %.1f samples/s", p.PredThroughputSamplesPerS)
+			if st.TrainingPaused {
+				training = "training paused (0 samples/s)"
+			}
+			fmt.Fprintf(tw, "predicted\tlatency %.1fms, power %s, %s, inference GPU share %.0f%%\n",
+				p.PredLatencyMS, watts(p.PredPowerMW), training, 100*p.Rho)
 		}
 	} else {
-		fmt.Fprintf(tw, "plan\tnone yet (no stored profiles for the running workloads? run fulcrumctl optimize)\n")
+		fmt.Fprintf(tw, "plan\t%s\n", noPlan(st))
 	}
 	fmt.Fprintf(tw, "budgets\t%s\n", shownBudgets(st.Budgets))
 	if p := st.Power; p != nil {

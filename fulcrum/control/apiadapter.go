@@ -14,6 +14,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -32,12 +33,19 @@ type API struct {
 
 var _ api.Controller = (*API)(nil)
 
-// toAPIBudgets is the budgets in force in the API's wire form; a measured rate is
-// reported where the rate is auto.
+// toAPIBudgets is the budgets in force in the API's wire form; where the rate is auto,
+// the measured rate is reported of the one stream planned for, none with several (each
+// has its own, in the status's streams).
 func (a *API) toAPIBudgets(b plan.Budgets) api.Budgets {
+	return a.budgetsOf(b, a.C.Status().Streams)
+}
+
+// budgetsOf is toAPIBudgets with the streams of one status, so that the rate the budgets
+// report is the one the streams and workloads of the same status show.
+func (a *API) budgetsOf(b plan.Budgets, streams []StreamStatus) api.Budgets {
 	measured := 0.0
-	if b.RateRPS == 0 {
-		measured = a.C.Status().Measured.RateRPS
+	if b.RateRPS == 0 && len(streams) == 1 {
+		measured = streams[0].MeasuredRateRPS
 	}
 	out := api.BudgetsFrom(b, measured)
 	ts := a.C.StreamTargets()
@@ -52,7 +60,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	c := a.C
 	st := c.Status()
 	snap := c.sched.Snapshot()
-	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.toAPIBudgets(st.Budgets), ModeHeld: c.Held(),
+	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.budgetsOf(st.Budgets, st.Streams), ModeHeld: c.Held(),
 		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
 		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
@@ -87,6 +95,17 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 		}
 	}
 	s.Heat = st.Heat
+	// One measured rate per stream on one status (issue 34): the controller's meter, the
+	// rate it plans with, also in the workloads' rows (the scheduler's mean over its
+	// window is another figure, and differs from it while the rate changes).
+	for i, wl := range s.Workloads {
+		if wl.Role != string(proto.RoleInfer) {
+			continue
+		}
+		if j := slices.IndexFunc(st.Streams, func(x StreamStatus) bool { return x.Workload == wl.Workload }); j >= 0 {
+			s.Workloads[i].ArrivalRateHz = st.Streams[j].MeasuredRateRPS
+		}
+	}
 	for _, x := range st.Streams {
 		s.Streams = append(s.Streams, api.StreamStatus{Workload: x.Workload, Batch: x.Batch, LatencyBudgetMS: x.LatencyBudgetMS,
 			OwnBudget: x.OwnBudget, RateRPS: x.RateRPS, RateFixed: x.RateFixed, PlanRateRPS: x.PlanRateRPS, PredLatencyMS: x.PredLatencyMS,
@@ -99,11 +118,50 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	// An evaluated plan that meets no budget set is degraded running (docs/operations.md):
 	// inference and power come first, training waits.
 	if p := s.Plan; p != nil && !p.Feasible && (p.PredLatencyMS > 0 || p.PredPowerMW > 0) {
-		why := fmt.Sprintf("no known configuration meets the %s budget (relax it, or run fulcrumctl optimize to profile more modes)", p.Binding)
+		why := infeasibleWhy(p, st, s.Power, snap.TrainingPaused)
 		s.Degraded = true
 		s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+why, "; ")
 	}
 	return s, nil
+}
+
+// infeasibleWhy is the degraded reason of an infeasible plan: the budget the decision
+// names, with the figures it was judged on (predicted with training running) beside what
+// the board does now, so that "power budget" at 9.7 W measured against 30 W is not left
+// unexplained (issue 34), and what to do.
+func infeasibleWhy(p *api.Plan, st Status, power *api.Power, paused bool) string {
+	b := st.Budgets.WithDefaults()
+	fig := ""
+	switch p.Binding {
+	case "power":
+		fig = fmt.Sprintf("the plan is predicted to draw %.1f W with training running, over the %.0f W budget", p.PredPowerMW/1000, b.PowerMW/1000)
+		if power != nil && power.Avg1sSamples > 0 {
+			fig += fmt.Sprintf("; the board draws %.1f W now (1 s average)", power.Avg1sMW/1000)
+			if paused {
+				fig += " with training paused"
+			}
+		}
+	case "latency":
+		worst, ratio := -1, 0.0
+		for i, x := range st.Streams {
+			if x.LatencyBudgetMS > 0 && x.PredLatencyMS/x.LatencyBudgetMS > ratio {
+				worst, ratio = i, x.PredLatencyMS/x.LatencyBudgetMS
+			}
+		}
+		switch {
+		case worst >= 0 && len(st.Streams) > 1:
+			x := st.Streams[worst]
+			fig = fmt.Sprintf("stream %s's p99 is predicted at %.1f ms with training running, against its %.0f ms budget", x.Workload, x.PredLatencyMS, x.LatencyBudgetMS)
+		case p.PredLatencyMS > 0:
+			fig = fmt.Sprintf("the p99 is predicted at %.1f ms with training running, against the %.0f ms budget", p.PredLatencyMS, b.LatencyMS)
+		}
+	case "gpu_share":
+		fig = fmt.Sprintf("inference is predicted to take %.0f%% of the GPU, over the %.0f%% cap", 100*p.Rho, 100*b.RhoMax)
+	}
+	if fig != "" {
+		fig = ": " + fig
+	}
+	return fmt.Sprintf("no known configuration meets the %s budget%s (relax it, or run fulcrumctl optimize to profile more modes)", p.Binding, fig)
 }
 
 // plan is the applied configuration as an api.Plan, with the reason of the decision

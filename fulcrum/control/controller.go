@@ -202,13 +202,17 @@ type Controller struct {
 	lastLatStep time.Time
 	lastApply   time.Time
 	corrP       map[powermode.Mode]float64 // measured/predicted power where a budget broke
-	badLat      map[cfgKey]bool            // configurations that broke the latency budget
-	measured    Measured
-	latCount    int
-	live        LiveCounts
-	lastSearch  *search.Result
-	violations  map[string]uint64 // budget violations acted on, by budget
-	heat        heatState         // temperatures, throttling and the thermal cap (heat.go)
+	// corrAll: with several streams, the largest measured/predicted power ratio where the
+	// budget broke, expected at every mode without a ratio of its own until the workloads
+	// change or a search measures again (streams.go, stepMulti).
+	corrAll    float64
+	badLat     map[cfgKey]bool // configurations that broke the latency budget
+	measured   Measured
+	latCount   int
+	live       LiveCounts
+	lastSearch *search.Result
+	violations map[string]uint64 // budget violations acted on, by budget
+	heat       heatState         // temperatures, throttling and the thermal cap (heat.go)
 
 	declined []string // workloads whose workers all decline profile batches (decline.go)
 	notices  []string // what the operator must act on, kept until restart (Notice)
@@ -444,6 +448,7 @@ func (c *Controller) Step(ctx context.Context) {
 			}
 		}
 		c.pair, c.grp = pair, grp
+		c.corrAll = 0 // other workloads, other power mix
 		c.forgetGone(grp)
 	}
 	c.noteDeclined(declined)
@@ -468,6 +473,19 @@ func (c *Controller) Step(ctx context.Context) {
 		c.latCount = wl.LatencyRecent.Count
 	}
 	c.measured.RateRPS = c.rate.rate
+	if c.grp != nil {
+		// Every stream's meter, also while a search runs: status shows these rates, and a
+		// meter left behind during a search showed a rate from before it (issue 34).
+		for _, s := range c.grp.Streams {
+			if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
+				c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
+			}
+		}
+		// One measured rate per stream: the pair's stream is one of the group's.
+		if m := c.meters[c.pair.Infer]; m != nil {
+			c.measured.RateRPS = m.rate
+		}
+	}
 	if c.job {
 		return
 	}

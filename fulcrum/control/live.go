@@ -81,7 +81,12 @@ type OverBudget struct {
 
 // LiveCounts say what a live profiler did.
 type LiveCounts struct {
-	Profiled  int `json:"profiled"`   // modes measured live
+	// Modes counts the distinct modes at which anything was measured live. Profiled
+	// counts profile runs: one per live profiler at each such mode, so with several
+	// streams or training jobs one mode is one run for the first pair and one for each
+	// further stream and job (docs/controller.md "Several streams and training jobs").
+	Modes     int `json:"modes"`
+	Profiled  int `json:"profiled"`   // profile runs measured live (see Modes)
 	FromStore int `json:"from_store"` // requests answered from the store
 	Abandoned int `json:"abandoned"`  // modes abandoned as over the power budget
 	Points    int `json:"points"`     // (role, batch) points measured and stored
@@ -335,6 +340,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 	if measured {
 		p.mu.Lock()
 		p.counts.Profiled++
+		p.counts.Modes++ // a searcher never asks one profiler for a mode twice
 		p.mu.Unlock()
 	}
 	return mp, nil

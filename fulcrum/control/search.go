@@ -60,6 +60,8 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			out.Choice = c.cur
 			return
 		}
+		c.corrAll = 0 // measured again: the ratio learned before is the old profiles'
+		c.live.Modes += counts.Modes
 		c.live.Profiled += counts.Profiled
 		c.live.FromStore += counts.FromStore
 		c.live.Abandoned += counts.Abandoned
@@ -70,8 +72,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			c.events.Add(Event{Kind: KindProfile, Reason: method + " search failed; planning from what is stored", Err: err.Error()})
 		} else {
 			c.lastSearch = &res
-			c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("%s search done: %d modes profiled live, %d answered from the store, %d abandoned over the power budget, %d remeasured; stopped: %s",
-				method, counts.Profiled, counts.FromStore, counts.Abandoned, counts.Remeasured, res.Stop)})
+			c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("%s search done: %s; stopped: %s", method, searchCounts(counts, grp), res.Stop)})
 		}
 		if !samePair(c.pair, &pair) || !sameGroup(c.grp, grp) {
 			return // the workers changed meanwhile: the next step plans for the new ones
@@ -184,4 +185,16 @@ func (c *Controller) search(ctx context.Context, method string, pair Pair, b pla
 	}
 	res, err := s.Search(ctx, p, lp)
 	return res, lp.Counts(), err
+}
+
+// searchCounts words what a search measured: distinct modes, and with several streams or
+// jobs the profile runs they took (one per live profiler at each mode), so that the
+// count a searcher's budget caps (modes) is not confused with the runs (issue 34).
+func searchCounts(n LiveCounts, g *group) string {
+	out := fmt.Sprintf("%d modes profiled live", n.Modes)
+	if g != nil {
+		out += fmt.Sprintf(" (%d profile runs: at each mode one for %s with %s and one for each further stream and training job)",
+			n.Profiled, g.Streams[0].Workload, g.Train[0].Workload)
+	}
+	return out + fmt.Sprintf(", %d answers from the store, %d abandoned over the power budget, %d remeasured", n.FromStore, n.Abandoned, n.Remeasured)
 }

@@ -698,6 +698,8 @@ class InferenceServer:
         self._ids = itertools.count(1)
         self._thread = None
         self._stopping = False
+        self._serving = False  # a granted batch is being served and not yet released
+        self._closing = False  # stop() is closing the connection: no batch starts
         self.unmanaged_batches = 0  # batches served while fulcrumd was away
         self.refused = 0  # requests fulcrumd refused (rate_limited): their futures failed
         self._refused_logged_at, self._refused_unlogged = -1e9, 0
@@ -786,13 +788,21 @@ class InferenceServer:
                 self._fail_all(e)
                 return
             with self._lock:
+                if self._closing:
+                    return  # stop() closes the connection: the turn ends with it, unserved
+                self._serving = True
                 items = [(rid, self._pending.pop(rid, None)) for rid in g.request_ids]
-            results = self._run(items)
             try:
-                self.client.release(g, self._last_ms, results=results)
-            except FulcrumError as e:
-                self._fail_all(e)
-                return
+                results = self._run(items)
+                try:
+                    self.client.release(g, self._last_ms, results=results)
+                except FulcrumError as e:
+                    self._fail_all(e)
+                    return
+            finally:
+                with self._lock:
+                    self._serving = False
+                    self._arrived.notify_all()
 
     def _serve_away(self):
         """While fulcrumd is away: serve the oldest queued requests (up to the batch), or
@@ -850,10 +860,17 @@ class InferenceServer:
                 fut.set_exception(err)
 
     def stop(self):
-        """Stop serving: closes the client's connection; unserved requests fail."""
+        """Stop serving: the batch being served is finished and released, then the
+        client's connection is closed; requests not served yet fail."""
         with self._lock:
             self._stopping = True
             self._arrived.notify_all()
+            # Closing under a held turn would make fulcrumd count that turn's requests as
+            # failed although their futures already have their results (issue 27 item 2).
+            deadline = time.monotonic() + 10
+            while self._serving and time.monotonic() < deadline:
+                self._arrived.wait(max(0.0, deadline - time.monotonic()))
+            self._closing = True
         self.client.close()
         if self._thread is not None:
             self._thread.join(timeout=10)

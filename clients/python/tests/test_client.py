@@ -419,6 +419,38 @@ class RestartTest(unittest.TestCase):
         self.assertEqual(wl[("infer", "yolo")]["failed"], 0)
 
 
+class StopTest(unittest.TestCase):
+    def test_stop_releases_the_batch_being_served(self):
+        """stop() right after a future resolved, while the server thread has not released
+        the batch yet (here a done-callback that takes its time): the served request must
+        not be counted as failed by fulcrumd (the batch's release comes before the close)."""
+        d = Daemon()
+        self.addCleanup(d.stop)
+        inf = Client(d.sock, role="infer", workload="stopinfer", batch=4, batch_sizes=[1, 2, 4])
+        self.addCleanup(inf.close)
+        gate = threading.Event()
+
+        def handler(ps):
+            gate.wait(10)
+            return [p * 2 for p in ps]
+
+        srv = InferenceServer(inf, handler).start()
+        self.addCleanup(srv.stop)
+        f = srv.submit(21)
+        f.add_done_callback(lambda _: time.sleep(0.3))  # runs on the server thread, before its release
+        gate.set()
+        self.assertEqual(f.result(timeout=10), 42)
+        srv.stop()
+        end = time.monotonic() + 10
+        while True:  # fulcrumd handles the release and then the close: wait for the close
+            wl = {(w["role"], w["workload"]): w for w in d.status()["workloads"]}[("infer", "stopinfer")]
+            if wl["live_workers"] == 0 or time.monotonic() > end:
+                break
+            time.sleep(0.02)
+        self.assertEqual(wl["live_workers"], 0, wl)
+        self.assertEqual((wl["served"], wl["failed"]), (1, 0), wl)
+
+
 class ProfilesTest(unittest.TestCase):
     def test_no_on_profile_declines_profile_batches(self):
         d = Daemon()
