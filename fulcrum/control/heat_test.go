@@ -380,3 +380,54 @@ func TestModeWriteIsNotThrottling(t *testing.T) {
 	step(true)
 	check("after the clocks followed")
 }
+
+// A mode write while the board throttles (the re-plan under the thermal cap) does not
+// end the spell: the reading whose floors moved keeps the throttled verdict, and the
+// next one, with the floors settled, judges again.
+func TestModeWriteKeepsThrottlingSpell(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	hb := &heatBoard{fakeBoard: e.board}
+	c, err := New(Options{Sched: e.sched, Board: hb, Store: e.store, Clock: e.clock, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := []powermode.ThermalZone{{Zone: "tj-thermal", Celsius: 99.5, TripC: 99}}
+	set := func(gpuHz, floorHz int64) {
+		hb.mu.Lock()
+		defer hb.mu.Unlock()
+		hb.heat = powermode.HeatReading{Zones: zones, GPULoad: 0.9, GPUHz: gpuHz, GPUFloorHz: floorHz, Throttled: gpuHz < floorHz}
+		if gpuHz < floorHz {
+			hb.heat.Why = fmt.Sprintf("GPU runs %d MHz under its %d MHz floor", gpuHz/1e6, floorHz/1e6)
+		}
+	}
+	set(816e6, 1224e6)
+	e.tick(c, 100*time.Millisecond)
+	if !c.Throttled() {
+		t.Fatal("not throttled after two readings of GPU 816 MHz under its 1224 MHz floor")
+	}
+	seq := c.Status().LastEvent
+	// The floor moves to 612 MHz (a mode under the cap) while the firmware still caps at
+	// 816: the reading is taken across the write.
+	set(816e6, 612e6)
+	e.tick(c, 50*time.Millisecond)
+	if !c.Throttled() {
+		t.Error("the reading across the mode write ended the spell")
+	}
+	// Floors settled, clock over its floor: the spell ends, once.
+	e.tick(c, 50*time.Millisecond)
+	if c.Throttled() {
+		t.Error("still throttled with GPU 816 MHz over its settled 612 MHz floor")
+	}
+	var ends int
+	for _, ev := range c.Events().List(seq) {
+		if ev.Kind == KindThermal && strings.Contains(ev.Reason, "no longer throttles") {
+			ends++
+		}
+		if ev.Kind == KindThermal && strings.HasPrefix(ev.Reason, "the board throttles: GPU") {
+			t.Errorf("spell restarted: %q", ev.Reason)
+		}
+	}
+	if ends != 1 {
+		t.Errorf("%d 'no longer throttles' events, want 1: %v", ends, c.Events().List(seq))
+	}
+}
