@@ -501,7 +501,7 @@ held with "mode apply" are saved in the state directory and restored when fulcru
 restarts, over the configuration file's budgets. "budget reset" drops them all: the
 configuration's budgets (file, environment, flags, as fulcrumd started with them) are in
 force again, no workload has budgets of its own, no mode is held, and the saved copy is
-deleted (docs/operations.md, "Budgets across restarts").`,
+deleted (docs/operations.md, "budget reset, and budgets across restarts").`,
 		Args: cobra.NoArgs,
 	}
 	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
