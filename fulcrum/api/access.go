@@ -48,6 +48,9 @@ func (p GroupPolicy) Allow(c Caller) error {
 			return nil
 		}
 	}
+	if p.GID < 0 && (p.GroupName == "-" || p.GroupName == "") {
+		return fmt.Errorf("uid %d may not change fulcrumd: only root and control.allow_uids/allow_gids may (control.group is %q: no group; list the uid in control.allow_uids, or use sudo)", c.UID, p.GroupName)
+	}
 	if p.GID < 0 {
 		return fmt.Errorf("uid %d may not change fulcrumd: only root may (the group %q does not exist here; create it, or list the uid in control.allow_uids)", c.UID, p.GroupName)
 	}

@@ -228,6 +228,12 @@ func TestDefaultPolicy(t *testing.T) {
 	if err := (api.GroupPolicy{GID: -1, GroupName: "fulcrum"}).Allow(api.Caller{UID: 1000, GID: 1000}); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("no group: %v", err)
 	}
+	// control.group "-" (none) is a choice, not a missing group: the refusal names the
+	// allow lists rather than asking to create a group called "-".
+	err := (api.GroupPolicy{GID: -1, GroupName: "-"}).Allow(api.Caller{UID: 1000, GID: 1000})
+	if err == nil || strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "control.allow_uids") {
+		t.Errorf("group \"-\": %v", err)
+	}
 }
 
 func TestSocketFile(t *testing.T) {

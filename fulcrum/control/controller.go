@@ -154,6 +154,8 @@ type Controller struct {
 	pnames  []string
 	events  *EventLog
 	power   *PowerMonitor
+	// rooms: the learned admission rooms last reported as events (room.go).
+	rooms roomWatch
 	// settings: the configuration's budgets and the saved run-time settings (settings.go);
 	// loop: the control loop's heartbeat (health.go).
 	settings *settingsState
@@ -458,6 +460,7 @@ func (c *Controller) Step(ctx context.Context) {
 		c.forgetGone(grp)
 	}
 	c.noteDeclined(declined)
+	c.noteRooms(snap, now)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
