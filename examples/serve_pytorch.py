@@ -15,7 +15,8 @@ inputs keep it quick, as the end-to-end test does (scripts/pytorch/e2e.py):
 `--socket none` serves without fulcrumd: a thread runs whatever is queued (up to --batch)
 as soon as the previous batch is done (the unmanaged baseline). `--port 0` picks a free
 port. Once the model is loaded and warmed up the server prints `listening on PORT`.
-GET /stats returns {"batches", "requests", "busy_s"} (time spent in the model), and
+GET /stats returns {"batches", "requests", "busy_s"} (time spent in the model), "batch_ms"
+(the latest 2,000 batches as [size, ms]), and
 under fulcrumd "unmanaged_batches" and "reconnects". When fulcrumd restarts the server
 keeps answering: it serves the queued requests itself until it is registered again.
 """
@@ -91,7 +92,7 @@ def main():
     model = getattr(torchvision.models, args.model)().eval().to(dev)
     sizes = [b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch]
     side = args.image_size
-    stats = {"batches": 0, "requests": 0, "busy_s": 0.0}
+    stats = {"batches": 0, "requests": 0, "busy_s": 0.0, "batch_ms": []}
     stats_lock = threading.Lock()
 
     @torch.inference_mode()
@@ -106,6 +107,10 @@ def main():
             stats["batches"] += 1
             stats["requests"] += len(payloads)
             stats["busy_s"] += time.monotonic() - start
+            # The latest batch times (ms, with their sizes), bounded: what the e2e test
+            # fits the simulated workers' tail model to (docs/runtime.md).
+            stats["batch_ms"].append([len(payloads), round((time.monotonic() - start) * 1000, 2)])
+            del stats["batch_ms"][:-2000]
         return res
 
     def on_profile(batch_size):
@@ -116,7 +121,7 @@ def main():
     for b in sizes:
         on_profile(b)
     with stats_lock:
-        stats.update(batches=0, requests=0, busy_s=0.0)
+        stats.update(batches=0, requests=0, busy_s=0.0, batch_ms=[])
 
     if args.socket == "none":
         server = LocalBatcher(handler, args.batch)
@@ -143,7 +148,7 @@ def main():
                 self.reply(404, b"POST an image to /, or GET /stats\n")
                 return
             with stats_lock:
-                out = dict(stats)
+                out = dict(stats, batch_ms=list(stats["batch_ms"]))
             if args.socket != "none":
                 out.update(unmanaged_batches=server.unmanaged_batches, reconnects=client.reconnects)
             self.reply(200, json.dumps(out).encode())

@@ -326,14 +326,19 @@ func writeStatus(w io.Writer, st api.Status) error {
 	if len(st.Workloads) > 0 {
 		b.WriteString("\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "WORKLOAD\tROLE\tWORKERS\tRATE_RPS\tP50_MS\tP99_MS\tMISSES\tSAMPLES_PER_S\tOVERRUNS")
+		// ROOM_MS: the admission room before the stream's deadlines (margin + learned).
+		fmt.Fprintln(tw, "WORKLOAD\tROLE\tWORKERS\tRATE_RPS\tP50_MS\tP99_MS\tMISSES\tSAMPLES_PER_S\tOVERRUNS\tROOM_MS")
 		for _, wl := range st.Workloads {
 			if wl.Role == "train" {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t%.1f\t%d\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ThroughputPerS, wl.Overruns)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t%.1f\t%d\t-\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ThroughputPerS, wl.Overruns)
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t-\t%d\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ArrivalRateHz,
-				wl.Latency.P50MS, wl.Latency.P99MS, wl.DeadlineMisses, wl.Overruns)
+			room := fmt.Sprintf("%.0f", wl.AdmissionRoomMS)
+			if wl.AdmissionRoomLearnedMS > 0 {
+				room += fmt.Sprintf(" (+%.0f learned)", wl.AdmissionRoomLearnedMS)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t-\t%d\t%s\n", shown(wl.Workload), shown(wl.Role), wl.LiveWorkers, wl.ArrivalRateHz,
+				wl.Latency.P50MS, wl.Latency.P99MS, wl.DeadlineMisses, wl.Overruns, room)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -496,7 +501,7 @@ held with "mode apply" are saved in the state directory and restored when fulcru
 restarts, over the configuration file's budgets. "budget reset" drops them all: the
 configuration's budgets (file, environment, flags, as fulcrumd started with them) are in
 force again, no workload has budgets of its own, no mode is held, and the saved copy is
-deleted (docs/operations.md, "Budgets across restarts").`,
+deleted (docs/operations.md, "budget reset, and budgets across restarts").`,
 		Args: cobra.NoArgs,
 	}
 	outFmt := addOutputFlag(cmd, "table", "json", "yaml")

@@ -192,7 +192,7 @@ func TestStatusAndWorkers(t *testing.T) {
 			inferLine = strings.Join(strings.Fields(l), " ")
 		}
 	}
-	if inferLine != "mobilenet infer 1 40.2 21.5 77.2 3 - 0" && inferLine != "mobilenet infer 1 40.2 21.5 77.3 3 - 0" {
+	if inferLine != "mobilenet infer 1 40.2 21.5 77.2 3 - 0 0" && inferLine != "mobilenet infer 1 40.2 21.5 77.3 3 - 0 0" { // the last: ROOM_MS
 		t.Errorf("inference row %q", inferLine)
 	}
 	var st api.Status

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/internal/tailmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -49,6 +50,7 @@ JSON report: requests served, latency p50/p99/max, minibatches, throughput.`,
 	latency := f.Duration("latency", 100*time.Millisecond, "latency budget for counting deadline misses in the report")
 	seed := f.Uint64("seed", 1, "random seed (arrivals, run-to-run noise)")
 	models := f.String("models", "", "directory of workload model *.yaml to use instead of the built-in ones")
+	tail := f.String("tail", "none", "heavy-tailed turn times: none, or pytorch-cpu (the tail fitted to real PyTorch on a CPU, docs/runtime.md)")
 	whileAway := f.String("while-away", "wait", "training, while fulcrumd is away (restarting): wait for it, or train unmanaged (train)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *role == "" || *workload == "" || *root == "" {
@@ -75,9 +77,13 @@ JSON report: requests served, latency p50/p99/max, minibatches, throughput.`,
 		if !ok {
 			return fmt.Errorf("unknown workload %q (see configs/workloads)", *workload)
 		}
+		tm, err := tailmodel.Named(*tail, *role)
+		if err != nil {
+			return fmt.Errorf("--tail: %w", err)
+		}
 		o := simworker.Options{Role: *role, Workload: w, Spec: spec, Root: *root, Socket: *socket, Batch: *batch,
 			RateHz: *rate, Requests: *requests, Steps: *steps, Duration: *duration, LatencyBudget: *latency, Seed: *seed,
-			TrainWhileAway: *whileAway == "train"}
+			TrainWhileAway: *whileAway == "train", Tail: tm}
 		if *trace != "" {
 			fh, err := os.Open(*trace)
 			if err != nil {

@@ -79,6 +79,10 @@ type schedKeys struct {
 	IdleAdmitArrivals float64 `mapstructure:"idle_admit_arrivals" opt:"Server.Sched.IdleAdmitArrivals"`
 	DevK              float64 `mapstructure:"dev_k" opt:"Server.Sched.DevK"`
 	MarginMS          float64 `mapstructure:"margin_ms" opt:"Server.Sched.Margin"`
+	RoomGuard         float64 `mapstructure:"room_guard" opt:"Server.Sched.RoomGuard"`
+	RoomMinMS         float64 `mapstructure:"room_min_ms" opt:"Server.Sched.RoomMin"`
+	RoomMaxFrac       float64 `mapstructure:"room_max_frac" opt:"Server.Sched.RoomMaxFrac"`
+	RoomIntervalMS    float64 `mapstructure:"room_interval_ms" opt:"Server.Sched.RoomInterval"`
 	StarveMS          float64 `mapstructure:"starve_ms" opt:"Server.Sched.Starve"`
 	ProfileWaitMS     float64 `mapstructure:"profile_wait_ms" opt:"Server.Sched.ProfileWait"`
 	WindowS           float64 `mapstructure:"window_s" opt:"Server.Sched.Window"`

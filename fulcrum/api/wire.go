@@ -80,6 +80,12 @@ type WorkloadStats struct {
 	// rate_limited (the stream asked for more than its share of the GPU).
 	DurationsUnderReported uint64 `json:"durations_under_reported,omitempty"`
 	Refused                uint64 `json:"refused,omitempty"`
+	// AdmissionRoomMS is the room (ms) the scheduler keeps before the stream's
+	// deadlines: scheduler.margin_ms plus AdmissionRoomLearnedMS, learned from its
+	// latency window (docs/runtime.md); AdmissionRoomChanges counts the learned changes.
+	AdmissionRoomMS        float64 `json:"admission_room_ms,omitempty"`
+	AdmissionRoomLearnedMS float64 `json:"admission_room_learned_ms,omitempty"`
+	AdmissionRoomChanges   uint64  `json:"admission_room_changes,omitempty"`
 }
 
 // ImportResponse is POST /v1/profiles/import's answer.
@@ -121,7 +127,8 @@ func WorkloadsFrom(ws []sched.WorkloadStats) []WorkloadStats {
 			Minibatches:     w.Minibatches, Samples: w.Samples, ThroughputPerS: w.ThroughputPerS, ExpectedTrainMS: w.ExpectedTrainMS,
 			TurnWait: quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
 			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired,
-			DurationsUnderReported: w.DurationsUnderReported, Refused: w.Refused}
+			DurationsUnderReported: w.DurationsUnderReported, Refused: w.Refused,
+			AdmissionRoomMS: w.AdmissionRoomMS, AdmissionRoomLearnedMS: w.RoomLearnedMS, AdmissionRoomChanges: w.RoomChanges}
 	}
 	return out
 }

@@ -135,6 +135,9 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 			}
 		}
 	}
+	if c.cur == nil || c.cur.Mode != ch.Mode || c.cur.Batch != ch.Batch || !sameBatches(c.cur.Streams, ch.Streams) {
+		c.cfgSince = c.clock.Now()
+	}
 	c.cur = &ch
 	c.forceApply = false
 	c.lastApply = c.clock.Now()

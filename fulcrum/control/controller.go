@@ -154,6 +154,8 @@ type Controller struct {
 	pnames  []string
 	events  *EventLog
 	power   *PowerMonitor
+	// rooms: the learned admission rooms last reported as events (room.go).
+	rooms roomWatch
 	// settings: the configuration's budgets and the saved run-time settings (settings.go);
 	// loop: the control loop's heartbeat (health.go).
 	settings *settingsState
@@ -203,7 +205,14 @@ type Controller struct {
 	// corrAll: with several streams, the largest measured/predicted power ratio where the
 	// budget broke, expected at every mode without a ratio of its own until the workloads
 	// change or a search measures again (streams.go, stepMulti).
-	corrAll    float64
+	corrAll float64
+	// latRatio: with several streams, each stream's largest measured/predicted p99 ratio
+	// where its budget broke, expected at every mode (streams.go, stepMulti) until the
+	// workloads change or a search measures again.
+	latRatio map[string]float64
+	// cfgSince is when the mode or a batch in force was last changed: latency is judged
+	// only on requests served since (latencySettled).
+	cfgSince   time.Time
 	badLat     map[cfgKey]bool // configurations that broke the latency budget
 	measured   Measured
 	latCount   int
@@ -446,10 +455,12 @@ func (c *Controller) Step(ctx context.Context) {
 			}
 		}
 		c.pair, c.grp = pair, grp
-		c.corrAll = 0 // other workloads, other power mix
+		c.corrAll = 0    // other workloads, other power mix
+		c.latRatio = nil // other streams queued ahead of each other
 		c.forgetGone(grp)
 	}
 	c.noteDeclined(declined)
+	c.noteRooms(snap, now)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
@@ -539,7 +550,7 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	// Latency broken: step down now.
 	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > b.LatencyMS &&
-		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown {
+		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown && c.latencySettled(now) {
 		c.violations["latency"]++
 		c.stepDownLatency(ctx, rate)
 		return

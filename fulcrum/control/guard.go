@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -227,4 +228,17 @@ func (c *Controller) lowestPower() (plan.Eval, bool) {
 		return plan.Eval{}, false
 	}
 	return *best, true
+}
+
+// latencySettled reports whether the scheduler's recent latency window (its
+// RecentWindow) holds only requests served since the mode and batches in force were
+// applied: a p99 over requests served at the previous configuration says nothing of this
+// one, and judging it there left out a configuration that had not been tried (issue 34).
+func (c *Controller) latencySettled(now time.Time) bool {
+	return now.Sub(c.cfgSince) >= c.sched.Config().RecentWindow
+}
+
+// sameBatches reports whether a and b plan the same batch for every stream.
+func sameBatches(a, b []StreamChoice) bool {
+	return slices.EqualFunc(a, b, func(x, y StreamChoice) bool { return x.Workload == y.Workload && x.Batch == y.Batch })
 }

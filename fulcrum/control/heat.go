@@ -56,6 +56,15 @@ func (c *Controller) observeHeat(ctx context.Context, now time.Time) {
 		return
 	}
 	c.heat.err = nil
+	if !settled(c.heat.last, h) {
+		// The floors moved since the last reading: a mode was just written (by the
+		// controller, a search, or another tool), and a clock still running the old
+		// mode's speed is not the firmware's cap. The verdict stays the last one's.
+		h.Throttled, h.Why = false, ""
+		if p := c.heat.last; p != nil && p.Throttled {
+			h.Throttled, h.Why = true, p.Why
+		}
+	}
 	c.heat.last = &h
 	if c.heat.over == nil {
 		c.heat.over = map[string]bool{}
@@ -90,6 +99,17 @@ func (c *Controller) observeHeat(ctx context.Context, now time.Time) {
 			c.needPlan = why
 		}
 	}
+}
+
+// settled says whether reading h may be judged for throttling: the previous reading
+// (one Period earlier) saw the same clock floors, so the clocks have had that long to
+// follow them. A reading right after a mode write sees the new floors with the running
+// clocks still at the old mode's (the kernel moves them within a devfreq/cpufreq
+// update; the simulator at its next physics step), and a read racing the write can
+// pair an old clock with a new floor: neither is the firmware capping a clock. A real
+// throttle outlasts a reading and shows on the next one.
+func settled(prev *powermode.HeatReading, h powermode.HeatReading) bool {
+	return prev != nil && prev.GPUFloorHz == h.GPUFloorHz && prev.CPUFloorKHz == h.CPUFloorKHz
 }
 
 // lowerCap sets the thermal cap to the clocks the board runs while throttled (lowering

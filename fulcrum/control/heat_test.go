@@ -150,7 +150,9 @@ func TestViolationWhileThrottledSaysWhy(t *testing.T) {
 	hb.heat = powermode.HeatReading{Zones: []powermode.ThermalZone{{Zone: "tj-thermal", Celsius: 99.5, TripC: 99}}, GPULoad: 0.9,
 		GPUHz: 408e6, GPUFloorHz: planned.Mode.GPUHz, Throttled: true, Why: "GPU runs 408 MHz under its floor"}
 	hb.mu.Unlock()
-	e.tick(c, 50*time.Millisecond)
+	// Two readings: the first sees floors the fake's cool reading did not have (0), and
+	// a reading is judged for throttling once the previous one saw the same floors.
+	e.tick(c, 100*time.Millisecond)
 	var reasons []string
 	for _, ev := range c.Events().List(seq) {
 		if ev.Kind == KindThermal {
@@ -296,5 +298,136 @@ func TestUnderCapFallbacks(t *testing.T) {
 		if !slices.Equal(in, all) {
 			t.Errorf("%s: the caller's slice changed to %v", tc.name, in)
 		}
+	}
+}
+
+// A mode write is not throttling: right after the controller raises the board's
+// floors, the running clocks (the simulator's physics loop; on a Jetson the governor, a
+// moment later) still show the previous mode's. The reading that sees the new floors
+// with the old clocks is not judged, and no thermal event or throttled status follows
+// — on a cool board (no --heat) whose clocks then follow the mode.
+func TestModeWriteIsNotThrottling(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	b := testboard.Sim(t, filepath.Join(t.TempDir(), "board"), e.spec, sim.Options{})
+	be, err := tegra.Open(ctx, b.Root(), e.spec, powermode.BoardInfo{Name: e.spec.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Options{Sched: e.sched, Board: be, Store: e.store, Clock: e.clock, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := filepath.Join(b.Root(), sim.ActivityDir, "1-train.json")
+	raw := fmt.Sprintf(`{"workload":%q,"role":"train","batch":32,"pid":%d}`, tTrain, os.Getpid())
+	if err := os.WriteFile(act, []byte(raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.register(nil)
+	step := func(physics bool) {
+		e.clock.Advance(50 * time.Millisecond)
+		if physics {
+			if _, err := b.Step(e.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = c.SamplePower(ctx)
+		c.Step(ctx)
+	}
+	for range 4 {
+		step(true)
+	}
+	first := c.Status().Current
+	if first == nil {
+		t.Fatalf("no plan: %v", kinds(c.Events().List(0)))
+	}
+	// From the slowest mode (its clocks running) to the fastest: the new floors are over
+	// the running clocks until the physics catches up.
+	high := slices.MaxFunc(e.modes, func(a, b powermode.Mode) int { return int((a.GPUHz - b.GPUHz) / 1e6) })
+	low := powermode.Mode{Cores: high.Cores, CPUKHz: testboard.Space(t, e.spec).Levels().CPUKHz[0], GPUHz: e.modes[0].GPUHz, EMCHz: high.EMCHz}
+	if high.GPUHz <= low.GPUHz || high.CPUKHz <= low.CPUKHz {
+		t.Fatalf("modes %s and %s: want one faster in both GPU and CPU", low, high)
+	}
+	if _, err := c.ApplyMode(ctx, low); err != nil {
+		t.Fatal(err)
+	}
+	step(true)
+	step(true)
+	seq := c.Status().LastEvent
+	if _, err := c.ApplyMode(ctx, high); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, ev := range c.Events().List(seq) {
+			if ev.Kind == KindThermal {
+				t.Errorf("%s: thermal event %q on a cool board", when, ev.Reason)
+			}
+		}
+		if st := c.Status(); c.Throttled() || st.Heat == nil || st.Heat.Throttled || st.Heat.CapGPUHz != 0 || st.Heat.CapCPUKHz != 0 {
+			t.Errorf("%s: status heat %+v, want a reading that is not throttled and no cap", when, st.Heat)
+		}
+	}
+	// One reading with the new floors and the old clocks (no physics step in between).
+	step(false)
+	if h := c.Status().Heat; h == nil || (h.GPUHz >= h.GPUFloorHz && h.CPUKHz >= h.CPUFloorKHz) {
+		t.Fatalf("heat %+v: want the reading taken before the clocks followed the mode (running under the new floor)", h)
+	}
+	check("reading before the clocks followed")
+	// The clocks follow: still no throttling.
+	step(true)
+	step(true)
+	check("after the clocks followed")
+}
+
+// A mode write while the board throttles (the re-plan under the thermal cap) does not
+// end the spell: the reading whose floors moved keeps the throttled verdict, and the
+// next one, with the floors settled, judges again.
+func TestModeWriteKeepsThrottlingSpell(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	hb := &heatBoard{fakeBoard: e.board}
+	c, err := New(Options{Sched: e.sched, Board: hb, Store: e.store, Clock: e.clock, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := []powermode.ThermalZone{{Zone: "tj-thermal", Celsius: 99.5, TripC: 99}}
+	set := func(gpuHz, floorHz int64) {
+		hb.mu.Lock()
+		defer hb.mu.Unlock()
+		hb.heat = powermode.HeatReading{Zones: zones, GPULoad: 0.9, GPUHz: gpuHz, GPUFloorHz: floorHz, Throttled: gpuHz < floorHz}
+		if gpuHz < floorHz {
+			hb.heat.Why = fmt.Sprintf("GPU runs %d MHz under its %d MHz floor", gpuHz/1e6, floorHz/1e6)
+		}
+	}
+	set(816e6, 1224e6)
+	e.tick(c, 100*time.Millisecond)
+	if !c.Throttled() {
+		t.Fatal("not throttled after two readings of GPU 816 MHz under its 1224 MHz floor")
+	}
+	seq := c.Status().LastEvent
+	// The floor moves to 612 MHz (a mode under the cap) while the firmware still caps at
+	// 816: the reading is taken across the write.
+	set(816e6, 612e6)
+	e.tick(c, 50*time.Millisecond)
+	if !c.Throttled() {
+		t.Error("the reading across the mode write ended the spell")
+	}
+	// Floors settled, clock over its floor: the spell ends, once.
+	e.tick(c, 50*time.Millisecond)
+	if c.Throttled() {
+		t.Error("still throttled with GPU 816 MHz over its settled 612 MHz floor")
+	}
+	var ends int
+	for _, ev := range c.Events().List(seq) {
+		if ev.Kind == KindThermal && strings.Contains(ev.Reason, "no longer throttles") {
+			ends++
+		}
+		if ev.Kind == KindThermal && strings.HasPrefix(ev.Reason, "the board throttles: GPU") {
+			t.Errorf("spell restarted: %q", ev.Reason)
+		}
+	}
+	if ends != 1 {
+		t.Errorf("%d 'no longer throttles' events, want 1: %v", ends, c.Events().List(seq))
 	}
 }

@@ -101,8 +101,14 @@ func (c *Controller) choose(ps []plan.ModeProfile, b plan.Budgets) (plan.Decisio
 }
 
 // Rules are the controller's decision rules: its configured profiling noise and
-// confidence, and the room its scheduler's admission test needs.
-func (c *Controller) Rules() plan.Rules { return DecisionRules(c.cfg, c.sched.Config()) }
+// confidence, and the room its scheduler's admission test needs — the configured margin
+// plus the largest room the scheduler has learned from the streams' latency windows
+// (room.go), so a plan is judged with the room the scheduler applies.
+func (c *Controller) Rules() plan.Rules {
+	r := DecisionRules(c.cfg, c.sched.Config())
+	r.Admission.MarginMS += learnedRoomMS(c.sched.Snapshot())
+	return r
+}
 
 // DecisionRules are the decision rules of a controller configured with cfg over a
 // scheduler configured with sc: the admission room is sc's margin and DevK deviations

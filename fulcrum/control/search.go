@@ -61,6 +61,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			return
 		}
 		c.corrAll = 0 // measured again: the ratio learned before is the old profiles'
+		c.latRatio = nil
 		c.live.Modes += counts.Modes
 		c.live.Profiled += counts.Profiled
 		c.live.FromStore += counts.FromStore

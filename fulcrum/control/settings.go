@@ -33,8 +33,8 @@ const SettingsVersion = 1
 const maxSettingsBytes = 1 << 20
 
 // Settings are the operator's run-time changes fulcrumd keeps across restarts
-// (docs/operations.md, "Budgets across restarts"): global budgets, per-stream budgets and
-// training weights, and a held mode.
+// (docs/operations.md, "budget reset, and budgets across restarts"): global budgets,
+// per-stream budgets and training weights, and a held mode.
 type Settings struct {
 	Version int       `json:"version"`
 	SavedAt time.Time `json:"saved_at"`

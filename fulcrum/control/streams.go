@@ -159,6 +159,7 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Ca
 			delete(c.badPoint, k)
 		}
 	}
+	delete(c.latRatio, workload) // another rate or budget: learned afresh
 	if c.cur != nil || c.pair != nil {
 		c.needPlan = reasonBudgets
 	}
@@ -408,8 +409,11 @@ type StreamChoice struct {
 	Batch           int     `json:"batch"`
 	LatencyBudgetMS float64 `json:"latency_budget_ms"`
 	RateRPS         float64 `json:"rate_rps"` // the rate planned for
-	PredLatencyMS   float64 `json:"predicted_latency_ms"`
-	Rho             float64 `json:"rho"`
+	// PredLatencyMS is the p99 expected: model v1's times the stream's learned
+	// measured/predicted ratio (ratio, 1 before one is learned).
+	PredLatencyMS float64 `json:"predicted_latency_ms"`
+	Rho           float64 `json:"rho"`
+	ratio         float64
 }
 
 // batchFor is the batch ch plans for an inference workload's workers (0: none).
@@ -455,7 +459,9 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	rates, _ := c.streamRates(c.clock.Now())
 	mb := c.multiBudgets(rates)
 	ps = underCap(c, ps, func(p plan.MultiProfile) powermode.Mode { return p.Mode })
-	d, err := c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(ps)
+	dr := c.Rules().ForMulti(mb, c.cfg.InferBatches)
+	dr.LatencyRatio = c.streamRatios()
+	d, err := dr.Decide(ps)
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: fmt.Sprintf("no stored profile of every stream: run fulcrumctl optimize: %v", err)})
 		return
@@ -465,14 +471,30 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	for i, s := range c.grp.Streams {
 		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
 	}
-	c.decideMulti(ctx, kind, reason+": "+explainMulti(d, mb), d, mb)
+	c.decideMulti(ctx, kind, reason+": "+explainMulti(d, mb, dr.LatencyRatio), d, mb, dr.LatencyRatio)
+}
+
+// streamRatios is each stream's learned measured/predicted p99 ratio (1: none), in the
+// group's order. Called with c.mu held.
+func (c *Controller) streamRatios() []float64 {
+	out := make([]float64, len(c.grp.Streams))
+	for i, s := range c.grp.Streams {
+		out[i] = max(c.latRatio[s.Workload], 1)
+	}
+	return out
 }
 
 // explainMulti is a decision in an event's words.
-func explainMulti(d plan.MultiDecision, mb plan.MultiBudgets) string {
+// ratios are the streams' learned measured/predicted p99 ratios the decision applied.
+func explainMulti(d plan.MultiDecision, mb plan.MultiBudgets, ratios []float64) string {
 	e := d.Best
 	var st []string
 	for i, s := range e.Streams {
+		k := ratios[i]
+		if k > 1 {
+			st = append(st, fmt.Sprintf("%s batch %d (%.0f ms, %.2f× the model's %.0f ms, of %.0f ms at %.1f/s)", s.Name, s.Batch, k*s.LatencyMS, k, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
+			continue
+		}
 		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
 	}
 	head := fmt.Sprintf("mode %s, %s; %.1f W, GPU share %.2f, training %.1f samples/s (P(every budget) %.3f, %d claimable)",
@@ -487,8 +509,9 @@ func explainMulti(d plan.MultiDecision, mb plan.MultiBudgets) string {
 	return head
 }
 
-// decideMulti applies the decision d and records it. Called with c.mu held.
-func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, d plan.MultiDecision, mb plan.MultiBudgets) {
+// decideMulti applies the decision d, made with the streams' latency ratios, and
+// records it. Called with c.mu held.
+func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, d plan.MultiDecision, mb plan.MultiBudgets, ratios []float64) {
 	e := d.Best
 	ch := Choice{Mode: e.Mode, Predicted: Prediction{ThroughputSPS: e.ObjectiveSPS, PowerMW: e.PowerMW, Rho: e.Rho, Feasible: d.Feasible}}
 	if !d.Feasible {
@@ -496,9 +519,9 @@ func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, 
 	}
 	for i, s := range e.Streams {
 		ch.Streams = append(ch.Streams, StreamChoice{Workload: s.Name, Batch: s.Batch, LatencyBudgetMS: mb.Streams[i].LatencyMS,
-			RateRPS: mb.Streams[i].RateRPS, PredLatencyMS: s.LatencyMS, Rho: s.Rho})
+			RateRPS: mb.Streams[i].RateRPS, PredLatencyMS: ratios[i] * s.LatencyMS, Rho: s.Rho, ratio: ratios[i]})
 		if c.pair != nil && s.Name == c.pair.Infer {
-			ch.Batch, ch.Predicted.LatencyMS, ch.Predicted.RateRPS = s.Batch, s.LatencyMS, mb.Streams[i].RateRPS
+			ch.Batch, ch.Predicted.LatencyMS, ch.Predicted.RateRPS = s.Batch, ratios[i]*s.LatencyMS, mb.Streams[i].RateRPS
 		}
 	}
 	m := e.Mode
@@ -565,21 +588,78 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 			}
 		}
 	}
-	// A stream's latency broken: leave its batch at this mode out and decide again.
-	if now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown {
+	// A stream's latency broken (judged on requests served since the configuration in
+	// force was applied): learn every judged stream's measured/predicted p99 ratio, expect
+	// it at every mode (which puts the broken configuration over its budget) and decide
+	// again. Learning nothing but the broken point walked from mode to mode, each as
+	// under-predicted as the last (three streams on the simulated AGX: 7 mode changes
+	// down to 1 core; issue 34).
+	if now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown && c.latencySettled(now) {
+		var over []string
+		judged := map[string]float64{} // stream → measured p99
+		unforeseen := false
 		for _, s := range c.cur.Streams {
 			wl, ok := snap.Workload(proto.RoleInfer, s.Workload)
-			if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency || wl.LatencyRecent.P99MS <= s.LatencyBudgetMS {
+			if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency {
 				continue
 			}
+			judged[s.Workload] = wl.LatencyRecent.P99MS
+			if wl.LatencyRecent.P99MS > s.LatencyBudgetMS {
+				over = append(over, s.Workload)
+				// A p99 over the budget where the decision expected it over (no known
+				// configuration meets every budget: training is paused and the least
+				// violating one runs) teaches nothing: deciding again walked from one
+				// least violating configuration to the next.
+				unforeseen = unforeseen || s.PredLatencyMS <= s.LatencyBudgetMS
+			}
+		}
+		if len(over) > 0 && c.latRatio == nil {
+			c.latRatio = map[string]float64{}
+		}
+		if len(over) > 0 && !unforeseen {
+			c.lastLatStep = now
+			for _, s := range c.cur.Streams {
+				if p99, ok := judged[s.Workload]; ok && s.PredLatencyMS > 0 {
+					c.latRatio[s.Workload] = max(c.latRatio[s.Workload], p99/(s.PredLatencyMS/max(s.ratio, 1)), 1)
+				}
+			}
+		}
+		if len(over) > 0 && unforeseen {
 			c.violations["latency"]++
 			c.lastStep, c.lastLatStep = now, now
 			if c.badPoint == nil {
 				c.badPoint = map[streamPoint]bool{}
 			}
-			c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
-			c.planMulti(ctx, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms); leaving that batch out there and re-deciding%s",
-				s.Workload, wl.LatencyRecent.P99MS, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS, c.heatNote()), false)
+			var broke, learned []string
+			for _, s := range c.cur.Streams {
+				p99, ok := judged[s.Workload]
+				if !ok {
+					continue
+				}
+				// The prediction in force is model v1's times the ratio it was decided
+				// with: the ratio to model v1 is p99 over its quotient.
+				k := 0.0
+				if model := s.PredLatencyMS / max(s.ratio, 1); model > 0 {
+					k = p99 / model
+					c.latRatio[s.Workload] = max(c.latRatio[s.Workload], k, 1)
+					learned = append(learned, fmt.Sprintf("%s %.2f×", s.Workload, c.latRatio[s.Workload]))
+				}
+				if slices.Contains(over, s.Workload) && s.PredLatencyMS <= s.LatencyBudgetMS {
+					if k == 0 {
+						// No prediction to learn from (a mode the operator chose): the point
+						// itself is left out. Otherwise the ratio learned puts it over.
+						c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
+					}
+					broke = append(broke, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms; %.2f× model v1's)",
+						s.Workload, p99, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS, k))
+				}
+			}
+			expect := "no prediction to learn a ratio from"
+			if len(learned) > 0 {
+				expect = "expecting each judged stream's measured/predicted ratio to model v1 at every mode (" + strings.Join(learned, ", ") + ")"
+			}
+			c.planMulti(ctx, fmt.Sprintf("%s; %s, re-deciding%s",
+				strings.Join(broke, "; "), expect, c.heatNote()), false)
 			c.stepped = true
 			return
 		}

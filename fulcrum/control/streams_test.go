@@ -244,6 +244,8 @@ func TestStreamLatencyViolationRedecides(t *testing.T) {
 		t.Fatalf("no joint plan: %+v", first)
 	}
 	seq := c.Status().LastEvent
+	// Latency is judged on requests served at the configuration in force only.
+	e.clock.Advance(e.sched.Config().RecentWindow)
 	// Serve 15 of the detector's requests 300 ms after they arrive: over its 160 ms.
 	for i := range 15 {
 		if err := e.sched.Acquire(in2, uint64(i)); err != nil {

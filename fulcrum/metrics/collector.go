@@ -26,6 +26,7 @@ type collector struct {
 	planFeasible, planBatch, planInForce                             *prometheus.Desc
 	clamped, expired                                                 *prometheus.Desc
 	temp, trip, throttled, gpuLoad, gpuRunHz, cpuRunHz, capGPUHz     *prometheus.Desc
+	room, roomLearned, roomChanges                                   *prometheus.Desc
 }
 
 func newCollector(src Source, timeout time.Duration) *collector {
@@ -59,6 +60,9 @@ func newCollector(src Source, timeout time.Duration) *collector {
 		workers:        desc("fulcrum_workers", "Live workers.", w, "role"),
 		clamped:        desc("fulcrum_durations_clamped_total", "Releases that reported more time than the turn was held (the held time was used).", w, "role"),
 		expired:        desc("fulcrum_turns_expired_total", "Turns taken back by the hold limit (the worker was dropped).", w, "role"),
+		room:           desc("fulcrum_admission_room_seconds", "Room the scheduler's admission test keeps before the stream's deadlines (scheduler.margin_ms plus the learned room).", w),
+		roomLearned:    desc("fulcrum_admission_room_learned_seconds", "The part of the admission room learned from the stream's latency window (0 while learning is off).", w),
+		roomChanges:    desc("fulcrum_admission_room_changes_total", "Changes of the stream's learned admission room.", w),
 		profiles:       desc("fulcrum_profiles_stored", "Profiles in the profile store."),
 		violations:     desc("fulcrum_budget_violations_total", "Budget violations the controller detected.", "budget"),
 		decisions:      desc("fulcrum_controller_decisions_total", "Controller decisions, by kind.", "kind"),
@@ -84,7 +88,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.budgetLatency, c.budgetPower, c.budgetRate, c.budgetQuantile, c.rateAuto, c.windowLatency, c.arrivalRate, c.requests,
 		c.served, c.failed, c.misses, c.throughput, c.samples, c.minibatches, c.overruns, c.workers, c.profiles, c.violations,
 		c.decisions, c.degraded, c.paused, c.uptime, c.planFeasible, c.planBatch, c.planInForce, c.clamped, c.expired,
-		c.temp, c.trip, c.throttled, c.gpuLoad, c.gpuRunHz, c.cpuRunHz, c.capGPUHz} {
+		c.temp, c.trip, c.throttled, c.gpuLoad, c.gpuRunHz, c.cpuRunHz, c.capGPUHz,
+		c.room, c.roomLearned, c.roomChanges} {
 		ch <- d
 	}
 }
@@ -182,6 +187,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.served, float64(wl.Served), n)
 		counter(c.failed, float64(wl.Failed), n)
 		counter(c.misses, float64(wl.DeadlineMisses), n)
+		gauge(c.room, wl.AdmissionRoomMS/1000, n)
+		gauge(c.roomLearned, wl.AdmissionRoomLearnedMS/1000, n)
+		counter(c.roomChanges, float64(wl.AdmissionRoomChanges), n)
 		if wl.Latency.Count > 0 {
 			gauge(c.windowLatency, wl.Latency.P50MS/1000, n, "0.5")
 			gauge(c.windowLatency, wl.Latency.P95MS/1000, n, "0.95")

@@ -92,6 +92,7 @@ func TestScrape(t *testing.T) {
 		[]api.WorkloadStats{
 			{Workload: "resnet18", Role: "train", Minibatches: 900, Samples: 28800, ThroughputPerS: 301.5, Overruns: 2, DurationsClamped: 4, HoldExpired: 1},
 			{Workload: "mobilenet", Role: "infer", Requests: 1200, Served: 1190, Failed: 1, DeadlineMisses: 3, ArrivalRateHz: 40.25,
+				AdmissionRoomMS: 45, AdmissionRoomLearnedMS: 25, AdmissionRoomChanges: 4,
 				Latency: api.Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}},
 		},
 		&api.Power{TotalMW: 28900, Avg1sMW: 28700, Rails: []api.Rail{{Name: "VDD_GPU_SOC", PowerMW: 9100}, {Name: "VDD_CPU_CV", PowerMW: 5200}}},
@@ -127,6 +128,9 @@ func TestScrape(t *testing.T) {
 		{"fulcrum_inference_requests_total", []string{"workload", "mobilenet"}, 1200},
 		{"fulcrum_inference_served_total", []string{"workload", "mobilenet"}, 1190},
 		{"fulcrum_inference_deadline_misses_total", []string{"workload", "mobilenet"}, 3},
+		{"fulcrum_admission_room_seconds", []string{"workload", "mobilenet"}, 0.045},
+		{"fulcrum_admission_room_learned_seconds", []string{"workload", "mobilenet"}, 0.025},
+		{"fulcrum_admission_room_changes_total", []string{"workload", "mobilenet"}, 4},
 		{"fulcrum_durations_clamped_total", []string{"workload", "resnet18", "role", "train"}, 4},
 		{"fulcrum_turns_expired_total", []string{"workload", "resnet18", "role", "train"}, 1},
 		{"fulcrum_training_throughput_samples_per_second", []string{"workload", "resnet18"}, 301.5},

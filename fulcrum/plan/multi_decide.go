@@ -23,6 +23,19 @@ type MultiDecider struct {
 	Budgets MultiBudgets
 	Batches []int
 	Rules
+	// LatencyRatio is, per stream in stream order, the ratio of its measured p99 to the
+	// model's prediction that the decision expects at every configuration (what fulcrumd's
+	// controller learned where a stream broke its budget): each stream's latency terms are
+	// scaled by it before the admission room is added. Missing or below 1 counts as 1.
+	LatencyRatio []float64
+}
+
+// ratio is stream i's latency ratio (≥ 1).
+func (d MultiDecider) ratio(i int) float64 {
+	if i < len(d.LatencyRatio) && d.LatencyRatio[i] > 1 {
+		return d.LatencyRatio[i]
+	}
+	return 1
 }
 
 // MultiScored is one configuration as a MultiDecider sees it.
@@ -90,9 +103,12 @@ func (d MultiDecider) score(m *MultiModel, p MultiProfile, shares []float64, pts
 	s.PFeasible = 1
 	for i, st := range e.Streams {
 		lim := b.Streams[i].LatencyMS
-		s.LatencyAdmMS[i] = d.Admission.LatencyMS(lim, st.FillMS, st.WaitMS, pts[i].TimeMS)
-		meas := g * (st.WaitMS + pts[i].TimeMS)
-		sdLat := g * sd * math.Hypot(st.WaitMS, pts[i].TimeMS) * edgeScale(lim-(s.LatencyAdmMS[i]-meas), meas)
+		// k·(fill + wait + own service): the model's latency as the stream measured it
+		// (k = 1 exactly without a learned ratio, so the single-pair terms are unchanged).
+		k := d.ratio(i)
+		s.LatencyAdmMS[i] = d.Admission.LatencyMS(lim, k*st.FillMS, k*st.WaitMS, k*pts[i].TimeMS)
+		meas := g * k * (st.WaitMS + pts[i].TimeMS)
+		sdLat := g * sd * k * math.Hypot(st.WaitMS, pts[i].TimeMS) * edgeScale(lim-(s.LatencyAdmMS[i]-meas), meas)
 		s.PStreams[i] = phi(lim-s.LatencyAdmMS[i], sdLat)
 		s.PFeasible *= s.PStreams[i]
 		terms = append(terms, term{ConstraintLatency, st.Name, s.LatencyAdmMS[i]/lim - 1, s.PStreams[i]})

@@ -65,6 +65,19 @@ type Config struct {
 	// Margin is kept free before every deadline for what the expected times do not
 	// cover: waking up, the grant's trip to the worker, the worker starting the batch.
 	Margin time.Duration
+	// The learned admission room (room.go, docs/design.md §9): each inference stream's
+	// deadlines keep Margin plus a room learned from its latency window, grown when its
+	// p99 comes within RoomGuard × its budget of the budget (or over it), shrunk below
+	// that band while its deadlines keep training out, at most once per RoomInterval,
+	// within [RoomMin, RoomMaxFrac × its budget]. RoomMaxFrac = 0 (the default) turns
+	// learning off.
+	RoomGuard    float64
+	RoomMin      time.Duration
+	RoomMaxFrac  float64
+	RoomInterval time.Duration
+	// OnRoom, when set, is called (without the scheduler's lock) for every change of a
+	// stream's learned room.
+	OnRoom func(RoomChange)
 	// Window and WindowSamples bound the measurement windows (whichever is smaller).
 	Window        time.Duration
 	WindowSamples int
@@ -93,6 +106,8 @@ func DefaultConfig() Config {
 		IdleAdmitArrivals: 0.1,
 		DevK:              2,
 		Margin:            5 * time.Millisecond,
+		RoomGuard:         0.05,
+		RoomInterval:      5 * time.Second,
 		Starve:            5 * time.Second,
 		ProfileWait:       time.Second,
 		Window:            30 * time.Second,
@@ -139,6 +154,18 @@ func (c Config) withDefaults() Config {
 	if c.Margin < 0 {
 		c.Margin = 0
 	}
+	if c.RoomGuard <= 0 || c.RoomGuard >= 0.5 {
+		c.RoomGuard = d.RoomGuard
+	}
+	if c.RoomMin < 0 {
+		c.RoomMin = 0
+	}
+	if c.RoomMaxFrac < 0 {
+		c.RoomMaxFrac = 0
+	}
+	if c.RoomInterval <= 0 {
+		c.RoomInterval = d.RoomInterval
+	}
 	if c.Window <= 0 {
 		c.Window = d.Window
 	}
@@ -176,6 +203,14 @@ func (c Config) Validate() error {
 	optcheck.NonNegative(&ck, "Margin", c.Margin)
 	optcheck.NonNegative(&ck, "Starve", c.Starve)
 	optcheck.NonNegative(&ck, "ProfileWait", c.ProfileWait)
+	if !(c.RoomGuard > 0 && c.RoomGuard < 0.5) {
+		ck.Fail("RoomGuard", c.RoomGuard, "must be in (0,0.5): the guard band is this fraction of the latency budget")
+	}
+	optcheck.NonNegative(&ck, "RoomMin", c.RoomMin)
+	if !(c.RoomMaxFrac >= 0 && c.RoomMaxFrac < 1) {
+		ck.Fail("RoomMaxFrac", c.RoomMaxFrac, "must be in [0,1): a fraction of the latency budget (0 turns the learned room off)")
+	}
+	optcheck.Positive(&ck, "RoomInterval", c.RoomInterval)
 	optcheck.Positive(&ck, "Window", c.Window)
 	optcheck.Positive(&ck, "WindowSamples", c.WindowSamples)
 	optcheck.Positive(&ck, "RecentWindow", c.RecentWindow)

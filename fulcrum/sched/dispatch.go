@@ -92,7 +92,7 @@ func (s *Scheduler) schedule() {
 			continue
 		}
 		n := min(len(w.queue), w.spec.Batch)
-		slack := w.queue[0].deadline.Sub(now) - s.cfg.Margin - s.expInfer(w, n)
+		slack := w.queue[0].deadline.Sub(now) - s.roomOf(w) - s.expInfer(w, n)
 		if n < w.spec.Batch && slack > 0 {
 			continue
 		}
@@ -170,6 +170,9 @@ func (s *Scheduler) schedule() {
 			s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
 			return
 		}
+		if blocker != nil {
+			blocker.room.blocked = true // the stream's room is costing training (room.go)
+		}
 		if s.serveBlocker(blocker, now) {
 			return
 		}
@@ -182,7 +185,7 @@ func (s *Scheduler) schedule() {
 			continue
 		}
 		n := min(len(w.queue), w.spec.Batch)
-		at := w.queue[0].deadline.Add(-s.cfg.Margin - s.expInfer(w, n))
+		at := w.queue[0].deadline.Add(-s.roomOf(w) - s.expInfer(w, n))
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
@@ -285,7 +288,7 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 		// Empty queue: a request arriving right after the turn starts must still be
 		// served in time after it; if it could not, run anyway only when an arrival
 		// during the turn is unlikely.
-		if s.budgetOf(w) >= exp+s.cfg.Margin+s.expInfer(w, max(n, 1)) {
+		if s.budgetOf(w) >= exp+s.roomOf(w)+s.expInfer(w, max(n, 1)) {
 			continue
 		}
 		if rate*exp.Seconds() < s.cfg.IdleAdmitArrivals {
@@ -294,10 +297,11 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 		return w
 	}
 	sort.Slice(queued, func(i, j int) bool { return queued[i].deadline.Before(queued[j].deadline) })
-	end := now.Add(exp + s.cfg.Margin)
+	// Each stream's deadlines keep its own room (Margin plus what it learned, room.go).
+	end := now.Add(exp)
 	for _, x := range queued {
 		end = end.Add(x.service)
-		if end.After(x.deadline) {
+		if end.Add(s.roomOf(x.w)).After(x.deadline) {
 			return x.w
 		}
 	}

@@ -71,6 +71,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		for id := range res {
 			unknown = append(unknown, id)
 		}
+		s.learnRoom(w.workload, now)
 	case proto.KindProfile:
 		e := w.prof[t.grant.Batch]
 		if e == nil {

@@ -157,6 +157,8 @@ type workload struct {
 	prof       map[int]*estimate // expected profile batch time by size (ms)
 	real       map[int][]float64 // latest real (train/infer) batch times by size (ms): RealBatchMS
 	st         *stats
+	// room is an inference stream's learned admission room (room.go).
+	room roomState
 	// trainUsed is the GPU time the workload's training minibatches held: training
 	// turns go to the waiting workload with the least trainUsed/weight (time shares).
 	trainUsed time.Duration
@@ -245,6 +247,7 @@ func (s *Scheduler) SetLatencyBudget(l time.Duration) {
 	}
 	s.mu.Lock()
 	s.cfg.LatencyBudget = l
+	s.restartRoomEvidence()
 	s.schedule()
 	s.unlockAndDeliver()
 }
@@ -274,6 +277,7 @@ func (s *Scheduler) SetStreamLatencyBudgets(budgets map[string]time.Duration) er
 	}
 	s.mu.Lock()
 	s.streamBudget = m
+	s.restartRoomEvidence()
 	s.schedule()
 	s.unlockAndDeliver()
 	return nil

@@ -154,6 +154,12 @@ type WorkloadStats struct {
 	// Refused counts inference requests refused by the stream's admission
 	// (proto.CodeRateLimited): the stream asked for more than its GPU-time share.
 	Refused uint64 `json:"refused,omitempty"`
+	// AdmissionRoomMS is the room (ms) the admission test keeps before the stream's
+	// deadlines: Margin plus RoomLearnedMS, the part learned from its latency window
+	// (room.go); RoomChanges counts the learned room's changes.
+	AdmissionRoomMS float64 `json:"admission_room_ms,omitempty"`
+	RoomLearnedMS   float64 `json:"admission_room_learned_ms,omitempty"`
+	RoomChanges     uint64  `json:"admission_room_changes,omitempty"`
 }
 
 // Snapshot is the scheduler's state and measurements at one instant.
@@ -232,6 +238,9 @@ func (s *Scheduler) Snapshot() Snapshot {
 			if l, ok := s.streamBudget[wl.name]; ok {
 				ws.LatencyBudgetMS = ms(l)
 			}
+			ws.AdmissionRoomMS = ms(s.cfg.Margin + wl.room.extra)
+			ws.RoomLearnedMS = ms(wl.room.extra)
+			ws.RoomChanges = wl.room.changes
 		}
 		if wl.role != proto.RoleTrain && len(wl.infer) > 0 {
 			ws.ExpectedBatchMS = map[int]float64{}

@@ -84,6 +84,18 @@ func (w *window) values(now time.Time) []float64 {
 	return out
 }
 
+// valuesSince is values of the samples taken at or after since.
+func (w *window) valuesSince(now, since time.Time) []float64 {
+	w.trim(now)
+	var out []float64
+	for k := 0; k < w.n; k++ {
+		if j := (w.head + k) % len(w.at); !w.at[j].Before(since) {
+			out = append(out, w.v[j])
+		}
+	}
+	return out
+}
+
 // sum returns the sum of values in the window and how long the window covers: span, or
 // less when the ring is full of newer samples, or since `since` when that is later.
 func (w *window) sum(now, since time.Time) (float64, time.Duration) {

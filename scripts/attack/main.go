@@ -15,13 +15,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
+	"github.com/fulcrum-edge/fulcrum/scripts/internal/throwaway"
 )
 
 func main() {
@@ -56,42 +55,19 @@ func main() {
 }
 
 type daemon struct {
-	dir, sock string
-	cmd       *exec.Cmd
+	*throwaway.Daemon
+	sock string // the worker socket
 }
 
 func start(bin string) (*daemon, error) {
-	dir, err := os.MkdirTemp("/tmp", "attack")
+	td, err := throwaway.Start(bin, "attack", throwaway.Options{Out: os.Stderr})
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{dir: dir, sock: filepath.Join(dir, "run", "worker.sock")}
-	d.cmd = exec.Command(filepath.Join(bin, "fulcrumd"), "--runtime-dir", filepath.Join(dir, "run"),
-		"--state-dir", filepath.Join(dir, "state"), "--board", "none", "--log-level", "error")
-	d.cmd.Stdout, d.cmd.Stderr = os.Stderr, os.Stderr
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if c, err := net.Dial("unix", d.sock); err == nil {
-			c.Close()
-			return d, nil
-		}
-		if time.Now().After(deadline) {
-			d.stop()
-			return nil, fmt.Errorf("fulcrumd did not open %s", d.sock)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return &daemon{Daemon: td, sock: td.WorkerSocket()}, nil
 }
 
-func (d *daemon) stop() {
-	if d.cmd.ProcessState == nil {
-		_ = d.cmd.Process.Kill()
-		_ = d.cmd.Wait()
-	}
-	os.RemoveAll(d.dir)
-}
+func (d *daemon) stop() { d.Stop() }
 
 func (d *daemon) dial(ctx context.Context, workload string) (*client.Client, error) {
 	return client.Dial(ctx, d.sock, client.Registration{Role: proto.RoleTrain, Workload: workload, Batch: 8})
@@ -131,7 +107,7 @@ func poison(d *daemon) error {
 	go trainer(tctx, tr, longest)
 	time.Sleep(time.Second)
 	expected := func() (float64, uint64, error) {
-		st, err := api.NewClient(filepath.Join(d.dir, "run", "control.sock")).Status(ctx)
+		st, err := api.NewClient(d.ControlSocket()).Status(ctx)
 		if err != nil {
 			return 0, 0, err
 		}

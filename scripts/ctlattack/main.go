@@ -19,9 +19,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fulcrum-edge/fulcrum/scripts/internal/throwaway"
 )
 
 func main() {
@@ -58,53 +59,30 @@ func main() {
 }
 
 type daemon struct {
-	dir, sock string
-	cmd       *exec.Cmd
+	*throwaway.Daemon
+	sock string // the control socket
 }
 
 func start(bin string) (*daemon, error) {
-	dir, err := os.MkdirTemp("/tmp", "ctlattack")
+	d := &daemon{}
+	td, err := throwaway.Start(bin, "ctlattack", throwaway.Options{Ready: func(t *throwaway.Daemon) bool {
+		d.sock = t.ControlSocket()
+		code, _ := d.status()
+		return code == http.StatusOK
+	}})
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{dir: dir, sock: filepath.Join(dir, "run", "control.sock")}
-	d.cmd = exec.Command(filepath.Join(bin, "fulcrumd"), "--runtime-dir", filepath.Join(dir, "run"),
-		"--state-dir", filepath.Join(dir, "state"), "--board", "none", "--log-level", "error")
-	d.cmd.Stdout, d.cmd.Stderr = io.Discard, io.Discard
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if code, _ := d.status(); code == http.StatusOK {
-			return d, nil
-		}
-		if time.Now().After(deadline) {
-			d.stop()
-			return nil, fmt.Errorf("fulcrumd did not answer on %s", d.sock)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.Daemon = td
+	return d, nil
 }
 
-func (d *daemon) stop() {
-	if d.cmd.ProcessState == nil {
-		_ = d.cmd.Process.Kill()
-		_ = d.cmd.Wait()
-	}
-	os.RemoveAll(d.dir)
-}
+func (d *daemon) stop() { d.Stop() }
 
-// rssMiB is fulcrumd's resident set.
+// rssMiB is fulcrumd's resident set (0 when unreadable).
 func (d *daemon) rssMiB() float64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			var kb float64
-			fmt.Sscan(rest, &kb)
-			return kb / 1024
-		}
-	}
-	return 0
+	v, _ := d.RSSMiB()
+	return v
 }
 
 // status asks GET /v1/status on a fresh connection.

@@ -9,7 +9,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -17,14 +16,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
+	"github.com/fulcrum-edge/fulcrum/scripts/internal/throwaway"
 )
 
 func main() {
@@ -41,40 +39,22 @@ func main() {
 }
 
 func run(bin string, n, serve, every int, settle time.Duration) error {
-	dir, err := os.MkdirTemp("/tmp", "names")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	sock := filepath.Join(dir, "run", "worker.sock")
-	cmd := exec.Command(filepath.Join(bin, "fulcrumd"), "--runtime-dir", filepath.Join(dir, "run"),
-		"--state-dir", filepath.Join(dir, "state"), "--board", "none", "--log-level", "error")
-	cmd.Env = append(os.Environ(), "FULCRUM_METRICS_LISTEN="+addr)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	d, err := throwaway.Start(bin, "names", throwaway.Options{Out: os.Stderr, Env: []string{"FULCRUM_METRICS_LISTEN=" + addr}})
+	if err != nil {
 		return err
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fulcrumd did not open %s", sock)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer d.Stop()
+	sock := d.WorkerSocket()
 	time.Sleep(time.Second)
-	pid := cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	row := func(names int) error {
-		rss, err := rssMiB(pid)
+		rss, err := throwaway.RSSMiB(pid)
 		if err != nil {
 			return err
 		}
@@ -135,22 +115,6 @@ func oneName(ctx context.Context, sock, name string, serve int) error {
 		done += len(g.RequestIDs)
 	}
 	return c.Heartbeat(ctx) // the release has been handled
-}
-
-func rssMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 func metricLines(addr string) (int, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
 	"github.com/fulcrum-edge/fulcrum/internal/stats"
+	"github.com/fulcrum-edge/fulcrum/internal/tailmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 )
@@ -60,6 +61,11 @@ type Options struct {
 	// unmanaged until it is registered again, instead of waiting for it. An inference
 	// worker always serves unmanaged while fulcrumd is away.
 	TrainWhileAway bool
+	// Tail adds heavy-tailed turn times (internal/tailmodel, issue 28): with
+	// probability Tail.TailProb a minibatch or batch runs Pareto-long — the simulator's
+	// time × the tail's ratio, the extra spent waiting after it; the body is the
+	// simulator's own run-to-run noise (the workload's noise_sigma). Zero: no tail.
+	Tail tailmodel.Model
 }
 
 // Report is what a worker measured, from its own side.
@@ -181,6 +187,32 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 		w.o.Run = func(ctx context.Context, batch int) (time.Duration, error) {
 			return runner.Run(ctx, o.Workload, batch, w.rng)
+		}
+	}
+	if o.Tail.TailProb > 0 {
+		if err := o.Tail.Validate(); err != nil {
+			return Report{}, err
+		}
+		run, tail := w.o.Run, o.Tail
+		tail.Sigma = 0 // the body is the simulator's own noise
+		// Its own generator: w.rng is drawn from by the runner (and the serving loop).
+		trng := rand.New(rand.NewPCG(o.Seed, 0x7a11))
+		w.o.Run = func(ctx context.Context, batch int) (time.Duration, error) {
+			d, err := run(ctx, batch)
+			if err != nil {
+				return d, err
+			}
+			r := tail.Ratio(trng)
+			if r <= 1 {
+				return d, nil
+			}
+			extra := time.Duration(float64(d) * (r - 1))
+			select {
+			case <-time.After(extra):
+			case <-ctx.Done():
+				return d, ctx.Err()
+			}
+			return d + extra, nil
 		}
 	}
 	var err error

@@ -1,0 +1,325 @@
+package sched
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	samplestats "github.com/fulcrum-edge/fulcrum/internal/stats"
+	"github.com/fulcrum-edge/fulcrum/internal/tailmodel"
+)
+
+// The tail models fitted to the real-PyTorch end-to-end test's turn times
+// (docs/runtime.md "Heavy-tailed turn times").
+var (
+	fittedTrainTail = tailmodel.PyTorchCPUTrain()
+	fittedInferTail = tailmodel.PyTorchCPUInfer()
+)
+
+type simStream struct {
+	name    string
+	budget  time.Duration
+	rateHz  float64
+	inferMS float64 // median time of a batch of one
+	batch   int
+}
+
+type simSpec struct {
+	seed      uint64
+	cfg       Config
+	trainMS   float64
+	train     tailmodel.Model
+	infer     tailmodel.Model
+	streams   []simStream
+	dur       time.Duration
+	spreadAt  time.Duration // when the turn times' spread is multiplied by spreadK (0: never)
+	spreadK   float64
+	noTrainer bool
+}
+
+type simServed struct {
+	at  time.Duration
+	lat time.Duration
+}
+
+type simResult struct {
+	served  map[string][]simServed
+	changes map[string][]time.Duration // when each stream's room changed
+	samples []time.Duration            // when each training minibatch was released
+	h       *harness
+}
+
+// p99 of a stream's latencies served in [from, to), ms.
+func (r simResult) p99(stream string, from, to time.Duration) (float64, int) {
+	var v []float64
+	for _, x := range r.served[stream] {
+		if x.at >= from && x.at < to {
+			v = append(v, ms(x.lat))
+		}
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	slices.Sort(v)
+	return samplestats.Quantile(v, roomQuantile), len(v)
+}
+
+func (r simResult) minibatches(from, to time.Duration) int {
+	n := 0
+	for _, at := range r.samples {
+		if at >= from && at < to {
+			n++
+		}
+	}
+	return n
+}
+
+func (r simResult) changesIn(stream string, from, to time.Duration) int {
+	n := 0
+	for _, at := range r.changes[stream] {
+		if at >= from && at < to {
+			n++
+		}
+	}
+	return n
+}
+
+// simulate drives the scheduler on its fake clock, 1 ms at a time: Poisson arrivals per
+// stream, one training worker that re-acquires at once, turn times drawn from the tail
+// models around their medians (an inference batch of n takes median × (1 + 0.3(n−1))).
+func simulate(t *testing.T, sp simSpec) simResult {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(sp.seed, 28))
+	res := simResult{served: map[string][]simServed{}, changes: map[string][]time.Duration{}}
+	var mu sync.Mutex
+	start := time.Time{}
+	c := sp.cfg
+	c.TrustReportedDurations = true
+	c.OnServed = func(workload string, lat time.Duration) {
+		res.served[workload] = append(res.served[workload], simServed{at: res.h.clock.Now().Sub(start), lat: lat})
+	}
+	c.OnRoom = func(rc RoomChange) {
+		mu.Lock()
+		res.changes[rc.Workload] = append(res.changes[rc.Workload], res.h.clock.Now().Sub(start))
+		mu.Unlock()
+	}
+	h := newHarness(t, c)
+	res.h = h
+	start = h.clock.Now()
+	budgets := map[string]time.Duration{}
+	type live struct {
+		id   string
+		s    simStream
+		next time.Duration
+	}
+	var streams []*live
+	for _, s := range sp.streams {
+		id := h.register(proto.RoleInfer, s.name, s.batch)
+		budgets[s.name] = s.budget
+		l := &live{id: id, s: s, next: time.Duration(rng.ExpFloat64() / s.rateHz * float64(time.Second))}
+		streams = append(streams, l)
+		h.must(h.s.Acquire(id, 0))
+	}
+	h.must(h.s.SetStreamLatencyBudgets(budgets))
+	var tr string
+	if !sp.noTrainer {
+		tr = h.register(proto.RoleTrain, "train", 8)
+		h.must(h.s.Acquire(tr, 0))
+	}
+	byID := map[string]*live{}
+	for _, l := range streams {
+		byID[l.id] = l
+	}
+	var held *Grant
+	var endAt, grantedAt time.Duration
+	reqN := 0
+	trainTail, inferTail := sp.train, sp.infer
+	for now := time.Duration(0); now < sp.dur; now += time.Millisecond {
+		if sp.spreadAt > 0 && now == sp.spreadAt {
+			trainTail, inferTail = sp.train.Scaled(sp.spreadK), sp.infer.Scaled(sp.spreadK)
+		}
+		for _, l := range streams {
+			var reqs []proto.Request
+			for l.next <= now {
+				reqN++
+				reqs = append(reqs, proto.Request{ID: fmt.Sprint(reqN), AgeMS: ms(now - l.next)})
+				l.next += time.Duration(rng.ExpFloat64() / l.s.rateHz * float64(time.Second))
+			}
+			if len(reqs) > 0 {
+				if err := h.s.Arrivals(l.id, reqs); err != nil {
+					t.Fatalf("arrivals: %v", err)
+				}
+			}
+		}
+		if held != nil && now >= endAt {
+			g := *held
+			held = nil
+			h.must(h.s.Release(g.Worker, Release{Grant: g.ID, Duration: now - grantedAt}))
+			if g.Kind == proto.KindTrain {
+				res.samples = append(res.samples, now)
+			}
+			h.must(h.s.Acquire(g.Worker, g.Seq+1))
+		}
+		if held == nil {
+			if gs := h.grants(); len(gs) > 0 {
+				if len(gs) != 1 {
+					t.Fatalf("%d grants at once: %+v", len(gs), gs)
+				}
+				g := gs[0]
+				var d float64
+				if g.Worker == tr {
+					d = sp.trainMS * trainTail.Ratio(rng)
+				} else {
+					l := byID[g.Worker]
+					d = l.s.inferMS * (1 + 0.3*float64(g.Batch-1)) * inferTail.Ratio(rng)
+				}
+				held = &g
+				endAt = now + max(durMS(d).Round(time.Millisecond), time.Millisecond)
+				grantedAt = now
+			}
+		}
+		h.clock.Advance(time.Millisecond)
+	}
+	return res
+}
+
+func roomSimConfig(room bool) Config {
+	c := DefaultConfig()
+	c.LatencyBudget, c.Margin, c.DefaultTrain, c.DefaultInfer = 300*msec, 20*msec, 70*msec, 8*msec
+	if room {
+		c.RoomMaxFrac = 0.5
+	}
+	return c
+}
+
+// With the turn times of real PyTorch on a CPU (the fitted tails), the fixed admission
+// room lets the p99 run over the 300 ms budget in 8 of 10 seeds; the learned room keeps it
+// within the budget in at least 8 of 10 seeds, bounded, changing at most a few times a
+// minute in steady state. Training pays for it (logged: the room keeps minibatches out
+// whose tails would make requests late). Then the spread doubles: the room follows, at
+// most a few changes a minute.
+func TestAdmissionRoomLearnedFromHeavyTails(t *testing.T) {
+	within, off := 0, 0
+	for seed := uint64(1); seed <= 10; seed++ {
+		spec := simSpec{seed: seed, trainMS: 70, train: fittedTrainTail, infer: fittedInferTail,
+			streams: []simStream{{name: "cam", budget: 300 * msec, rateHz: 10, inferMS: 8, batch: 4}},
+			dur:     240 * time.Second, spreadAt: 120 * time.Second, spreadK: 2}
+		spec.cfg = roomSimConfig(false)
+		fixed := simulate(t, spec)
+		spec.cfg = roomSimConfig(true)
+		r := simulate(t, spec)
+		pf, _ := fixed.p99("cam", 60*time.Second, 120*time.Second)
+		p1, n1 := r.p99("cam", 60*time.Second, 120*time.Second)
+		p2, _ := r.p99("cam", 150*time.Second, 240*time.Second)
+		st, _ := r.h.s.Snapshot().Workload(proto.RoleInfer, "cam")
+		t.Logf("seed %d: p99 fixed room %.0f ms, learned %.0f ms (%d requests), after the spread doubled %.0f ms; minibatches 60–120 s %d (fixed %d); room %.0f ms after %d changes at %v",
+			seed, pf, p1, n1, p2, r.minibatches(60*time.Second, 120*time.Second), fixed.minibatches(60*time.Second, 120*time.Second),
+			st.AdmissionRoomMS, st.RoomChanges, r.changes["cam"])
+		if p1 <= 300 {
+			within++
+		}
+		if pf > 300 {
+			off++
+		}
+		if st.AdmissionRoomMS > 20+0.5*300 || st.AdmissionRoomMS < 20 || st.RoomChanges != uint64(len(r.changes["cam"])) {
+			t.Errorf("seed %d: room %v ms after %d changes (%d events): want within [margin, margin + RoomMaxFrac × budget] = [20, 170] and one event a change",
+				seed, st.AdmissionRoomMS, st.RoomChanges, len(r.changes["cam"]))
+		}
+		for from := 60 * time.Second; from+60*time.Second <= spec.dur; from += 30 * time.Second {
+			if n := r.changesIn("cam", from, from+60*time.Second); n > 4 {
+				t.Errorf("seed %d: %d room changes in the minute from %v: want at most 4", seed, n, from)
+			}
+		}
+	}
+	if off < 8 {
+		t.Errorf("the fixed room kept the p99 within budget in %d of 10 seeds: the fitted tails no longer test the learned room", 10-off)
+	}
+	// 8 of 10 is what this rule reaches (docs/runtime.md); the target is 10 of 10.
+	if within < 8 {
+		t.Errorf("learned room: p99 within the 300 ms budget in %d of 10 seeds, want ≥ 8", within)
+	}
+}
+
+// Each stream learns its own room against its own budget under the fitted tails: both
+// p99s stay within their budgets in at least 8 of 10 seeds (the fixed room: see the
+// first test).
+func TestAdmissionRoomPerStream(t *testing.T) {
+	within := 0
+	for seed := uint64(1); seed <= 10; seed++ {
+		spec := simSpec{seed: seed, trainMS: 70, train: fittedTrainTail, infer: fittedInferTail, cfg: roomSimConfig(true),
+			streams: []simStream{
+				{name: "cam", budget: 300 * msec, rateHz: 8, inferMS: 8, batch: 4},
+				{name: "cls", budget: 450 * msec, rateHz: 4, inferMS: 5, batch: 4},
+			}, dur: 120 * time.Second}
+		r := simulate(t, spec)
+		pc, _ := r.p99("cam", 60*time.Second, 120*time.Second)
+		pk, _ := r.p99("cls", 60*time.Second, 120*time.Second)
+		snap := r.h.s.Snapshot()
+		cam, _ := snap.Workload(proto.RoleInfer, "cam")
+		cls, _ := snap.Workload(proto.RoleInfer, "cls")
+		t.Logf("seed %d: cam p99 %.0f ms (budget 300, room %.0f ms), cls p99 %.0f ms (budget 450, room %.0f ms), minibatches 60–120 s %d",
+			seed, pc, cam.AdmissionRoomMS, pk, cls.AdmissionRoomMS, r.minibatches(60*time.Second, 120*time.Second))
+		if pc <= 300 && pk <= 450 {
+			within++
+		}
+		if cam.RoomChanges != uint64(len(r.changes["cam"])) || cls.RoomChanges != uint64(len(r.changes["cls"])) {
+			t.Errorf("seed %d: changes counted %d/%d, events %d/%d", seed, cam.RoomChanges, cls.RoomChanges, len(r.changes["cam"]), len(r.changes["cls"]))
+		}
+	}
+	// 8 of 10 is what this rule reaches (docs/runtime.md); the target is 10 of 10.
+	if within < 8 {
+		t.Errorf("each stream's p99 within its own budget in %d of 10 seeds, want ≥ 8", within)
+	}
+}
+
+// Without tails nothing comes near the budget: the room never changes and training
+// runs as before.
+func TestAdmissionRoomStillWithoutTails(t *testing.T) {
+	spec := simSpec{seed: 1, trainMS: 70, cfg: roomSimConfig(true),
+		streams: []simStream{{name: "cam", budget: 300 * msec, rateHz: 10, inferMS: 8, batch: 4}}, dur: 120 * time.Second}
+	r := simulate(t, spec)
+	spec.cfg = roomSimConfig(false)
+	fixed := simulate(t, spec)
+	p, _ := r.p99("cam", 60*time.Second, 120*time.Second)
+	t.Logf("without tails: p99 %.0f ms, minibatches 60–120 s %d", p, r.minibatches(60*time.Second, 120*time.Second))
+	if n := len(r.changes["cam"]); n != 0 {
+		t.Errorf("the room changed %d times with steady turn times: %v", n, r.changes["cam"])
+	}
+	if a, b := r.minibatches(0, spec.dur), fixed.minibatches(0, spec.dur); a != b {
+		t.Errorf("%d minibatches with the learned room, %d without: a room that never changed changed the schedule", a, b)
+	}
+}
+
+// A budget change restarts the evidence: latencies served against the old budget do not
+// grow the room against the new one.
+func TestAdmissionRoomEvidenceRestartsOnBudgetChange(t *testing.T) {
+	c := roomSimConfig(true)
+	c.RoomInterval = time.Second
+	h := newHarness(t, c)
+	inf := h.register(proto.RoleInfer, "cam", 1)
+	serve := func(n int, age float64) {
+		for i := range n {
+			h.must(h.s.Acquire(inf, 0))
+			h.must(h.s.Arrivals(inf, []proto.Request{{ID: fmt.Sprint(h.clock.Now().UnixNano(), i), AgeMS: age}}))
+			h.release(inf, h.one(), time.Millisecond)
+			h.clock.Advance(100 * msec)
+		}
+	}
+	h.s.SetLatencyBudget(600 * msec)
+	serve(40, 290) // 291 ms against 600: far below the band, too few to judge yet
+	h.s.SetLatencyBudget(300 * msec)
+	serve(60, 200) // 201 ms against 300: below the band
+	st, _ := h.s.Snapshot().Workload(proto.RoleInfer, "cam")
+	if st.RoomChanges != 0 {
+		t.Fatalf("room changed %d times (learned %v ms): latencies against the old budget were counted against the new one", st.RoomChanges, st.RoomLearnedMS)
+	}
+	serve(60, 290) // 291 ms against 300: in the guard band
+	st, _ = h.s.Snapshot().Workload(proto.RoleInfer, "cam")
+	if st.RoomChanges == 0 || st.RoomLearnedMS <= 0 {
+		t.Fatalf("room unchanged after 60 latencies in the new budget's guard band: %+v", st)
+	}
+}
