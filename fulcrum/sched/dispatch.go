@@ -3,7 +3,6 @@ package sched
 // The turn: expected times, the admission test and who gets the next grant.
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"sort"
@@ -84,6 +83,7 @@ func (s *Scheduler) schedule() {
 		return
 	}
 	now := s.clock.Now()
+	s.refuseCrowded(now)
 
 	// 1. Due inference batches, earliest deadline first.
 	var due *worker
@@ -122,15 +122,6 @@ func (s *Scheduler) schedule() {
 		}
 		exp := s.expProfile(w, p.batch)
 		if blocker := s.admit(now, exp); blocker != nil {
-			if s.crowdedOut(p, now) && !s.inferenceIdle() {
-				// Inference never left room for it: refuse it rather than miss deadlines.
-				s.log.Warn("refusing a profile batch: inference requests stayed queued the whole time it waited", "worker", w.id,
-					"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)), "expected_ms", ms(exp))
-				s.profiles = slices.Delete(s.profiles, i, i+1)
-				p.done <- profileResult{err: fmt.Errorf("profile batch %d on worker %s after %s: %w", p.batch, w.id, now.Sub(p.queued), ErrProfileCrowdedOut)}
-				s.schedule()
-				return
-			}
 			if s.serveBlocker(blocker, now) {
 				return
 			}

@@ -2,6 +2,8 @@ package sched
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 )
 
@@ -21,10 +23,25 @@ func (s *Scheduler) crowdBound() time.Duration {
 	return profileCrowdFactor * s.cfg.ProfileWait
 }
 
-// crowdedOut reports that p has waited past the crowd bound; called only while the
-// admission test keeps p out, so no moment with the inference queue empty came (one
-// would have granted p as overdue once it had waited ProfileWait).
-func (s *Scheduler) crowdedOut(p *profileReq, now time.Time) bool {
+// refuseCrowded refuses, with ErrProfileCrowdedOut, every profile batch whose worker
+// waits for it and that has waited the crowd bound while inference requests are queued
+// now. Any scheduling moment after ProfileWait with no request queued would have granted
+// it (step 3), so inference kept the GPU busy the whole time. Called first in schedule,
+// with the GPU free: at a mode where an inference batch is due at every call, step 1
+// grants it every time and the profile path is never reached.
+func (s *Scheduler) refuseCrowded(now time.Time) {
 	b := s.crowdBound()
-	return b > 0 && now.Sub(p.queued) >= b
+	if b <= 0 || len(s.profiles) == 0 || s.inferenceIdle() {
+		return
+	}
+	s.profiles = slices.DeleteFunc(s.profiles, func(p *profileReq) bool {
+		w := s.workers[p.worker]
+		if w == nil || !w.wantTurn || now.Sub(p.queued) < b {
+			return false
+		}
+		s.log.Warn("refusing a profile batch: inference requests stayed queued the whole time it waited", "worker", w.id,
+			"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)))
+		p.done <- profileResult{err: fmt.Errorf("profile batch %d on worker %s after %s: %w", p.batch, w.id, now.Sub(p.queued), ErrProfileCrowdedOut)}
+		return true
+	})
 }

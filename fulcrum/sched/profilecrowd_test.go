@@ -16,11 +16,23 @@ import (
 // forever (the live search stalled for minutes on such modes) and must not be forced in
 // at the cost of deadlines: past profileCrowdFactor × ProfileWait it is refused with
 // ErrProfileCrowdedOut, and every request is still served in time.
+//
+// With batch size 4 the queued request is served early as the profile batch's blocker
+// (step 3); with batch size 1 every queued request is a full batch, due at once (step 1),
+// so the profile path is never reached: the refusal must come before step 1. Seen in a
+// three-stream search at 1 core, 345.6 MHz: no profile batch granted nor refused in
+// 4.5 minutes.
 func TestProfileCrowdedOutBySaturatedInference(t *testing.T) {
+	for _, batch := range []int{4, 1} {
+		t.Run(fmt.Sprintf("batch%d", batch), func(t *testing.T) { testProfileCrowdedOut(t, batch) })
+	}
+}
+
+func testProfileCrowdedOut(t *testing.T, batch int) {
 	c := cfg(100*msec, 10*msec, 5*msec)
 	c.ProfileWait = 500 * msec
 	h := newHarness(t, c)
-	inf := h.register(proto.RoleInfer, "yolo", 4)
+	inf := h.register(proto.RoleInfer, "yolo", batch)
 	tr := h.register(proto.RoleTrain, "resnet18", 32)
 	h.must(h.s.Acquire(tr, 0))
 	h.release(tr, h.one(), 10*msec) // warm-up
@@ -41,7 +53,10 @@ func TestProfileCrowdedOutBySaturatedInference(t *testing.T) {
 		for _, g := range h.grants() {
 			switch g.Kind {
 			case proto.KindProfile:
-				t.Fatalf("profile batch granted at step %d with inference saturating the GPU: requests would miss deadlines", step)
+				h.s.mu.Lock()
+				q, ids, turn := len(h.s.workers[inf].queue), len(h.s.workers[inf].ids), h.s.turn != nil
+				h.s.mu.Unlock()
+				t.Fatalf("profile batch granted at step %d with inference saturating the GPU (now: %d queued, %d in service, turn %v, held %v)", step, q, ids, turn, held != nil)
 			case proto.KindTrain:
 				t.Fatalf("training minibatch granted at step %d while training is paused", step)
 			default:
@@ -78,12 +93,12 @@ func TestProfileCrowdedOutBySaturatedInference(t *testing.T) {
 		// A request arrives every 20 ms and each batch takes 20 ms: the batch in service
 		// is released only after the next request has arrived, so the queue is never
 		// empty when the scheduler looks.
+		prev := held // granted in an earlier step: released only after this arrival
+		held = nil
 		h.arrive(inf, fmt.Sprint(i))
 		take(i)
-		if held != nil {
-			g := *held
-			held = nil
-			h.release(inf, g, 20*msec)
+		if prev != nil {
+			h.release(inf, *prev, 20*msec)
 			h.must(h.s.Acquire(inf, 0))
 			take(i)
 		} else {
