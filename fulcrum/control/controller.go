@@ -210,6 +210,11 @@ type Controller struct {
 	// where its budget broke, expected at every mode (streams.go, stepMulti) until the
 	// workloads change or a search measures again.
 	latRatio map[string]float64
+	// ratioCalm is when every stream last went under budget·(1−Hysteresis) with
+	// training paused by the learned ratios; ratioRetries counts the eases since the
+	// ratios were last learned afresh (streams.go, easeRatios).
+	ratioCalm    time.Time
+	ratioRetries int
 	// cfgSince is when the mode or a batch in force was last changed: latency is judged
 	// only on requests served since (latencySettled).
 	cfgSince   time.Time

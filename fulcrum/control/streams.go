@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -664,6 +665,9 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 			return
 		}
 	}
+	if c.easeRatios(ctx, snap, now) {
+		return
+	}
 	// A measured rate drifted: re-plan.
 	if c.held {
 		return
@@ -967,4 +971,61 @@ func (c *Controller) keepStreams(ch *Choice) {
 		}
 		ch.Streams[i].PredLatencyMS, ch.Streams[i].Rho = 0, 0 // not predicted for this mode
 	}
+}
+
+// ratioRetryHolds is how many control Holds every stream must stay calm, with training
+// paused by the learned latency ratios, before the ratios are eased (doubling with each
+// ease that did not last, up to 16 times).
+const ratioRetryHolds = 10
+
+// easeRatios is the way back from a pause the learned ratios caused: the ratios were
+// learned at one instant (a busy host, a warm-up), and with training paused the p99 says
+// nothing about them, so training would otherwise stay paused until the workloads or the
+// budgets change. Once every stream has stayed under budget·(1−Hysteresis) for the retry
+// hold, each ratio's excess over 1 is halved (dropped under 1.05) and the streams are
+// decided again. An ease that was wrong costs one latency violation, which learns the
+// ratio again; the next hold is twice as long. Called with c.mu held; reports whether it
+// re-decided.
+func (c *Controller) easeRatios(ctx context.Context, snap sched.Snapshot, now time.Time) bool {
+	if len(c.latRatio) == 0 || c.held || c.cur.Predicted.Feasible {
+		c.ratioCalm = time.Time{}
+		if len(c.latRatio) == 0 {
+			c.ratioRetries = 0
+		}
+		return false
+	}
+	h := 1 - c.cfg.Hysteresis
+	for _, s := range c.cur.Streams {
+		wl, ok := snap.Workload(proto.RoleInfer, s.Workload)
+		if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency || wl.LatencyRecent.P99MS > h*s.LatencyBudgetMS {
+			c.ratioCalm = time.Time{}
+			return false
+		}
+	}
+	hold := time.Duration(ratioRetryHolds<<min(c.ratioRetries, 4)) * c.cfg.Hold
+	if c.ratioCalm.IsZero() {
+		c.ratioCalm = now
+	}
+	if now.Sub(c.ratioCalm) < hold {
+		return false
+	}
+	c.ratioCalm = time.Time{}
+	c.ratioRetries++
+	var eased []string
+	for _, w := range slices.Sorted(maps.Keys(c.latRatio)) {
+		k := c.latRatio[w]
+		nk := 1 + (k-1)/2
+		if nk < 1.05 {
+			delete(c.latRatio, w)
+			nk = 1
+		} else {
+			c.latRatio[w] = nk
+		}
+		eased = append(eased, fmt.Sprintf("%s %.2f× → %.2f×", w, k, nk))
+	}
+	c.lastStep = now
+	c.planMulti(ctx, fmt.Sprintf("every stream's p99 stayed under %.0f%% of its budget for %s with training paused by the learned latency ratios: easing them (%s) and re-deciding",
+		h*100, hold, strings.Join(eased, ", ")), false)
+	c.stepped = true
+	return true
 }

@@ -211,3 +211,49 @@ func TestSeveralStreamsLatencyJudgedSinceTheChange(t *testing.T) {
 		t.Fatalf("%d latency violations acted on after 15 requests at 900 ms at the mode in force, want 1", v["latency"])
 	}
 }
+
+// Training paused because the learned ratios put every configuration over a budget
+// comes back once the streams stay well under their budgets for the retry hold: the
+// ratios are eased and the streams decided again (it stayed paused until the workloads
+// or the budgets changed).
+func TestSeveralStreamsPausedByRatiosEaseBack(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	e.seedStream(tInfer2)
+	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 200, PowerMW: 60000, RateRPS: 5})
+	e.board.set(20000, nil)
+	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32}, func(sched.Grant) {}); err != nil {
+		t.Fatal(err)
+	}
+	streams := []*slowStream{e.slowStream(tInfer), e.slowStream(tInfer2)}
+	e.tick(c, 100*time.Millisecond)
+	for range 30 { // twice model v1 at every mode: nothing fits, training paused
+		model := modelLatencyMS(t, c)
+		for _, s := range streams {
+			s.serve(t, e.sched, 4, 2*model[s.name])
+		}
+		e.tick(c, time.Second)
+	}
+	if !e.sched.Snapshot().TrainingPaused {
+		t.Fatal("test premise: training not paused by the learned ratios")
+	}
+	for range 120 { // then well under the budget
+		for _, s := range streams {
+			s.serve(t, e.sched, 4, 50)
+		}
+		e.tick(c, time.Second)
+	}
+	eased := 0
+	for _, ev := range c.Events().List(0) {
+		t.Logf("%s: %s", ev.Kind, ev.Reason)
+		if strings.Contains(ev.Reason, "easing them") {
+			eased++
+		}
+	}
+	if eased == 0 {
+		t.Fatal("no easing of the learned ratios after 120 s well under the budgets with training paused")
+	}
+	if e.sched.Snapshot().TrainingPaused {
+		t.Errorf("training still paused after %d eases with every stream at 50 ms against 200", eased)
+	}
+}
