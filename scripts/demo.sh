@@ -69,21 +69,21 @@ echo "its own p99 budget (budgets may be set before a stream's workers arrive):"
 run "$CTL" budget set --latency 200ms --power 30W --rate auto
 run "$CTL" budget set --workload mobilenetv3-infer --latency 250ms
 run "$CTL" budget set --workload resnet50-infer --latency 400ms
-# The rates leave the GPU idle moments at every mode: at 20 and 8 requests/s, GMD probed a
-# mode with the CPU at 115 MHz where both streams' batches (90-140 ms each on the simulator)
-# kept the GPU busy, the training profile batches waited for an idle moment, and the live
-# search took minutes (a limit, README "Status and known limits").
-echo "A ResNet-18 training loop, a MobileNetV3 server at 10 requests/s and a ResNet-50 server at"
-echo "4 requests/s (synthetic workers: real processes speaking fulcrumd's worker protocol, running"
+# At 20 and 8 requests/s GMD probes modes (the CPU at 115 MHz) where both streams' batches
+# (90-140 ms each on the simulator) keep the GPU busy: the scheduler refuses the training
+# profile batch there after 3 × ProfileWait and the live profiler abandons the mode as
+# saturated by inference (docs/controller.md "Saturated modes") instead of waiting minutes.
+echo "A ResNet-18 training loop, a MobileNetV3 server at 20 requests/s and a ResNet-50 server at"
+echo "8 requests/s (synthetic workers: real processes speaking fulcrumd's worker protocol, running"
 echo "on the simulated GPU):"
 # Run only in the background (worker ... &): exec makes $! the worker itself, so cleanup
 # stops it (the workers reconnect while fulcrumd is away, and would outlive the demo).
 worker() { exec "$CTL" sim worker --root "$D/board" --worker-socket "$D/run/worker.sock" "$@"; }
 worker --role train --workload resnet18-train --duration 600s >"$D/train.json" 2>"$D/train.log" &
 pids+=($!)
-worker --role infer --workload mobilenetv3-infer --rate 10 --latency 250ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 250ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &
 pids+=($!)
-worker --role infer --workload resnet50-infer --rate 4 --latency 400ms --duration 600s --seed 3 >"$D/infer-r50.json" 2>"$D/infer-r50.log" &
+worker --role infer --workload resnet50-infer --rate 8 --latency 400ms --duration 600s --seed 3 >"$D/infer-r50.json" 2>"$D/infer-r50.log" &
 pids+=($!)
 echo "No profiles are stored yet, so fulcrumd runs GMD live: it applies a mode between minibatches,"
 echo "asks the workers for profiling batches (every mode for all three workloads), and keeps"
@@ -108,8 +108,8 @@ echo "still include a little of the search):"
 sleep 20
 run "$CTL" status
 
-say "6. MobileNetV3's arrival rate doubles: a second server of that stream starts (20 requests/s)"
-worker --role infer --workload mobilenetv3-infer --rate 10 --latency 250ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
+say "6. MobileNetV3's arrival rate doubles: a second server of that stream starts (40 requests/s)"
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 250ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
 pids+=($!)
 echo "fulcrumd measures the rate; after 3 s of drift it re-plans from stored profiles (no new profiling)."
 for _ in $(seq 20); do

@@ -79,6 +79,56 @@ type OverBudget struct {
 	At       time.Time      `json:"at"`
 }
 
+// Saturated records a mode abandoned while profiling because the scheduler refused a
+// profile batch there (sched.ErrProfileCrowdedOut): inference requests stayed queued the
+// whole time it waited, so inference alone keeps the GPU busy at that mode and no
+// training fits within the latency budget. Unlike OverBudget it is not persisted: it
+// depends on the streams' rates, and a later search (after a rate change) may try the
+// mode again.
+type Saturated struct {
+	Mode  powermode.Mode `json:"mode"`
+	Point string         `json:"point"` // the point whose profile batch was refused
+	// PowerMW is the board's average power while inference ran alone there.
+	PowerMW float64   `json:"power_mw"`
+	At      time.Time `json:"at"`
+}
+
+// SaturatedModes holds the modes one search's live profilers found saturated: shared by
+// a search's profilers (one per stream and job), so that only the first waits at such a
+// mode and the others answer at once.
+type SaturatedModes struct {
+	mu    sync.Mutex
+	modes map[powermode.Mode]Saturated
+}
+
+func (s *SaturatedModes) add(r Saturated) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.modes == nil {
+		s.modes = map[powermode.Mode]Saturated{}
+	}
+	s.modes[r.Mode] = r
+}
+
+func (s *SaturatedModes) get(m powermode.Mode) (Saturated, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.modes[m]
+	return r, ok
+}
+
+// List returns the saturated modes.
+func (s *SaturatedModes) List() []Saturated {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Saturated, 0, len(s.modes))
+	for _, r := range s.modes {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Saturated) int { return a.At.Compare(b.At) })
+	return out
+}
+
 // LiveCounts say what a live profiler did.
 type LiveCounts struct {
 	// Modes counts the distinct modes at which anything was measured live. Profiled
@@ -89,7 +139,10 @@ type LiveCounts struct {
 	Profiled  int `json:"profiled"`   // profile runs measured live (see Modes)
 	FromStore int `json:"from_store"` // requests answered from the store
 	Abandoned int `json:"abandoned"`  // modes abandoned as over the power budget
-	Points    int `json:"points"`     // (role, batch) points measured and stored
+	// Saturated counts modes abandoned because inference left no room for a profile
+	// batch there (over the latency budget with any training; see Saturated).
+	Saturated int `json:"saturated,omitempty"`
+	Points    int `json:"points"` // (role, batch) points measured and stored
 	// Remeasured counts repeat measurements of stored modes (a searcher confirming a
 	// candidate near a budget's edge).
 	Remeasured int `json:"remeasured"`
@@ -126,6 +179,16 @@ type LiveProfiler struct {
 	// OnProfile, when set, is told of every mode measured live (over is set when the
 	// mode was abandoned as over budget). It must not block.
 	OnProfile func(m powermode.Mode, mp plan.ModeProfile, over *OverBudget)
+	// LatencyMS is the largest latency budget of the streams profiled: a saturated mode
+	// answers with a training minibatch of twice it (plan.MaxLatencyMS when 0), so that
+	// every planner and searcher sees training unable to fit there.
+	LatencyMS float64
+	// Saturation, shared by one search's profilers, holds the modes found saturated (nil:
+	// this profiler keeps its own).
+	Saturation *SaturatedModes
+	// OnSaturated, when set, is told of every mode abandoned as saturated. It must not
+	// block.
+	OnSaturated func(m powermode.Mode, mp plan.ModeProfile, rec Saturated)
 	// OnDiscard, when set, is told once per point of the profile batches discarded there
 	// as too fast (n of them, the fastest fastestMS, against realMS for the workload's
 	// real batches). It must not block.
@@ -167,6 +230,29 @@ func (p *LiveProfiler) clock() sched.Clock {
 }
 
 func (p *LiveProfiler) board() string { return p.Board.Info().Name }
+
+// saturation returns the set of saturated modes, making this profiler's own if none is
+// shared. Called with p.mu held.
+func (p *LiveProfiler) saturation() *SaturatedModes {
+	if p.Saturation == nil {
+		p.Saturation = &SaturatedModes{}
+	}
+	return p.Saturation
+}
+
+// saturatedEstimate is the profile a saturated mode answers with: the over-budget
+// estimate's times (measured points, else the nearest stored mode's) at the power the
+// board drew there, with the training minibatch set to saturatedTrainMS so that no plan
+// fits training at the mode. It is never stored. Called with p.mu held.
+func (p *LiveProfiler) saturatedEstimate(r Saturated, have map[store.Key]store.Profile, known []plan.ModeProfile) plan.ModeProfile {
+	mp := p.estimate(r.Mode, r.PowerMW, have, known)
+	train := plan.MaxLatencyMS
+	if p.LatencyMS > 0 {
+		train = min(2*p.LatencyMS, plan.MaxLatencyMS)
+	}
+	mp.Train.TimeMS = max(mp.Train.TimeMS, train)
+	return mp
+}
 
 func (p *LiveProfiler) overKey() string {
 	return "live-overbudget/" + p.board() + "/" + p.Pair.Train + ":" + p.Pair.Infer
@@ -230,6 +316,11 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 	for m, r := range p.over {
 		if p.BudgetMW > 0 && r.PowerMW > p.BudgetMW && !slices.ContainsFunc(out, func(x plan.ModeProfile) bool { return x.Mode == m }) {
 			out = append(out, p.estimate(m, r.PowerMW, nil, out))
+		}
+	}
+	for _, r := range p.saturation().List() {
+		if !slices.ContainsFunc(out, func(x plan.ModeProfile) bool { return x.Mode == r.Mode }) {
+			out = append(out, p.saturatedEstimate(r, nil, out))
 		}
 	}
 	return out
@@ -332,6 +423,15 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 		p.counts.FromStore++
 		return p.estimate(m, rec.PowerMW, have, nil), nil
 	}
+	p.mu.Lock()
+	sat, saturated := p.saturation().get(m)
+	p.mu.Unlock()
+	if saturated {
+		// Found saturated in this search (by this or another stream's profiler).
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.saturatedEstimate(sat, have, nil), nil
+	}
 
 	mp, measured, err := p.measureMode(ctx, m, keys, missing, have, o, budget, true)
 	if err != nil {
@@ -369,6 +469,14 @@ func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.Mo
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.estimate(m, rec.PowerMW, nil, nil), nil
+	}
+	p.mu.Lock()
+	sat, saturated := p.saturation().get(m)
+	p.mu.Unlock()
+	if saturated {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.saturatedEstimate(sat, nil, nil), nil
 	}
 	// Start from what is stored so that the scheduler expects this mode's turn times
 	// while it is measured; every point is then replaced by its fresh measurement.
@@ -480,6 +588,13 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 			}
 			return est, false, nil
 		}
+		if errors.Is(err, sched.ErrProfileCrowdedOut) {
+			est, rec := p.abandonSaturated(ctx, m, k, o, applied, have)
+			if p.OnSaturated != nil {
+				p.OnSaturated(m, est, rec)
+			}
+			return est, false, nil
+		}
 		if err != nil {
 			return plan.ModeProfile{}, false, err
 		}
@@ -496,6 +611,30 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 }
 
 var errOverBudget = errors.New("power over budget")
+
+// abandonSaturated records m as saturated after the scheduler refused the profile batch
+// of point k there, and returns the estimate m answers with. A mode where inference alone
+// keeps a request queued for profileCrowdFactor × ProfileWait leaves training no room
+// within the latency budget: measuring it would cost deadlines and could not give a
+// usable plan (docs/controller.md "Saturated modes").
+func (p *LiveProfiler) abandonSaturated(ctx context.Context, m powermode.Mode, k store.Key, o LiveOptions, applied time.Time, have map[store.Key]store.Profile) (plan.ModeProfile, Saturated) {
+	now := p.clock().Now()
+	pw, n := p.Power.Mean(maxTime(applied.Add(o.PowerSettle), now.Add(-o.PowerWindow)), now)
+	if n == 0 {
+		if r, err := p.Board.Power(ctx); err == nil {
+			pw = r.TotalMW
+		}
+	}
+	rec := Saturated{Mode: m, Point: k.String(), PowerMW: pw, At: now.UTC()}
+	p.mu.Lock()
+	p.saturation().add(rec)
+	p.counts.Saturated++
+	est := p.saturatedEstimate(rec, have, nil)
+	p.mu.Unlock()
+	p.logger().Warn("abandoned profiling a mode: inference requests stayed queued the whole time a profile batch waited (inference alone saturates the GPU there; over the latency budget with any training)",
+		"mode", m.Human(), "point", k.String(), "power_mw", pw)
+	return est, rec
+}
 
 // heat reads the board's heat where it can (false: it cannot, or the read failed).
 func (p *LiveProfiler) heat(ctx context.Context) (powermode.HeatReading, bool) {

@@ -66,6 +66,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		c.live.Profiled += counts.Profiled
 		c.live.FromStore += counts.FromStore
 		c.live.Abandoned += counts.Abandoned
+		c.live.Saturated += counts.Saturated
 		c.live.Points += counts.Points
 		c.live.Remeasured += counts.Remeasured
 		c.live.Discarded += counts.Discarded
@@ -119,11 +120,14 @@ type Outcome struct {
 // profiled live at each mode it asks for (pooledLive).
 func (c *Controller) searchPooled(ctx context.Context, method string, g *group, mb plan.MultiBudgets, maxProfiles int) (search.Result, LiveCounts, error) {
 	rates := make([]float64, len(mb.Streams))
+	latencyMS := 0.0
 	for i, s := range mb.Streams {
 		rates[i] = s.RateRPS
+		latencyMS = max(latencyMS, s.LatencyMS)
 	}
+	sat := &SaturatedModes{} // one search: a mode found saturated is not waited at again
 	pl := newPooledLive(g, rates, mb.TrainWeights, c.store, c.board.Info().Name, func(pr Pair, only truth.Role) *LiveProfiler {
-		return c.liveProfiler(pr, mb.PowerMW, only)
+		return c.liveProfiler(pr, mb.PowerMW, latencyMS, sat, only)
 	})
 	batches := slices.Clone(g.Streams[0].Batches)
 	for _, s := range g.Streams[1:] {
@@ -148,10 +152,16 @@ func (c *Controller) searchPooled(ctx context.Context, method string, g *group, 
 }
 
 // liveProfiler is a live profiler of pair (only one role's points when only is set)
-// guarded at budgetMW, announcing what it profiles as events.
-func (c *Controller) liveProfiler(pair Pair, budgetMW float64, only truth.Role) *LiveProfiler {
+// guarded at budgetMW, sharing sat with the search's other profilers, announcing what it
+// profiles as events. latencyMS is the largest latency budget of the streams.
+func (c *Controller) liveProfiler(pair Pair, budgetMW, latencyMS float64, sat *SaturatedModes, only truth.Role) *LiveProfiler {
 	return &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
-		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, Only: only,
+		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, LatencyMS: latencyMS, Saturation: sat, Only: only,
+		OnSaturated: func(m powermode.Mode, _ plan.ModeProfile, rec Saturated) {
+			mode := m
+			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("abandoned profiling mode %s: inference requests stayed queued the whole time a profile batch of %s waited, "+
+				"so inference alone keeps the GPU busy there; judged over the latency budget with any training and skipped for the rest of this search", m.Human(), rec.Point)})
+		},
 		OnDiscard: func(k store.Key, n int, fastestMS, realMS float64) {
 			mode := k.Mode
 			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("discarded %d profile batches of %s at batch %d: the fastest took %.3f ms, under a fifth of its real batches' %.1f ms (an on_profile handler that runs no real batch?)",
@@ -176,7 +186,7 @@ func (c *Controller) liveProfiler(pair Pair, budgetMW float64, only truth.Role) 
 
 // search runs one searcher over the board's space through a live profiler.
 func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Budgets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
-	lp := c.liveProfiler(pair, b.PowerMW, "")
+	lp := c.liveProfiler(pair, b.PowerMW, b.LatencyMS, nil, "")
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
 		InferBatches: pair.Batches, Budgets: modelBudgets(b, rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
@@ -197,5 +207,9 @@ func searchCounts(n LiveCounts, g *group) string {
 		out += fmt.Sprintf(" (%d profile runs: at each mode one for %s with %s and one for each further stream and training job)",
 			n.Profiled, g.Streams[0].Workload, g.Train[0].Workload)
 	}
-	return out + fmt.Sprintf(", %d answers from the store, %d abandoned over the power budget, %d remeasured", n.FromStore, n.Abandoned, n.Remeasured)
+	out += fmt.Sprintf(", %d answers from the store, %d abandoned over the power budget", n.FromStore, n.Abandoned)
+	if n.Saturated > 0 {
+		out += fmt.Sprintf(", %d abandoned as saturated by inference (over the latency budget)", n.Saturated)
+	}
+	return out + fmt.Sprintf(", %d remeasured", n.Remeasured)
 }

@@ -854,7 +854,7 @@ func (p *pooledLive) Counts() LiveCounts {
 }
 
 func addCounts(a, b LiveCounts) LiveCounts {
-	return LiveCounts{Modes: a.Modes + b.Modes, Profiled: a.Profiled + b.Profiled, FromStore: a.FromStore + b.FromStore, Abandoned: a.Abandoned + b.Abandoned,
+	return LiveCounts{Modes: a.Modes + b.Modes, Profiled: a.Profiled + b.Profiled, FromStore: a.FromStore + b.FromStore, Abandoned: a.Abandoned + b.Abandoned, Saturated: a.Saturated + b.Saturated,
 		Points: a.Points + b.Points, Remeasured: a.Remeasured + b.Remeasured, Discarded: a.Discarded + b.Discarded}
 }
 

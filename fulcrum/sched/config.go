@@ -59,7 +59,8 @@ type Config struct {
 	// soon as no inference request is queued (waiting ones are served first). Without it
 	// a mode whose minibatch is longer than the latency budget could never be profiled
 	// while requests keep arriving; requests that arrive during such a batch may miss
-	// their deadlines and are counted. 0 disables it.
+	// their deadlines and are counted. If no such moment comes within profileCrowdFactor ×
+	// ProfileWait, the batch is refused with ErrProfileCrowdedOut. 0 disables both.
 	ProfileWait time.Duration
 	// Margin is kept free before every deadline for what the expected times do not
 	// cover: waking up, the grant's trip to the worker, the worker starting the batch.

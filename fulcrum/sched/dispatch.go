@@ -83,6 +83,7 @@ func (s *Scheduler) schedule() {
 		return
 	}
 	now := s.clock.Now()
+	s.refuseCrowded(now)
 
 	// 1. Due inference batches, earliest deadline first.
 	var due *worker
@@ -185,9 +186,10 @@ func (s *Scheduler) schedule() {
 	}
 	if s.cfg.ProfileWait > 0 {
 		for _, p := range s.profiles {
-			at := p.queued.Add(s.cfg.ProfileWait)
-			if at.After(now) && (next.IsZero() || at.Before(next)) {
-				next = at
+			for _, at := range []time.Time{p.queued.Add(s.cfg.ProfileWait), p.queued.Add(s.crowdBound())} {
+				if at.After(now) && (next.IsZero() || at.Before(next)) {
+					next = at
+				}
 			}
 		}
 	}
