@@ -2,8 +2,8 @@
 the system already has (--no-build-isolation --no-index: nothing is fetched), and the
 installed package imports from outside the source tree with the source's version.
 
-Skipped (loudly) where the Python running the tests cannot make a venv that sees pip and
-a setuptools >= 61 able to build wheels (Debian: apt-get install python3-setuptools
+Tried with the Python running the tests, then Debian's /usr/bin/python3; skipped (loudly)
+where neither can make a venv that sees pip and a setuptools >= 61 able to build wheels (Debian: apt-get install python3-setuptools
 python3-pip python3-venv; .ci/run installs them as root)."""
 
 import os
@@ -29,14 +29,26 @@ class PipInstallTest(unittest.TestCase):
     def test_pip_install_offline(self):
         tmp = tempfile.mkdtemp(prefix="fulcrum-pip-")
         self.addCleanup(shutil.rmtree, tmp, True)
-        venv = os.path.join(tmp, "venv")
-        made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], capture_output=True, text=True)
-        py = os.path.join(venv, "bin", "python")
-        if made.returncode != 0 or not os.path.exists(py):
-            self.skipTest("cannot make a venv with {}: {}".format(sys.executable, made.stderr.strip()[-300:]))
-        if not _setuptools_ok(py) or subprocess.run([py, "-m", "pip", "--version"], capture_output=True).returncode != 0:
-            self.skipTest("SKIPPED: no pip, or no setuptools >= 61 with wheel, visible to {} "
-                          "(apt-get install python3-setuptools python3-pip python3-venv)".format(sys.executable))
+        # The Python running the tests first, then Debian's (.ci/run installs its
+        # setuptools, pip and venv as root; a pyenv or other Python may have none).
+        py, why = None, []
+        for i, python in enumerate(dict.fromkeys([sys.executable, "/usr/bin/python3"])):
+            if not os.path.exists(python):
+                continue
+            venv = os.path.join(tmp, "venv{}".format(i))
+            made = subprocess.run([python, "-m", "venv", "--system-site-packages", venv], capture_output=True, text=True)
+            cand = os.path.join(venv, "bin", "python")
+            if made.returncode != 0 or not os.path.exists(cand):
+                why.append("{}: cannot make a venv: {}".format(python, made.stderr.strip()[-200:]))
+                continue
+            if not _setuptools_ok(cand) or subprocess.run([cand, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+                why.append("{}: no pip, or no setuptools >= 61 with wheel".format(python))
+                continue
+            py = cand
+            break
+        if py is None:
+            self.skipTest("SKIPPED: {} (apt-get install python3-setuptools python3-pip python3-venv)".format("; ".join(why)))
+        venv = os.path.dirname(os.path.dirname(py))
         # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
         src = os.path.join(tmp, "src")
         shutil.copytree(SRC, src, ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
