@@ -67,7 +67,7 @@ for _ in $(seq 100); do [ -S "$D/run/control.sock" ] && break; sleep 0.1; done
 echo "The operator's numbers: the board under 30 W, inference p99 under 200 ms, and each stream"
 echo "its own p99 budget (budgets may be set before a stream's workers arrive):"
 run "$CTL" budget set --latency 200ms --power 30W --rate auto
-run "$CTL" budget set --workload mobilenetv3-infer --latency 250ms
+run "$CTL" budget set --workload mobilenetv3-infer --latency 300ms
 run "$CTL" budget set --workload resnet50-infer --latency 400ms
 # At 20 and 8 requests/s GMD probes modes (the CPU at 115 MHz) where both streams' batches
 # (90-140 ms each on the simulator) keep the GPU busy: the scheduler refuses the training
@@ -81,7 +81,7 @@ echo "on the simulated GPU):"
 worker() { exec "$CTL" sim worker --root "$D/board" --worker-socket "$D/run/worker.sock" "$@"; }
 worker --role train --workload resnet18-train --duration 600s >"$D/train.json" 2>"$D/train.log" &
 pids+=($!)
-worker --role infer --workload mobilenetv3-infer --rate 20 --latency 250ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 300ms --duration 600s >"$D/infer.json" 2>"$D/infer.log" &
 pids+=($!)
 worker --role infer --workload resnet50-infer --rate 8 --latency 400ms --duration 600s --seed 3 >"$D/infer-r50.json" 2>"$D/infer-r50.log" &
 pids+=($!)
@@ -109,7 +109,7 @@ sleep 20
 run "$CTL" status
 
 say "6. MobileNetV3's arrival rate doubles: a second server of that stream starts (40 requests/s)"
-worker --role infer --workload mobilenetv3-infer --rate 20 --latency 250ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
+worker --role infer --workload mobilenetv3-infer --rate 20 --latency 300ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
 pids+=($!)
 echo "fulcrumd measures the rate; after 3 s of drift it re-plans from stored profiles (no new profiling)."
 for _ in $(seq 20); do
