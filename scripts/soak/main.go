@@ -31,6 +31,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/scripts/internal/throwaway"
 )
 
 type options struct {
@@ -199,9 +200,9 @@ func run(ctx context.Context, o options) error {
 	tick := time.NewTicker(o.every)
 	defer tick.Stop()
 	sample := func() error {
-		rss, err := rssMiB(d.Process.Pid)
+		rss, err := throwaway.RSSMiB(d.Process.Pid)
 		if err != nil {
-			return err
+			return fmt.Errorf("read fulcrumd's RSS: %w (did it exit?)", err)
 		}
 		g, err := goroutines(ctx, metricsAddr)
 		if err != nil {
@@ -380,22 +381,6 @@ func lastJSON(s string) string {
 		return strings.TrimSpace(s)
 	}
 	return strings.TrimSpace(s[i:])
-}
-
-func rssMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read fulcrumd's RSS: %w (did it exit?)", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, errors.New("no VmRSS in /proc/PID/status")
 }
 
 func goroutines(ctx context.Context, addr string) (int, error) {

@@ -1,7 +1,7 @@
 // Package throwaway starts a real fulcrumd with no board in a temporary directory, for
 // the scripts that attack or measure a daemon (scripts/attack, scripts/ctlattack,
 // scripts/names), and removes it afterwards. One place, so the scripts start fulcrumd the
-// same way and read its memory the same way.
+// same way and read its memory the same way (scripts/soak reads it through RSSMiB too).
 package throwaway
 
 import (
