@@ -27,6 +27,11 @@ type Worker struct {
 	Queued     int   `json:"queued"`  // inference requests waiting
 	// NoProfiles: the worker declined profile batches at registration (no on_profile).
 	NoProfiles bool `json:"no_profiles,omitempty"`
+	// MicroBatches (train) are the micro-batch sizes the worker declared (its minibatch
+	// included); MicroBatch the size its minibatches run at now (issue 32).
+	MicroBatches      []int  `json:"micro_batches,omitempty"`
+	MicroBatch        int    `json:"micro_batch,omitempty"`
+	MicroBatchChanges uint64 `json:"micro_batch_changes,omitempty"`
 }
 
 // Quantiles summarise a window of milliseconds.
@@ -103,7 +108,8 @@ func WorkersFrom(ws []sched.WorkerInfo) []Worker {
 	out := make([]Worker, len(ws))
 	for i, w := range ws {
 		out[i] = Worker{ID: w.ID, Role: w.Role, Workload: w.Workload, Batch: w.Batch, BatchSizes: slices.Clone(w.BatchSizes),
-			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued, NoProfiles: w.NoProfiles}
+			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued, NoProfiles: w.NoProfiles,
+			MicroBatches: slices.Clone(w.MicroBatches), MicroBatch: w.MicroBatch, MicroBatchChanges: w.MicroBatchChanges}
 	}
 	return out
 }

@@ -156,6 +156,8 @@ type Controller struct {
 	power   *PowerMonitor
 	// rooms: the learned admission rooms last reported as events (room.go).
 	rooms roomWatch
+	// micro: the micro-batch size last reported per training worker (micro.go).
+	micro map[string]int
 	// settings: the configuration's budgets and the saved run-time settings (settings.go);
 	// loop: the control loop's heartbeat (health.go).
 	settings *settingsState
@@ -466,6 +468,7 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	c.noteDeclined(declined)
 	c.noteRooms(snap, now)
+	c.noteMicro(snap)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
