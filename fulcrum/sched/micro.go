@@ -135,16 +135,16 @@ func (s *Scheduler) expTrainAt(w *worker, m int) time.Duration {
 // stream's room: a request arriving as the turn starts is still served within its
 // budget after it, keeping the stream's room — the test admit applies to a stream with
 // nothing queued, without the exemption for an arrival being unlikely (a stream that is
-// quiet now is not quiet over the minibatch). Called with s.mu held.
+// quiet now need not stay quiet over the minibatch). Called with s.mu held.
 func (s *Scheduler) roomFits(now time.Time, exp time.Duration) bool {
 	for _, w := range s.order {
 		if w.spec.Role != proto.RoleInfer {
 			continue
 		}
+		// A stream with no traffic yet counts too: a request may come during the
+		// minibatch, and the first minibatch beside a camera stream is the one most
+		// likely to overlap its first frames.
 		rate := w.st.rate(now, w.since)
-		if rate <= 0 && len(w.queue) == 0 {
-			continue // no traffic seen yet: nothing to keep room for
-		}
 		n := min(w.spec.Batch, max(1, int(math.Ceil(rate*exp.Seconds()))))
 		if s.budgetOf(w) < exp+s.roomOf(w)+s.expInfer(w, n) {
 			return false
