@@ -70,6 +70,9 @@ type WorkloadStats struct {
 	Samples         uint64  `json:"samples"`
 	ThroughputPerS  float64 `json:"throughput_samples_per_s"`
 	ExpectedTrainMS float64 `json:"expected_minibatch_ms,omitempty"`
+	// ExpectedMicroMS is the expected training turn (ms) by micro-batch size below the
+	// minibatch (issue 32; measured sizes).
+	ExpectedMicroMS map[int]float64 `json:"expected_micro_batch_ms,omitempty"`
 
 	TurnWait Quantiles `json:"turn_wait"` // acquire → grant
 	Overruns uint64    `json:"overruns"`
@@ -131,7 +134,8 @@ func WorkloadsFrom(ws []sched.WorkloadStats) []WorkloadStats {
 			LatencyBudgetMS: w.LatencyBudgetMS,
 			ExpectedBatchMS: maps.Clone(w.ExpectedBatchMS),
 			Minibatches:     w.Minibatches, Samples: w.Samples, ThroughputPerS: w.ThroughputPerS, ExpectedTrainMS: w.ExpectedTrainMS,
-			TurnWait: quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
+			ExpectedMicroMS: maps.Clone(w.ExpectedMicroMS),
+			TurnWait:        quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
 			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired,
 			DurationsUnderReported: w.DurationsUnderReported, Refused: w.Refused,
 			AdmissionRoomMS: w.AdmissionRoomMS, AdmissionRoomLearnedMS: w.RoomLearnedMS, AdmissionRoomChanges: w.RoomChanges}

@@ -93,7 +93,7 @@ type Report struct {
 	Batches        int     `json:"batches"`
 	Samples        int     `json:"samples,omitempty"`
 	// MicroTurns counts training turns that ran a micro-batch (part of a minibatch).
-	MicroTurns int `json:"micro_turns,omitempty"`
+	MicroTurns     int     `json:"micro_turns,omitempty"`
 	ThroughputPerS float64 `json:"throughput_samples_per_s,omitempty"`
 	ProfileBatches int     `json:"profile_batches,omitempty"`
 	// While fulcrumd was away: batches run unmanaged, times registered again, the time
