@@ -82,6 +82,10 @@ func TestMicroBatchesUnderABudgetShorterThanAMinibatch(t *testing.T) {
 		t.Logf("%s: training %d minibatches, %d micro-batch turns, %.1f samples/s; inference %d/%d served, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d over the %v budget",
 			x.name, x.t.Batches, x.t.MicroTurns, x.t.ThroughputPerS, x.i.Served, x.i.Requests, x.i.LatencyP50MS, x.i.LatencyP99MS, x.i.LatencyMaxMS, x.i.DeadlineMisses, budget)
 	}
+	tw, _ := snap.Workload(proto.RoleTrain, "resnet18-train")
+	iw, _ := snap.Workload(proto.RoleInfer, "mobilenetv3-infer")
+	t.Logf("fulcrumd (micro-batches): expected minibatch %.1f ms, micro-batch turns %v ms, starved admits %d, overruns %d; inference p99 %.1f ms (arrival reported → release), %d deadline misses, expected batch %v ms, room %.0f ms",
+		tw.ExpectedTrainMS, tw.ExpectedMicroMS, tw.StarvedAdmits, tw.Overruns, iw.Latency.P99MS, iw.DeadlineMisses, iw.ExpectedBatchMS, iw.AdmissionRoomMS)
 	if microI.Requests != requests || microI.Served != requests || microI.Unserved != 0 {
 		t.Fatalf("inference: %d requests, %d served, %d unserved; every request must be answered", microI.Requests, microI.Served, microI.Unserved)
 	}
