@@ -32,6 +32,8 @@ type Worker struct {
 	MicroBatches      []int  `json:"micro_batches,omitempty"`
 	MicroBatch        int    `json:"micro_batch,omitempty"`
 	MicroBatchChanges uint64 `json:"micro_batch_changes,omitempty"`
+	// MicroBatchFits: the smallest declared micro-batch fits the streams' admission room.
+	MicroBatchFits bool `json:"micro_batch_fits,omitempty"`
 }
 
 // Quantiles summarise a window of milliseconds.
@@ -112,7 +114,8 @@ func WorkersFrom(ws []sched.WorkerInfo) []Worker {
 	for i, w := range ws {
 		out[i] = Worker{ID: w.ID, Role: w.Role, Workload: w.Workload, Batch: w.Batch, BatchSizes: slices.Clone(w.BatchSizes),
 			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued, NoProfiles: w.NoProfiles,
-			MicroBatches: slices.Clone(w.MicroBatches), MicroBatch: w.MicroBatch, MicroBatchChanges: w.MicroBatchChanges}
+			MicroBatches: slices.Clone(w.MicroBatches), MicroBatch: w.MicroBatch, MicroBatchChanges: w.MicroBatchChanges,
+			MicroBatchFits: w.MicroBatchFits}
 	}
 	return out
 }

@@ -49,3 +49,26 @@ func TestInfeasibleLatencyKeepsMicroBatchedTrainingRunning(t *testing.T) {
 		t.Fatal("training runs although the power budget binds")
 	}
 }
+
+// When even the smallest declared micro-batch does not fit the room, training is paused
+// as before: shorter turns would still make requests miss.
+func TestMicroBatchesThatDoNotFitStillPause(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 4, PowerMW: 35000, RateRPS: 20})
+	e.board.set(20000, nil)
+	deliver := func(sched.Grant) {}
+	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32, MicroBatches: []int{16}}, deliver); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, deliver); err != nil {
+		t.Fatal(err)
+	}
+	e.tick(c, 300*time.Millisecond)
+	if st := c.Status(); st.Current == nil || st.Current.Predicted.Binding != string(plan.ConstraintLatency) {
+		t.Fatalf("plan %+v: want an infeasible plan bound by latency", st.Current)
+	}
+	if !e.sched.Snapshot().TrainingPaused {
+		t.Fatal("training runs although not even its smallest micro-batch fits a 4 ms budget")
+	}
+}

@@ -153,7 +153,7 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 	// inference and power come first: training waits until a plan is feasible again —
 	// unless only the latency budget binds and training can run in micro-batch turns
 	// short enough for the admission room (issue 32, §9).
-	c.setTrainingPaused(!pred.Feasible && !c.keepTrainingMicro(pred.Binding), reason)
+	c.setTrainingPaused(c.trainingPausedFor(pred.Feasible, pred.Binding), reason)
 }
 
 // expectAt tells the scheduler how long the workers' turns take at mode m — the stored

@@ -119,6 +119,10 @@ type WorkerInfo struct {
 	MicroBatches      []int  `json:"micro_batches,omitempty"`
 	MicroBatch        int    `json:"micro_batch,omitempty"`
 	MicroBatchChanges uint64 `json:"micro_batch_changes,omitempty"`
+	// MicroBatchFits: the smallest declared micro-batch's expected turn fits every
+	// inference stream's room now (micro.go roomFits): micro-batches can keep training
+	// within the latency budgets.
+	MicroBatchFits bool `json:"micro_batch_fits,omitempty"`
 }
 
 // WorkloadStats are one workload's measurements, over every worker that registered it
@@ -222,6 +226,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 		if w.spec.Role == proto.RoleTrain && len(w.spec.MicroBatches) > 0 {
 			wi := &snap.Workers[len(snap.Workers)-1]
 			wi.MicroBatches, wi.MicroBatch, wi.MicroBatchChanges = slices.Clone(w.spec.MicroBatches), w.microSize(), w.microChanges
+			wi.MicroBatchFits = s.roomFits(now, s.expTrainAt(w, w.spec.MicroBatches[0]))
 		}
 	}
 	for _, wl := range s.wlOrder {
