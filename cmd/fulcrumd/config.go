@@ -618,7 +618,7 @@ func kindName(k reflect.Kind) string {
 }
 
 // trimNumbers lets numbers from environment variables and flags carry spaces
-// (FULCRUM_BUDGETS_LATENCY_MS=" 50"), as the getters this decoder replaced did.
+// (FULCRUM_SCHEDULER_MARGIN_MS=" 5"), as the getters this decoder replaced did.
 func trimNumbers(from, to reflect.Type, data any) (any, error) {
 	if s, ok := data.(string); ok && from.Kind() == reflect.String {
 		switch to.Kind() {

@@ -52,7 +52,7 @@ keeping inference requests within the latency budget, and stores profiles of the
 power modes.
 
 Configuration: /etc/fulcrum/fulcrum.yaml (or --config), then FULCRUM_* environment
-variables (FULCRUM_RUNTIME_DIR, FULCRUM_BUDGETS_LATENCY_MS, ...: the key upper-cased with
+variables (FULCRUM_RUNTIME_DIR, FULCRUM_BUDGETS_LATENCY, ...: the key upper-cased with
 dots as underscores), then flags. configs/fulcrum.yaml documents every key.
 fulcrumd --check-config FILE checks a file (with the environment and flags) and exits.`,
 		Version:       buildinfo.Version(),
