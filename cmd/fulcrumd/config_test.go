@@ -197,7 +197,7 @@ func TestBudgetSpellings(t *testing.T) {
 		}
 	}
 	for body, want := range map[string]string{
-		"budgets:\n  power: 30W\n  power_w: 30\n":      "budgets.power and the deprecated budgets.power_w are both set in the configuration file",
+		"budgets:\n  power: 30W\n  power_w: 30\n":       "budgets.power and the deprecated budgets.power_w are both set in the configuration file",
 		"budgets:\n  latency: 80ms\n  latency_ms: 80\n": "keep budgets.latency",
 		"budgets:\n  latency: 80\n":                     "budgets.latency 80: give a unit",
 		"budgets:\n  power: 0W\n":                       "budgets.power 0W: a power budget must be at least 1 W; to remove the power budget give budgets.power none",
