@@ -49,6 +49,18 @@ type migration struct {
 // renames keys raises configVersion and adds one here; version 1 needs none.
 func migrations() []migration { return nil }
 
+// migrate applies the migrations from version on to raw, oldest first.
+func migrate(raw map[string]any, version int, ms []migration) error {
+	for _, m := range ms {
+		if m.from >= version {
+			if err := m.apply(raw); err != nil {
+				return fmt.Errorf("migrate from version %d: %w (write the file for version %d, configs/fulcrum.yaml)", m.from, err, configVersion)
+			}
+		}
+	}
+	return nil
+}
+
 // config is what the configuration decodes into: daemon.Options, whose keys are the
 // mapstructure tags on the option structs that own them (daemon.Options, daemon.Config,
 // sched.Config, control.Config, api.Config, nvml.Options), and fulcrumd's own keys.
@@ -202,12 +214,8 @@ func readConfigFile(v *viper.Viper, path string) error {
 	if version > configVersion {
 		return fmt.Errorf("config %s: version %d is newer than this fulcrumd reads (%s): upgrade fulcrumd, or write the file for version %d (configs/fulcrum.yaml)", path, version, readsVersions(), configVersion)
 	}
-	for _, m := range migrations() {
-		if m.from >= version {
-			if err := m.apply(raw); err != nil {
-				return fmt.Errorf("config %s: migrate from version %d: %w", path, m.from, err)
-			}
-		}
+	if err := migrate(raw, version, migrations()); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
 	}
 	if raw != nil {
 		if err := v.MergeConfigMap(raw); err != nil {

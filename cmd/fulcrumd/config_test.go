@@ -210,3 +210,33 @@ func TestBudgetSpellings(t *testing.T) {
 		}
 	}
 }
+
+// The migration hook: a file of an older version goes through every later step, in
+// order; a file of the newest version through none.
+func TestMigrateHook(t *testing.T) {
+	rename := func(from int, old, key string) migration {
+		return migration{from: from, apply: func(raw map[string]any) error {
+			if x, ok := raw[old]; ok {
+				raw[key] = x
+				delete(raw, old)
+			}
+			return nil
+		}}
+	}
+	steps := []migration{rename(1, "a", "b"), rename(2, "b", "c")}
+	for version, want := range map[int]string{1: "c", 2: "c", 3: "a"} {
+		raw := map[string]any{"a": 1}
+		if version == 2 {
+			raw = map[string]any{"b": 1}
+		}
+		if err := migrate(raw, version, steps); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := raw[want]; !ok || len(raw) != 1 {
+			t.Errorf("version %d: migrated to %v, want key %s", version, raw, want)
+		}
+	}
+	if len(migrations()) != configVersion-1 {
+		t.Errorf("%d migrations for version %d: one per version before it", len(migrations()), configVersion)
+	}
+}
