@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
@@ -99,13 +100,17 @@ type StreamResult struct {
 	Served    int     `json:"served"`
 	Refused   int     `json:"refused"` // rate_limited by the scheduler's admission
 	Late      int     `json:"late"`    // served after the budget in force when served
-	// P99MS is the p99 of every served request's latency (arrival → release) over the run.
-	P99MS float64 `json:"p99_ms"`
+	// P99MS is the p99 of every served request's latency (arrival → release) over the
+	// run; P99AfterPlanMS of those that arrived after the first plan was applied (0: no
+	// plan, or none served since).
+	P99MS          float64 `json:"p99_ms"`
+	P99AfterPlanMS float64 `json:"p99_after_plan_ms"`
 }
 
 // Result is what a run did.
 type Result struct {
-	// Events is the controller's event log, in order (determinism is checked on it).
+	// Events is the controller's event log, in order (determinism is checked on it);
+	// the run's temporary directory reads RunDir in their text.
 	Events []control.Event `json:"events"`
 	// TrainSamples are the samples trained, by training workload.
 	TrainSamples map[string]float64 `json:"train_samples"`
@@ -144,6 +149,7 @@ type harness struct {
 	gpu        *gpu
 	board      *sim.Board
 	files      *stepCache
+	dir        string // the run's temporary directory
 	trainers   []*worker
 	streams    []*worker
 	rateFactor float64
@@ -231,7 +237,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	}
 
 	clock := vclock.New(0)
-	h := &harness{sc: sc, clock: clock, rateFactor: 1, powerMW: sc.PowerBudgetMW}
+	h := &harness{sc: sc, clock: clock, rateFactor: 1, powerMW: sc.PowerBudgetMW, dir: dir}
 	h.gpu = &gpu{now: clock.Now, lastStep: clock.Now(), hw: sim.HardwareFor(spec), stale: true, tau: map[tauKey]float64{}}
 	h.board, err = sim.New(root, spec, sim.Options{Workloads: models, Interval: sc.BoardInterval, Logger: sc.Log.With("component", "sim"), Activities: h.gpu.activities})
 	if err != nil {
@@ -436,11 +442,17 @@ func (h *harness) sample() {
 	h.clock.AfterFunc(time.Second, h.sample)
 }
 
+// RunDir stands for the run's temporary directory in the events' text.
+const RunDir = "<run>"
+
 // pollEvents copies the controller's events added since the last poll (its log is a
 // ring; a second holds far fewer than its size).
 func (h *harness) pollEvents() {
 	for _, e := range h.ctl.Events().List(h.lastSeq) {
 		if e.Seq > h.lastSeq {
+			// The run's temporary directory differs from run to run; the log must not.
+			e.Reason = strings.ReplaceAll(e.Reason, h.dir, RunDir)
+			e.Err = strings.ReplaceAll(e.Err, h.dir, RunDir)
 			h.events = append(h.events, e)
 			h.lastSeq = e.Seq
 		}
@@ -515,6 +527,19 @@ func (h *harness) collect(start time.Time) {
 			Requests: wk.requests, Served: len(lat), Refused: wk.refused, Late: wk.late}
 		if len(lat) > 0 {
 			sr.P99MS = stats.Quantile(lat, 0.99)
+		}
+		if h.res.FirstPlanS >= 0 {
+			planAt := start.Add(time.Duration(h.res.FirstPlanS * float64(time.Second)))
+			var after []float64
+			for j, at := range wk.latAt {
+				if at.After(planAt) {
+					after = append(after, wk.latMS[j])
+				}
+			}
+			slices.Sort(after)
+			if len(after) > 0 {
+				sr.P99AfterPlanMS = stats.Quantile(after, 0.99)
+			}
 		}
 		h.res.Streams = append(h.res.Streams, sr)
 	}

@@ -144,6 +144,7 @@ type worker struct {
 	rateRPS  float64
 	budget   time.Duration
 	latMS    []float64
+	latAt    []time.Time // each served request's arrival
 	late     int
 	refused  int
 	requests int
@@ -203,6 +204,7 @@ func (wk *worker) deliver(g sched.Grant) {
 					delete(wk.arrived, id)
 					l := now.Sub(at)
 					wk.latMS = append(wk.latMS, float64(l)/float64(time.Millisecond))
+					wk.latAt = append(wk.latAt, at)
 					if l > wk.budget {
 						wk.late++
 					}
