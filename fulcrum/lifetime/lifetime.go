@@ -120,9 +120,13 @@ type Result struct {
 	// ProfileBatches the profile batches the workers ran.
 	ProfilesTaken  int `json:"profiles_taken"`
 	ProfileBatches int `json:"profile_batches"`
-	// SearchS is the time training was paused by the live profiler (the modes being
-	// measured): what searches cost training. Sampled every second, as LatencyBrokenS.
-	SearchS float64 `json:"search_s"`
+	// SearchS is the time training was paused while a search ran (the live profiler
+	// measuring modes): what searches cost training. TrainPausedS is the time training
+	// was paused for any reason (searches, and the controller's guard when no known
+	// configuration meets the budgets with training). Both sampled every second, as
+	// LatencyBrokenS.
+	SearchS      float64 `json:"search_s"`
+	TrainPausedS float64 `json:"train_paused_s"`
 	// LatencyBrokenS is the time any stream's recent p99 window (the scheduler's, with at
 	// least controller.min_latency_samples requests in it) was over its budget, sampled
 	// every second; PowerBrokenS the time the board's 1 s average power (the physics'
@@ -427,7 +431,16 @@ func (h *harness) sample() {
 	}
 	snap := h.sched.Snapshot()
 	if snap.TrainingPaused {
-		h.res.SearchS++
+		h.res.TrainPausedS++
+		if h.sc.Searcher != "preset" {
+			// Searching takes the controller's lock: asked from a participant, which may
+			// park on it (a timer callback may not).
+			h.clock.Go(func() {
+				if h.ctl.Searching() != "" {
+					h.res.SearchS++
+				}
+			})
+		}
 	}
 	for _, wk := range h.streams {
 		if wl, ok := snap.Workload(proto.RoleInfer, wk.w.Name); ok {

@@ -27,9 +27,9 @@ func run(t *testing.T, sc lifetime.Scenario) lifetime.Result {
 	if err != nil {
 		t.Fatalf("%s for %s (seed %d): %v", sc.Searcher, sc.Duration, sc.Seed, err)
 	}
-	t.Logf("%s, %s of virtual time, seed %d: %s real; %d events, first plan %.1f s, %d profiles, training %v samples, streams %+v, latency broken %.0f s, power broken %.1f s, searches cost %.0f s of training",
+	t.Logf("%s, %s of virtual time, seed %d: %s real; %d events, first plan %.1f s, %d profiles, training %v samples, streams %+v, latency broken %.0f s, power broken %.1f s, searches cost %.0f s of training, training paused %.0f s",
 		sc.Searcher, sc.Duration, sc.Seed, time.Since(start).Round(time.Millisecond), len(res.Events), res.FirstPlanS, res.ProfilesTaken,
-		res.TrainSamples, res.Streams, res.LatencyBrokenS, res.PowerBrokenS, res.SearchS)
+		res.TrainSamples, res.Streams, res.LatencyBrokenS, res.PowerBrokenS, res.SearchS, res.TrainPausedS)
 	return res
 }
 
