@@ -10,6 +10,9 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // pair is the real-time end-to-end test's pair (fulcrum/control/e2e): ResNet-18
@@ -127,5 +130,61 @@ func BenchmarkOnePairHour(b *testing.B) {
 		}
 		b.ReportMetric(time.Since(start).Seconds(), "real_s/run")
 		b.ReportMetric(res.DurationS/time.Since(start).Seconds(), "speedup")
+	}
+}
+
+// truthOf is the simulator's own ground truth for the pair, over the table's core
+// levels, with training times scaled by trainK and every power by powerK.
+func truthOf(t *testing.T, trainK, powerK float64) *truth.Table {
+	t.Helper()
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	rows, err := sim.TruthRows(spec, testboard.Workloads(t), sim.TruthOptions{Workloads: []string{"resnet18-train", "resnet50-infer"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		if rows[i].Role == truth.Train {
+			rows[i].TimeMS *= trainK
+		}
+		rows[i].PowerMW *= powerK
+	}
+	tab, err := truth.NewTable(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tab
+}
+
+// TestTruthTableAnswers: with a truth table the workers' turns and the board's power
+// are the table's — twice as slow training there trains about half as much, 1.5× the
+// power reads about 1.5× the power — and a search plans on the table's modes only.
+func TestTruthTableAnswers(t *testing.T) {
+	base := pair("preset", 2*time.Minute, 1)
+	base.Truth = truthOf(t, 1, 1)
+	slow, hot := base, base
+	slow.Truth = truthOf(t, 2, 1)
+	hot.Truth = truthOf(t, 1, 1.5)
+	rb, rs, rh := run(t, base), run(t, slow), run(t, hot)
+	ratio := rs.TrainSamples["resnet18-train"] / rb.TrainSamples["resnet18-train"]
+	if ratio < 0.4 || ratio > 0.6 {
+		t.Errorf("training twice as slow in the table trained %.2f× as much", ratio)
+	}
+	if k := rh.MeanPowerMW / rb.MeanPowerMW; k < 1.2 || k > 1.6 {
+		t.Errorf("1.5× the table's power read %.2f× the mean power", k)
+	}
+	g := base
+	g.Searcher, g.Duration = "gmd", 3*time.Minute
+	rg := run(t, g)
+	if rg.FirstPlanS < 0 {
+		t.Fatal("no plan on the truth table")
+	}
+	modes := map[powermode.Mode]bool{}
+	for _, m := range base.Truth.Modes() {
+		modes[m] = true
+	}
+	for _, e := range rg.Events {
+		if e.Mode != nil && !modes[*e.Mode] {
+			t.Fatalf("event %s at %s, a mode the truth table does not have", e.Kind, e.Mode)
+		}
 	}
 }
