@@ -220,3 +220,26 @@ func TestPowerBudgetDropMidRun(t *testing.T) {
 		t.Errorf("power over budget %.1f s", res.PowerBrokenS)
 	}
 }
+
+// TestTwoStreamsTwoJobs: several streams and training jobs — the pooled search, one
+// plan for all of them — and each job trains, each stream is served within its own
+// budget after the plan.
+func TestTwoStreamsTwoJobs(t *testing.T) {
+	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train", "mobilenetv3-train"},
+		Infer:         []lifetime.Stream{{Workload: "resnet50-infer", RateRPS: 8, LatencyMS: 400}, {Workload: "yolov8n-infer", RateRPS: 10, LatencyMS: 300}},
+		PowerBudgetMW: 35000, Searcher: "gmd", Duration: 4 * time.Minute, Seed: 1}
+	res := run(t, sc)
+	if res.FirstPlanS < 0 {
+		t.Fatal("no plan for two streams and two jobs")
+	}
+	for _, n := range sc.Train {
+		if res.TrainSamples[n] <= 0 {
+			t.Errorf("job %s did not train: %v", n, res.TrainSamples)
+		}
+	}
+	for i, s := range res.Streams {
+		if s.Served == 0 || s.P99AfterPlanMS > sc.Infer[i].LatencyMS {
+			t.Errorf("stream %s: served %d, p99 after the plan %.1f ms, budget %.0f ms", s.Workload, s.Served, s.P99AfterPlanMS, sc.Infer[i].LatencyMS)
+		}
+	}
+}
