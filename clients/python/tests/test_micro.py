@@ -37,6 +37,7 @@ class MicroBatchTest(unittest.TestCase):
         self.assertEqual({s.scale for s in steps}, {0.25})
         self.assertEqual({s.k for s in steps}, {4})
         self.assertEqual({s.grant.batch for s in steps}, {8})
+        c.heartbeat()  # answered after fulcrumd handled the last release
         w = self.workers()[c.worker_id]
         self.assertEqual(w.get("micro_batches"), [2, 4, 8])
         self.assertEqual(w.get("micro_batch"), 2)
@@ -45,6 +46,7 @@ class MicroBatchTest(unittest.TestCase):
         self.assertEqual(steps[0].start, 0)
         self.assertEqual(steps[-1].stop, 8)
         self.assertTrue(steps[-1].last)
+        c.heartbeat()
         wl = [x for x in self.d.status()["workloads"] if x["workload"] == "resnet18"][0]
         self.assertEqual(wl["minibatches"], 2)  # counted once each, however many turns
         self.assertEqual(wl["samples"], 16)
