@@ -311,20 +311,23 @@ func (w *worker) train(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// A micro-batch grant (issue 32) runs micro_batch samples: one of k turns of the
+		// minibatch (gradient accumulation); anything else runs the grant's batch.
+		micro := g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch
 		n := g.Batch
-		if g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch {
-			n = g.MicroBatch // one of k turns of the minibatch (gradient accumulation)
+		if micro {
+			n = g.MicroBatch
 		}
 		d, err := w.run(ctx, n)
 		if err != nil {
 			return err
 		}
-		samples := n
-		switch {
-		case g.Kind == proto.KindProfile:
+		samples := g.Batch
+		if g.Kind == proto.KindProfile {
 			w.rep.ProfileBatches++
 			samples = 0
-		case n < g.Batch:
+		} else if micro {
+			samples = n
 			w.rep.MicroTurns++
 			w.rep.Samples += n
 			acc += n
@@ -332,9 +335,9 @@ func (w *worker) train(ctx context.Context) error {
 				acc = 0
 				w.rep.Batches++
 			}
-		default:
+		} else {
 			w.rep.Batches++
-			w.rep.Samples += n
+			w.rep.Samples += g.Batch
 		}
 		if err := w.c.Release(g.Grant, d, samples, nil); err != nil {
 			return err
