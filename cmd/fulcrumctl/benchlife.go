@@ -37,7 +37,10 @@ over the sweep, and the mean and p5 of the per-configuration ratios; configurati
 nothing keeps the room are reported apart); the share of time a latency or power budget
 was broken; time to the first plan; profiles taken; training time lost to searches.
 Mid-run changes: --rate-double-at T (every stream's arrival rate doubles at T),
---power-drop-at T --power-drop-to P (the power budget becomes P at T). The one-shot
+--power-drop-at T --power-drop-to P (the power budget becomes P at T). --lifetime-board
+physics runs the physics simulator of --board instead of answering from the table (the
+table must then be that board's fulcrumctl sim truth, as the denominator is read from
+it). The one-shot
 flags --searchers, --max-profiles, --confidence, --admission-margin, --dev-k,
 --decision-noise, --quantile and --plot do not apply: the daemon runs with its defaults.`
 
@@ -53,6 +56,7 @@ type lifetimeFlags struct {
 	rateDoubleAt *time.Duration
 	powerDropAt  *time.Duration
 	powerDropTo  *string
+	boardFrom    *string
 }
 
 func newLifetimeFlags(f *pflag.FlagSet) lifetimeFlags {
@@ -62,12 +66,13 @@ func newLifetimeFlags(f *pflag.FlagSet) lifetimeFlags {
 		rateDoubleAt: f.Duration("rate-double-at", 0, "with --lifetime: every stream's arrival rate doubles at this time from the start (e.g. 30m)"),
 		powerDropAt:  f.Duration("power-drop-at", 0, "with --lifetime: the power budget drops at this time from the start (e.g. 30m); give --power-drop-to"),
 		powerDropTo:  f.String("power-drop-to", "", "with --lifetime: the power budget from --power-drop-at on, in watts (e.g. 15W); below every --power"),
+		boardFrom:    f.String("lifetime-board", "truth", "with --lifetime: the simulated board answers from the --truth table (truth), or is the physics simulator of --board (physics; --truth must then be its `fulcrumctl sim truth`)"),
 	}
 }
 
 // lifetimeOnly and oneShotOnly are the flags that belong to one mode of bench.
 var (
-	lifetimeOnly = []string{"methods", "rate-double-at", "power-drop-at", "power-drop-to"}
+	lifetimeOnly = []string{"methods", "rate-double-at", "power-drop-at", "power-drop-to", "lifetime-board"}
 	oneShotOnly  = []string{"searchers", "max-profiles", "confidence", "admission-margin", "dev-k", "decision-noise", "quantile", "plot"}
 )
 
@@ -83,6 +88,9 @@ func checkLifetimeFlags(f *pflag.FlagSet, lf lifetimeFlags) error {
 	}
 	if *lf.duration < 0 {
 		return fmt.Errorf("--lifetime %v: want a positive virtual time, e.g. 1h", *lf.duration)
+	}
+	if b := *lf.boardFrom; b != "truth" && b != "physics" {
+		return fmt.Errorf("--lifetime-board %q: want truth (the board answers from --truth) or physics (the physics simulator of --board)", b)
 	}
 	for _, n := range oneShotOnly {
 		if f.Changed(n) {
@@ -149,7 +157,7 @@ type benchSweepFlags struct {
 // runLifetimeBench is bench --lifetime D.
 func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) error {
 	spec := bench.LifetimeSpec{Board: sw.board, Duration: *lf.duration, Methods: *lf.methods, Noise: sw.noise, Seed: sw.seed,
-		Parallel: sw.parallel, Streams: sw.streams, Jobs: sw.jobs}
+		Parallel: sw.parallel, Streams: sw.streams, Jobs: sw.jobs, BoardFrom: *lf.boardFrom}
 	if sw.parallel < 1 {
 		return fmt.Errorf("--parallel %d: want 1 or more configurations at once", sw.parallel)
 	}
@@ -183,7 +191,7 @@ func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) 
 		harness = harness || m == "gmd" || m == "als" || m == "preset"
 	}
 	if harness {
-		if spec.Run, err = lifetimeHarness(); err != nil {
+		if spec.Run, err = lifetimeHarness(*lf.boardFrom == "physics", nil); err != nil {
 			return err
 		}
 	}
@@ -241,8 +249,8 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 	if rep.Streams > 1 || rep.Jobs > 1 {
 		sets = fmt.Sprintf("%d sets of %d training jobs and %d inference streams", rep.Sets, rep.Jobs, rep.Streams)
 	}
-	fmt.Fprintf(w, "%d configurations (%s) × %s of virtual time on %s; %d where nothing keeps the admission room (apart); noise %g, seed %d, wall %.1fs\n",
-		rep.Configs, sets, time.Duration(rep.DurationS*float64(time.Second)), rep.Board, rep.ConfigsApart, rep.Noise, rep.Seed, rep.WallS)
+	fmt.Fprintf(w, "%d configurations (%s) × %s of virtual time on %s (board from the %s); %d where nothing keeps the admission room (apart); noise %g, seed %d, wall %.1fs\n",
+		rep.Configs, sets, time.Duration(rep.DurationS*float64(time.Second)), rep.Board, rep.BoardFrom, rep.ConfigsApart, rep.Noise, rep.Seed, rep.WallS)
 	for _, c := range rep.Changes {
 		var what []string
 		if c.RateFactor > 0 {

@@ -41,6 +41,8 @@ func TestBenchLifetimeFlagErrors(t *testing.T) {
 		{[]string{"--lifetime", "1h", "--methods", "random-15"}, "gmd, als or preset"},
 		{[]string{"--lifetime", "1h", "--methods", "oracle-m3", "--parallel", "0"}, "--parallel 0: want 1 or more"},
 		{[]string{"--lifetime", "1h", "--methods", "oracle-m3", "--pairs", "x"}, "want train:infer"},
+		{[]string{"--lifetime", "1h", "--methods", "oracle-m3", "--lifetime-board", "sim"}, "want truth"},
+		{[]string{"--lifetime-board", "physics"}, "add --lifetime D"},
 	} {
 		_, _, err := simExec(context.Background(), append(base, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

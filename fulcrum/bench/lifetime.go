@@ -108,6 +108,9 @@ type LifetimeSpec struct {
 	Admission plan.Admission
 	Quantile  float64 // 0: plan.DefaultQuantile
 	Run       LifeRunner
+	// BoardFrom says what the harness's board answers from ("truth", "physics"); the
+	// report carries it, nothing here depends on it.
+	BoardFrom string
 	// Progress, when set, is called (concurrently) after every finished run.
 	Progress func(done, total int)
 }
@@ -164,6 +167,7 @@ type LifetimeReport struct {
 	Streams      int             `json:"streams"`
 	Jobs         int             `json:"jobs"`
 	Board        string          `json:"board"`
+	BoardFrom    string          `json:"board_from,omitempty"`
 	Noise        float64         `json:"noise"`
 	Seed         uint64          `json:"seed"`
 	Admission    plan.Admission  `json:"admission"`
@@ -374,7 +378,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		return nil, fmt.Errorf("lifetime: %w", err)
 	}
 	rep := &LifetimeReport{DurationS: spec.Duration.Seconds(), Configs: len(cfgs), Sets: sets, Streams: max(spec.Streams, 1), Jobs: max(spec.Jobs, 1),
-		Board: spec.Board, Noise: spec.Noise, Seed: spec.Seed, Admission: spec.Admission, Outcomes: outcomes}
+		Board: spec.Board, BoardFrom: spec.BoardFrom, Noise: spec.Noise, Seed: spec.Seed, Admission: spec.Admission, Outcomes: outcomes}
 	for _, c := range spec.Changes {
 		c.AtS = c.At.Seconds()
 		rep.Changes = append(rep.Changes, c)
