@@ -249,8 +249,12 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 	if rep.Streams > 1 || rep.Jobs > 1 {
 		sets = fmt.Sprintf("%d sets of %d training jobs and %d inference streams", rep.Sets, rep.Jobs, rep.Streams)
 	}
-	fmt.Fprintf(w, "%d configurations (%s) × %s of virtual time on %s (board from the %s); %d where nothing keeps the admission room (apart); noise %g, seed %d, wall %.1fs\n",
-		rep.Configs, sets, time.Duration(rep.DurationS*float64(time.Second)), rep.Board, rep.BoardFrom, rep.ConfigsApart, rep.Noise, rep.Seed, rep.WallS)
+	board := rep.Board + ", answering from the truth table"
+	if rep.BoardFrom == "physics" {
+		board = rep.Board + "'s physics simulator"
+	}
+	fmt.Fprintf(w, "%d configurations (%s) × %s of virtual time on %s; %d where nothing keeps the admission room (apart); noise %g, seed %d, wall %.1fs\n",
+		rep.Configs, sets, time.Duration(rep.DurationS*float64(time.Second)), board, rep.ConfigsApart, rep.Noise, rep.Seed, rep.WallS)
 	for _, c := range rep.Changes {
 		var what []string
 		if c.RateFactor > 0 {
