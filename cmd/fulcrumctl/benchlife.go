@@ -18,17 +18,18 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 const benchLifetimeHelp = `
 --lifetime D runs every configuration of the sweep for D of virtual time (e.g. 1h) with
 the whole daemon: its controller, scheduler, live profiler, searchers and store, workers
-simulated in process and the board answering from the --truth table with per-minibatch
-noise, starting from an empty store at the board's default mode. Each method (--methods:
+simulated in process with per-minibatch noise on a simulated board, starting from an empty store at the board's default mode. Each method (--methods:
 gmd, als, preset) is one run per configuration; oracle-m<percent> is the margin oracle's
 one-shot decision at t = 0 held for D, computed from the truth. Scored (docs/benchmarks.md
 "Lifetime benchmark"): the lifetime ratio, training samples done ÷ what the truth's best
@@ -37,10 +38,11 @@ over the sweep, and the mean and p5 of the per-configuration ratios; configurati
 nothing keeps the room are reported apart); the share of time a latency or power budget
 was broken; time to the first plan; profiles taken; training time lost to searches.
 Mid-run changes: --rate-double-at T (every stream's arrival rate doubles at T),
---power-drop-at T --power-drop-to P (the power budget becomes P at T). --lifetime-board
-physics runs the physics simulator of --board instead of answering from the table (the
-table must then be that board's fulcrumctl sim truth, as the denominator is read from
-it). The one-shot
+--power-drop-at T --power-drop-to P (the power budget becomes P at T). The daemon's board
+is the physics simulator of --board (--lifetime-board physics, the default), so --truth
+must be that board's fulcrumctl sim truth: the denominator is read from it;
+--lifetime-board truth has the board answer from the table instead, once the harness
+supports it. The one-shot
 flags --searchers, --max-profiles, --confidence, --admission-margin, --dev-k,
 --decision-noise, --quantile and --plot do not apply: the daemon runs with its defaults.`
 
@@ -66,7 +68,7 @@ func newLifetimeFlags(f *pflag.FlagSet) lifetimeFlags {
 		rateDoubleAt: f.Duration("rate-double-at", 0, "with --lifetime: every stream's arrival rate doubles at this time from the start (e.g. 30m)"),
 		powerDropAt:  f.Duration("power-drop-at", 0, "with --lifetime: the power budget drops at this time from the start (e.g. 30m); give --power-drop-to"),
 		powerDropTo:  f.String("power-drop-to", "", "with --lifetime: the power budget from --power-drop-at on, in watts (e.g. 15W); below every --power"),
-		boardFrom:    f.String("lifetime-board", "truth", "with --lifetime: the simulated board answers from the --truth table (truth), or is the physics simulator of --board (physics; --truth must then be its `fulcrumctl sim truth`)"),
+		boardFrom:    f.String("lifetime-board", "physics", "with --lifetime: the simulated board is the physics simulator of --board (physics; --truth must be its `fulcrumctl sim truth`, the denominator is read from it), or answers from the --truth table (truth; not in the harness yet)"),
 	}
 }
 
@@ -205,6 +207,11 @@ func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) 
 		return fmt.Errorf("--truth %s: %w", sw.truthPath, err)
 	}
 	spec.Truth = tab
+	if harness && *lf.boardFrom == "physics" {
+		if err := truthOfBoard(tab, sw.board, sw.truthPath); err != nil {
+			return err
+		}
+	}
 	if !sw.quiet {
 		spec.Progress = newProgressOf(cmd.ErrOrStderr(), time.Now, 3*time.Second, "lifetime", "runs done")
 	}
@@ -212,12 +219,21 @@ func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) 
 	if err != nil {
 		return err
 	}
-	for _, outs := range rep.Outcomes {
+	runs, failed := 0, []error{}
+	for mi, outs := range rep.Outcomes {
+		if rep.Methods[mi].Source != "harness" {
+			continue
+		}
 		for _, o := range outs {
+			runs++
 			if o.Err != nil {
+				failed = append(failed, o.Err)
 				fmt.Fprintf(cmd.ErrOrStderr(), "lifetime: run failed (counted as no training): %v\n", o.Err)
 			}
 		}
+	}
+	if runs > 0 && len(failed) == runs {
+		return fmt.Errorf("every lifetime run failed, nothing to score; the first: %w", failed[0])
 	}
 	if !sw.quiet {
 		fmt.Fprintf(cmd.ErrOrStderr(), "lifetime: %d configurations in %.1fs wall\n", rep.Configs, rep.WallS)
@@ -277,4 +293,27 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 			s.MeanProfiles, s.MaxProfiles, s.MeanSearchS, s.SearchPct, s.Apart.TrainSamples, s.Apart.LatencyBrokenPct, s.Apart.PowerBrokenPct, s.Errors)
 	}
 	return tw.Flush()
+}
+
+// truthOfBoard refuses a table that cannot be the physics simulator's truth of board:
+// the runs would be on one board and their denominators on another.
+func truthOfBoard(tab *truth.Table, board, path string) error {
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		return err
+	}
+	bs, err := cat.Board(board)
+	if err != nil {
+		return fmt.Errorf("--board: %w", err)
+	}
+	space, err := bs.Space()
+	if err != nil {
+		return fmt.Errorf("--board %s: %w", board, err)
+	}
+	for _, m := range tab.Modes() {
+		if !space.Contains(m) {
+			return fmt.Errorf("--truth %s has mode %s, which %s does not: with --lifetime-board physics the runs are on --board's physics simulator, so give the --board the table was made for, or a table from `fulcrumctl sim truth --board %s`", path, m, board, board)
+		}
+	}
+	return nil
 }
