@@ -173,9 +173,32 @@ type LifetimeReport struct {
 	Admission    plan.Admission  `json:"admission"`
 	Changes      []LifeChange    `json:"changes,omitempty"`
 	Methods      []LifetimeStats `json:"methods"`
-	WallS        float64         `json:"-"`
+	// Configurations: every configuration's runs, in the sweep's order.
+	Configurations []LifeConfigRow `json:"configurations"`
+	WallS          float64         `json:"-"`
 	// Outcomes: per method, per configuration (the sweep's order).
 	Outcomes [][]LifeOutcome `json:"-"`
+}
+
+// LifeConfigRow is one configuration of the report: its denominator and every method's run.
+type LifeConfigRow struct {
+	Config       string    `json:"config"`
+	IdealSamples float64   `json:"ideal_samples"`
+	Runs         []LifeRow `json:"runs"`
+}
+
+// LifeRow is one method's run of a configuration in the report.
+type LifeRow struct {
+	Method       string  `json:"method"`
+	TrainSamples float64 `json:"train_samples"`
+	// Ratio is absent where the configuration is apart (no room-keeping answer).
+	Ratio          *float64 `json:"ratio,omitempty"`
+	FirstPlanS     *float64 `json:"first_plan_s,omitempty"` // absent: never planned
+	ProfilesTaken  int      `json:"profiles_taken"`
+	SearchS        float64  `json:"search_s"`
+	LatencyBrokenS float64  `json:"latency_broken_s"`
+	PowerBrokenS   float64  `json:"power_broken_s"`
+	Error          string   `json:"error,omitempty"`
 }
 
 // LifeOutcome is one method's run of one configuration, scored.
@@ -383,10 +406,27 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		c.AtS = c.At.Seconds()
 		rep.Changes = append(rep.Changes, c)
 	}
-	for _, c := range cfgs {
+	for ci, c := range cfgs {
 		if c.ideal <= 0 {
 			rep.ConfigsApart++
 		}
+		row := LifeConfigRow{Config: c.name, IdealSamples: c.ideal}
+		for mi, m := range methods {
+			o := outcomes[mi][ci]
+			r := LifeRow{Method: m.name, TrainSamples: o.TrainSamples, ProfilesTaken: o.ProfilesTaken, SearchS: o.SearchS,
+				LatencyBrokenS: o.LatencyBrokenS, PowerBrokenS: o.PowerBrokenS}
+			if x := o.Ratio(); !math.IsNaN(x) {
+				r.Ratio = &x
+			}
+			if o.Planned {
+				r.FirstPlanS = &o.FirstPlanS
+			}
+			if o.Err != nil {
+				r.Error = o.Err.Error()
+			}
+			row.Runs = append(row.Runs, r)
+		}
+		rep.Configurations = append(rep.Configurations, row)
 	}
 	for mi, m := range methods {
 		st := summariseLifetime(m.name, outcomes[mi], spec.Duration.Seconds())

@@ -198,6 +198,17 @@ func TestRunLifetimeSweep(t *testing.T) {
 			t.Fatalf("configuration %d: oracle-m3 %+v over ideal %v or breaking budgets", ci, or, o.IdealSamples)
 		}
 	}
+	if len(r1.Configurations) != 16 {
+		t.Fatalf("%d configuration rows, want 16", len(r1.Configurations))
+	}
+	for ci, row := range r1.Configurations {
+		if len(row.Runs) != 3 || row.Runs[2].Method != "oracle-m3" || row.IdealSamples != r1.Outcomes[0][ci].IdealSamples {
+			t.Fatalf("row %d: %+v", ci, row)
+		}
+		if (row.Runs[0].Ratio == nil) != (row.IdealSamples == 0) || (row.Runs[0].Ratio != nil && !near(*row.Runs[0].Ratio, row.Runs[0].TrainSamples/row.IdealSamples)) {
+			t.Fatalf("row %d: ratio %v with ideal %v and samples %v; want it absent exactly where the configuration is apart", ci, row.Runs[0].Ratio, row.IdealSamples, row.Runs[0].TrainSamples)
+		}
+	}
 	if apart == 0 || apart == 16 || r1.ConfigsApart != apart {
 		t.Fatalf("%d configurations apart (report: %d); the sweep should have some of each", apart, r1.ConfigsApart)
 	}
