@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,8 +38,11 @@ type Scenario struct {
 	// Board is the catalog board (e.g. "agx-orin-64gb") whose simulated tree and physics
 	// the run uses.
 	Board string
-	// Truth, when set, answers turn times and power from this table instead of the
-	// physics simulator. Not supported yet: Run refuses it.
+	// Truth, when set, answers turn times and power from this table (docs/design.md §8;
+	// every mode of Board's space the run reaches must have rows) instead of the
+	// physics simulator's models, with the per-minibatch noise on times and the same
+	// noise on each step's power; the board then starts at the table's highest clocks.
+	// Board must still name the catalog board the table is of (its tree, presets, space).
 	Truth *truth.Table
 	// Train are the training workloads (one job each), e.g. {"resnet18-train"}.
 	Train []string
@@ -179,9 +183,6 @@ func (h *harness) fail(err error) {
 // Run runs sc and returns what happened. The run's files (simulated tree, state
 // directory, bbolt store) live in a temporary directory removed at the end.
 func Run(ctx context.Context, sc Scenario) (Result, error) {
-	if sc.Truth != nil {
-		return Result{}, errors.New("lifetime: answering from a truth table is not supported yet; run on the physics simulator (leave Truth nil)")
-	}
 	if sc.Duration <= 0 {
 		return Result{}, errors.New("lifetime: Duration must be positive")
 	}
@@ -208,14 +209,19 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("lifetime: %w", err)
 	}
+	if sc.Truth != nil {
+		// The table's workloads, with the models' where they exist (their power breakdown
+		// is scaled to the table's; a workload the models lack draws a generic busy GPU).
+		models = truthWorkloads(sc.Truth, models)
+	}
 	for _, n := range sc.Train {
 		if w, ok := models[n]; !ok || w.Role != truth.Train {
-			return Result{}, fmt.Errorf("lifetime: %q is not a training workload of configs/workloads", n)
+			return Result{}, fmt.Errorf("lifetime: %q is not a training workload of %s", n, workloadSource(sc.Truth))
 		}
 	}
 	for _, s := range sc.Infer {
 		if w, ok := models[s.Workload]; !ok || w.Role != truth.Infer {
-			return Result{}, fmt.Errorf("lifetime: %q is not an inference workload of configs/workloads", s.Workload)
+			return Result{}, fmt.Errorf("lifetime: %q is not an inference workload of %s", s.Workload, workloadSource(sc.Truth))
 		}
 		if s.RateRPS <= 0 {
 			return Result{}, fmt.Errorf("lifetime: stream %s: rate %g req/s must be positive", s.Workload, s.RateRPS)
@@ -242,8 +248,19 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 
 	clock := vclock.New(0)
 	h := &harness{sc: sc, clock: clock, rateFactor: 1, powerMW: sc.PowerBudgetMW, dir: dir}
-	h.gpu = &gpu{now: clock.Now, lastStep: clock.Now(), hw: sim.HardwareFor(spec), stale: true, tau: map[tauKey]float64{}}
-	h.board, err = sim.New(root, spec, sim.Options{Workloads: models, Interval: sc.BoardInterval, Logger: sc.Log.With("component", "sim"), Activities: h.gpu.activities})
+	h.gpu = &gpu{now: clock.Now, lastStep: clock.Now(), hw: sim.HardwareFor(spec), stale: true, tau: map[tauKey]float64{}, truth: sc.Truth}
+	simOpts := sim.Options{Workloads: models, Interval: sc.BoardInterval, Logger: sc.Log.With("component", "sim"), Activities: h.gpu.activities}
+	if sc.Truth != nil {
+		prng := rand.New(rand.NewPCG(uint64(sc.Seed), 300))
+		simOpts.PowerMW = func(m powermode.Mode, a sim.Activity) (float64, bool) {
+			r, ok := sc.Truth.Lookup(truth.Key{Workload: a.Workload, Role: truth.Role(a.Role), Mode: m, Batch: a.Batch})
+			if !ok {
+				return 0, false
+			}
+			return r.PowerMW * sim.NoisyFactor(prng, sc.NoiseFrac), true
+		}
+	}
+	h.board, err = sim.New(root, spec, simOpts)
 	if err != nil {
 		return Result{}, fmt.Errorf("lifetime: %w", err)
 	}
@@ -276,9 +293,19 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		return Result{}, fmt.Errorf("lifetime: %w", err)
 	}
 	defer b.Close(context.Background())
-	b.Backend = &watchedBackend{Backend: b.Backend, g: h.gpu}
-	// The board boots at its nvpmodel default preset.
-	if err := b.Backend.Apply(ctx, defaultMode(spec)); err != nil {
+	wb := &watchedBackend{Backend: b.Backend, g: h.gpu}
+	if sc.Truth != nil {
+		if wb.space, err = sc.Truth.Space(); err != nil {
+			return Result{}, fmt.Errorf("lifetime: the truth table's modes: %w", err)
+		}
+	}
+	b.Backend = wb
+	// The board boots at its nvpmodel default preset (a truth table's: its highest clocks).
+	start0 := defaultMode(spec)
+	if sc.Truth != nil {
+		start0 = highestClocks(sc.Truth)
+	}
+	if err := b.Backend.Apply(ctx, start0); err != nil {
 		return Result{}, fmt.Errorf("lifetime: set the default preset: %w", err)
 	}
 	db := filepath.Join(state, "profiles.db")
@@ -364,6 +391,52 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		return h.res, fmt.Errorf("lifetime: %w", h.err)
 	}
 	return h.res, nil
+}
+
+// truthWorkloads are the table's workloads as simulator workloads: the model's where
+// configs/workloads has one of the same name and role, else a bare one (name, role,
+// batch); batch sizes are the table's.
+func truthWorkloads(t *truth.Table, models map[string]*sim.Workload) map[string]*sim.Workload {
+	out := map[string]*sim.Workload{}
+	for _, role := range []truth.Role{truth.Train, truth.Infer} {
+		for _, n := range t.Workloads(role) {
+			bs := t.Batches(n, role)
+			if len(bs) == 0 {
+				continue
+			}
+			w := &sim.Workload{Name: n, Role: role, Batch: bs[0]}
+			if m, ok := models[n]; ok && m.Role == role {
+				c := *m
+				w = &c
+			}
+			if role == truth.Train && !slices.Contains(bs, w.Batch) {
+				w.Batch = bs[0]
+			}
+			w.Batches = bs
+			out[n] = w
+		}
+	}
+	return out
+}
+
+func workloadSource(t *truth.Table) string {
+	if t != nil {
+		return "the truth table"
+	}
+	return "configs/workloads"
+}
+
+// highestClocks is the table's mode with the highest GPU, then CPU, then EMC clock, then
+// the most cores.
+func highestClocks(t *truth.Table) powermode.Mode {
+	var best powermode.Mode
+	for _, m := range t.Modes() {
+		if m.GPUHz > best.GPUHz || m.GPUHz == best.GPUHz && (m.CPUKHz > best.CPUKHz || m.CPUKHz == best.CPUKHz &&
+			(m.EMCHz > best.EMCHz || m.EMCHz == best.EMCHz && m.Cores > best.Cores)) {
+			best = m
+		}
+	}
+	return best
 }
 
 // defaultMode is the board's nvpmodel default preset, snapped to its space.

@@ -15,6 +15,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // The simulated workers run in process on the virtual clock: they call the scheduler's
@@ -31,6 +32,7 @@ import (
 // averaging over the step would read it, however long the step.
 type gpu struct {
 	now    func() time.Time
+	truth  *truth.Table // answers times and power when set (Scenario.Truth)
 	runner *sim.Runner
 	hw     sim.Hardware
 	mode   powermode.Mode
@@ -71,7 +73,15 @@ func (g *gpu) turnTime(w *sim.Workload, batch int, rng *rand.Rand, noise float64
 	k := tauKey{w.Name, batch, m}
 	sec, ok := g.tau[k]
 	if !ok {
-		sec = w.Time(&g.hw, m, batch).TotalSec
+		if g.truth != nil {
+			r, found := g.truth.Lookup(truth.Key{Workload: w.Name, Role: w.Role, Mode: m, Batch: batch})
+			if !found {
+				return 0, fmt.Errorf("the truth table has no row for %s %s at %s batch %d (the run moved the board where the table has no answer; give a table covering the board's whole mode space)", w.Name, w.Role, m, batch)
+			}
+			sec = r.TimeMS / 1000
+		} else {
+			sec = w.Time(&g.hw, m, batch).TotalSec
+		}
 		g.tau[k] = sec
 	}
 	return max(time.Duration(sec*sim.NoisyFactor(rng, noise)*float64(time.Second)), time.Microsecond), nil
@@ -254,6 +264,16 @@ func (wk *worker) scheduleArrival() {
 type watchedBackend struct {
 	powermode.Backend
 	g *gpu
+	// space, when set, is the board's space as fulcrumd sees it: a truth table's modes
+	// (the board answers only where the table does).
+	space *powermode.Space
+}
+
+func (b *watchedBackend) Space() *powermode.Space {
+	if b.space != nil {
+		return b.space
+	}
+	return b.Backend.Space()
 }
 
 func (b *watchedBackend) Apply(ctx context.Context, m powermode.Mode) error {

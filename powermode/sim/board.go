@@ -40,6 +40,10 @@ type Options struct {
 	// ActivityDir: in-process workers on virtual time tell the board from memory (no
 	// file, no process to check) what their Runner would have registered.
 	Activities func() []Activity
+	// PowerMW, when set, gives an activity's board power at mode m (ok false: the
+	// model's): a ground-truth table answering instead of the power model (virtual time,
+	// fulcrum/lifetime). The model's breakdown is scaled to it. Only with Share.
+	PowerMW func(m powermode.Mode, a Activity) (mw float64, ok bool)
 }
 
 // Defaults of Options.
@@ -340,12 +344,19 @@ func (b *Board) sharedPower(m powermode.Mode, acts []Activity) PowerBreakdown {
 	for _, a := range acts {
 		f := min(max(a.Share, 0), left)
 		left -= f
-		w, ok := b.opts.Workloads[a.Workload]
-		if !ok {
-			add(b.hw.power(m, 1, 1, 0.8, 10), f)
-			continue
+		var p PowerBreakdown
+		if w, ok := b.opts.Workloads[a.Workload]; ok {
+			p = w.Power(&b.hw, m, max(a.Batch, 1))
+		} else {
+			p = b.hw.power(m, 1, 1, 0.8, 10)
 		}
-		add(w.Power(&b.hw, m, max(a.Batch, 1)), f)
+		if b.opts.PowerMW != nil {
+			if mw, ok := b.opts.PowerMW(m, a); ok && p.TotalMW() > 0 {
+				k := mw / p.TotalMW()
+				p.SysMW, p.SoCMW, p.CPUMW, p.GPUMW, p.DRAMMW = k*p.SysMW, k*p.SoCMW, k*p.CPUMW, k*p.GPUMW, k*p.DRAMMW
+			}
+		}
+		add(p, f)
 	}
 	add(idle, left)
 	sum.GPULoad = math.Min(sum.GPULoad, 1)
