@@ -39,10 +39,10 @@ nothing keeps the room are reported apart); the share of time a latency or power
 was broken; time to the first plan; profiles taken; training time lost to searches.
 Mid-run changes: --rate-double-at T (every stream's arrival rate doubles at T),
 --power-drop-at T --power-drop-to P (the power budget becomes P at T). The daemon's board
-is the physics simulator of --board (--lifetime-board physics, the default), so --truth
-must be that board's fulcrumctl sim truth: the denominator is read from it;
---lifetime-board truth has the board answer from the table instead, once the harness
-supports it. The one-shot
+answers from the --truth table (--lifetime-board truth, the default; the table must be of
+--board, whose tree and presets the run uses), or is the physics simulator of --board
+(--lifetime-board physics: the table must then be that board's fulcrumctl sim truth,
+since the denominator is read from it). The one-shot
 flags --searchers, --max-profiles, --confidence, --admission-margin, --dev-k,
 --decision-noise, --quantile and --plot do not apply: the daemon runs with its defaults.`
 
@@ -68,7 +68,7 @@ func newLifetimeFlags(f *pflag.FlagSet) lifetimeFlags {
 		rateDoubleAt: f.Duration("rate-double-at", 0, "with --lifetime: every stream's arrival rate doubles at this time from the start (e.g. 30m)"),
 		powerDropAt:  f.Duration("power-drop-at", 0, "with --lifetime: the power budget drops at this time from the start (e.g. 30m); give --power-drop-to"),
 		powerDropTo:  f.String("power-drop-to", "", "with --lifetime: the power budget from --power-drop-at on, in watts (e.g. 15W); below every --power"),
-		boardFrom:    f.String("lifetime-board", "physics", "with --lifetime: the simulated board is the physics simulator of --board (physics; --truth must be its `fulcrumctl sim truth`, the denominator is read from it), or answers from the --truth table (truth; not in the harness yet)"),
+		boardFrom:    f.String("lifetime-board", "truth", "with --lifetime: the simulated board answers from the --truth table (truth), or is the physics simulator of --board (physics; --truth must then be its `fulcrumctl sim truth`, the denominator is read from it)"),
 	}
 }
 
@@ -207,7 +207,7 @@ func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) 
 		return fmt.Errorf("--truth %s: %w", sw.truthPath, err)
 	}
 	spec.Truth = tab
-	if harness && *lf.boardFrom == "physics" {
+	if harness {
 		if err := truthOfBoard(tab, sw.board, sw.truthPath); err != nil {
 			return err
 		}
@@ -295,8 +295,9 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 	return tw.Flush()
 }
 
-// truthOfBoard refuses a table that cannot be the physics simulator's truth of board:
-// the runs would be on one board and their denominators on another.
+// truthOfBoard refuses a table whose modes are not board's: the runs use board's tree,
+// presets and space (and with --lifetime-board physics its physics), so they and their
+// denominators would be on different boards.
 func truthOfBoard(tab *truth.Table, board, path string) error {
 	cat, err := powermode.LoadCatalog(configs.FS, "boards")
 	if err != nil {
@@ -312,7 +313,7 @@ func truthOfBoard(tab *truth.Table, board, path string) error {
 	}
 	for _, m := range tab.Modes() {
 		if !space.Contains(m) {
-			return fmt.Errorf("--truth %s has mode %s, which %s does not: with --lifetime-board physics the runs are on --board's physics simulator, so give the --board the table was made for, or a table from `fulcrumctl sim truth --board %s`", path, m, board, board)
+			return fmt.Errorf("--truth %s has mode %s, which %s does not: the runs are on --board's simulated board, so give the --board the table was made for, or a table from `fulcrumctl sim truth --board %s`", path, m, board, board)
 		}
 	}
 	return nil

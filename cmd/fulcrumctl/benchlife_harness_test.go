@@ -12,7 +12,7 @@ import (
 // the preset row never searched.
 func TestBenchLifetimeHarnessDeterministic(t *testing.T) {
 	tp := lifeTruth(t)
-	args := []string{"bench", "--truth", tp, "--lifetime", "1m", "--lifetime-board", "physics", "--methods", "gmd,preset",
+	args := []string{"bench", "--truth", tp, "--lifetime", "1m", "--methods", "gmd,preset",
 		"--pairs", "resnet18-train:mobilenetv3-infer", "--rates", "10", "--latency", "200ms", "--power", "30W", "--seed", "5", "-o", "json", "--quiet"}
 	var outs []string
 	for _, p := range []string{"1", "1", "2"} {
