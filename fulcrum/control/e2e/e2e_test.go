@@ -78,13 +78,18 @@ func seed(t *testing.T, dbPath string, spec *powermode.BoardSpec, models map[str
 // putTruth stores the simulator's noise-free profile of w at mode m and batch b.
 func putTruth(t *testing.T, st *store.Store, spec *powermode.BoardSpec, w *sim.Workload, role truth.Role, m powermode.Mode, b int) {
 	t.Helper()
-	now := time.Now().UTC()
-	ms, mw := w.TimeMS(spec, m, b), w.PowerMW(spec, m, b)
-	if err := st.Put(store.Profile{Board: spec.Name, Workload: w.Name, Role: role, Mode: m, Batch: b,
-		TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-		Samples: 1, PowerSamples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+	if err := st.Put(truthProfile(spec, w, role, m, b, time.Now().UTC())); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// truthProfile is the simulator's noise-free profile of w at mode m and batch b, taken
+// at now.
+func truthProfile(spec *powermode.BoardSpec, w *sim.Workload, role truth.Role, m powermode.Mode, b int, now time.Time) store.Profile {
+	ms, mw := w.TimeMS(spec, m, b), w.PowerMW(spec, m, b)
+	return store.Profile{Board: spec.Name, Workload: w.Name, Role: role, Mode: m, Batch: b,
+		TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+		Samples: 1, PowerSamples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}
 }
 
 // powerLog samples board power like the controller does, independently of it.
