@@ -257,3 +257,106 @@ func TestControllerOnVirtualTime(t *testing.T) {
 		t.Errorf("served %d of %d requests", s.Served, s.Requests)
 	}
 }
+
+// TestTwoStreamsOnVirtualTime is TestTwoStreamsEndToEnd's assertions on virtual time: a
+// classifier at 8 req/s within 400 ms and a detector at 20 req/s within its own 300 ms
+// beside one trainer, from stored profiles: one joint plan with each stream's own
+// budget, and over the scheduler's 30 s window each stream's p99 within it.
+func TestTwoStreamsOnVirtualTime(t *testing.T) {
+	const (
+		lookAt = 40 * time.Second
+		runFor = 45 * time.Second
+	)
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	models := testboard.Workloads(t)
+	type seen struct {
+		count  int
+		p99MS  float64
+		missed uint64
+	}
+	var (
+		status  control.Status
+		windows = map[string]seen{}
+		trained uint64
+	)
+	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{trainWL},
+		Infer: []lifetime.Stream{{Workload: inferWL, RateRPS: classRate, LatencyMS: latencyMS},
+			{Workload: streamWL, RateRPS: streamRate, LatencyMS: streamLat}},
+		PowerBudgetMW: powerW * 1000, Searcher: "gmd", Duration: runFor, Seed: 1,
+		Stored: storedTruth(spec, models, trainWL, inferWL, streamWL),
+		Probes: []lifetime.Probe{{At: lookAt, Do: func(in *lifetime.Instant) {
+			status = in.Status()
+			snap := in.Snapshot()
+			for _, n := range []string{inferWL, streamWL} {
+				wl, _ := snap.Workload(proto.RoleInfer, n)
+				windows[n] = seen{count: wl.Latency.Count, p99MS: wl.Latency.P99MS, missed: wl.DeadlineMisses}
+			}
+			if tw, ok := snap.Workload(proto.RoleTrain, trainWL); ok {
+				trained = tw.Minibatches
+			}
+		}}}}
+	start := time.Now()
+	res, err := lifetime.Run(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s of virtual time in %s real", sc.Duration, time.Since(start).Round(time.Millisecond))
+	defer func() {
+		if t.Failed() {
+			logEvents(t, res.Events)
+		}
+	}()
+
+	// 1. One joint plan for both streams from the stored profiles.
+	var pe control.Event
+	var planAt time.Duration
+	found := false
+	for _, e := range res.Events {
+		if e.Kind == control.KindPlan && strings.Contains(e.Reason, inferWL) && strings.Contains(e.Reason, streamWL) {
+			pe, planAt, found = e, e.Time.Sub(vclock.Epoch), true
+			break
+		}
+	}
+	if !found {
+		t.Fatalf("no plan for both streams")
+	}
+	t.Logf("plan at +%.1fs: %s", planAt.Seconds(), pe.Reason)
+	if planAt > 8*time.Second {
+		t.Errorf("the joint plan came %.1f s after the workers started; want within 8 s", planAt.Seconds())
+	}
+	if status.Live.Profiled != 0 || status.StoredProfiles != len(seedModes(spec)) {
+		t.Errorf("planning profiled %d modes live and saw %d stored profiles; want 0 and %d", status.Live.Profiled, status.StoredProfiles, len(seedModes(spec)))
+	}
+	if status.Current == nil || !status.Current.Predicted.Feasible || len(status.Current.Streams) != 2 {
+		t.Fatalf("the plan is not a feasible plan for two streams: %+v", status.Current)
+	}
+	budget := map[string]float64{inferWL: latencyMS, streamWL: streamLat}
+	for _, s := range status.Current.Streams {
+		if s.LatencyBudgetMS != budget[s.Workload] || s.PredLatencyMS > budget[s.Workload] {
+			t.Errorf("stream %+v: want its own budget %v ms and a predicted p99 within it", s, budget[s.Workload])
+		}
+	}
+
+	// 2. Both streams running: each p99 within its own budget over the scheduler's
+	// window; training progresses.
+	for _, n := range []string{inferWL, streamWL} {
+		w := windows[n]
+		t.Logf("stream %s over the 30 s window to %s: %d served, p99 %.1f ms (budget %.0f ms), %d deadline misses", n, lookAt, w.count, w.p99MS, budget[n], w.missed)
+		if w.count < 50 {
+			t.Errorf("stream %s: %d served in the window", n, w.count)
+		}
+		if w.p99MS <= 0 || w.p99MS > budget[n] {
+			t.Errorf("stream %s: p99 %.1f ms over its %.0f ms budget", n, w.p99MS, budget[n])
+		}
+	}
+	t.Logf("training: %d minibatches by %s (predicted %.1f samples/s)", trained, lookAt, status.Current.Predicted.ThroughputSPS)
+	if trained < 20 {
+		t.Errorf("training ran %d minibatches; it must progress", trained)
+	}
+	for _, s := range res.Streams {
+		t.Logf("stream %s over the run: %d requests, %d served, %d refused, %d late, p99 %.1f ms", s.Workload, s.Requests, s.Served, s.Refused, s.Late, s.P99MS)
+		if s.Refused != 0 || s.Served < s.Requests*9/10 {
+			t.Errorf("stream %s: served %d of %d requests, %d refused", s.Workload, s.Served, s.Requests, s.Refused)
+		}
+	}
+}
