@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -46,11 +47,13 @@ func eventLog(t *testing.T, evs []control.Event) string {
 }
 
 // TestSameSeedSameRun: the daemon on virtual time is deterministic for a seed — the
-// same event log (times, modes, measured numbers) and the same figures twice — and
-// another seed gives another run.
+// same event log (times, modes, measured numbers) and the same figures twice, on all
+// cores and on one — and another seed gives another run.
 func TestSameSeedSameRun(t *testing.T) {
 	a := run(t, pair("gmd", 2*time.Minute, 1))
+	procs := runtime.GOMAXPROCS(1)
 	b := run(t, pair("gmd", 2*time.Minute, 1))
+	runtime.GOMAXPROCS(procs)
 	c := run(t, pair("gmd", 2*time.Minute, 2))
 	if len(a.Events) < 5 {
 		t.Fatalf("only %d events in 2 minutes: no search ran?", len(a.Events))
@@ -77,7 +80,7 @@ func TestSameSeedSameRun(t *testing.T) {
 // searches live, a plan is applied, and from then on the stream's p99 is within its
 // budget and the board's power within its own.
 func TestPairPlansAndHoldsTheBudgets(t *testing.T) {
-	sc := pair("gmd", 10*time.Minute, 1)
+	sc := pair("gmd", 5*time.Minute, 1)
 	res := run(t, sc)
 	if res.FirstPlanS < 0 {
 		t.Fatalf("no plan applied in %s", sc.Duration)
@@ -185,6 +188,58 @@ func TestTruthTableAnswers(t *testing.T) {
 	for _, e := range rg.Events {
 		if e.Mode != nil && !modes[*e.Mode] {
 			t.Fatalf("event %s at %s, a mode the truth table does not have", e.Kind, e.Mode)
+		}
+	}
+}
+
+// TestPowerBudgetDropMidRun: the operator lowers the power budget from 35 W to 25 W
+// three minutes in; fulcrumd takes it (a budget event), moves the board (an apply after
+// it) and the 1 s power average is over the new budget for a few seconds at most.
+func TestPowerBudgetDropMidRun(t *testing.T) {
+	sc := pair("gmd", 6*time.Minute, 1)
+	at := 3 * time.Minute
+	sc.Changes = []lifetime.Change{{At: at, PowerBudgetMW: 25000}}
+	res := run(t, sc)
+	var budgetAt time.Time
+	var before, after *powermode.Mode
+	for _, e := range res.Events {
+		since := e.Time.Sub(res.Events[0].Time)
+		switch {
+		case e.Kind == control.KindBudget && since >= at && budgetAt.IsZero():
+			budgetAt = e.Time
+		case e.Kind == control.KindApply && e.Mode != nil && budgetAt.IsZero():
+			before = e.Mode
+		case e.Kind == control.KindApply && e.Mode != nil && after == nil:
+			after = e.Mode
+		}
+	}
+	if budgetAt.IsZero() || before == nil || after == nil || *after == *before {
+		t.Fatalf("budget event at %v; mode before %v, after %v: want the board moved after the drop", budgetAt, before, after)
+	}
+	if res.PowerBrokenS > 10 {
+		t.Errorf("power over budget %.1f s", res.PowerBrokenS)
+	}
+}
+
+// TestTwoStreamsTwoJobs: several streams and training jobs — the pooled search, one
+// plan for all of them — and each job trains, each stream is served within its own
+// budget after the plan.
+func TestTwoStreamsTwoJobs(t *testing.T) {
+	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train", "mobilenetv3-train"},
+		Infer:         []lifetime.Stream{{Workload: "resnet50-infer", RateRPS: 8, LatencyMS: 400}, {Workload: "yolov8n-infer", RateRPS: 10, LatencyMS: 300}},
+		PowerBudgetMW: 35000, Searcher: "gmd", Duration: 4 * time.Minute, Seed: 1}
+	res := run(t, sc)
+	if res.FirstPlanS < 0 {
+		t.Fatal("no plan for two streams and two jobs")
+	}
+	for _, n := range sc.Train {
+		if res.TrainSamples[n] <= 0 {
+			t.Errorf("job %s did not train: %v", n, res.TrainSamples)
+		}
+	}
+	for i, s := range res.Streams {
+		if s.Served == 0 || s.P99AfterPlanMS > sc.Infer[i].LatencyMS {
+			t.Errorf("stream %s: served %d, p99 after the plan %.1f ms, budget %.0f ms", s.Workload, s.Served, s.P99AfterPlanMS, sc.Infer[i].LatencyMS)
 		}
 	}
 }
