@@ -225,7 +225,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var err error
 	if o.Socket != "" {
 		reg := client.Registration{Role: o.Role, Workload: o.Name, Batch: o.Batch}
-		if o.Role == proto.RoleTrain {
+		if o.Role == proto.RoleTrain && len(o.MicroBatches) > 0 {
 			reg.MicroBatches = slices.Clone(o.MicroBatches)
 		}
 		if o.Role == proto.RoleInfer {
