@@ -793,42 +793,33 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	return prof, 0, nil
 }
 
-// combineRepeats pools repeat measurements of one point: the time mean and standard
-// deviation over all their batches, p50/p95 as the batch-weighted mean of theirs (the
-// batches themselves are not kept), the power mean over all their readings.
+// combineRepeats pools repeat measurements of one point: the time statistics as
+// stats.Pool gives them (mean and standard deviation over all their batches, p50/p95
+// the batch-weighted mean of theirs: the batches themselves are not kept), the power
+// mean over all their readings.
 func combineRepeats(reps []store.Profile) store.Profile {
 	out := reps[0]
-	var n, np int
-	var sumT, sumP, p50, p95 float64
+	parts := make([]stats.Summary, 0, len(reps))
+	var np int
+	var sumP float64
 	for _, r := range reps {
-		n += r.Samples
+		parts = append(parts, stats.Summary{N: r.Samples, Mean: r.TimeMS.Mean, Stddev: r.TimeMS.Stddev, P50: r.TimeMS.P50, P95: r.TimeMS.P95})
 		np += r.PowerSamples
-		sumT += r.TimeMS.Mean * float64(r.Samples)
 		sumP += r.PowerMW.Mean * float64(r.PowerSamples)
-		p50 += r.TimeMS.P50 * float64(r.Samples)
-		p95 += r.TimeMS.P95 * float64(r.Samples)
 		out.StartedAt = minTime(out.StartedAt, r.StartedAt)
 		out.FinishedAt = maxTime(out.FinishedAt, r.FinishedAt)
 	}
-	mean := sumT / float64(n)
-	var ss float64 // total sum of squares about the pooled mean
-	for _, r := range reps {
-		ss += float64(r.Samples-1)*r.TimeMS.Stddev*r.TimeMS.Stddev + float64(r.Samples)*(r.TimeMS.Mean-mean)*(r.TimeMS.Mean-mean)
-	}
-	sd := 0.0
-	if n > 1 {
-		sd = math.Sqrt(ss / float64(n-1))
-	}
-	out.TimeMS = store.TimeStats{Mean: mean, P50: p50 / float64(n), P95: p95 / float64(n), Stddev: sd}
+	t := stats.Pool(parts)
+	out.TimeMS = store.TimeStats{Mean: t.Mean, P50: t.P50, P95: t.P95, Stddev: t.Stddev}
 	if np > 0 {
 		out.PowerMW.Mean = sumP / float64(np)
 	}
-	out.Samples, out.PowerSamples = n, np
+	out.Samples, out.PowerSamples = t.N, np
 	out.Repeats = len(reps)
 	out.Throttled = pooledThrottle(reps)
-	out.RSE = 0
-	if n > 1 && mean > 0 {
-		out.RSE = sd / math.Sqrt(float64(n)) / mean
+	out.RSE = 0 // the store holds no +Inf: 0 is "no estimate"
+	if rse := stats.RSE(t.N, t.Mean, t.Stddev); !math.IsInf(rse, 1) {
+		out.RSE = rse
 	}
 	return out
 }

@@ -252,30 +252,10 @@ func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.M
 	if p.sums == nil {
 		p.sums = map[powermode.Mode]plan.ModeProfile{}
 	}
-	sum, n := p.sums[m], 0
-	if sum.Infer == nil {
-		sum = plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: mp.Train.Batch}, Infer: make([]plan.InferPoint, len(mp.Infer))}
-		for j := range mp.Infer {
-			sum.Infer[j].Batch = mp.Infer[j].Batch
-		}
-	}
-	n = sum.Repeats + 1
-	sum.Repeats = n
-	sum.Train.TimeMS += mp.Train.TimeMS
-	sum.Train.PowerMW += mp.Train.PowerMW
-	for j := range mp.Infer {
-		sum.Infer[j].TimeMS += mp.Infer[j].TimeMS
-		sum.Infer[j].PowerMW += mp.Infer[j].PowerMW
-	}
+	sum := p.sums[m]
+	plan.AddRepeat(&sum, mp)
 	p.sums[m] = sum
-	mean := sum.Clone()
-	k := 1 / float64(n)
-	mean.Train.TimeMS *= k
-	mean.Train.PowerMW *= k
-	for j := range mean.Infer {
-		mean.Infer[j].TimeMS *= k
-		mean.Infer[j].PowerMW *= k
-	}
+	mean := plan.RepeatMean(sum)
 	if _, had := p.known[m]; !had {
 		p.order = append(p.order, m)
 	}
