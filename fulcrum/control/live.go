@@ -327,7 +327,8 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 }
 
 // StoredProfiles returns the complete profiles of pair on board: modes with a training
-// profile at B_T and an inference profile at one or more of the batch sizes.
+// profile at B_T and an inference profile at one or more of the batch sizes, in the
+// store's order of the training profiles (plan.Assemble).
 func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfile, error) {
 	tr, err := st.List(store.Filter{Board: board, Workload: pair.Train, Role: truth.Train})
 	if err != nil {
@@ -337,26 +338,9 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfil
 	if err != nil {
 		return nil, err
 	}
-	byMode := map[powermode.Mode][]plan.InferPoint{}
-	// A mode's repeats are its least-repeated point's: the decision sizes one σ per mode.
-	reps := map[powermode.Mode]int{}
-	for _, x := range inf {
-		if slices.Contains(pair.Batches, x.Batch) {
-			byMode[x.Mode] = append(byMode[x.Mode], plan.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
-			if r, ok := reps[x.Mode]; !ok || max(x.Repeats, 1) < r {
-				reps[x.Mode] = max(x.Repeats, 1)
-			}
-		}
-	}
 	var out []plan.ModeProfile
-	for _, x := range tr {
-		if x.Batch != pair.TrainBatch || len(byMode[x.Mode]) == 0 {
-			continue
-		}
-		ips := byMode[x.Mode]
-		slices.SortFunc(ips, func(a, b plan.InferPoint) int { return a.Batch - b.Batch })
-		out = append(out, plan.ModeProfile{Mode: x.Mode, Train: plan.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}, Infer: ips,
-			Repeats: min(max(x.Repeats, 1), reps[x.Mode])})
+	for _, mp := range plan.Assemble(pair.shape(), measured(tr, inf)) {
+		out = append(out, plan.PairOf(mp))
 	}
 	return out, nil
 }
@@ -415,7 +399,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 		p.mu.Lock()
 		p.counts.FromStore++
 		p.mu.Unlock()
-		return toModeProfile(m, keys, have), nil
+		return p.toModeProfile(m, have), nil
 	}
 	if over && budget > 0 && rec.PowerMW > budget {
 		p.mu.Lock()
@@ -603,7 +587,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 		p.counts.Points++
 		p.mu.Unlock()
 	}
-	mp = toModeProfile(m, keys, have)
+	mp = p.toModeProfile(m, have)
 	if p.OnProfile != nil && put { // a repeat is counted (Counts.Remeasured), not announced
 		p.OnProfile(m, mp, nil)
 	}
@@ -861,20 +845,38 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.Profile) plan.ModeProfile {
-	mp := plan.ModeProfile{Mode: m}
-	for _, k := range keys {
-		x := have[k]
-		if r := max(x.Repeats, 1); mp.Repeats == 0 || r < mp.Repeats {
-			mp.Repeats = r
-		}
-		if k.Role == truth.Train {
-			mp.Train = plan.TrainPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
-			continue
-		}
-		mp.Infer = append(mp.Infer, plan.InferPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+// toModeProfile assembles the profile of m for the pair (its Only role alone, if set)
+// from the points measured or read (plan.AssembleMode).
+func (p *LiveProfiler) toModeProfile(m powermode.Mode, have map[store.Key]store.Profile) plan.ModeProfile {
+	sh := p.Pair.shape()
+	switch p.Only {
+	case truth.Train:
+		sh.Infer = nil
+	case truth.Infer:
+		sh.Train = nil
 	}
-	return mp
+	ps := make([]store.Profile, 0, len(have))
+	for _, x := range have {
+		ps = append(ps, x)
+	}
+	mp, _ := plan.AssembleMode(sh, m, measured(ps))
+	return plan.PairOf(mp)
+}
+
+// shape is what a pair's profile is assembled from (plan.Assemble).
+func (pr Pair) shape() plan.Shape {
+	return plan.PairShape(pr.Train, pr.TrainBatch, pr.Infer, pr.Batches)
+}
+
+// measured is stored profiles as the points plan.Assemble puts together.
+func measured(lists ...[]store.Profile) []plan.Measured {
+	var out []plan.Measured
+	for _, ps := range lists {
+		for _, x := range ps {
+			out = append(out, plan.Measured{Row: x.Row(), Repeats: x.Repeats})
+		}
+	}
+	return out
 }
 
 // estimate builds the profile an abandoned mode answers with: every power at what the
