@@ -17,6 +17,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -50,11 +51,7 @@ func TestProfileSimulatedOrin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(filepath.Join(t.TempDir(), "profiles.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	p := &profiler.Profiler{Backend: backend, Runner: runner, Store: st, Logger: quiet, Options: profiler.Options{
 		Warmup: 1, WarmupTime: 300 * time.Millisecond, MinSamples: 3, MaxSamples: 6, TargetRSE: 0.02, PowerSampleInterval: 10 * time.Millisecond,
 	}}
