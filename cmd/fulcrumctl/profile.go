@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
@@ -29,7 +30,7 @@ import (
 )
 
 // defaultProfileDB is where fulcrumd and fulcrumctl keep profiles on a board.
-const defaultProfileDB = "/var/lib/fulcrum/profiles.db"
+const defaultProfileDB = paths.Store
 
 func newProfileCmd() *cobra.Command {
 	cmd := &cobra.Command{
