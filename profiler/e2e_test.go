@@ -16,6 +16,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
+	"github.com/fulcrum-edge/fulcrum/profiler/simprof"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -47,7 +48,7 @@ func TestProfileSimulatedOrin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := profiler.NewSimRunner(board.Root(), spec, models, 42)
+	runner, err := simprof.New(board.Root(), spec, models, 42)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
+	"github.com/fulcrum-edge/fulcrum/profiler/simprof"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -395,7 +396,7 @@ no way to run one from fulcrumctl yet and run says so.`,
 		if err != nil {
 			return err
 		}
-		runner, err := profiler.NewSimRunner(*root, spec, models, *seed)
+		runner, err := simprof.New(*root, spec, models, *seed)
 		if err != nil {
 			return err
 		}
