@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
@@ -20,7 +21,7 @@ const checkTimeout = 10 * time.Second
 // the test if the store cannot be opened, and checks the file when the test ends.
 func Open(t testing.TB) *store.Store {
 	t.Helper()
-	return OpenAt(t, filepath.Join(t.TempDir(), "profiles.db"), store.Options{})
+	return OpenAt(t, filepath.Join(t.TempDir(), paths.StoreName), store.Options{})
 }
 
 // OpenAt is Open for a file at path (created if needed), for a test whose store must be
