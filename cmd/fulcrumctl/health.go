@@ -7,8 +7,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 )
 
 // --- health --------------------------------------------------------------------------

@@ -5,26 +5,27 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
 
-// goTool is the go command that built this test (GOROOT/bin/go), else the one on PATH.
+// goTool is the go command on PATH (go test puts the go that runs it first there), else
+// $GOROOT/bin/go.
 func goTool(t *testing.T) string {
 	t.Helper()
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); runtime.GOROOT() != "" {
-		if _, err := exec.LookPath(p); err == nil {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		if p, err := exec.LookPath(filepath.Join(root, "bin", "go")); err == nil {
 			return p
 		}
 	}
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool in GOROOT (%q) or on PATH: cannot list the packages' dependencies", runtime.GOROOT())
-	}
-	return p
+	t.Skip("no go tool on PATH or in $GOROOT/bin: cannot list the packages' dependencies (run the test with go test)")
+	return ""
 }
 
 // deps lists every package pkg links (go list -deps -json), pkg included.
