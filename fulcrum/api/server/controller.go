@@ -2,7 +2,7 @@
 // fulcrum/api, the Go client fulcrum/api/client): the socket and its access control by
 // SO_PEERCRED, strict JSON decoding, the limits on local clients, the budgets' checks
 // and the Controller interface the handlers call, which fulcrumd's controller implements
-// through fulcrum/api/server/ctladapter. docs/api.md documents every endpoint.
+// through fulcrum/api/server/controlapi. docs/api.md documents every endpoint.
 package server
 
 import (
