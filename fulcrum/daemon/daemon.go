@@ -25,37 +25,41 @@ import (
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
-// Options configure a whole fulcrumd.
+// Options configure a whole fulcrumd. The mapstructure tags here and on the nested
+// option structs (Config, sched.Config, control.Config, server.Config, nvml.Options) are
+// fulcrumd's configuration keys (cmd/fulcrumd decodes configs/fulcrum.yaml straight into
+// DefaultOptions); "-" marks what only code sets.
 type Options struct {
-	Server Config
+	Server Config `mapstructure:"worker"`
 	// StateDir holds the profile database (created if missing).
-	StateDir string
+	StateDir string `mapstructure:"state_dir"`
 	// DBPath is the bbolt profile store; empty means <StateDir>/profiles.db.
-	DBPath string
+	DBPath string `mapstructure:"db"`
 	// StoreTimeout bounds the wait for another process's lock on the store.
-	StoreTimeout time.Duration
+	StoreTimeout time.Duration `mapstructure:"db_timeout_ms"`
 	// Board is "auto" (detect the Jetson), "sim:NAME" (a simulated board whose tree is at
 	// BoardRoot), "nvml" (a discrete NVIDIA GPU) or "none" (no board: schedule only).
-	Board     string
-	BoardRoot string
+	Board     string `mapstructure:"board"`
+	BoardRoot string `mapstructure:"board_root"`
 	// NVML configures board "nvml" (a discrete GPU): device index, and whether clocks
 	// may be locked (read-only otherwise).
-	NVML nvml.Options
-	Log  *slog.Logger
+	NVML nvml.Options `mapstructure:"nvml"`
+	Log  *slog.Logger `mapstructure:"-"`
 
-	// Control configures the controller; Budgets are the budgets it starts with.
-	Control control.Config
-	Budgets plan.Budgets
+	// Control configures the controller; Budgets are the budgets it starts with
+	// (fulcrumd reads them from its budgets keys, written with units).
+	Control control.Config `mapstructure:"controller"`
+	Budgets plan.Budgets   `mapstructure:"-"`
 	// API configures the control API; an empty SocketPath means
 	// <RuntimeDir>/control.sock. NoAPI leaves it out (tests of the worker side only).
-	API   server.Config
-	NoAPI bool
+	API   server.Config `mapstructure:"control"`
+	NoAPI bool          `mapstructure:"-"`
 	// Version is reported by the control API's status.
-	Version string
+	Version string `mapstructure:"-"`
 	// Clock drives the controller (sched.RealClock when nil).
-	Clock sched.Clock
+	Clock sched.Clock `mapstructure:"-"`
 	// MetricsListen is the Prometheus metrics address (e.g. 127.0.0.1:9464); empty: off.
-	MetricsListen string
+	MetricsListen string `mapstructure:"metrics_listen"`
 }
 
 // Daemon is a running fulcrumd: the worker server, the profile store, the board, the
