@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -162,7 +161,7 @@ type Controller struct {
 	settings *settingsState
 	loop     loopBeat
 
-	mu       sync.Mutex
+	mu       coopMutex // a sync.Mutex unless the clock is cooperative (coop.go)
 	budgets  plan.Budgets
 	pair     *Pair
 	pairAt   time.Time
@@ -192,7 +191,7 @@ type Controller struct {
 	forceSearch string // searcher to run for the next plan ("" none)
 	job         bool   // a search is running
 	jobMethod   string
-	jobDone     chan struct{}
+	jobDone     sched.Event
 	base        context.Context // ends when Run ends
 	forceApply  bool            // the board's mode is not cur's (a search moved it)
 	held        bool            // an operator-applied mode is held
@@ -262,6 +261,7 @@ func New(o Options) (*Controller, error) {
 		base: context.Background(), violations: map[string]uint64{},
 		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{},
 		settings: &settingsState{file: SettingsFile{Path: o.SettingsPath}, config: b}}
+	c.mu.co, _ = o.Clock.(sched.Coop)
 	c.events = NewEventLog(cfg.Events, o.Clock.Now)
 	o.Sched.SetLatencyBudget(msDur(b.LatencyMS))
 	return c, nil
@@ -315,7 +315,7 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	}
 	done, out := c.startSearch(ctx, method, "optimize requested", maxProfiles)
 	c.mu.Unlock()
-	<-done // ctx ending cancels the search, which then returns promptly
+	_ = done.Wait(context.Background()) // ctx ending cancels the search, which then returns promptly
 	if out.Err != nil {
 		return out, fmt.Errorf("optimize %s: %w", method, out.Err)
 	}
@@ -354,15 +354,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.base = ctx
 	c.mu.Unlock()
-	var wg sync.WaitGroup
+	var sampled sched.Event // fired when the power sampler has stopped
 	if c.board != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		sampled = sched.NewEvent(c.clock)
+		sched.Go(c.clock, func() {
+			defer sampled.Fire()
 			for c.sleep(ctx, c.cfg.PowerSample) {
 				_ = c.power.Sample(ctx, c.board, c.clock.Now())
 			}
-		}()
+		})
 	}
 	c.loop.start(c.clock.Now())
 	for c.sleep(ctx, c.cfg.Period) {
@@ -371,12 +371,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.loop.beat(c.clock.Now())
 	}
 	c.loop.stop()
-	wg.Wait()
+	if sampled != nil {
+		_ = sampled.Wait(context.Background())
+	}
 	c.mu.Lock()
 	done := c.jobDone
 	c.mu.Unlock()
 	if done != nil {
-		<-done
+		_ = done.Wait(context.Background())
 	}
 	return nil
 }
@@ -390,15 +392,13 @@ func (c *Controller) SamplePower(ctx context.Context) error {
 	return c.power.Sample(ctx, c.board, c.clock.Now())
 }
 func (c *Controller) sleep(ctx context.Context, d time.Duration) bool {
-	ch := make(chan struct{})
-	t := c.clock.AfterFunc(d, func() { close(ch) })
-	select {
-	case <-ctx.Done():
+	e := sched.NewEvent(c.clock)
+	t := c.clock.AfterFunc(d, e.Fire)
+	if e.Wait(ctx) != nil {
 		t.Stop()
 		return false
-	case <-ch:
-		return true
 	}
+	return true
 }
 
 // pairOf finds the workloads to plan for: the first live training and inference

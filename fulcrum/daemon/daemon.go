@@ -161,20 +161,11 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	if removed, err := st.RemoveImportLeftovers(); len(removed) > 0 || err != nil {
 		d.log.Warn("removed an unfinished import's temporary files; part of that import may be stored (import the file again to complete it)", "files", removed, "err", err)
 	}
-	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
-		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
-		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
-		SettingsPath: filepath.Join(cmp.Or(o.StateDir, filepath.Dir(db)), control.SettingsFileName)}
-	if b.Backend != nil {
-		copts.Board = b
-		copts.Presets, copts.PresetNames = b.Presets()
-	}
-	ctl, err := control.New(copts)
+	ctl, err := NewController(ctx, o, d.Server.Scheduler(), b, st, db)
 	if err != nil {
 		return fail(err)
 	}
 	d.Controller = ctl
-	ctl.RestoreSettings(ctx)
 	if notice != "" {
 		ctl.Notice(control.KindStore, notice)
 	}
@@ -208,6 +199,30 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		}
 	}
 	return d, nil
+}
+
+// NewController builds fulcrumd's controller from o over the scheduler, board and open
+// store (at db) given, and restores the saved run-time settings. Open wires the daemon
+// with it, and so does the daemon on virtual time (fulcrum/lifetime): one constructor, so
+// what runs there is what fulcrumd runs.
+func NewController(ctx context.Context, o Options, sch control.Scheduler, b *Board, st *store.Store, db string) (*control.Controller, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	copts := control.Options{Config: o.Control, Sched: sch, Store: st, Clock: o.Clock,
+		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
+		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
+		SettingsPath: filepath.Join(cmp.Or(o.StateDir, filepath.Dir(db)), control.SettingsFileName)}
+	if b != nil && b.Backend != nil {
+		copts.Board = b
+		copts.Presets, copts.PresetNames = b.Presets()
+	}
+	ctl, err := control.New(copts)
+	if err != nil {
+		return nil, err
+	}
+	ctl.RestoreSettings(ctx)
+	return ctl, nil
 }
 
 // openStore opens the profile store at path, verifying every page first. A damaged
