@@ -701,7 +701,7 @@ func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
-	a := &API{C: c, Started: e.clock.Now()}
+	a := NewAPI(c, e.clock.Now())
 	ctx := context.Background()
 	if _, err := a.ApplyMode(ctx, powermode.Mode{Cores: 3, CPUKHz: 1, GPUHz: 1, EMCHz: 1}, api.Caller{}); err == nil || api.AsError(err).Code != api.CodeBadMode {
 		t.Fatalf("bad mode: %v", err)

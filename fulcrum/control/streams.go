@@ -18,11 +18,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
+	"github.com/fulcrum-edge/fulcrum/internal/budgettext"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -135,7 +135,7 @@ func (c *Controller) StreamTargets() map[string]StreamTarget {
 // SetStreamTarget installs the budgets of one inference stream (workload), replacing what
 // was set for it; the zero StreamTarget drops them (the stream uses the shared budgets).
 // Invalid values change nothing. The next step re-plans.
-func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Caller) error {
+func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *Caller) error {
 	if err := checkStreamTarget(workload, t); err != nil {
 		return fmt.Errorf("stream budgets not changed: %w", err)
 	}
@@ -197,8 +197,8 @@ func checkStreamTarget(workload string, t StreamTarget) error {
 			return err
 		}
 	}
-	if t.TrainWeight != 0 && (!(t.TrainWeight >= api.MinTrainWeight) || t.TrainWeight > api.MaxTrainWeight) {
-		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, api.MinTrainWeight, api.MaxTrainWeight)
+	if t.TrainWeight != 0 && (!(t.TrainWeight >= plan.MinTrainWeight) || t.TrainWeight > plan.MaxTrainWeight) {
+		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, plan.MinTrainWeight, plan.MaxTrainWeight)
 	}
 	return nil
 }
@@ -221,7 +221,7 @@ func (c *Controller) streamSchedTargets() (map[string]time.Duration, map[string]
 
 // String is the target in an event's words, as fulcrumctl budget get prints it.
 func (t StreamTarget) String() string {
-	return "{" + api.StreamBudgets{LatencyMS: t.LatencyMS, RateRPS: t.RateRPS, TrainWeight: t.TrainWeight}.String() + "}"
+	return "{" + budgettext.Stream(t.LatencyMS, t.RateRPS, t.TrainWeight) + "}"
 }
 
 // streamPoint is one stream's batch at one mode.
