@@ -143,6 +143,7 @@ type worker struct {
 	w     *sim.Workload
 	batch int
 	rng   *rand.Rand
+	tail  *tail // heavy-tailed turn times (Scenario.Tail); nil: none
 	seq   uint64
 
 	// training
@@ -169,6 +170,9 @@ func (h *harness) register(role string, w *sim.Workload, batch int, sizes []int,
 		return nil, fmt.Errorf("register the simulated %s worker %s: %w", role, w.Name, err)
 	}
 	wk.id = id
+	if wk.tail, err = newTail(h.sc.Tail, role, h.sc.Seed, seed); err != nil {
+		return nil, err
+	}
 	return wk, nil
 }
 
@@ -192,6 +196,7 @@ func (wk *worker) deliver(g sched.Grant) {
 		h.fail(err)
 		return
 	}
+	tau = wk.tail.stretch(tau)
 	h.gpu.start(wk.w, wk.role, g.Batch)
 	h.clock.AfterFunc(tau, func() {
 		h.gpu.stop()
