@@ -152,6 +152,10 @@ type Result struct {
 	// own, every board step) was over the power budget.
 	LatencyBrokenS float64 `json:"latency_broken_s"`
 	PowerBrokenS   float64 `json:"power_broken_s"`
+	// HoldExpired counts turns fulcrumd took back past the scheduler's hold limit (a
+	// heavy-tailed turn can run past it: Scenario.Tail); the worker then registers
+	// again, as a real one reconnects.
+	HoldExpired int `json:"hold_expired"`
 	// MeanPowerMW is the board's mean power over the run.
 	MeanPowerMW float64        `json:"mean_power_mw"`
 	Streams     []StreamResult `json:"streams"`

@@ -140,3 +140,19 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+// TestTailTurnPastTheHoldLimit: an inference tail (up to 28× the median) can hold a turn
+// past the scheduler's hold limit; fulcrumd takes the turn back and drops the worker, and
+// the simulated worker registers again as a real one reconnects — the run goes on (it
+// failed with "turn_expired" before) and counts it.
+func TestTailTurnPastTheHoldLimit(t *testing.T) {
+	res := run(t, withTail(twoStreams(10*time.Minute, 9), "pytorch-cpu", 0))
+	if res.HoldExpired == 0 {
+		t.Fatal("no turn past the hold limit in the run that had one")
+	}
+	for _, s := range res.Streams {
+		if s.Served == 0 {
+			t.Errorf("stream %s served nothing", s.Workload)
+		}
+	}
+}
