@@ -79,6 +79,11 @@ type Scenario struct {
 	// during it (an INA3221 averages ~430 ms), so a step longer than the real-time
 	// simulator's 100 ms loses no busy time, only detail within the step.
 	BoardInterval time.Duration
+	// Stored are profiles in the store before fulcrumd opens it (what an earlier
+	// search left; nil: an empty store).
+	Stored []store.Profile
+	// Probes look at the daemon mid-run (probe.go).
+	Probes []Probe
 }
 
 // DefaultBoardInterval is the simulated board's physics step on virtual time: each
@@ -339,6 +344,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		return Result{}, fmt.Errorf("lifetime: %w", err)
 	}
 	defer st.Close()
+	if err := putStored(st, sc.Stored); err != nil {
+		return Result{}, fmt.Errorf("lifetime: %w", err)
+	}
 	h.sched = sched.New(o.Server.Sched, clock, sc.Log.With("component", "sched"))
 	defer h.sched.Close()
 	h.ctl, err = daemon.NewController(ctx, o, h.sched, b, st, db)
@@ -382,6 +390,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for _, ch := range sc.Changes {
 		h.clock.AfterFunc(ch.At, func() { h.change(ctx, ch) })
 	}
+	h.startProbes()
 	h.stepBoard()
 	h.clock.AfterFunc(time.Second, h.sample)
 
