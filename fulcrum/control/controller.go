@@ -562,7 +562,7 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	// Rate drift: re-plan from stored profiles.
 	if b.RateRPS == 0 && c.planRate > 0 && !c.held {
-		if rateDrifted(c.rate.rate, c.planRate, c.cfg.DriftRel, c.cfg.RateTau) {
+		if rateDrifted(c.rate.rate, c.planRate, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
 			if c.driftSince.IsZero() {
 				c.driftSince = now
 			} else if now.Sub(c.driftSince) >= c.cfg.DriftHold {

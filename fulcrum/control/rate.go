@@ -55,11 +55,24 @@ const driftZ = 3
 // measured on virtual time). The change must also exceed driftZ of those deviations: at
 // 15 req/s about +63 % or −48 % (a doubling or a halving is seen at once; a smaller change
 // is left to the latency rule and the learned room); from about 80 req/s rel binds.
-func rateDrifted(rate, planned, rel float64, tau time.Duration) bool {
+//
+// pending: a drift already started (the hold is running); it goes on while the change
+// stays past driftHoldZ deviations (2.5) — a real change's meter, itself noisy, dipping under
+// 3 σ for a moment does not restart the hold (a doubling at 15 req/s then re-plans
+// within 10 s), while a planned rate that was itself off by 1.5 σ does not let the noise
+// hold a drift.
+func rateDrifted(rate, planned, rel float64, tau time.Duration, pending bool) bool {
 	if planned <= 0 {
 		return false
 	}
 	d := math.Abs(rate - planned)
 	noise := math.Sqrt((max(rate, 0) + planned) / (2 * tau.Seconds()))
-	return d > rel*planned && d > driftZ*noise
+	z := float64(driftZ)
+	if pending {
+		z = driftHoldZ
+	}
+	return d > rel*planned && d > z*noise
 }
+
+// driftHoldZ is the deviations a started drift must stay past for the hold.
+const driftHoldZ = 2.5

@@ -14,8 +14,13 @@ func TestRateDriftedAsksForMoreThanTheNoise(t *testing.T) {
 		rate, planned float64
 		want          bool
 	}{{18.4, 12.4, false}, {19.7, 15, false}, {30, 15, true}, {7, 15, true}, {24, 15, false}, {190, 150, true}, {180, 150, false}, {5, 0, false}} {
-		if got := rateDrifted(c.rate, c.planned, 0.25, tau); got != c.want {
+		if got := rateDrifted(c.rate, c.planned, 0.25, tau, false); got != c.want {
 			t.Errorf("%.1f/s planned %.1f/s: drifted %v, want %v", c.rate, c.planned, got, c.want)
 		}
+	}
+	// Once started, a drift holds while the change stays past 2.5 σ (at 15 req/s about
+	// 7.5/s) and drift_rel.
+	if !rateDrifted(23, 15, 0.25, tau, true) || rateDrifted(22, 15, 0.25, tau, true) || rateDrifted(23, 15, 0.25, tau, false) {
+		t.Error("a pending drift is not judged at 2.5 σ")
 	}
 }

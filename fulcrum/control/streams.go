@@ -677,7 +677,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 		if m == nil || m.planned <= 0 || c.streamT[s.Workload].RateRPS > 0 || b.RateRPS > 0 {
 			continue
 		}
-		if rateDrifted(m.rate, m.planned, c.cfg.DriftRel, c.cfg.RateTau) {
+		if rateDrifted(m.rate, m.planned, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
 			drifted = append(drifted, fmt.Sprintf("%s from %.1f/s to %.1f/s", s.Workload, m.planned, m.rate))
 		}
 	}
