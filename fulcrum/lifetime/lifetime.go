@@ -24,6 +24,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/internal/vclock"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -338,7 +339,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	if err := b.Backend.Apply(ctx, start0); err != nil {
 		return Result{}, fmt.Errorf("lifetime: set the default preset: %w", err)
 	}
-	db := filepath.Join(state, "profiles.db")
+	db := filepath.Join(state, paths.StoreName)
 	st, err := store.Open(db, store.Options{Timeout: o.StoreTimeout, Verify: true})
 	if err != nil {
 		return Result{}, fmt.Errorf("lifetime: %w", err)

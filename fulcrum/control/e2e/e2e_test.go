@@ -29,6 +29,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -63,10 +64,7 @@ func seedModes(spec *powermode.BoardSpec) []powermode.Mode {
 
 func seed(t *testing.T, dbPath string, spec *powermode.BoardSpec, models map[string]*sim.Workload) int {
 	t.Helper()
-	st, err := store.Open(dbPath, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.OpenAt(t, dbPath, store.Options{})
 	defer st.Close()
 	modes := seedModes(spec)
 	for _, m := range modes {

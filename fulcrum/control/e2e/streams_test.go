@@ -23,6 +23,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -240,10 +241,7 @@ func TestTwoStreamsEndToEnd(t *testing.T) {
 // at the seeded modes.
 func seedStream(t *testing.T, dbPath string, spec *powermode.BoardSpec, w *sim.Workload) {
 	t.Helper()
-	st, err := store.Open(dbPath, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.OpenAt(t, dbPath, store.Options{})
 	defer st.Close()
 	for _, m := range seedModes(spec) {
 		for _, b := range w.BatchSizes() {
