@@ -141,18 +141,23 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// TestTailTurnPastTheHoldLimit: an inference tail (up to 28× the median) can hold a turn
-// past the scheduler's hold limit; fulcrumd takes the turn back and drops the worker, and
-// the simulated worker registers again as a real one reconnects — the run goes on (it
-// failed with "turn_expired" before) and counts it.
+// TestTailTurnPastTheHoldLimit: a tail can hold a turn past the scheduler's hold limit
+// (inference's reaches 28× the median, hold_factor is 10; seed 9 of the two streams did
+// in the table of docs/runtime.md). fulcrumd takes the turn back and drops the worker, and
+// the simulated worker registers again as a real one reconnects: the run goes on (it
+// failed with "turn_expired" before) and counts it. A hold limit of 2× the expected time
+// makes it happen within minutes here.
 func TestTailTurnPastTheHoldLimit(t *testing.T) {
-	res := run(t, withTail(twoStreams(10*time.Minute, 9), "pytorch-cpu", 0))
+	sc := withTail(pair("gmd", 3*time.Minute, 1), "pytorch-cpu", 0)
+	sc.Configure = func(o *daemon.Options) {
+		o.Server.Sched.HoldFactor, o.Server.Sched.HoldMin = 2, time.Millisecond
+	}
+	res := run(t, sc)
 	if res.HoldExpired == 0 {
-		t.Fatal("no turn past the hold limit in the run that had one")
+		t.Fatal("no turn past a hold limit of 2× the expected time under the tails")
 	}
-	for _, s := range res.Streams {
-		if s.Served == 0 {
-			t.Errorf("stream %s served nothing", s.Workload)
-		}
+	if s := res.Streams[0]; s.Served < s.Requests/2 || totalSamples(res) <= 0 {
+		t.Errorf("after %d turns taken back: served %d of %d requests, trained %v", res.HoldExpired, s.Served, s.Requests, res.TrainSamples)
 	}
+	t.Logf("%d turns taken back", res.HoldExpired)
 }
