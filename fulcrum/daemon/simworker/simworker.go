@@ -57,6 +57,11 @@ type Options struct {
 	Run        func(ctx context.Context, batch int) (time.Duration, error)
 	Name       string
 	BatchSizes []int
+	// MicroBatches (training) are the micro-batch sizes declared to fulcrumd (divisors
+	// of Batch, issue 32): a grant's micro_batch then runs that many samples, timed by
+	// the workload model at that batch size, and a minibatch counts once its samples add
+	// up to Batch. Empty: whole minibatches only.
+	MicroBatches []int
 	// TrainWhileAway: a training worker whose fulcrumd is away (restarting) trains
 	// unmanaged until it is registered again, instead of waiting for it. An inference
 	// worker always serves unmanaged while fulcrumd is away.
@@ -87,6 +92,8 @@ type Report struct {
 	LatencyMaxMS   float64 `json:"latency_max_ms,omitempty"`
 	Batches        int     `json:"batches"`
 	Samples        int     `json:"samples,omitempty"`
+	// MicroTurns counts training turns that ran a micro-batch (part of a minibatch).
+	MicroTurns     int     `json:"micro_turns,omitempty"`
 	ThroughputPerS float64 `json:"throughput_samples_per_s,omitempty"`
 	ProfileBatches int     `json:"profile_batches,omitempty"`
 	// While fulcrumd was away: batches run unmanaged, times registered again, the time
@@ -217,6 +224,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var err error
 	if o.Socket != "" {
 		reg := client.Registration{Role: o.Role, Workload: o.Name, Batch: o.Batch}
+		if o.Role == proto.RoleTrain && len(o.MicroBatches) > 0 {
+			reg.MicroBatches = slices.Clone(o.MicroBatches)
+		}
 		if o.Role == proto.RoleInfer {
 			reg.BatchSizes = slices.Clone(o.BatchSizes)
 			if !slices.Contains(reg.BatchSizes, o.Batch) {
@@ -262,6 +272,7 @@ func (w *worker) run(ctx context.Context, batch int) (time.Duration, error) {
 }
 
 func (w *worker) train(ctx context.Context) error {
+	acc := 0 // samples of the minibatch in progress run as micro-batches
 	for w.o.Steps == 0 || w.rep.Batches < w.o.Steps {
 		if w.c == nil {
 			if _, err := w.run(ctx, w.o.Batch); err != nil {
@@ -299,7 +310,14 @@ func (w *worker) train(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d, err := w.run(ctx, g.Batch)
+		// A micro-batch grant (issue 32) runs micro_batch samples: one of k turns of the
+		// minibatch (gradient accumulation); anything else runs the grant's batch.
+		micro := g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch
+		n := g.Batch
+		if micro {
+			n = g.MicroBatch
+		}
+		d, err := w.run(ctx, n)
 		if err != nil {
 			return err
 		}
@@ -307,6 +325,15 @@ func (w *worker) train(ctx context.Context) error {
 		if g.Kind == proto.KindProfile {
 			w.rep.ProfileBatches++
 			samples = 0
+		} else if micro {
+			samples = n
+			w.rep.MicroTurns++
+			w.rep.Samples += n
+			acc += n
+			if acc >= g.Batch {
+				acc = 0
+				w.rep.Batches++
+			}
 		} else {
 			w.rep.Batches++
 			w.rep.Samples += g.Batch
