@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -641,7 +640,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 		if m == nil || m.planned <= 0 || c.streamT[s.Workload].RateRPS > 0 || b.RateRPS > 0 {
 			continue
 		}
-		if math.Abs(m.rate-m.planned)/m.planned > c.cfg.DriftRel {
+		if rateDrifted(m.rate, m.planned, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
 			drifted = append(drifted, fmt.Sprintf("%s from %.1f/s to %.1f/s", s.Workload, m.planned, m.rate))
 		}
 	}
@@ -652,7 +651,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 		c.driftSince = now
 	case now.Sub(c.driftSince) >= c.cfg.DriftHold:
 		c.driftSince = time.Time{}
-		c.planMulti(ctx, fmt.Sprintf("arrival rate drifted: %s (over %.0f%% for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, c.cfg.DriftHold), false)
+		c.planMulti(ctx, fmt.Sprintf("arrival rate drifted: %s (over %.0f%% and %d σ of the meter's noise for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold), false)
 	}
 }
 

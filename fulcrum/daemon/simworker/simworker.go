@@ -201,7 +201,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, err
 		}
 		run, tail := w.o.Run, o.Tail
-		tail.Sigma = 0 // the body is the simulator's own noise
 		// Its own generator: w.rng is drawn from by the runner (and the serving loop).
 		trng := rand.New(rand.NewPCG(o.Seed, 0x7a11))
 		w.o.Run = func(ctx context.Context, batch int) (time.Duration, error) {
@@ -209,11 +208,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			if err != nil {
 				return d, err
 			}
-			r := tail.Ratio(trng)
-			if r <= 1 {
+			// The body is the simulator's own noise: Stretch adds the tail only.
+			extra := tail.Stretch(d, trng) - d
+			if extra <= 0 {
 				return d, nil
 			}
-			extra := time.Duration(float64(d) * (r - 1))
 			select {
 			case <-time.After(extra):
 			case <-ctx.Done():
