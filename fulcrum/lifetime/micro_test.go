@@ -1,6 +1,9 @@
 package lifetime_test
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +67,39 @@ func TestMicroBatchesKeepTrainingOnVirtualTime(t *testing.T) {
 	samples, mb := micro.TrainSamples["resnet18-train"], micro.TrainMinibatches["resnet18-train"]
 	if float64(32*mb) > samples || samples >= float64(32*(mb+1)) {
 		t.Errorf("micro-batches: %v samples in %d minibatches of 32: each minibatch of micro-batch turns must count once", samples, mb)
+	}
+}
+
+// BenchmarkMicroTable prints issue 32's simulated target on virtual time (docs/runtime.md
+// "Micro-batched training turns"): for each seed and budget, k = 1 against micro-batches
+// declared. FULCRUM_MICRO_SEEDS (default 5), FULCRUM_MICRO_MIN (virtual minutes per run,
+// default 10), budgets 60 and 40 ms:
+//
+//	go test -run '^$' -bench MicroTable -benchtime 1x -v ./fulcrum/lifetime/
+func BenchmarkMicroTable(b *testing.B) {
+	seeds, mins := envInt("FULCRUM_MICRO_SEEDS", 5), envInt("FULCRUM_MICRO_MIN", 10)
+	d := time.Duration(mins) * time.Minute
+	for b.Loop() {
+		var out strings.Builder
+		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | training samples after the plan | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
+		for _, budget := range []float64{60, 40} {
+			for seed := int64(1); seed <= int64(seeds); seed++ {
+				for _, micro := range []bool{false, true} {
+					r, err := lifetime.Run(context.Background(), microPair(budget, d, seed, micro))
+					if err != nil {
+						b.Fatal(err)
+					}
+					name := "k = 1"
+					if micro {
+						name = "micro-batches 4/8/16"
+					}
+					s := r.Streams[0]
+					fmt.Fprintf(&out, "| %.0f | %d | %s | %.0f | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name,
+						r.TrainSamplesAfterPlan["resnet18-train"], r.TrainMinibatches["resnet18-train"], r.MicroTurns, r.TrainPausedS,
+						s.Served, s.Requests, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
+				}
+			}
+		}
+		b.Log(out.String())
 	}
 }
