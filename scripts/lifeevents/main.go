@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
 	"github.com/fulcrum-edge/fulcrum/internal/vclock"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -42,6 +43,7 @@ func run() error {
 	duration := flag.Duration("duration", 30*time.Minute, "virtual time run")
 	seed := flag.Int64("seed", 1, "run seed (fulcrumctl bench --lifetime derives one per configuration)")
 	boardInterval := flag.Duration("board-interval", 0, "the simulated board's physics step (0: lifetime.DefaultBoardInterval)")
+	maxProfiles := flag.Int("max-profiles", 0, "the controller's max_profiles (0: fulcrumd's default)")
 	logPath := flag.String("log", "", "write fulcrumd's debug log here")
 	flag.Parse()
 	if *truthPath == "" {
@@ -58,6 +60,9 @@ func run() error {
 	}
 	sc := lifetime.Scenario{Board: *board, Truth: tb, Train: strings.Split(*train, ","), PowerBudgetMW: *powerW * 1000,
 		Searcher: *searcher, Duration: *duration, Seed: *seed, BoardInterval: *boardInterval}
+	if *maxProfiles > 0 {
+		sc.Configure = func(o *daemon.Options) { o.Control.MaxProfiles = *maxProfiles }
+	}
 	for _, w := range strings.Split(*infer, ",") {
 		sc.Infer = append(sc.Infer, lifetime.Stream{Workload: w, RateRPS: *rateRPS, LatencyMS: *latencyMS})
 	}
