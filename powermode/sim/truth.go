@@ -20,6 +20,10 @@ type TruthOptions struct {
 	// Batches overrides the inference batch sizes; empty means each workload's own.
 	// Training rows are always at the workload's B_T.
 	Batches []int
+	// MicroSplits adds, for every training workload, rows of one micro-batch turn of
+	// B_T/k samples for each k here that divides B_T (k ≥ 2; issue 32): the table's
+	// micro_batch column. Empty: whole minibatches only (the table of before).
+	MicroSplits []int
 	// Noise adds run-to-run noise to every row (a log-normal factor with mean 1):
 	// NoiseNone, NoiseWorkload (each workload's documented sigmas), or NoiseSigma (time
 	// sigma Sigma, power sigma Sigma/2).
@@ -97,6 +101,11 @@ func TruthRows(spec *powermode.BoardSpec, workloads map[string]*Workload, opt Tr
 			return nil, fmt.Errorf("ground truth: batch size %d must be at least 1", b)
 		}
 	}
+	for _, k := range opt.MicroSplits {
+		if k < 2 {
+			return nil, fmt.Errorf("ground truth: micro-batch split %d: want k ≥ 2 turns per minibatch (k = 1 is the whole minibatch, always written)", k)
+		}
+	}
 	if opt.Noise != NoiseNone && opt.Rand == nil {
 		return nil, fmt.Errorf("ground truth: noise needs a random source (seed)")
 	}
@@ -123,17 +132,50 @@ func TruthRows(spec *powermode.BoardSpec, workloads map[string]*Workload, opt Tr
 		case NoiseSigma:
 			tSigma, pSigma = opt.Sigma, opt.Sigma/2
 		}
+		micros := w.microBatches(opt.MicroSplits)
 		for _, m := range modes {
-			for _, b := range batches {
-				tb := w.Time(&h, m, b)
+			row := func(b, micro int) {
+				size := b
+				if micro > 0 {
+					size = micro
+				}
+				tb := w.Time(&h, m, size)
 				sec, mw := tb.TotalSec, w.powerOf(&h, m, tb).TotalMW()
 				if opt.Noise != NoiseNone {
 					sec *= NoisyFactor(opt.Rand, tSigma)
 					mw *= NoisyFactor(opt.Rand, pSigma)
 				}
-				rows = append(rows, truth.Row{Workload: w.Name, Role: w.Role, Mode: m, Batch: b, TimeMS: sec * 1e3, PowerMW: mw})
+				rows = append(rows, truth.Row{Workload: w.Name, Role: w.Role, Mode: m, Batch: b, MicroBatch: micro, TimeMS: sec * 1e3, PowerMW: mw})
+			}
+			for _, b := range batches {
+				row(b, 0)
+			}
+			for _, micro := range micros {
+				row(w.Batch, micro)
 			}
 		}
 	}
 	return rows, nil
+}
+
+// microBatches returns a training workload's micro-batch sizes B_T/k for the splits k
+// that divide B_T, largest first; none for inference. One micro-batch turn is the
+// workload's time model at B_T/k samples: forward and backward over the micro-batch with
+// every per-minibatch cost (kernel launches, weight and gradient traffic, the serial host
+// work) paid again per turn. That over-counts the optimizer step, which runs once per
+// minibatch, and stands for the turn's hand-over; docs/simulator.md "Micro-batches"
+// compares the per-sample cost it gives with real PyTorch.
+func (w *Workload) microBatches(splits []int) []int {
+	if w.Role != truth.Train {
+		return nil
+	}
+	var out []int
+	for _, k := range splits {
+		if k >= 2 && w.Batch%k == 0 && !slices.Contains(out, w.Batch/k) {
+			out = append(out, w.Batch/k)
+		}
+	}
+	slices.Sort(out)
+	slices.Reverse(out)
+	return out
 }

@@ -28,11 +28,16 @@ type PairTruth struct {
 	// Space is the pair's search space: the table's modes at which the training batch
 	// and every inference batch have a row.
 	Space *powermode.Space
+	// MicroBatches are the training micro-batch sizes the table has at every mode of
+	// the space (issue 32), descending; none for a table without micro-batch rows or a
+	// pair made WithoutMicro.
+	MicroBatches []int
 
 	dense []int32           // Space grid ordinal -> dense number, -1 when not a member
 	modes []powermode.Mode  // dense number -> mode
 	train []plan.TrainPoint // dense number -> training point
 	infer []plan.InferPoint // dense*len(Batches)+j -> inference point at Batches[j]
+	micro []plan.TrainPoint // dense*len(MicroBatches)+c -> training turn at MicroBatches[c]
 }
 
 // NewPairTruth extracts a pair from a table. trainBatch 0 takes the training
@@ -70,6 +75,7 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 		haveT bool
 		in    []plan.InferPoint
 		n     int
+		micro map[int]plan.TrainPoint
 	}
 	byMode := map[powermode.Mode]*acc{}
 	get := func(m powermode.Mode) *acc {
@@ -82,6 +88,12 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	}
 	for _, r := range tab.Rows {
 		switch {
+		case r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch && r.MicroBatch > 0:
+			a := get(r.Mode)
+			if a.micro == nil {
+				a.micro = map[int]plan.TrainPoint{}
+			}
+			a.micro[r.MicroBatch] = plan.TrainPoint{Batch: r.MicroBatch, TimeMS: r.TimeMS, PowerMW: r.PowerMW, Minibatch: r.Batch}
 		case r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch:
 			a := get(r.Mode)
 			a.t, a.haveT = plan.TrainPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}, true
@@ -108,7 +120,18 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	if err != nil {
 		return nil, fmt.Errorf("pair %s:%s: %w", train, infer, err)
 	}
-	pt := &PairTruth{Train: train, Infer: infer, TrainBatch: trainBatch, Batches: batches, Space: sp}
+	// The micro-batch sizes every mode has (a size missing at one mode is left out).
+	micros := tab.MicroBatches(train, trainBatch)
+	slices.Reverse(micros)
+	micros = slices.DeleteFunc(micros, func(mb int) bool {
+		for _, m := range modes {
+			if _, ok := byMode[m].micro[mb]; !ok {
+				return true
+			}
+		}
+		return false
+	})
+	pt := &PairTruth{Train: train, Infer: infer, TrainBatch: trainBatch, Batches: batches, Space: sp, MicroBatches: micros}
 	pt.dense = make([]int32, sp.GridSize())
 	for i := range pt.dense {
 		pt.dense[i] = -1
@@ -119,8 +142,39 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 		a := byMode[m]
 		pt.train = append(pt.train, a.t)
 		pt.infer = append(pt.infer, a.in...)
+		for _, mb := range micros {
+			pt.micro = append(pt.micro, a.micro[mb])
+		}
 	}
 	return pt, nil
+}
+
+// WithoutMicro returns the pair without its micro-batch rows: every training turn a
+// whole minibatch (k = 1), as before issue 32. It shares the rest with pt.
+func (pt *PairTruth) WithoutMicro() *PairTruth {
+	out := *pt
+	out.MicroBatches, out.micro = nil, nil
+	return &out
+}
+
+// TrainChoices is the number of training turns a mode offers: the whole minibatch and
+// each micro-batch size (TrainAt's c ranges over them).
+func (pt *PairTruth) TrainChoices() int { return 1 + len(pt.MicroBatches) }
+
+// TrainAt returns dense mode i's noise-free training turn c: 0 the whole minibatch, c ≥ 1
+// the micro-batch MicroBatches[c-1].
+func (pt *PairTruth) TrainAt(i, c int) plan.TrainPoint {
+	if c == 0 {
+		return pt.train[i]
+	}
+	return pt.micro[i*len(pt.MicroBatches)+c-1]
+}
+
+// Micro returns the noise-free micro-batch turns of dense mode i, one per MicroBatches
+// entry (Minibatch set). The slice is the truth itself: read it, never write it.
+func (pt *PairTruth) Micro(i int) []plan.TrainPoint {
+	nm := len(pt.MicroBatches)
+	return pt.micro[i*nm : (i+1)*nm : (i+1)*nm]
 }
 
 // Len is the number of modes of the pair.
@@ -141,12 +195,17 @@ func (pt *PairTruth) DenseOf(m powermode.Mode) (int, bool) {
 // ProfileAt returns the noise-free profile of dense mode i.
 func (pt *PairTruth) ProfileAt(i int) plan.ModeProfile {
 	nb := len(pt.Batches)
-	return plan.ModeProfile{Mode: pt.modes[i], Train: pt.train[i], Infer: slices.Clone(pt.infer[i*nb : (i+1)*nb])}
+	mp := plan.ModeProfile{Mode: pt.modes[i], Train: pt.train[i], Infer: slices.Clone(pt.infer[i*nb : (i+1)*nb])}
+	if len(pt.MicroBatches) > 0 {
+		mp.Micro = slices.Clone(pt.Micro(i))
+	}
+	return mp
 }
 
-// Score re-evaluates a configuration (mode, inference batch) on the noise-free truth
-// with model. ok is false when the mode or batch is not in the truth.
-func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch int) (e plan.Eval, ok bool) {
+// Score re-evaluates a configuration (mode, inference batch, training micro-batch: 0
+// the whole minibatch) on the noise-free truth with model. ok is false when the mode,
+// batch or micro-batch is not in the truth.
+func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch, micro int) (e plan.Eval, ok bool) {
 	i, ok := pt.DenseOf(m)
 	if !ok {
 		return plan.Eval{}, false
@@ -155,7 +214,15 @@ func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch int) (e pl
 	if !ok {
 		return plan.Eval{}, false
 	}
-	return model.Evaluate(m, pt.train[i], pt.infer[i*len(pt.Batches)+j]), true
+	t := pt.train[i]
+	if micro != 0 {
+		c := slices.Index(pt.MicroBatches, micro)
+		if c < 0 {
+			return plan.Eval{}, false
+		}
+		t = pt.Micro(i)[c]
+	}
+	return model.Evaluate(m, t, pt.infer[i*len(pt.Batches)+j]), true
 }
 
 // Points returns the noise-free training point of dense mode i and its inference
@@ -258,6 +325,9 @@ func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.M
 		for j := range mp.Infer {
 			sum.Infer[j].Batch = mp.Infer[j].Batch
 		}
+		for _, t := range mp.Micro {
+			sum.Micro = append(sum.Micro, plan.TrainPoint{Batch: t.Batch, Minibatch: t.Minibatch})
+		}
 	}
 	n = sum.Repeats + 1
 	sum.Repeats = n
@@ -267,6 +337,10 @@ func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.M
 		sum.Infer[j].TimeMS += mp.Infer[j].TimeMS
 		sum.Infer[j].PowerMW += mp.Infer[j].PowerMW
 	}
+	for c := range mp.Micro {
+		sum.Micro[c].TimeMS += mp.Micro[c].TimeMS
+		sum.Micro[c].PowerMW += mp.Micro[c].PowerMW
+	}
 	p.sums[m] = sum
 	mean := sum.Clone()
 	k := 1 / float64(n)
@@ -275,6 +349,10 @@ func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.M
 	for j := range mean.Infer {
 		mean.Infer[j].TimeMS *= k
 		mean.Infer[j].PowerMW *= k
+	}
+	for c := range mean.Micro {
+		mean.Micro[c].TimeMS *= k
+		mean.Micro[c].PowerMW *= k
 	}
 	if _, had := p.known[m]; !had {
 		p.order = append(p.order, m)
@@ -302,6 +380,12 @@ func (p *TruthProfiler) measure(i int) plan.ModeProfile {
 	for j := range mp.Infer {
 		mp.Infer[j].TimeMS = jitter(mp.Infer[j].TimeMS)
 		mp.Infer[j].PowerMW = jitter(mp.Infer[j].PowerMW)
+	}
+	// The micro-batch turns are drawn after everything else, so a table without them
+	// gives every other value the noise it had before issue 32.
+	for c := range mp.Micro {
+		mp.Micro[c].TimeMS = jitter(mp.Micro[c].TimeMS)
+		mp.Micro[c].PowerMW = jitter(mp.Micro[c].PowerMW)
 	}
 	return mp
 }
