@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -14,140 +15,107 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/internal/optcheck"
+	"github.com/fulcrum-edge/fulcrum/internal/units"
 )
 
 // DefaultConfigPath is read when --config is not given and the file exists.
 const DefaultConfigPath = "/etc/fulcrum/fulcrum.yaml"
 
-// fileConfig is the configuration file's shape: one field per key of configs/fulcrum.yaml
-// (the mapstructure tag), decoded by viper's UnmarshalExact from the file, FULCRUM_*
-// variables and flags. Quantities keep the key's unit (_ms, _s, _w).
-//
-// An `opt` tag names the daemon.Options field the key sets (a dotted Go path): toOptions
-// copies the value there, converting *_ms and *_s numbers to time.Duration;
-// defaultFileConfig reads the defaults back from daemon.DefaultOptions (the packages'
-// DefaultConfig); and a range error from daemon.Options.Validate naming that field is
-// reported under the key. Keys without an opt tag (budgets.rate/power_w/quantile, log,
-// controller.searcher) are converted and checked in settings.
-type fileConfig struct {
-	RuntimeDir  string     `mapstructure:"runtime_dir" opt:"Server.RuntimeDir"`
-	StateDir    string     `mapstructure:"state_dir" opt:"StateDir"`
-	DB          string     `mapstructure:"db" opt:"DBPath"`
-	DBTimeoutMS float64    `mapstructure:"db_timeout_ms" opt:"StoreTimeout"`
-	Board       string     `mapstructure:"board" opt:"Board"`
-	BoardRoot   string     `mapstructure:"board_root" opt:"BoardRoot"`
-	NVML        nvmlKeys   `mapstructure:"nvml"`
-	Log         logKeys    `mapstructure:"log"`
-	Budgets     budgetKeys `mapstructure:"budgets"`
-	Scheduler   schedKeys  `mapstructure:"scheduler"`
-	Controller  ctrlKeys   `mapstructure:"controller"`
-	Control     apiKeys    `mapstructure:"control"`
-	Metrics     metricKeys `mapstructure:"metrics"`
-	Worker      workerKeys `mapstructure:"worker"`
+// configVersion is the newest configuration file version this fulcrumd reads. A file
+// without a version key is version 1 (every file written before the key existed).
+const configVersion = 1
+
+// readsVersions says which file versions this fulcrumd reads.
+func readsVersions() string {
+	if configVersion == 1 {
+		return "version 1"
+	}
+	return fmt.Sprintf("versions 1 to %d", configVersion)
 }
 
-type nvmlKeys struct {
-	Device       int    `mapstructure:"device" opt:"NVML.Device"`
-	ClockControl bool   `mapstructure:"clock_control" opt:"NVML.ClockControl"`
-	Library      string `mapstructure:"library" opt:"NVML.LibraryPath"`
+// migration rewrites a file of version from, as read, into version from+1's keys.
+type migration struct {
+	from  int
+	apply func(raw map[string]any) error
 }
 
-type logKeys struct {
+// migrations turn older files into configVersion's, in order. A change that moves or
+// renames keys raises configVersion and adds one here; version 1 needs none.
+func migrations() []migration { return nil }
+
+// migrate applies the migrations from version on to raw, oldest first.
+func migrate(raw map[string]any, version int, ms []migration) error {
+	for _, m := range ms {
+		if m.from >= version {
+			if err := m.apply(raw); err != nil {
+				return fmt.Errorf("migrate from version %d: %w (write the file for version %d, configs/fulcrum.yaml)", m.from, err, configVersion)
+			}
+		}
+	}
+	return nil
+}
+
+// config is what the configuration decodes into: daemon.Options, whose keys are the
+// mapstructure tags on the option structs that own them (daemon.Options, daemon.Config,
+// sched.Config, control.Config, api.Config, nvml.Options), and fulcrumd's own keys.
+// Durations are time.Duration fields whose key ends in _ms or _s: the number is in that
+// unit (fieldMap converts). Decoding starts from defaultConfig, so a default is written
+// once, in the package that owns the field.
+type config struct {
+	daemon.Options `mapstructure:",squash"`
+	Log            logConfig    `mapstructure:"log"`
+	Budgets        budgetConfig `mapstructure:"budgets"`
+}
+
+type logConfig struct {
 	Format string `mapstructure:"format"` // text or json
 	Level  string `mapstructure:"level"`  // slog level name
 }
 
-// budgetKeys is the budgets section. The latency budget is also the scheduler's.
-type budgetKeys struct {
-	LatencyMS float64 `mapstructure:"latency_ms" opt:"Server.Sched.LatencyBudget"`
-	PowerW    float64 `mapstructure:"power_w"`
-	Rate      string  `mapstructure:"rate"` // "auto" or requests/s
-	Quantile  float64 `mapstructure:"quantile"`
+// budgetConfig is the budgets section as operators write it: strings with their units,
+// read by internal/units as fulcrumctl budget set and the --latency/--power flags read
+// them. The latency budget is also the scheduler's.
+type budgetConfig struct {
+	Latency  string  `mapstructure:"latency"` // 100ms, 0.1s
+	Power    string  `mapstructure:"power"`   // 30W, 30000mW, none
+	Rate     string  `mapstructure:"rate"`    // "auto" or requests/s
+	Quantile float64 `mapstructure:"quantile"`
 }
 
-type schedKeys struct {
-	DefaultTrainMS    float64 `mapstructure:"default_train_ms" opt:"Server.Sched.DefaultTrain"`
-	DefaultInferMS    float64 `mapstructure:"default_infer_ms" opt:"Server.Sched.DefaultInfer"`
-	EWMAAlpha         float64 `mapstructure:"ewma_alpha" opt:"Server.Sched.EWMAAlpha"`
-	OverrunFactor     float64 `mapstructure:"overrun_factor" opt:"Server.Sched.OverrunFactor"`
-	OverrunMinMS      float64 `mapstructure:"overrun_min_ms" opt:"Server.Sched.OverrunMin"`
-	IdleAdmitArrivals float64 `mapstructure:"idle_admit_arrivals" opt:"Server.Sched.IdleAdmitArrivals"`
-	DevK              float64 `mapstructure:"dev_k" opt:"Server.Sched.DevK"`
-	MarginMS          float64 `mapstructure:"margin_ms" opt:"Server.Sched.Margin"`
-	RoomGuard         float64 `mapstructure:"room_guard" opt:"Server.Sched.RoomGuard"`
-	RoomMinMS         float64 `mapstructure:"room_min_ms" opt:"Server.Sched.RoomMin"`
-	RoomMaxFrac       float64 `mapstructure:"room_max_frac" opt:"Server.Sched.RoomMaxFrac"`
-	RoomIntervalMS    float64 `mapstructure:"room_interval_ms" opt:"Server.Sched.RoomInterval"`
-	StarveMS          float64 `mapstructure:"starve_ms" opt:"Server.Sched.Starve"`
-	ProfileWaitMS     float64 `mapstructure:"profile_wait_ms" opt:"Server.Sched.ProfileWait"`
-	WindowS           float64 `mapstructure:"window_s" opt:"Server.Sched.Window"`
-	WindowSamples     int     `mapstructure:"window_samples" opt:"Server.Sched.WindowSamples"`
-	RecentWindowS     float64 `mapstructure:"recent_window_s" opt:"Server.Sched.RecentWindow"`
+// moved names the keys whose place in the file is not their struct's: the file keeps the
+// sections operators know (runtime_dir at the top, the hold limits under worker), the
+// structs keep their owners (daemon.Config, sched.Config). Each entry is {file, struct}
+// key, the more specific first; a whole section moves with its keys.
+func moved() [][2]string {
+	return [][2]string{
+		{"worker.hold_factor", "worker.scheduler.hold_factor"},
+		{"worker.hold_min_ms", "worker.scheduler.hold_min_ms"},
+		{"worker.hold_max_ms", "worker.scheduler.hold_max_ms"},
+		{"scheduler", "worker.scheduler"},
+		{"runtime_dir", "worker.runtime_dir"},
+		{"metrics.listen", "metrics_listen"},
+	}
 }
 
-type ctrlKeys struct {
-	PeriodMS          float64  `mapstructure:"period_ms" opt:"Control.Period"`
-	PowerSampleMS     float64  `mapstructure:"power_sample_ms" opt:"Control.PowerSample"`
-	PowerWindowMS     float64  `mapstructure:"power_window_ms" opt:"Control.PowerWindow"`
-	PowerSettleMS     float64  `mapstructure:"power_settle_ms" opt:"Control.PowerSettle"`
-	RateTauMS         float64  `mapstructure:"rate_tau_ms" opt:"Control.RateTau"`
-	RateWarmupMS      float64  `mapstructure:"rate_warmup_ms" opt:"Control.RateWarmup"`
-	DriftRel          float64  `mapstructure:"drift_rel" opt:"Control.DriftRel"`
-	DriftHoldMS       float64  `mapstructure:"drift_hold_ms" opt:"Control.DriftHold"`
-	PlanMargin        float64  `mapstructure:"plan_margin" opt:"Control.PlanMargin"`
-	StepMargin        float64  `mapstructure:"step_margin" opt:"Control.StepMargin"`
-	Hysteresis        float64  `mapstructure:"hysteresis" opt:"Control.Hysteresis"`
-	HoldMS            float64  `mapstructure:"hold_ms" opt:"Control.Hold"`
-	CooldownMS        float64  `mapstructure:"cooldown_ms" opt:"Control.Cooldown"`
-	LatencyCooldownMS float64  `mapstructure:"latency_cooldown_ms" opt:"Control.LatencyCooldown"`
-	PowerFailMS       float64  `mapstructure:"power_fail_ms" opt:"Control.PowerFail"`
-	MinLatencySamples int      `mapstructure:"min_latency_samples" opt:"Control.MinLatency"`
-	MinProfiles       int      `mapstructure:"min_profiles" opt:"Control.MinProfiles"`
-	Searcher          string   `mapstructure:"searcher" opt:"Control.Searcher"`
-	MaxProfiles       int      `mapstructure:"max_profiles" opt:"Control.MaxProfiles"`
-	NoiseRel          float64  `mapstructure:"noise_rel" opt:"Control.NoiseRel"`
-	PlanConfidence    float64  `mapstructure:"plan_confidence" opt:"Control.Confidence"`
-	Events            int      `mapstructure:"events" opt:"Control.Events"`
-	InferBatches      []int    `mapstructure:"infer_batches" opt:"Control.InferBatches"`
-	ExternalChange    string   `mapstructure:"external_change" opt:"Control.ExternalChange"`
-	Live              liveKeys `mapstructure:"live"`
+// deprecatedKey is a key renamed when values with units replaced bare numbers; files and
+// environments that still use it work, with a warning naming the new spelling.
+type deprecatedKey struct {
+	old, key string
+	unit     string // what a bare number under old is: "W", "ms"
+	write    func(x float64) string
 }
 
-type liveKeys struct {
-	Warmup    int     `mapstructure:"warmup" opt:"Control.Live.Warmup"`
-	Samples   int     `mapstructure:"samples" opt:"Control.Live.Samples"`
-	MinTimeMS float64 `mapstructure:"min_time_ms" opt:"Control.Live.MinTime"`
-}
-
-type apiKeys struct {
-	SocketMode os.FileMode `mapstructure:"socket_mode" opt:"API.SocketMode"` // octal string in the file: "0660"
-	Group      string      `mapstructure:"group" opt:"API.Group"`
-	AllowUIDs  []int       `mapstructure:"allow_uids" opt:"API.AllowUIDs"`
-	AllowGIDs  []int       `mapstructure:"allow_gids" opt:"API.AllowGIDs"`
-}
-
-type metricKeys struct {
-	Listen string `mapstructure:"listen" opt:"MetricsListen"`
-}
-
-type workerKeys struct {
-	SocketMode        os.FileMode `mapstructure:"socket_mode" opt:"Server.SocketMode"` // octal string in the file: "0660"
-	MaxLineBytes      int         `mapstructure:"max_line_bytes" opt:"Server.MaxLineBytes"`
-	MaxWorkers        int         `mapstructure:"max_workers" opt:"Server.MaxWorkers"`
-	MaxPerProcess     int         `mapstructure:"max_per_process" opt:"Server.MaxPerProcess"`
-	ReservedSlots     int         `mapstructure:"reserved_slots" opt:"Server.ReservedSlots"`
-	WriteTimeoutMS    float64     `mapstructure:"write_timeout_ms" opt:"Server.WriteTimeout"`
-	RegisterTimeoutMS float64     `mapstructure:"register_timeout_ms" opt:"Server.RegisterTimeout"`
-	HoldFactor        float64     `mapstructure:"hold_factor" opt:"Server.Sched.HoldFactor"`
-	HoldMinMS         float64     `mapstructure:"hold_min_ms" opt:"Server.Sched.HoldMin"`
-	HoldMaxMS         float64     `mapstructure:"hold_max_ms" opt:"Server.Sched.HoldMax"`
-	// Group owns worker.sock; "" (the default): control.group's.
-	Group string `mapstructure:"group" opt:"Server.Group"`
+func deprecatedKeys() []deprecatedKey {
+	return []deprecatedKey{
+		{"budgets.power_w", "budgets.power", "W", func(w float64) string { return units.PowerString(w * 1000) }},
+		{"budgets.latency_ms", "budgets.latency", "ms", units.LatencyString},
+	}
 }
 
 // Settings is the validated configuration.
@@ -155,36 +123,48 @@ type Settings struct {
 	Daemon    daemon.Options // its Budgets are the operator's targets from budgets.*
 	LogFormat string
 	LogLevel  slog.Level
+	// Warnings are deprecated spellings met (logged once the logger exists).
+	Warnings []string
 }
 
-// defaultFileConfig is the configuration when nothing is set: the daemon's, scheduler's
-// and controller's DefaultConfig read back into the file's keys, plus fulcrumd's own
-// (log, budgets.rate "auto": measure the rate).
-func defaultFileConfig() fileConfig {
+// defaultConfig is the configuration when nothing is set: the packages' defaults
+// (daemon.DefaultOptions), plus fulcrumd's own (log, budgets.rate "auto": measure the rate).
+func defaultConfig() config {
 	o := daemon.DefaultOptions()
-	f := fileConfig{
-		Log:     logKeys{Format: "text", Level: "info"},
-		Budgets: budgetKeys{PowerW: o.Budgets.PowerMW / 1000, Rate: "auto", Quantile: o.Budgets.Quantile},
+	return config{
+		Options: o,
+		Log:     logConfig{Format: "text", Level: "info"},
+		Budgets: budgetConfig{
+			Latency:  units.LatencyString(o.Budgets.LatencyMS),
+			Power:    units.PowerString(o.Budgets.PowerMW),
+			Rate:     "auto",
+			Quantile: o.Budgets.Quantile,
+		},
 	}
-	fv := reflect.ValueOf(&f).Elem()
-	ov := reflect.ValueOf(o)
-	for _, k := range keys() {
-		if k.opt != "" {
-			fromOption(fv.FieldByIndex(k.index), optField(ov, k.opt), k.unit)
-		}
-	}
-	return f
 }
 
-// defaultValues maps every key to its default as configs/fulcrum.yaml writes it (socket
-// modes as octal strings): viper's defaults, the flags' defaults.
+// defaultValues maps every key to its default as configs/fulcrum.yaml writes it (durations
+// as numbers in the key's unit, socket modes as octal strings): viper's defaults, the
+// flags' defaults.
 func defaultValues() map[string]any {
-	fv := reflect.ValueOf(defaultFileConfig())
+	out := valuesOf(defaultConfig())
+	out["version"] = configVersion
+	return out
+}
+
+// valuesOf is c's value for every key, as the file writes it.
+func valuesOf(c config) map[string]any {
+	cv := reflect.ValueOf(c)
 	out := map[string]any{}
 	for _, k := range keys() {
-		x := fv.FieldByIndex(k.index).Interface()
-		if m, ok := x.(os.FileMode); ok {
-			x = fmt.Sprintf("%04o", uint32(m))
+		x := cv.FieldByIndex(k.index).Interface()
+		switch y := x.(type) {
+		case time.Duration:
+			x = float64(y) / float64(k.unit)
+		case os.FileMode:
+			x = fmt.Sprintf("%04o", uint32(y))
+		case []int:
+			x = append([]int{}, y...) // a copy; empty, not nil, as the file's []
 		}
 		out[k.name] = x
 	}
@@ -194,7 +174,9 @@ func defaultValues() map[string]any {
 func newViper() *viper.Viper {
 	v := viper.New()
 	for k, d := range defaultValues() {
-		v.SetDefault(k, d) // also what makes AutomaticEnv look the key up
+		if k != "version" { // the file's own: never from FULCRUM_VERSION
+			v.SetDefault(k, d) // also what makes AutomaticEnv look the key up
+		}
 	}
 	v.SetEnvPrefix("FULCRUM")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
@@ -202,7 +184,8 @@ func newViper() *viper.Viper {
 	return v
 }
 
-// readConfigFile loads path, or the default path when it exists and path is empty.
+// readConfigFile loads path, or the default path when it exists and path is empty: it
+// checks the file's version, migrates an older one, and refuses unknown keys.
 func readConfigFile(v *viper.Viper, path string) error {
 	explicit := path != ""
 	if !explicit {
@@ -211,15 +194,40 @@ func readConfigFile(v *viper.Viper, path string) error {
 		}
 		path = DefaultConfigPath
 	}
-	v.SetConfigFile(path)
-	v.SetConfigType("yaml")
-	if err := v.ReadInConfig(); err != nil {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w (pass --config FILE, or see configs/fulcrum.yaml for every key)", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
 		return fmt.Errorf("read config %s: %w (fix the YAML, or see configs/fulcrum.yaml for every key)", path, err)
 	}
-	// UnmarshalExact refuses unknown keys too, but only here is the file's name known.
+	version := 1
+	if x, ok := raw["version"]; ok {
+		n, isInt := x.(int)
+		if !isInt || n < 1 {
+			return fmt.Errorf("config %s: version must be a whole number, got %v (this fulcrumd reads %s)", path, x, readsVersions())
+		}
+		version = n
+		delete(raw, "version")
+	}
+	if version > configVersion {
+		return fmt.Errorf("config %s: version %d is newer than this fulcrumd reads (%s): upgrade fulcrumd, or write the file for version %d (configs/fulcrum.yaml)", path, version, readsVersions(), configVersion)
+	}
+	if err := migrate(raw, version, migrations()); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if raw != nil {
+		if err := v.MergeConfigMap(raw); err != nil {
+			return fmt.Errorf("read config %s: %w", path, err)
+		}
+	}
 	known := map[string]bool{}
 	for _, k := range keys() {
 		known[k.name] = true
+	}
+	for _, d := range deprecatedKeys() {
+		known[d.old] = true
 	}
 	for _, k := range v.AllKeys() {
 		if !known[k] && v.InConfig(k) {
@@ -229,21 +237,48 @@ func readConfigFile(v *viper.Viper, path string) error {
 	return nil
 }
 
+// configErrors is every problem found in a configuration, one line each naming its key.
+type configErrors []error
+
+func (e configErrors) Error() string {
+	lines := make([]string, len(e))
+	for i, x := range e {
+		lines[i] = x.Error()
+	}
+	return "invalid configuration: " + strings.Join(lines, "\n")
+}
+
 // settings decodes v into the typed configuration and validates it: every range error
 // names its key.
 func settings(v *viper.Viper) (Settings, error) {
-	var f fileConfig
-	if err := v.UnmarshalExact(&f, decodeHooks()); err != nil {
-		return Settings{}, fmt.Errorf("invalid configuration: %w", decodeErrors(err))
-	}
 	var s Settings
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 
-	// The file's budgets in plan's units (power_w is watts in the file, mW in plan); the
-	// ranges are plan's (ValidateTargets below), named here by the file's keys.
-	b := f.Budgets
-	budgets := plan.Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerW * 1000, Quantile: b.Quantile}
+	// Every problem is reported at once: a key that does not decode keeps its default
+	// and the checks below go on.
+	s.Warnings, errs = resolveDeprecated(v)
+	c := defaultConfig()
+	errs = append(errs, decode(v, &c)...)
+
+	// The budgets in plan's units (milliseconds, milliwatts); the ranges are plan's.
+	// A budget that does not parse keeps its default, so that the other budgets are
+	// still checked.
+	b := c.Budgets
+	budgets := daemon.DefaultOptions().Budgets
+	budgets.Quantile = b.Quantile
+	latencyMS, lerr := units.LatencyMSOf("budgets.latency", b.Latency)
+	if lerr != nil {
+		errs = append(errs, lerr)
+	} else {
+		budgets.LatencyMS = latencyMS
+	}
+	powerMW, perr := units.PowerMWOf("budgets.power", b.Power)
+	if perr != nil {
+		errs = append(errs, perr)
+	} else {
+		budgets.PowerMW = powerMW
+	}
 	if r := strings.TrimSpace(b.Rate); r != "auto" {
 		rate, err := strconv.ParseFloat(r, 64)
 		if err != nil || rate <= 0 {
@@ -256,20 +291,23 @@ func settings(v *viper.Viper) (Settings, error) {
 		bad("budgets.quantile must be in (0,1), e.g. 0.99, got 0")
 	}
 
-	s.LogFormat = f.Log.Format
+	s.LogFormat = c.Log.Format
 	if s.LogFormat != "text" && s.LogFormat != "json" {
 		bad(`log.format must be "text" or "json", got %q`, s.LogFormat)
 	}
-	if err := s.LogLevel.UnmarshalText([]byte(f.Log.Level)); err != nil {
-		bad(`log.level must be debug, info, warn or error, got %q`, f.Log.Level)
+	if err := s.LogLevel.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		bad(`log.level must be debug, info, warn or error, got %q`, c.Log.Level)
 	}
-
-	searcher := f.Controller.Searcher
-	if err := search.CheckLive(searcher); err != nil {
+	if err := search.CheckLive(c.Control.Searcher); err != nil {
 		bad("controller.%v", err)
 	}
 
-	s.Daemon = f.toOptions()
+	s.Daemon = c.Options
+	if lerr == nil {
+		s.Daemon.Server.Sched.LatencyBudget = time.Duration(latencyMS * float64(time.Millisecond))
+	}
+	// An address with stray spaces (FULCRUM_METRICS_LISTEN=" :9464") would not bind.
+	s.Daemon.MetricsListen = strings.TrimSpace(s.Daemon.MetricsListen)
 	if s.Daemon.Server.Group == "" {
 		// One group for both sockets unless worker.group says otherwise (issue 26
 		// item 11: control.group used to leave worker.sock with root's group).
@@ -289,14 +327,7 @@ func settings(v *viper.Viper) (Settings, error) {
 	if err := budgets.ValidateTargets(); err != nil {
 		for _, e := range unjoin(err) {
 			var re *plan.RangeError
-			switch {
-			case errors.As(e, &re) && re.Field == plan.FieldPower:
-				// The file writes watts; plan's message speaks milliwatts.
-				bad("budgets.power_w must be 0 (no power budget) or %g to %g W, got %v", plan.MinPowerMW/1000, plan.MaxPowerMW/1000, b.PowerW)
-				continue
-			case errors.As(e, &re) && re.Field == plan.FieldLatency && b.LatencyMS <= 0:
-				continue // the scheduler's check already said so
-			case errors.As(e, &re) && budgetKeyOf(re.Field) != "":
+			if errors.As(e, &re) && budgetKeyOf(re.Field) != "" {
 				bad("budgets.%s: %v", budgetKeyOf(re.Field), e)
 				continue
 			}
@@ -304,18 +335,76 @@ func settings(v *viper.Viper) (Settings, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return Settings{}, fmt.Errorf("invalid configuration: %w", errors.Join(errs...))
+		return Settings{}, configErrors(errs)
 	}
 	return s, nil
+}
+
+// resolveDeprecated reads each deprecated key still in use as its new spelling (a
+// warning says which), unless the new key is set where it takes precedence (flags >
+// environment > file). Both spellings in the same place is an error: which one was meant?
+func resolveDeprecated(v *viper.Viper) (warnings []string, errs []error) {
+	for _, d := range deprecatedKeys() {
+		x := v.Get(d.old)
+		if x == nil || x == "" { // "": a flag set the new key (budgetFlags)
+			continue
+		}
+		oldFrom, newFrom := source(v, d.old), source(v, d.key)
+		switch {
+		case newFrom > oldFrom:
+			warnings = append(warnings, fmt.Sprintf("%s (deprecated) is ignored: %s is set in the %s; remove %s", d.old, d.key, sourceNames[newFrom], d.old))
+			continue
+		case newFrom == oldFrom:
+			errs = append(errs, fmt.Errorf("%s and the deprecated %s are both set in the %s: keep %s (a value with its unit)", d.key, d.old, sourceNames[newFrom], d.key))
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(fmt.Sprint(x)), 64)
+		if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+			errs = append(errs, fmt.Errorf("%s (deprecated) must be a number of %s, got %q; write %s with its unit instead, e.g. %s", d.old, d.unit, fmt.Sprint(x), d.key, d.write(30)))
+			continue
+		}
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("%s (deprecated) must not be negative, got %v; write %s with its unit instead, e.g. %s", d.old, n, d.key, d.write(30)))
+			continue
+		}
+		s := d.write(n)
+		v.Set(d.key, s)
+		warnings = append(warnings, fmt.Sprintf("%s: %v is deprecated: write %s: %s (in the environment %s=%s)", d.old, x, d.key, s, envName(d.key), s))
+	}
+	return warnings, errs
+}
+
+// Where a key is set, in increasing precedence (flags are applied by budgetFlags).
+const (
+	fromDefault = iota
+	fromFile
+	fromEnv
+)
+
+var sourceNames = [...]string{fromDefault: "defaults", fromFile: "configuration file", fromEnv: "environment"}
+
+func source(v *viper.Viper, key string) int {
+	if os.Getenv(envName(key)) != "" { // viper ignores empty variables too
+		return fromEnv
+	}
+	if v.InConfig(key) {
+		return fromFile
+	}
+	return fromDefault
+}
+
+// envName is the FULCRUM_* variable that sets key.
+func envName(key string) string {
+	return "FULCRUM_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
 // budgetKeyOf names plan's budget fields by the configuration's keys ("" for none).
 func budgetKeyOf(field string) string {
 	switch field {
 	case plan.FieldLatency:
-		return "latency_ms"
+		return "latency"
 	case plan.FieldPower:
-		return "power_w"
+		return "power"
 	case plan.FieldRate:
 		return "rate"
 	case plan.FieldQuantile:
@@ -332,70 +421,154 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// decodeHooks read what the file, environment and flags write into fileConfig's types.
-func decodeHooks() viper.DecoderConfigOption {
-	return viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(trimNumbers, intListHook, fileModeHook))
+// decodeHooks read what the file, environment and flags write into the fields' types.
+func decodeHooks() mapstructure.DecodeHookFunc {
+	return mapstructure.ComposeDecodeHookFunc(trimNumbers, intListHook, fileModeHook)
 }
 
-// toOptions copies every key with an opt tag into its daemon.Options field.
-func (f fileConfig) toOptions() daemon.Options {
-	var o daemon.Options
-	fv := reflect.ValueOf(f)
-	ov := reflect.ValueOf(&o).Elem()
-	for _, k := range keys() {
-		if k.opt != "" {
-			toOption(optField(ov, k.opt), fv.FieldByIndex(k.index), k.unit)
-		}
+// decode reads every key v holds into c (the keys v does not hold keep c's values),
+// each error naming the file's key.
+func decode(v *viper.Viper, c *config) []error {
+	m, errs := fieldMap(v)
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result: c, ErrorUnused: true, WeaklyTypedInput: true, DecodeHook: decodeHooks(),
+	})
+	if err != nil {
+		return []error{err}
 	}
-	// An address with stray spaces (FULCRUM_METRICS_LISTEN=" :9464") would not bind.
-	o.MetricsListen = strings.TrimSpace(o.MetricsListen)
-	return o
+	if err := dec.Decode(m); err != nil {
+		errs = append(errs, unjoin(decodeErrors(err))...)
+	}
+	return errs
 }
 
-// key is one leaf of fileConfig.
-type key struct {
-	name  string        // dotted key: "scheduler.margin_ms"
-	opt   string        // daemon.Options field path, "" when settings handles it
-	unit  time.Duration // for *_ms and *_s keys: what 1 in the file is
-	index []int         // field index path in fileConfig
-}
-
-// keys lists fileConfig's leaves in declaration order.
-func keys() []key {
-	var out []key
-	var walk func(t reflect.Type, prefix string, index []int)
-	walk = func(t reflect.Type, prefix string, index []int) {
-		for i := range t.NumField() {
-			sf := t.Field(i)
-			name := prefix + sf.Tag.Get("mapstructure")
-			idx := append(slices.Clone(index), i)
-			if sf.Type.Kind() == reflect.Struct {
-				walk(sf.Type, name+".", idx)
+// fieldMap is v's settings in the structs' shape (moved keys at their struct's place),
+// durations converted from the key's unit.
+func fieldMap(v *viper.Viper) (map[string]any, []error) {
+	out := map[string]any{}
+	var errs []error
+	for _, k := range keys() {
+		x := v.Get(k.name)
+		if x == nil {
+			continue
+		}
+		if k.unit != 0 {
+			d, err := duration(x, k.unit)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", k.name, err))
 				continue
 			}
-			k := key{name: name, opt: sf.Tag.Get("opt"), index: idx}
+			x = d
+		}
+		m := out
+		parts := strings.Split(k.field, ".")
+		for _, p := range parts[:len(parts)-1] {
+			sub, ok := m[p].(map[string]any)
+			if !ok {
+				sub = map[string]any{}
+				m[p] = sub
+			}
+			m = sub
+		}
+		m[parts[len(parts)-1]] = x
+	}
+	return out, errs
+}
+
+// duration reads a number of unit (the key's _ms or _s) as a time.Duration.
+func duration(x any, unit time.Duration) (time.Duration, error) {
+	name := map[time.Duration]string{time.Millisecond: "milliseconds", time.Second: "seconds"}[unit]
+	var n float64
+	switch y := x.(type) {
+	case int:
+		n = float64(y)
+	case int64:
+		n = float64(y)
+	case uint64:
+		n = float64(y)
+	case float64:
+		n = y
+	default:
+		f, err := strconv.ParseFloat(strings.TrimSpace(fmt.Sprint(x)), 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a number of %s", fmt.Sprint(x), name)
+		}
+		n = f
+	}
+	ns := n * float64(unit)
+	if math.IsNaN(ns) || math.Abs(ns) > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%v %s is not a usable duration", n, name)
+	}
+	return time.Duration(ns), nil
+}
+
+// key is one configuration key: a tagged leaf of config.
+type key struct {
+	name   string        // the file's key: "scheduler.margin_ms"
+	field  string        // its tags' path in config: "worker.scheduler.margin_ms"
+	goPath string        // its Go field path in daemon.Options, as optcheck names it: "Server.Sched.Margin"
+	unit   time.Duration // for time.Duration fields (keys ending in _ms or _s): what 1 is
+	index  []int         // field index path in config
+}
+
+// keys lists config's tagged leaves in declaration order: a struct field with a tag is
+// a section, a field without one (or with "-") is not configuration.
+func keys() []key {
+	var out []key
+	var walk func(t reflect.Type, prefix, goPrefix string, index []int)
+	walk = func(t reflect.Type, prefix, goPrefix string, index []int) {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			tag, opts, _ := strings.Cut(sf.Tag.Get("mapstructure"), ",")
+			idx := append(slices.Clone(index), i)
 			switch {
-			case strings.HasSuffix(name, "_ms"):
-				k.unit = time.Millisecond
-			case strings.HasSuffix(name, "_s"):
-				k.unit = time.Second
+			case opts == "squash":
+				walk(sf.Type, prefix, goPrefix, idx)
+				continue
+			case tag == "" || tag == "-":
+				continue
+			case sf.Type.Kind() == reflect.Struct:
+				walk(sf.Type, prefix+tag+".", goPrefix+sf.Name+".", idx)
+				continue
+			}
+			k := key{field: prefix + tag, goPath: goPrefix + sf.Name, index: idx, name: fileKey(prefix + tag)}
+			if sf.Type == reflect.TypeFor[time.Duration]() {
+				switch {
+				case strings.HasSuffix(tag, "_ms"):
+					k.unit = time.Millisecond
+				case strings.HasSuffix(tag, "_s"):
+					k.unit = time.Second
+				}
 			}
 			out = append(out, k)
 		}
 	}
-	walk(reflect.TypeFor[fileConfig](), "", nil)
+	walk(reflect.TypeFor[config](), "", "", nil)
 	return out
+}
+
+// fileKey is where the struct key field lives in the file (moved).
+func fileKey(field string) string {
+	for _, m := range moved() {
+		if rest, ok := strings.CutPrefix(field, m[1]); ok && (rest == "" || rest[0] == '.') {
+			return m[0] + rest
+		}
+	}
+	return field
 }
 
 // keyOf is the key that sets the daemon.Options field path (named by the path itself
 // when no key does).
-func keyOf(optPath string) key {
+func keyOf(goPath string) key {
+	if goPath == "Server.Sched.LatencyBudget" {
+		return key{name: "budgets.latency"} // set from it in settings
+	}
 	for _, k := range keys() {
-		if k.opt == optPath {
+		if k.goPath == goPath {
 			return k
 		}
 	}
-	return key{name: optPath}
+	return key{name: goPath}
 }
 
 // decodeErrors rewrites mapstructure's decoding errors ("decoding failed due to the
@@ -422,13 +595,14 @@ func decodeErrors(err error) error {
 		}
 		var pe *mapstructure.ParseError
 		var ue *mapstructure.UnconvertibleTypeError
+		name := fileKey(de.Name()) // mapstructure names the struct's place
 		switch inner := de.Unwrap(); {
 		case errors.As(inner, &pe):
-			out = append(out, fmt.Errorf("%s: %q is not %s", de.Name(), fmt.Sprint(pe.Value), kindName(pe.Expected.Kind())))
+			out = append(out, fmt.Errorf("%s: %q is not %s", name, fmt.Sprint(pe.Value), kindName(pe.Expected.Kind())))
 		case errors.As(inner, &ue):
-			out = append(out, fmt.Errorf("%s: want %s, got %v", de.Name(), kindName(ue.Expected.Kind()), ue.Value))
+			out = append(out, fmt.Errorf("%s: want %s, got %v", name, kindName(ue.Expected.Kind()), ue.Value))
 		default:
-			out = append(out, fmt.Errorf("%s: %w", de.Name(), inner))
+			out = append(out, fmt.Errorf("%s: %w", name, inner))
 		}
 	}
 	walk(err)
@@ -451,49 +625,8 @@ func kindName(k reflect.Kind) string {
 	return "a " + k.String()
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
-
-// optField is the field at a dotted Go path in a daemon.Options value.
-func optField(v reflect.Value, path string) reflect.Value {
-	for _, name := range strings.Split(path, ".") {
-		v = v.FieldByName(name)
-		if !v.IsValid() {
-			panic("fulcrumd config: no daemon.Options field " + path) // a wrong opt tag: every test catches it
-		}
-	}
-	return v
-}
-
-// toOption sets an Options field from a file value: a number in the key's unit becomes a
-// time.Duration, lists are copied, everything else converts directly.
-func toOption(dst, src reflect.Value, unit time.Duration) {
-	switch {
-	case dst.Type() == durationType:
-		if unit == 0 {
-			panic("fulcrumd config: duration field without a _ms or _s key") // caught by every test
-		}
-		dst.SetInt(int64(time.Duration(src.Float() * float64(unit))))
-	case src.Kind() == reflect.Slice:
-		dst.Set(reflect.ValueOf(append([]int{}, src.Interface().([]int)...))) // a copy; empty, not nil, as the file's []
-	default:
-		dst.Set(src.Convert(dst.Type()))
-	}
-}
-
-// fromOption is toOption's inverse, for the defaults.
-func fromOption(dst, src reflect.Value, unit time.Duration) {
-	switch {
-	case src.Type() == durationType:
-		dst.SetFloat(float64(src.Int()) / float64(unit))
-	case src.Kind() == reflect.Slice:
-		dst.Set(reflect.ValueOf(append([]int{}, src.Interface().([]int)...))) // a copy; empty, not nil, as the file's []
-	default:
-		dst.Set(src.Convert(dst.Type()))
-	}
-}
-
 // trimNumbers lets numbers from environment variables and flags carry spaces
-// (FULCRUM_BUDGETS_LATENCY_MS=" 50"), as the getters this decoder replaced did.
+// (FULCRUM_SCHEDULER_MARGIN_MS=" 5"), as the getters this decoder replaced did.
 func trimNumbers(from, to reflect.Type, data any) (any, error) {
 	if s, ok := data.(string); ok && from.Kind() == reflect.String {
 		switch to.Kind() {

@@ -22,18 +22,19 @@ import (
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
-// Config configures the control API server.
+// Config configures the control API server. The mapstructure tags are fulcrumd's
+// configuration keys (see daemon.Options).
 type Config struct {
 	// SocketPath is the control socket, normally <runtime_dir>/control.sock.
 	SocketPath string
 	// SocketMode is its permission bits (0660 when 0): owner and group may connect.
-	SocketMode os.FileMode
+	SocketMode os.FileMode `mapstructure:"socket_mode"`
 	// Group owns the socket and its members may change things ("fulcrum" when empty;
 	// "-" for none). When it does not exist the socket keeps the process's group.
-	Group string
+	Group string `mapstructure:"group"`
 	// AllowUIDs and AllowGIDs may change things besides root and the group's members.
-	AllowUIDs []int
-	AllowGIDs []int
+	AllowUIDs []int `mapstructure:"allow_uids"`
+	AllowGIDs []int `mapstructure:"allow_gids"`
 	// Policy replaces the default GroupPolicy (tests; special deployments).
 	Policy Policy
 	// MaxBodyBytes caps a JSON request body (64 KiB when 0); MaxImportBytes caps a

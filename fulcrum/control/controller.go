@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -20,44 +19,45 @@ import (
 )
 
 // Config holds the controller's rules and thresholds; zero fields take the defaults of
-// DefaultConfig. configs/fulcrum.yaml documents each as a controller.* key.
+// DefaultConfig. configs/fulcrum.yaml documents each as a controller.* key (the
+// field's mapstructure tag).
 type Config struct {
-	Period      time.Duration // control loop period
-	PowerSample time.Duration // board power reading period
-	PowerWindow time.Duration // moving average the power budget applies to
+	Period      time.Duration `mapstructure:"period_ms"`       // control loop period
+	PowerSample time.Duration `mapstructure:"power_sample_ms"` // board power reading period
+	PowerWindow time.Duration `mapstructure:"power_window_ms"` // moving average the power budget applies to
 	// PowerSettle: readings this soon after a mode change are not judged (the INA3221
 	// reports ~430 ms averages, so they still hold the previous mode).
-	PowerSettle time.Duration
-	RateTau     time.Duration // time constant of the arrival-rate EWMA
-	RateWarmup  time.Duration // measure arrivals this long before the first plan (rate auto)
-	DriftRel    float64       // re-plan when the rate differs from the planned one by more than this…
-	DriftHold   time.Duration // …for this long
+	PowerSettle time.Duration `mapstructure:"power_settle_ms"`
+	RateTau     time.Duration `mapstructure:"rate_tau_ms"`    // time constant of the arrival-rate EWMA
+	RateWarmup  time.Duration `mapstructure:"rate_warmup_ms"` // measure arrivals this long before the first plan (rate auto)
+	DriftRel    float64       `mapstructure:"drift_rel"`      // re-plan when the rate differs from the planned one by more than this…
+	DriftHold   time.Duration `mapstructure:"drift_hold_ms"`  // …for this long
 	// PlanMargin: the step rules keep a stepped-to configuration's predicted latency
 	// under budget·(1−PlanMargin). Plans themselves are decided by Confidence.
-	PlanMargin float64
+	PlanMargin float64 `mapstructure:"plan_margin"`
 	// Confidence: a plan claims a configuration only when the probability that it meets
 	// every budget, with the profiles' noise (NoiseRel, shrinking with repeats) and the
 	// scheduler's admission room, is at least this (plan.Decider).
-	Confidence float64
-	StepMargin float64       // a power step targets predicted power ≤ budget·(1−StepMargin)
-	Hysteresis float64       // step back up only while values stay below budget·(1−Hysteresis)…
-	Hold       time.Duration // …for this long
-	Cooldown   time.Duration // least time between two steps
+	Confidence float64       `mapstructure:"plan_confidence"`
+	StepMargin float64       `mapstructure:"step_margin"` // a power step targets predicted power ≤ budget·(1−StepMargin)
+	Hysteresis float64       `mapstructure:"hysteresis"`  // step back up only while values stay below budget·(1−Hysteresis)…
+	Hold       time.Duration `mapstructure:"hold_ms"`     // …for this long
+	Cooldown   time.Duration `mapstructure:"cooldown_ms"` // least time between two steps
 	// LatencyCooldown is the least time between latency steps: the latency window must
 	// have forgotten what the previous configuration did (sched's recent window).
-	LatencyCooldown time.Duration
-	PowerFail       time.Duration // no power reading this long: degraded
-	MinLatency      int           // served requests in the window before latency is judged
-	MinProfiles     int           // fewer stored profiles than this: run the searcher
-	Searcher        string        // "gmd" or "als"
-	MaxProfiles     int           // searcher's profile budget (0: its default)
-	NoiseRel        float64       // relative profiling noise the searcher sizes margins from
-	Events          int           // event ring size
-	InferBatches    []int         // batch sizes planned over (∩ what the worker serves)
-	Live            LiveOptions
+	LatencyCooldown time.Duration `mapstructure:"latency_cooldown_ms"`
+	PowerFail       time.Duration `mapstructure:"power_fail_ms"`       // no power reading this long: degraded
+	MinLatency      int           `mapstructure:"min_latency_samples"` // served requests in the window before latency is judged
+	MinProfiles     int           `mapstructure:"min_profiles"`        // fewer stored profiles than this: run the searcher
+	Searcher        string        `mapstructure:"searcher"`            // "gmd" or "als"
+	MaxProfiles     int           `mapstructure:"max_profiles"`        // searcher's profile budget (0: its default)
+	NoiseRel        float64       `mapstructure:"noise_rel"`           // relative profiling noise the searcher sizes margins from
+	Events          int           `mapstructure:"events"`              // event ring size
+	InferBatches    []int         `mapstructure:"infer_batches"`       // batch sizes planned over (∩ what the worker serves)
+	Live            LiveOptions   `mapstructure:"live"`
 	// ExternalChange is what a mode change made outside fulcrumd leads to:
 	// ExternalStandDown (default), ExternalReapply or ExternalAdopt (external.go).
-	ExternalChange string
+	ExternalChange string `mapstructure:"external_change"`
 }
 
 // DefaultConfig is what fulcrumd uses when the configuration says nothing.
@@ -161,7 +161,7 @@ type Controller struct {
 	settings *settingsState
 	loop     loopBeat
 
-	mu       sync.Mutex
+	mu       coopMutex // a sync.Mutex unless the clock is cooperative (coop.go)
 	budgets  plan.Budgets
 	pair     *Pair
 	pairAt   time.Time
@@ -191,7 +191,7 @@ type Controller struct {
 	forceSearch string // searcher to run for the next plan ("" none)
 	job         bool   // a search is running
 	jobMethod   string
-	jobDone     chan struct{}
+	jobDone     sched.Event
 	base        context.Context // ends when Run ends
 	forceApply  bool            // the board's mode is not cur's (a search moved it)
 	held        bool            // an operator-applied mode is held
@@ -261,6 +261,7 @@ func New(o Options) (*Controller, error) {
 		base: context.Background(), violations: map[string]uint64{},
 		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{},
 		settings: &settingsState{file: SettingsFile{Path: o.SettingsPath}, config: b}}
+	c.mu.co, _ = o.Clock.(sched.Coop)
 	c.events = NewEventLog(cfg.Events, o.Clock.Now)
 	o.Sched.SetLatencyBudget(msDur(b.LatencyMS))
 	return c, nil
@@ -314,7 +315,7 @@ func (c *Controller) Optimize(ctx context.Context, method string, maxProfiles in
 	}
 	done, out := c.startSearch(ctx, method, "optimize requested", maxProfiles)
 	c.mu.Unlock()
-	<-done // ctx ending cancels the search, which then returns promptly
+	_ = done.Wait(context.Background()) // ctx ending cancels the search, which then returns promptly
 	if out.Err != nil {
 		return out, fmt.Errorf("optimize %s: %w", method, out.Err)
 	}
@@ -353,15 +354,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.base = ctx
 	c.mu.Unlock()
-	var wg sync.WaitGroup
+	var sampled sched.Event // fired when the power sampler has stopped
 	if c.board != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		sampled = sched.NewEvent(c.clock)
+		sched.Go(c.clock, func() {
+			defer sampled.Fire()
 			for c.sleep(ctx, c.cfg.PowerSample) {
 				_ = c.power.Sample(ctx, c.board, c.clock.Now())
 			}
-		}()
+		})
 	}
 	c.loop.start(c.clock.Now())
 	for c.sleep(ctx, c.cfg.Period) {
@@ -370,12 +371,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.loop.beat(c.clock.Now())
 	}
 	c.loop.stop()
-	wg.Wait()
+	if sampled != nil {
+		_ = sampled.Wait(context.Background())
+	}
 	c.mu.Lock()
 	done := c.jobDone
 	c.mu.Unlock()
 	if done != nil {
-		<-done
+		_ = done.Wait(context.Background())
 	}
 	return nil
 }
@@ -389,15 +392,13 @@ func (c *Controller) SamplePower(ctx context.Context) error {
 	return c.power.Sample(ctx, c.board, c.clock.Now())
 }
 func (c *Controller) sleep(ctx context.Context, d time.Duration) bool {
-	ch := make(chan struct{})
-	t := c.clock.AfterFunc(d, func() { close(ch) })
-	select {
-	case <-ctx.Done():
+	e := sched.NewEvent(c.clock)
+	t := c.clock.AfterFunc(d, e.Fire)
+	if e.Wait(ctx) != nil {
 		t.Stop()
 		return false
-	case <-ch:
-		return true
 	}
+	return true
 }
 
 // pairOf finds the workloads to plan for: the first live training and inference

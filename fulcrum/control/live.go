@@ -23,9 +23,9 @@ import (
 
 // LiveOptions tune live profiling. Zero values take the defaults in brackets.
 type LiveOptions struct {
-	Warmup  int           // profile batches run and discarded at each point [1]
-	Samples int           // measured batches per point, at least [5]
-	MinTime time.Duration // and measure each point at least this long, for power readings [300 ms]
+	Warmup  int           `mapstructure:"warmup"`      // profile batches run and discarded at each point [1]
+	Samples int           `mapstructure:"samples"`     // measured batches per point, at least [5]
+	MinTime time.Duration `mapstructure:"min_time_ms"` // and measure each point at least this long, for power readings [300 ms]
 	// PowerWindow is the moving average the power guard checks [1 s].
 	PowerWindow time.Duration
 	// PowerSettle: readings this soon after the mode is applied still show the previous

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -16,9 +17,9 @@ import (
 )
 
 // startSearch runs a searcher in its own goroutine through a live profiler, then plans
-// from the store. Called with c.mu held; returns a channel closed when it is done.
-func (c *Controller) startSearch(reqCtx context.Context, method, reason string, maxProfiles int) (chan struct{}, *Outcome) {
-	done := make(chan struct{})
+// from the store. Called with c.mu held; returns an event fired when it is done.
+func (c *Controller) startSearch(reqCtx context.Context, method, reason string, maxProfiles int) (sched.Event, *Outcome) {
+	done := sched.NewEvent(c.clock)
 	c.job, c.jobDone, c.jobMethod = true, done, method
 	c.held = false
 	pair := *c.pair
@@ -36,8 +37,8 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 	// The search ends with the daemon, or with the request that asked for it.
 	ctx, cancel := context.WithCancel(c.base)
 	stop := context.AfterFunc(reqCtx, cancel)
-	go func() {
-		defer close(done)
+	sched.Go(c.clock, func() {
+		defer done.Fire()
 		defer cancel()
 		defer stop()
 		var res search.Result
@@ -100,7 +101,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		out.Plan = pl.Plan
 		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(modelBudgets(c.budgets, rate))), pl.Best, rate)
 		out.Choice = c.cur
-	}()
+	})
 	return done, out
 }
 

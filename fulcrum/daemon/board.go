@@ -41,6 +41,12 @@ type Board struct {
 // root) or "sim:NAME" (the catalog board NAME whose simulated tree is at root). A board
 // snapshot left in stateDir by a crash after a mode change is restored first.
 func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logger) (*Board, error) {
+	return OpenBoardWith(ctx, spec, root, stateDir, log, tegra.Options{})
+}
+
+// OpenBoardWith is OpenBoard with the Jetson backend's options (the daemon on virtual
+// time passes its clock's Now).
+func OpenBoardWith(ctx context.Context, spec, root, stateDir string, log *slog.Logger, topt tegra.Options) (*Board, error) {
 	if spec == "" || spec == "none" {
 		log.Info("no board configured: scheduling only, power modes are not changed")
 		return &Board{log: log}, nil
@@ -77,7 +83,7 @@ func OpenBoard(ctx context.Context, spec, root, stateDir string, log *slog.Logge
 	for _, n := range nvp.Notes {
 		log.Warn("nvpmodel", "note", n)
 	}
-	be, err := tegra.Open(ctx, root, bs, info)
+	be, err := tegra.OpenWith(ctx, root, bs, info, topt)
 	if err != nil {
 		return nil, fmt.Errorf("open board %s under %s: %w", bs.Name, root, err)
 	}

@@ -23,37 +23,41 @@ import (
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
-// Options configure a whole fulcrumd.
+// Options configure a whole fulcrumd. The mapstructure tags here and on the nested
+// option structs (Config, sched.Config, control.Config, api.Config, nvml.Options) are
+// fulcrumd's configuration keys (cmd/fulcrumd decodes configs/fulcrum.yaml straight into
+// DefaultOptions); "-" marks what only code sets.
 type Options struct {
-	Server Config
+	Server Config `mapstructure:"worker"`
 	// StateDir holds the profile database (created if missing).
-	StateDir string
+	StateDir string `mapstructure:"state_dir"`
 	// DBPath is the bbolt profile store; empty means <StateDir>/profiles.db.
-	DBPath string
+	DBPath string `mapstructure:"db"`
 	// StoreTimeout bounds the wait for another process's lock on the store.
-	StoreTimeout time.Duration
+	StoreTimeout time.Duration `mapstructure:"db_timeout_ms"`
 	// Board is "auto" (detect the Jetson), "sim:NAME" (a simulated board whose tree is at
 	// BoardRoot), "nvml" (a discrete NVIDIA GPU) or "none" (no board: schedule only).
-	Board     string
-	BoardRoot string
+	Board     string `mapstructure:"board"`
+	BoardRoot string `mapstructure:"board_root"`
 	// NVML configures board "nvml" (a discrete GPU): device index, and whether clocks
 	// may be locked (read-only otherwise).
-	NVML nvml.Options
-	Log  *slog.Logger
+	NVML nvml.Options `mapstructure:"nvml"`
+	Log  *slog.Logger `mapstructure:"-"`
 
-	// Control configures the controller; Budgets are the budgets it starts with.
-	Control control.Config
-	Budgets plan.Budgets
+	// Control configures the controller; Budgets are the budgets it starts with
+	// (fulcrumd reads them from its budgets keys, written with units).
+	Control control.Config `mapstructure:"controller"`
+	Budgets plan.Budgets   `mapstructure:"-"`
 	// API configures the control API; an empty SocketPath means
 	// <RuntimeDir>/control.sock. NoAPI leaves it out (tests of the worker side only).
-	API   api.Config
-	NoAPI bool
+	API   api.Config `mapstructure:"control"`
+	NoAPI bool       `mapstructure:"-"`
 	// Version is reported by the control API's status.
-	Version string
+	Version string `mapstructure:"-"`
 	// Clock drives the controller (sched.RealClock when nil).
-	Clock sched.Clock
+	Clock sched.Clock `mapstructure:"-"`
 	// MetricsListen is the Prometheus metrics address (e.g. 127.0.0.1:9464); empty: off.
-	MetricsListen string
+	MetricsListen string `mapstructure:"metrics_listen"`
 }
 
 // Daemon is a running fulcrumd: the worker server, the profile store, the board, the
@@ -155,20 +159,11 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 	if removed, err := st.RemoveImportLeftovers(); len(removed) > 0 || err != nil {
 		d.log.Warn("removed an unfinished import's temporary files; part of that import may be stored (import the file again to complete it)", "files", removed, "err", err)
 	}
-	copts := control.Options{Config: o.Control, Sched: d.Server.Scheduler(), Store: st, Clock: o.Clock,
-		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
-		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
-		SettingsPath: filepath.Join(cmp.Or(o.StateDir, filepath.Dir(db)), control.SettingsFileName)}
-	if b.Backend != nil {
-		copts.Board = b
-		copts.Presets, copts.PresetNames = b.Presets()
-	}
-	ctl, err := control.New(copts)
+	ctl, err := NewController(ctx, o, d.Server.Scheduler(), b, st, db)
 	if err != nil {
 		return fail(err)
 	}
 	d.Controller = ctl
-	ctl.RestoreSettings(ctx)
 	if notice != "" {
 		ctl.Notice(control.KindStore, notice)
 	}
@@ -202,6 +197,30 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		}
 	}
 	return d, nil
+}
+
+// NewController builds fulcrumd's controller from o over the scheduler, board and open
+// store (at db) given, and restores the saved run-time settings. Open wires the daemon
+// with it, and so does the daemon on virtual time (fulcrum/lifetime): one constructor, so
+// what runs there is what fulcrumd runs.
+func NewController(ctx context.Context, o Options, sch control.Scheduler, b *Board, st *store.Store, db string) (*control.Controller, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	copts := control.Options{Config: o.Control, Sched: sch, Store: st, Clock: o.Clock,
+		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
+		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
+		SettingsPath: filepath.Join(cmp.Or(o.StateDir, filepath.Dir(db)), control.SettingsFileName)}
+	if b != nil && b.Backend != nil {
+		copts.Board = b
+		copts.Presets, copts.PresetNames = b.Presets()
+	}
+	ctl, err := control.New(copts)
+	if err != nil {
+		return nil, err
+	}
+	ctl.RestoreSettings(ctx)
+	return ctl, nil
 }
 
 // openStore opens the profile store at path, verifying every page first. A damaged

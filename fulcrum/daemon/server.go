@@ -29,13 +29,13 @@ import (
 // Config is the worker server's configuration.
 type Config struct {
 	// RuntimeDir holds worker.sock and the fulcrumd.pid lock file.
-	RuntimeDir string
+	RuntimeDir string `mapstructure:"runtime_dir"`
 	// SocketMode is the worker socket's permission bits (0660: owner and group).
-	SocketMode os.FileMode
+	SocketMode os.FileMode `mapstructure:"socket_mode"`
 	// MaxLineBytes caps one protocol line (proto.MaxLineBytes when 0).
-	MaxLineBytes int
+	MaxLineBytes int `mapstructure:"max_line_bytes"`
 	// MaxWorkers caps concurrent worker connections (64 when 0).
-	MaxWorkers int
+	MaxWorkers int `mapstructure:"max_workers"`
 	// MaxPerProcess caps the connections one peer process (its pid from SO_PEERCRED at
 	// accept) may hold (MaxWorkers/4 when 0), and ReservedSlots of the MaxWorkers slots
 	// (MaxWorkers/8 when 0; -1 for none; at most MaxWorkers/4) go only to a process
@@ -44,20 +44,20 @@ type Config struct {
 	// When every slot is taken, a connection from a process holding none evicts the
 	// longest-silent connection of the process holding the most (not one holding the
 	// turn). Per process, not per uid: containers' workers all run as root.
-	MaxPerProcess int
-	ReservedSlots int
+	MaxPerProcess int `mapstructure:"max_per_process"`
+	ReservedSlots int `mapstructure:"reserved_slots"`
 	// WriteTimeout is how long a worker may leave its socket unread before fulcrumd
 	// drops the connection (5 s when 0), so one stuck worker never stalls the others.
-	WriteTimeout time.Duration
+	WriteTimeout time.Duration `mapstructure:"write_timeout_ms"`
 	// RegisterTimeout is how long a new connection may take to register before fulcrumd
 	// closes it (5 s when 0), so connections that never register cannot hold the
 	// MaxWorkers slots and lock real workers out.
-	RegisterTimeout time.Duration
+	RegisterTimeout time.Duration `mapstructure:"register_timeout_ms"`
 	// Group owns worker.sock when it exists ("" or "-": the socket keeps fulcrumd's
 	// group); fulcrumd sets it from worker.group, else control.group.
-	Group string
-	Sched sched.Config
-	Clock sched.Clock // sched.RealClock when nil
+	Group string       `mapstructure:"group"`
+	Sched sched.Config `mapstructure:"scheduler"`
+	Clock sched.Clock  // sched.RealClock when nil
 	Log   *slog.Logger
 }
 

@@ -17,7 +17,7 @@ import (
 // resume. The power-mode controller applies mode changes through it. It returns fn's
 // error, or ctx's if ctx ends before fn starts.
 func (s *Scheduler) BetweenTurns(ctx context.Context, fn func(context.Context) error) error {
-	a := &action{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	a := &action{ctx: ctx, fn: fn, done: NewEvent(s.clock)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -26,21 +26,20 @@ func (s *Scheduler) BetweenTurns(ctx context.Context, fn func(context.Context) e
 	s.actions = append(s.actions, a)
 	s.schedule()
 	s.unlockAndDeliver()
-	select {
-	case err := <-a.done:
-		return err
-	case <-ctx.Done():
-		s.mu.Lock()
-		n := len(s.actions)
-		s.actions = slices.DeleteFunc(s.actions, func(x *action) bool { return x == a })
-		removed := len(s.actions) < n
-		s.mu.Unlock()
-		if removed {
-			return ctx.Err()
-		}
-		// Already started: its result is what happened.
-		return <-a.done
+	if a.done.Wait(ctx) == nil {
+		return a.err
 	}
+	s.mu.Lock()
+	n := len(s.actions)
+	s.actions = slices.DeleteFunc(s.actions, func(x *action) bool { return x == a })
+	removed := len(s.actions) < n
+	s.mu.Unlock()
+	if removed {
+		return ctx.Err()
+	}
+	// Already started: its result is what happened.
+	_ = a.done.Wait(context.Background())
+	return a.err
 }
 
 // ErrProfilesDeclined: the worker said at registration that it runs no profile batches
@@ -84,7 +83,7 @@ func (s *Scheduler) Profile(ctx context.Context, id string, batch int) (time.Dur
 	if batch < 1 || batch > proto.MaxBatch {
 		return 0, fmt.Errorf("profile batch %d out of range 1..%d", batch, proto.MaxBatch)
 	}
-	p := &profileReq{worker: id, batch: batch, done: make(chan profileResult, 1)}
+	p := &profileReq{worker: id, batch: batch, done: NewEvent(s.clock)}
 	s.mu.Lock()
 	p.queued = s.clock.Now()
 	w, ok := s.workers[id]
@@ -99,19 +98,17 @@ func (s *Scheduler) Profile(ctx context.Context, id string, batch int) (time.Dur
 	s.profiles = append(s.profiles, p)
 	s.schedule()
 	s.unlockAndDeliver()
-	select {
-	case r := <-p.done:
-		return r.d, r.err
-	case <-ctx.Done():
-		s.mu.Lock()
-		n := len(s.profiles)
-		s.profiles = slices.DeleteFunc(s.profiles, func(x *profileReq) bool { return x == p })
-		removed := len(s.profiles) < n
-		s.mu.Unlock()
-		if removed {
-			return 0, ctx.Err()
-		}
-		r := <-p.done
-		return r.d, r.err
+	if p.done.Wait(ctx) == nil {
+		return p.res.d, p.res.err
 	}
+	s.mu.Lock()
+	n := len(s.profiles)
+	s.profiles = slices.DeleteFunc(s.profiles, func(x *profileReq) bool { return x == p })
+	removed := len(s.profiles) < n
+	s.mu.Unlock()
+	if removed {
+		return 0, ctx.Err()
+	}
+	_ = p.done.Wait(context.Background())
+	return p.res.d, p.res.err
 }

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -130,4 +131,64 @@ func (c *FakeClock) Pending() int {
 		}
 	}
 	return n
+}
+
+// Event is a one-shot signal one goroutine waits on and another fires (the scheduler's
+// "action done" and "profile batch done", the controller's sleeps and searches). Under a
+// cooperative clock (Coop) firing marks the waiter ready instead of letting it run
+// alongside the one that fired, so a virtual-time run stays deterministic.
+type Event interface {
+	// Fire signals the event; later calls do nothing.
+	Fire()
+	// Wait blocks until the event fires (nil) or ctx ends first (ctx's error). A fired
+	// event answers nil at once, even with ctx ended.
+	Wait(ctx context.Context) error
+}
+
+// Coop is implemented by a clock that runs the daemon's goroutines itself, one at a
+// time (internal/vclock, virtual time): Go starts a participant, NewEvent makes an Event
+// whose Wait gives the turn back to the clock.
+type Coop interface {
+	Clock
+	Go(f func())
+	NewEvent() Event
+}
+
+// Go runs f in a goroutine of its own: a participant of c when c is a Coop, else a plain
+// goroutine.
+func Go(c Clock, f func()) {
+	if co, ok := c.(Coop); ok {
+		co.Go(f)
+		return
+	}
+	go f()
+}
+
+// NewEvent returns an Event for c: the clock's own when c is a Coop, else a channel.
+func NewEvent(c Clock) Event {
+	if co, ok := c.(Coop); ok {
+		return co.NewEvent()
+	}
+	return &chanEvent{ch: make(chan struct{})}
+}
+
+type chanEvent struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (e *chanEvent) Fire() { e.once.Do(func() { close(e.ch) }) }
+
+func (e *chanEvent) Wait(ctx context.Context) error {
+	select {
+	case <-e.ch:
+		return nil
+	default:
+	}
+	select {
+	case <-e.ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

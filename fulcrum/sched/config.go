@@ -7,30 +7,31 @@ import (
 )
 
 // Config holds the scheduler's knobs. Zero fields take the defaults of DefaultConfig.
+// The mapstructure tags are fulcrumd's configuration keys (see daemon.Options).
 type Config struct {
 	// LatencyBudget is L: each request's deadline is its arrival plus L.
 	LatencyBudget time.Duration
 	// DefaultTrain and DefaultInfer are the expected minibatch times used before a
 	// workload has been measured (DefaultInfer for one inference batch of any size).
-	DefaultTrain time.Duration
-	DefaultInfer time.Duration
+	DefaultTrain time.Duration `mapstructure:"default_train_ms"`
+	DefaultInfer time.Duration `mapstructure:"default_infer_ms"`
 	// EWMAAlpha weighs the newest inter-arrival gap in the arrival rate used before the
 	// rate window fills. (Expected turn times are windowed medians: estimate.go.)
-	EWMAAlpha float64
+	EWMAAlpha float64 `mapstructure:"ewma_alpha"`
 	// A turn overruns when it is held longer than max(OverrunFactor × expected, OverrunMin).
-	OverrunFactor float64
-	OverrunMin    time.Duration
+	OverrunFactor float64       `mapstructure:"overrun_factor"`
+	OverrunMin    time.Duration `mapstructure:"overrun_min_ms"`
 	// A worker holding a turn longer than max(HoldFactor × expected, HoldMin) loses it:
 	// the turn is taken back and granted to others, and OnHoldExpired is called so the
 	// daemon can tell the worker and drop its connection. A worker that acquires and
 	// never releases would otherwise stall every other worker for as long as it lives.
-	HoldFactor float64
-	HoldMin    time.Duration
+	HoldFactor float64       `mapstructure:"hold_factor"`
+	HoldMin    time.Duration `mapstructure:"hold_min_ms"`
 	// HoldMax caps the hold limit whatever the expected time: expected times follow the
 	// latest releases, so honest-looking turns of growing length (4.8 s, 45 s, 70 s)
 	// would otherwise raise the limit without bound (issue 26 item 3), and one worker
 	// could then keep every other waiting that long.
-	HoldMax time.Duration
+	HoldMax time.Duration `mapstructure:"hold_max_ms"`
 	// OnHoldExpired, when set, is called (without the scheduler's lock) for every turn
 	// taken back by the hold limit.
 	OnHoldExpired func(worker string, grant uint64, held, limit time.Duration)
@@ -45,46 +46,46 @@ type Config struct {
 	// IdleAdmitArrivals: with an empty inference queue whose next request could not wait
 	// out a training minibatch, training still runs when the expected number of arrivals
 	// during it (rate × expected time) is below this. 0 means never.
-	IdleAdmitArrivals float64
+	IdleAdmitArrivals float64 `mapstructure:"idle_admit_arrivals"`
 	// DevK: expected times used for deadline decisions are the EWMA mean plus DevK times
 	// the EWMA absolute deviation of the measured times, so a workload whose minibatch
 	// time spreads is given room. 0 uses the mean alone.
-	DevK float64
+	DevK float64 `mapstructure:"dev_k"`
 	// Starve: a training worker kept waiting this long by the admission test is granted
 	// a minibatch anyway as soon as no inference request is queued or in flight, so a
 	// stale expected time (an outlier measurement) cannot block training forever. 0
 	// disables it.
-	Starve time.Duration
+	Starve time.Duration `mapstructure:"starve_ms"`
 	// ProfileWait: a profile batch the admission test keeps out this long is granted as
 	// soon as no inference request is queued (waiting ones are served first). Without it
 	// a mode whose minibatch is longer than the latency budget could never be profiled
 	// while requests keep arriving; requests that arrive during such a batch may miss
 	// their deadlines and are counted. If no such moment comes within profileCrowdFactor ×
 	// ProfileWait, the batch is refused with ErrProfileCrowdedOut. 0 disables both.
-	ProfileWait time.Duration
+	ProfileWait time.Duration `mapstructure:"profile_wait_ms"`
 	// Margin is kept free before every deadline for what the expected times do not
 	// cover: waking up, the grant's trip to the worker, the worker starting the batch.
-	Margin time.Duration
+	Margin time.Duration `mapstructure:"margin_ms"`
 	// The learned admission room (room.go, docs/design.md §9): each inference stream's
 	// deadlines keep Margin plus a room learned from its latency window, grown when its
 	// p99 comes within RoomGuard × its budget of the budget (or over it), shrunk below
 	// that band while its deadlines keep training out, at most once per RoomInterval,
 	// within [RoomMin, RoomMaxFrac × its budget]. RoomMaxFrac = 0 (the default) turns
 	// learning off.
-	RoomGuard    float64
-	RoomMin      time.Duration
-	RoomMaxFrac  float64
-	RoomInterval time.Duration
+	RoomGuard    float64       `mapstructure:"room_guard"`
+	RoomMin      time.Duration `mapstructure:"room_min_ms"`
+	RoomMaxFrac  float64       `mapstructure:"room_max_frac"`
+	RoomInterval time.Duration `mapstructure:"room_interval_ms"`
 	// OnRoom, when set, is called (without the scheduler's lock) for every change of a
 	// stream's learned room.
 	OnRoom func(RoomChange)
 	// Window and WindowSamples bound the measurement windows (whichever is smaller).
-	Window        time.Duration
-	WindowSamples int
+	Window        time.Duration `mapstructure:"window_s"`
+	WindowSamples int           `mapstructure:"window_samples"`
 	// RecentWindow is the shorter latency window the controller watches (reported as
 	// WorkloadStats.LatencyRecent), so that a violation stops counting soon after the
 	// controller has acted on it.
-	RecentWindow time.Duration
+	RecentWindow time.Duration `mapstructure:"recent_window_s"`
 	// OnServed, when set, is called for every request served (workload, latency), with
 	// the scheduler's lock held: it must be quick and must not call the scheduler
 	// (fulcrumd feeds its Prometheus latency histogram from it).

@@ -339,7 +339,8 @@ func (s *Scheduler) runAction(a *action, now time.Time) {
 	t := &turn{grant: Grant{Kind: "action"}, start: now, limit: s.cfg.OverrunMin, action: a}
 	s.turn = t
 	s.setWake(time.Time{})
-	go func() {
+	// A goroutine of its own (a participant of a virtual clock): fn waits between turns.
+	Go(s.clock, func() {
 		var err error
 		if cerr := a.ctx.Err(); cerr != nil {
 			err = cerr
@@ -354,8 +355,8 @@ func (s *Scheduler) runAction(a *action, now time.Time) {
 		s.unlockAndDeliver()
 		// After the grants the action's end made are delivered: a caller of BetweenTurns
 		// that returns sees the scheduler already moved on.
-		a.done <- err
-	}()
+		a.finish(err)
+	})
 }
 
 // setWake arms the wake-up timer for at (zero: none).

@@ -120,7 +120,7 @@ func (s *Scheduler) expireHold(t *turn) {
 		s.finish(w, q, now, false)
 	}
 	if t.profile != nil {
-		t.profile.done <- profileResult{err: fmt.Errorf("profile batch on %s: the worker held the turn %v, past the hold limit %v", w.id, held.Round(time.Millisecond), t.hold)}
+		t.profile.finish(profileResult{err: fmt.Errorf("profile batch on %s: the worker held the turn %v, past the hold limit %v", w.id, held.Round(time.Millisecond), t.hold)})
 	}
 	s.log.Warn("worker held the turn past the hold limit; turn taken back and the worker dropped", "worker", w.id,
 		"workload", w.name, "kind", t.grant.Kind, "grant", t.grant.ID, "held_ms", ms(held), "hold_limit_ms", ms(t.hold),

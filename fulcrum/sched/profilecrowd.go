@@ -41,7 +41,7 @@ func (s *Scheduler) refuseCrowded(now time.Time) {
 		}
 		s.log.Warn("refusing a profile batch: inference requests stayed queued the whole time it waited", "worker", w.id,
 			"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)))
-		p.done <- profileResult{err: fmt.Errorf("profile batch %d on worker %s after %s: %w", p.batch, w.id, now.Sub(p.queued), ErrProfileCrowdedOut)}
+		p.finish(profileResult{err: fmt.Errorf("profile batch %d on worker %s after %s: %w", p.batch, w.id, now.Sub(p.queued), ErrProfileCrowdedOut)})
 		return true
 	})
 }

@@ -86,7 +86,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		if r.Duration > 0 && r.Duration <= held+ReportSlack(held) {
 			pd = r.Duration
 		}
-		t.profile.done <- profileResult{d: pd}
+		t.profile.finish(profileResult{d: pd})
 	}
 	s.endTurn(now)
 	s.schedule()

@@ -194,14 +194,28 @@ type turn struct {
 type action struct {
 	ctx  context.Context
 	fn   func(context.Context) error
-	done chan error
+	done Event // fired once err is set
+	err  error
+}
+
+// finish sets the action's result and wakes its caller; called once.
+func (a *action) finish(err error) {
+	a.err = err
+	a.done.Fire()
 }
 
 type profileReq struct {
 	worker string
 	batch  int
 	queued time.Time
-	done   chan profileResult
+	done   Event // fired once res is set
+	res    profileResult
+}
+
+// finish sets the profile batch's result and wakes its caller; called once.
+func (p *profileReq) finish(r profileResult) {
+	p.res = r
+	p.done.Fire()
 }
 
 type profileResult struct {
@@ -362,11 +376,11 @@ func (s *Scheduler) Close() {
 	defer s.unlockAndDeliver()
 	s.closed = true
 	for _, a := range s.actions {
-		a.done <- errors.New("scheduler closed before the action ran")
+		a.finish(errors.New("scheduler closed before the action ran"))
 	}
 	s.actions = nil
 	for _, p := range s.profiles {
-		p.done <- profileResult{err: errors.New("scheduler closed before the profile batch ran")}
+		p.finish(profileResult{err: errors.New("scheduler closed before the profile batch ran")})
 	}
 	s.profiles = nil
 	if s.wake != nil {

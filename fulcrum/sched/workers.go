@@ -224,7 +224,7 @@ func (s *Scheduler) Unregister(id string) {
 			s.finish(w, q, now, false)
 		}
 		if t.profile != nil {
-			t.profile.done <- profileResult{err: fmt.Errorf("profile batch on %s: worker disconnected during the batch", id)}
+			t.profile.finish(profileResult{err: fmt.Errorf("profile batch on %s: worker disconnected during the batch", id)})
 		}
 		s.log.Warn("worker disconnected while holding the turn; turn released", "worker", id, "grant", t.grant.ID, "held_ms", ms(now.Sub(t.start)))
 		s.endTurn(now)
@@ -239,7 +239,7 @@ func (s *Scheduler) Unregister(id string) {
 	kept := s.profiles[:0]
 	for _, p := range s.profiles {
 		if p.worker == id {
-			p.done <- profileResult{err: fmt.Errorf("profile on %s: worker disconnected", id)}
+			p.finish(profileResult{err: fmt.Errorf("profile on %s: worker disconnected", id)})
 			continue
 		}
 		kept = append(kept, p)

@@ -14,23 +14,27 @@ import (
 
 // LatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds, within plan's
 // range. A bare number is refused: ms and s differ by 1000x and both are common.
-func LatencyMS(s string) (float64, error) {
+func LatencyMS(s string) (float64, error) { return LatencyMSOf("--latency", s) }
+
+// LatencyMSOf is LatencyMS with errors naming what the value was given as (a flag,
+// a configuration key).
+func LatencyMSOf(name, s string) (float64, error) {
 	s = strings.TrimSpace(s)
 	valid := fmt.Sprintf("valid %g ms to %g ms", plan.MinLatencyMS, plan.MaxLatencyMS)
 	if v, err := strconv.ParseFloat(s, 64); err == nil {
 		if !(v >= plan.MinLatencyMS) || v > plan.MaxLatencyMS {
 			// "e.g. 0ms" used to be suggested here, then refused.
-			return 0, fmt.Errorf("--latency %s: give a duration with its unit, e.g. 80ms or 0.08s (%s)", s, valid)
+			return 0, fmt.Errorf("%s %s: give a duration with its unit, e.g. 80ms or 0.08s (%s)", name, s, valid)
 		}
-		return 0, fmt.Errorf("--latency %s: give a unit, e.g. %sms or %ss (%s)", s, s, s, valid)
+		return 0, fmt.Errorf("%s %s: give a unit, e.g. %sms or %ss (%s)", name, s, s, s, valid)
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("--latency %q: want a duration like 80ms or 0.08s (%s)", s, valid)
+		return 0, fmt.Errorf("%s %q: want a duration like 80ms or 0.08s (%s)", name, s, valid)
 	}
 	ms := float64(d) / float64(time.Millisecond)
 	if ms < plan.MinLatencyMS || ms > plan.MaxLatencyMS {
-		return 0, fmt.Errorf("--latency %s is out of range (%s)", s, valid)
+		return 0, fmt.Errorf("%s %s is out of range (%s)", name, s, valid)
 	}
 	return ms, nil
 }
@@ -38,7 +42,11 @@ func LatencyMS(s string) (float64, error) {
 // PowerMW reads 30W, 30.5w, 30000mW, a bare number of watts (30), or none / off
 // (no power budget). Zero or less is refused (it is not "none"), and so is a bare
 // number that only makes sense as milliwatts.
-func PowerMW(s string) (float64, error) {
+func PowerMW(s string) (float64, error) { return PowerMWOf("--power", s) }
+
+// PowerMWOf is PowerMW with errors naming what the value was given as (a flag, a
+// configuration key).
+func PowerMWOf(name, s string) (float64, error) {
 	s = strings.TrimSpace(s)
 	lower := strings.ToLower(s)
 	if lower == "none" || lower == "off" {
@@ -56,18 +64,18 @@ func PowerMW(s string) (float64, error) {
 	}
 	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("--power %q: want watts like 30W, 30 or 30000mW (%s)", s, rangeHint)
+		return 0, fmt.Errorf("%s %q: want watts like 30W, 30 or 30000mW (%s)", name, s, rangeHint)
 	}
 	if v <= 0 {
 		// 0 used to remove the budget silently; "none" says that on purpose.
-		return 0, fmt.Errorf("--power %s: a power budget must be at least %g W; to remove the power budget give --power none (%s)", s, plan.MinPowerMW/1000, rangeHint)
+		return 0, fmt.Errorf("%s %s: a power budget must be at least %g W; to remove the power budget give %s none (%s)", name, s, plan.MinPowerMW/1000, name, rangeHint)
 	}
 	if unit == "W" && num == lower && v > plan.MaxPowerMW/1000 {
-		return 0, fmt.Errorf("--power %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", s, s, s, v/1000, rangeHint)
+		return 0, fmt.Errorf("%s %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", name, s, s, s, v/1000, rangeHint)
 	}
 	mw := v * scale
 	if mw < plan.MinPowerMW || mw > plan.MaxPowerMW {
-		return 0, fmt.Errorf("--power %s (%g W) is out of range (%s)", s, mw/1000, rangeHint)
+		return 0, fmt.Errorf("%s %s (%g W) is out of range (%s)", name, s, mw/1000, rangeHint)
 	}
 	return mw, nil
 }
@@ -107,4 +115,19 @@ func MHz(hz int64) string {
 // Watts prints milliwatts as watts with one decimal and the unit, e.g. "30.0 W".
 func Watts(mw float64) string {
 	return strconv.FormatFloat(mw/1000, 'f', 1, 64) + " W"
+}
+
+// PowerString writes a power budget as PowerMW reads it back: "none" for 0 (no budget),
+// otherwise watts with the unit and no rounding ("30W", "12.5W").
+func PowerString(mw float64) string {
+	if mw == 0 {
+		return "none"
+	}
+	return strconv.FormatFloat(mw/1000, 'f', -1, 64) + "W"
+}
+
+// LatencyString writes a latency budget as LatencyMS reads it back: a Go duration
+// ("100ms", "42.5ms", "1.5s").
+func LatencyString(ms float64) string {
+	return time.Duration(math.Round(ms * float64(time.Millisecond))).String()
 }

@@ -86,3 +86,23 @@ func TestFreqHz(t *testing.T) {
 		t.Errorf("Watts = %q", got)
 	}
 }
+
+// What PowerString and LatencyString write, PowerMW and LatencyMS read back as the same
+// number (fulcrumd writes its defaults and old spellings this way).
+func TestStringsRoundTrip(t *testing.T) {
+	for _, mw := range []float64{0, 1000, 12500, 30000, 30500.5} {
+		got, err := PowerMW(PowerString(mw))
+		if err != nil || got != mw {
+			t.Errorf("PowerString(%v) = %q reads back as %v, %v", mw, PowerString(mw), got, err)
+		}
+	}
+	for _, ms := range []float64{1, 42.5, 100, 1500} {
+		got, err := LatencyMS(LatencyString(ms))
+		if err != nil || got != ms {
+			t.Errorf("LatencyString(%v) = %q reads back as %v, %v", ms, LatencyString(ms), got, err)
+		}
+	}
+	if PowerString(0) != "none" || PowerString(30000) != "30W" || LatencyString(100) != "100ms" {
+		t.Errorf("PowerString(0)=%q PowerString(30000)=%q LatencyString(100)=%q", PowerString(0), PowerString(30000), LatencyString(100))
+	}
+}

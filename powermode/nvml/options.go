@@ -41,15 +41,16 @@ var ErrNoCgo = errors.New("nvml: built without cgo: NVML unavailable (rebuild wi
 const EnableHint = "clock control is off (read-only backend): set nvml.clock_control: true in fulcrum.yaml " +
 	"(Options.ClockControl) and run as root to let Fulcrum lock GPU and memory clocks"
 
-// Options configure Open. The zero value opens GPU 0 read-only.
+// Options configure Open. The zero value opens GPU 0 read-only. The mapstructure tags
+// are fulcrumd's configuration keys (its nvml section).
 type Options struct {
 	// LibraryPath is the NVML library to load; default DefaultLibrary.
-	LibraryPath string
+	LibraryPath string `mapstructure:"library"`
 	// Device is the NVML index of the GPU to drive (nvidia-smi's index).
-	Device int
+	Device int `mapstructure:"device"`
 	// ClockControl lets Apply lock clocks and SetPowerLimit change the power limit.
 	// Off by default: the backend then only reads.
-	ClockControl bool
+	ClockControl bool `mapstructure:"clock_control"`
 	// Root is the filesystem root for the host's cpufreq files (default "/").
 	Root string
 	// Now timestamps readings and snapshots; default time.Now.

@@ -22,6 +22,9 @@ type Activity struct {
 	Batch     int       `json:"batch"`
 	PID       int       `json:"pid"`
 	StartedAt time.Time `json:"started_at"`
+	// Share is the fraction of the last physics step this minibatch ran, for a source
+	// that integrates (Options.Activities on virtual time); 0: it runs now (the files').
+	Share float64 `json:"share,omitempty"`
 }
 
 // registerActivity writes a's file atomically (temp name without the .json suffix, then

@@ -36,6 +36,14 @@ type Options struct {
 	Heat *HeatOptions
 	// Logger receives notes (unknown workloads, write failures); default slog.Default().
 	Logger *slog.Logger
+	// Activities, when set, is what runs on the GPU at each Step instead of the files in
+	// ActivityDir: in-process workers on virtual time tell the board from memory (no
+	// file, no process to check) what their Runner would have registered.
+	Activities func() []Activity
+	// PowerMW, when set, gives an activity's board power at mode m (ok false: the
+	// model's): a ground-truth table answering instead of the power model (virtual time,
+	// fulcrum/lifetime). The model's breakdown is scaled to it. Only with Share.
+	PowerMW func(m powermode.Mode, a Activity) (mw float64, ok bool)
 }
 
 // Defaults of Options.
@@ -249,8 +257,10 @@ func (b *Board) Step(now time.Time) (StepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	acts, err := readActivities(b.paths.root)
-	if err != nil {
+	var acts []Activity
+	if b.opts.Activities != nil {
+		acts = b.opts.Activities()
+	} else if acts, err = readActivities(b.paths.root); err != nil {
 		return res, err
 	}
 	res.Active = acts
@@ -281,6 +291,9 @@ func (b *Board) power(m powermode.Mode, acts []Activity) PowerBreakdown {
 	if len(acts) == 0 {
 		return IdlePower(&b.hw, m)
 	}
+	if acts[0].Share > 0 {
+		return b.sharedPower(m, acts)
+	}
 	var sum PowerBreakdown
 	for _, a := range acts {
 		var p PowerBreakdown
@@ -309,6 +322,43 @@ func (b *Board) power(m powermode.Mode, acts []Activity) PowerBreakdown {
 	sum.DRAMMW /= n
 	sum.CPUBusy /= n
 	// Time-sliced contexts leave fewer gaps than one context alone.
+	sum.GPULoad = math.Min(sum.GPULoad, 1)
+	return sum
+}
+
+// sharedPower is the mean power over a step in which each minibatch ran its Share of
+// the time, one at a time, and the board idled the rest (Options.Activities).
+func (b *Board) sharedPower(m powermode.Mode, acts []Activity) PowerBreakdown {
+	idle := IdlePower(&b.hw, m)
+	var sum PowerBreakdown
+	left := 1.0
+	add := func(p PowerBreakdown, f float64) {
+		sum.SysMW += f * p.SysMW
+		sum.SoCMW += f * p.SoCMW
+		sum.CPUMW += f * p.CPUMW
+		sum.GPUMW += f * p.GPUMW
+		sum.DRAMMW += f * p.DRAMMW
+		sum.GPULoad += f * p.GPULoad
+		sum.CPUBusy += f * p.CPUBusy
+	}
+	for _, a := range acts {
+		f := min(max(a.Share, 0), left)
+		left -= f
+		var p PowerBreakdown
+		if w, ok := b.opts.Workloads[a.Workload]; ok {
+			p = w.Power(&b.hw, m, max(a.Batch, 1))
+		} else {
+			p = b.hw.power(m, 1, 1, 0.8, 10)
+		}
+		if b.opts.PowerMW != nil {
+			if mw, ok := b.opts.PowerMW(m, a); ok && p.TotalMW() > 0 {
+				k := mw / p.TotalMW()
+				p.SysMW, p.SoCMW, p.CPUMW, p.GPUMW, p.DRAMMW = k*p.SysMW, k*p.SoCMW, k*p.CPUMW, k*p.GPUMW, k*p.DRAMMW
+			}
+		}
+		add(p, f)
+	}
+	add(idle, left)
 	sum.GPULoad = math.Min(sum.GPULoad, 1)
 	return sum
 }

@@ -115,7 +115,9 @@ func (r *Runner) Run(ctx context.Context, w *Workload, batch int, rng *rand.Rand
 	for {
 		// Sleep a tick, or exactly what is left when that is less.
 		left := time.Duration((1 - progress) * tauSec * sharing * float64(time.Second))
-		timer.Reset(min(r.Tick, max(left, 0)))
+		// At least a microsecond: a zero timer on a clock that has not moved (a virtual
+		// clock, or a coarse one) would add no progress and spin for ever.
+		timer.Reset(min(r.Tick, max(left, time.Microsecond)))
 		select {
 		case <-ctx.Done():
 			return time.Since(start), ctx.Err()

@@ -58,8 +58,26 @@ type tree struct {
 
 func (t tree) host(boardPath string) string { return hostPath(t.root, boardPath) }
 
+// Globber is a FileSystem that also globs (board paths in and out, sorted, as glob
+// answers): the daemon on virtual time caches the simulated tree's listings between its
+// physics steps (fulcrum/lifetime). tree.glob asks it when the FileSystem is one.
+type Globber interface {
+	Glob(pattern string) ([]string, error)
+}
+
+// Glob returns the board paths under root matching pattern (a board path with *
+// wildcards), sorted.
+func Glob(root, pattern string) ([]string, error) { return tree{root: root}.globOS(pattern) }
+
 // glob returns the board paths matching pattern (a board path with * wildcards), sorted.
 func (t tree) glob(pattern string) ([]string, error) {
+	if g, ok := t.fs.(Globber); ok {
+		return g.Glob(pattern)
+	}
+	return t.globOS(pattern)
+}
+
+func (t tree) globOS(pattern string) ([]string, error) {
 	matches, err := filepath.Glob(t.host(pattern))
 	if err != nil {
 		return nil, fmt.Errorf("glob %s: %w", pattern, err)
