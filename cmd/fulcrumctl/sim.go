@@ -79,6 +79,7 @@ number applies that log-normal sigma to times and half of it to powers.`,
 	seed := cmd.Flags().Uint64("seed", 1, "random seed for --noise")
 	models := cmd.Flags().String("models", "", "directory of workload model *.yaml to use instead of the built-in ones")
 	splits := cmd.Flags().String("micro-splits", "2,4,8", `training micro-batch rows: turns k per minibatch (rows at B_T/k samples), e.g. 2,4,8, or "none"`)
+	turnCost := cmd.Flags().Float64("micro-turn-cost", 0, "per-turn fixed cost of a micro-batch as a share of the minibatch's time (0: the workload model alone; 0.18 fits real PyTorch on the CPU, docs/simulator.md)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *out == "" {
 			return errors.New("--out is required: a CSV file path, or - for stdout")
@@ -91,7 +92,7 @@ number applies that log-normal sigma to times and half of it to powers.`,
 		if err != nil {
 			return err
 		}
-		opt := sim.TruthOptions{Workloads: *wl, Cores: *cores, Batches: *batches}
+		opt := sim.TruthOptions{Workloads: *wl, Cores: *cores, Batches: *batches, MicroTurnCostRel: *turnCost}
 		if n := strings.TrimSpace(*splits); n != "" && n != "none" && n != "0" {
 			for _, f := range strings.Split(n, ",") {
 				k, err := strconv.Atoi(strings.TrimSpace(f))

@@ -374,4 +374,34 @@ func TestTruthRowsMicroBatches(t *testing.T) {
 	if _, err := sim.TruthRows(spec, ws, sim.TruthOptions{MicroSplits: []int{1}}); err == nil {
 		t.Fatal("a split of 1 was accepted")
 	}
+	// The per-turn cost fitted to real PyTorch: every micro-batch turn costs at least
+	// 1 + c·(B_T/b − 1) times the minibatch per sample, the whole minibatch is unchanged.
+	opt.MicroTurnCostRel = 0.18
+	cal, err := sim.TruthRows(spec, ws, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raised := 0
+	for i, r := range cal {
+		if r.MicroBatch == 0 {
+			if r != rows[i] {
+				t.Fatalf("whole row %+v changed by the turn cost: %+v", rows[i], r)
+			}
+			continue
+		}
+		full := whole[truth.Key{Workload: r.Workload, Role: r.Role, Mode: r.Mode, Batch: r.Batch}]
+		floor := full.TimeMS * (0.18 + 0.82*float64(r.MicroBatch)/float64(r.Batch))
+		if r.TimeMS < floor*(1-1e-12) || r.TimeMS < rows[i].TimeMS {
+			t.Fatalf("%+v: below the turn-cost floor %v or the model's %v", r, floor, rows[i].TimeMS)
+		}
+		if r.TimeMS > rows[i].TimeMS {
+			raised++
+		}
+	}
+	if raised == 0 {
+		t.Fatal("the turn cost raised no micro-batch turn")
+	}
+	if _, err := sim.TruthRows(spec, ws, sim.TruthOptions{MicroTurnCostRel: 1}); err == nil {
+		t.Fatal("a turn cost of the whole minibatch was accepted")
+	}
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -24,6 +25,12 @@ type TruthOptions struct {
 	// B_T/k samples for each k here that divides B_T (k ≥ 2; issue 32): the table's
 	// micro_batch column. Empty: whole minibatches only (the table of before).
 	MicroSplits []int
+	// MicroTurnCostRel, when positive, raises each micro-batch turn to at least
+	// c·τ(B_T) + (1−c)·τ(B_T)·b/B_T at b samples: a per-turn fixed cost of c of the
+	// minibatch's time, so a sample costs at least 1 + c·(B_T/b − 1) times the
+	// minibatch's. 0: the workload model alone. The real-PyTorch fit is 0.18
+	// (docs/simulator.md "Micro-batches").
+	MicroTurnCostRel float64
 	// Noise adds run-to-run noise to every row (a log-normal factor with mean 1):
 	// NoiseNone, NoiseWorkload (each workload's documented sigmas), or NoiseSigma (time
 	// sigma Sigma, power sigma Sigma/2).
@@ -101,6 +108,9 @@ func TruthRows(spec *powermode.BoardSpec, workloads map[string]*Workload, opt Tr
 			return nil, fmt.Errorf("ground truth: batch size %d must be at least 1", b)
 		}
 	}
+	if c := opt.MicroTurnCostRel; math.IsNaN(c) || c < 0 || c >= 1 {
+		return nil, fmt.Errorf("ground truth: micro-batch turn cost %v: want a share of the minibatch's time in [0, 1), e.g. 0.18", c)
+	}
 	for _, k := range opt.MicroSplits {
 		if k < 2 {
 			return nil, fmt.Errorf("ground truth: micro-batch split %d: want k ≥ 2 turns per minibatch (k = 1 is the whole minibatch, always written)", k)
@@ -141,6 +151,10 @@ func TruthRows(spec *powermode.BoardSpec, workloads map[string]*Workload, opt Tr
 				}
 				tb := w.Time(&h, m, size)
 				sec, mw := tb.TotalSec, w.powerOf(&h, m, tb).TotalMW()
+				if c := opt.MicroTurnCostRel; micro > 0 && c > 0 {
+					whole := w.Time(&h, m, b).TotalSec
+					sec = math.Max(sec, whole*(c+(1-c)*float64(micro)/float64(b)))
+				}
 				if opt.Noise != NoiseNone {
 					sec *= NoisyFactor(opt.Rand, tSigma)
 					mw *= NoisyFactor(opt.Rand, pSigma)
