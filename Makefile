@@ -19,7 +19,7 @@ export FULCRUM_CC := $(CC)
 endif
 export CC := $(CURDIR)/scripts/cc-quiet-nvml
 
-.PHONY: help build test test-go test-python test-pytorch test-pytorch-seeds test-pytorch-restart lint fmt demo clean
+.PHONY: help build test test-go test-python test-pytorch test-pytorch-micro test-pytorch-seeds test-pytorch-restart lint fmt demo clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,6 +38,9 @@ test-python: ## Python client tests (standard library only), when the client exi
 # Finds a Python with torch (installs Debian's python3-torch as root; skips loudly elsewhere).
 test-pytorch: build ## real PyTorch trainer + server on the CPU, under fulcrumd and without (~80 s)
 	python3 scripts/pytorch/e2e.py --bin $(BIN)
+
+test-pytorch-micro: build ## issue 32: a budget below one training minibatch, the trainer in micro-batch turns (managed only; ~2 min)
+	python3 scripts/pytorch/e2e.py --bin $(BIN) --micro --modes managed
 
 SEEDS ?= 1 2 3 4 5 6 7 8 9 10
 ROOM_MAX_FRAC ?= 0.5

@@ -13,6 +13,13 @@ inputs keep it quick, as the end-to-end test does (scripts/pytorch/e2e.py):
     python3 examples/train_pytorch.py --device cpu --image-size 64 --batch 8 --data random --progress
 `--socket none` trains without fulcrumd (the unmanaged baseline).
 
+`--micro-batches 4,8,16` declares micro-batch sizes (divisors of --batch): beside a
+latency budget shorter than a minibatch, fulcrumd then runs each minibatch as k shorter
+turns of batch/k samples (gradient accumulation: the loss scaled by 1/k, one optimizer
+step per minibatch), so training goes on where it would otherwise be paused. BatchNorm
+layers compute their statistics per micro-batch, which at small micro-batches are noisier
+than the whole minibatch's (issue 32, docs/runtime.md).
+
 When fulcrumd restarts (an upgrade, a watchdog) the client reconnects and registers
 again; meanwhile the loop waits for it (`--while-away wait`, the default) or keeps
 training without turns (`--while-away train`).
@@ -48,6 +55,8 @@ def main():
     ap.add_argument("--workload", default=None, help="the name fulcrumd knows the workload by (default: the model)")
     ap.add_argument("--progress", action="store_true",
                     help="print one JSON line per minibatch: step, samples, ms, t (time.monotonic()), managed")
+    ap.add_argument("--micro-batches", default="",
+                    help="micro-batch sizes to declare, divisors of --batch, e.g. 4,8,16 (fulcrumd picks k per minibatch)")
     ap.add_argument("--while-away", choices=("wait", "train"), default="wait",
                     help="while fulcrumd is away (restarting): wait for it, or train without turns")
     args = ap.parse_args()
@@ -55,6 +64,9 @@ def main():
         ap.error("--device cuda: torch sees no CUDA device; use --device cpu")
     if args.image_size < 32 or args.batch < 1 or args.steps < 0:
         ap.error("--image-size must be ≥ 32, --batch ≥ 1, --steps ≥ 0")
+    micro = [int(v) for v in args.micro_batches.split(",") if v.strip()]
+    if any(m < 1 or args.batch % m for m in micro):
+        ap.error("--micro-batches must be divisors of --batch")
 
     dev = torch.device(args.device)
     model = getattr(torchvision.models, args.model)(num_classes=10).to(dev)
@@ -93,14 +105,29 @@ def main():
     if args.socket != "none":
         # on_profile: fulcrumd times this workload at new power modes with real batches.
         client = Client(args.socket, role="train", workload=args.workload or args.model, batch=args.batch,
-                        on_profile=on_profile, train_while_away=args.while_away == "train")
+                        on_profile=on_profile, train_while_away=args.while_away == "train",
+                        micro_batches=micro or None)
     for i, (x, y) in enumerate(batches()):
         if args.steps and i >= args.steps:
             break
         # Copy the inputs before taking the turn: host work does not need the GPU turn.
         x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         managed = client is not None
-        if client is not None:
+        if client is not None and micro:
+            # The minibatch as the turns fulcrumd grants (one, or k micro-batches):
+            # gradients accumulate over the k turns, the optimizer steps after the last.
+            start = time.monotonic()
+            for mb in client.micro_steps():
+                managed = mb.grant.kind != "unmanaged"
+                loss = loss_fn(model(x[mb.start:mb.stop]), y[mb.start:mb.stop])
+                (loss * mb.scale).backward()  # scale 1/k: the accumulated gradient is the minibatch's
+                if mb.last:
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+            took = time.monotonic() - start
+        elif client is not None:
             with client.train_step(samples=len(x)) as g:
                 managed = g.kind != "unmanaged"  # fulcrumd away, --while-away train
                 start = time.monotonic()

@@ -543,7 +543,11 @@ func newWorkersCmd() *cobra.Command {
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tROLE\tWORKLOAD\tBATCH\tPID\tUID\tWAITING\tQUEUED")
 		for _, w := range ws {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\t%d\n", shown(w.ID), shown(w.Role), shown(w.Workload), w.Batch, w.PID, w.UID, w.Waiting, w.Queued)
+			batch := strconv.Itoa(w.Batch)
+			if w.MicroBatch > 0 && w.MicroBatch < w.Batch {
+				batch += fmt.Sprintf(" (micro %d ×%d)", w.MicroBatch, w.Batch/w.MicroBatch)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%v\t%d\n", shown(w.ID), shown(w.Role), shown(w.Workload), batch, w.PID, w.UID, w.Waiting, w.Queued)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

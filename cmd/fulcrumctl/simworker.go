@@ -51,6 +51,7 @@ JSON report: requests served, latency p50/p99/max, minibatches, throughput.`,
 	seed := f.Uint64("seed", 1, "random seed (arrivals, run-to-run noise)")
 	models := f.String("models", "", "directory of workload model *.yaml to use instead of the built-in ones")
 	tail := f.String("tail", "none", "heavy-tailed turn times: none, or pytorch-cpu (the tail fitted to real PyTorch on a CPU, docs/runtime.md)")
+	micro := f.IntSlice("micro-batches", nil, "training: micro-batch sizes to declare to fulcrumd, divisors of the minibatch, e.g. 4,8,16 (issue 32; each turn then runs the grant's micro-batch)")
 	whileAway := f.String("while-away", "wait", "training, while fulcrumd is away (restarting): wait for it, or train unmanaged (train)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *role == "" || *workload == "" || *root == "" {
@@ -83,7 +84,7 @@ JSON report: requests served, latency p50/p99/max, minibatches, throughput.`,
 		}
 		o := simworker.Options{Role: *role, Workload: w, Spec: spec, Root: *root, Socket: *socket, Batch: *batch,
 			RateHz: *rate, Requests: *requests, Steps: *steps, Duration: *duration, LatencyBudget: *latency, Seed: *seed,
-			TrainWhileAway: *whileAway == "train", Tail: tm}
+			TrainWhileAway: *whileAway == "train", Tail: tm, MicroBatches: *micro}
 		if *trace != "" {
 			fh, err := os.Open(*trace)
 			if err != nil {

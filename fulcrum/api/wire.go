@@ -27,6 +27,13 @@ type Worker struct {
 	Queued     int   `json:"queued"`  // inference requests waiting
 	// NoProfiles: the worker declined profile batches at registration (no on_profile).
 	NoProfiles bool `json:"no_profiles,omitempty"`
+	// MicroBatches (train) are the micro-batch sizes the worker declared (its minibatch
+	// included); MicroBatch the size its minibatches run at now (issue 32).
+	MicroBatches      []int  `json:"micro_batches,omitempty"`
+	MicroBatch        int    `json:"micro_batch,omitempty"`
+	MicroBatchChanges uint64 `json:"micro_batch_changes,omitempty"`
+	// MicroBatchFits: the smallest declared micro-batch fits the streams' admission room.
+	MicroBatchFits bool `json:"micro_batch_fits,omitempty"`
 }
 
 // Quantiles summarise a window of milliseconds.
@@ -65,6 +72,9 @@ type WorkloadStats struct {
 	Samples         uint64  `json:"samples"`
 	ThroughputPerS  float64 `json:"throughput_samples_per_s"`
 	ExpectedTrainMS float64 `json:"expected_minibatch_ms,omitempty"`
+	// ExpectedMicroMS is the expected training turn (ms) by micro-batch size below the
+	// minibatch (issue 32; measured sizes).
+	ExpectedMicroMS map[int]float64 `json:"expected_micro_batch_ms,omitempty"`
 
 	TurnWait Quantiles `json:"turn_wait"` // acquire → grant
 	Overruns uint64    `json:"overruns"`
@@ -103,7 +113,9 @@ func WorkersFrom(ws []sched.WorkerInfo) []Worker {
 	out := make([]Worker, len(ws))
 	for i, w := range ws {
 		out[i] = Worker{ID: w.ID, Role: w.Role, Workload: w.Workload, Batch: w.Batch, BatchSizes: slices.Clone(w.BatchSizes),
-			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued, NoProfiles: w.NoProfiles}
+			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued, NoProfiles: w.NoProfiles,
+			MicroBatches: slices.Clone(w.MicroBatches), MicroBatch: w.MicroBatch, MicroBatchChanges: w.MicroBatchChanges,
+			MicroBatchFits: w.MicroBatchFits}
 	}
 	return out
 }
@@ -125,7 +137,8 @@ func WorkloadsFrom(ws []sched.WorkloadStats) []WorkloadStats {
 			LatencyBudgetMS: w.LatencyBudgetMS,
 			ExpectedBatchMS: maps.Clone(w.ExpectedBatchMS),
 			Minibatches:     w.Minibatches, Samples: w.Samples, ThroughputPerS: w.ThroughputPerS, ExpectedTrainMS: w.ExpectedTrainMS,
-			TurnWait: quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
+			ExpectedMicroMS: maps.Clone(w.ExpectedMicroMS),
+			TurnWait:        quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
 			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired,
 			DurationsUnderReported: w.DurationsUnderReported, Refused: w.Refused,
 			AdmissionRoomMS: w.AdmissionRoomMS, AdmissionRoomLearnedMS: w.RoomLearnedMS, AdmissionRoomChanges: w.RoomChanges}

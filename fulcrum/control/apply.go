@@ -39,6 +39,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	// controller's own retry state (a plan the board refused earlier) stays as it was.
 	want, fails, since, retryAt := c.want, c.applyFails, c.applyFailSince, c.retryAt
 	c.apply(ctx, ch)
+	c.microKeep = false
 	c.setTrainingPaused(false, "mode set by the operator")
 	if c.cur == nil || c.cur.Mode != m {
 		c.want, c.applyFails, c.applyFailSince, c.retryAt = want, fails, since, retryAt

@@ -156,6 +156,11 @@ type Controller struct {
 	power   *PowerMonitor
 	// rooms: the learned admission rooms last reported as events (room.go).
 	rooms roomWatch
+	// micro: the micro-batch size last reported per training worker; microKeep: the
+	// plan in force is infeasible by latency and training runs in micro-batches
+	// (micro.go).
+	micro     map[string]int
+	microKeep bool
 	// settings: the configuration's budgets and the saved run-time settings (settings.go);
 	// loop: the control loop's heartbeat (health.go).
 	settings *settingsState
@@ -445,6 +450,7 @@ func (c *Controller) Step(ctx context.Context) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.watchMicro() // after this step's decision, whichever way the step ends
 	if changed := !samePair(pair, c.pair); changed || !sameGroup(grp, c.grp) {
 		if pair != nil {
 			verb := "workers registered"
@@ -467,6 +473,7 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	c.noteDeclined(declined)
 	c.noteRooms(snap, now)
+	c.noteMicro(snap)
 	var pn int
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)

@@ -150,8 +150,10 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 	c.keepStreams(&ch)
 	c.apply(ctx, ch)
 	// docs/design.md §2: when no known configuration meets the budgets with training running,
-	// inference and power come first: training waits until a plan is feasible again.
-	c.setTrainingPaused(!pred.Feasible, reason)
+	// inference and power come first: training waits until a plan is feasible again —
+	// unless only the latency budget binds and training can run in micro-batch turns
+	// short enough for the admission room (issue 32, §9).
+	c.setTrainingPaused(c.trainingPausedFor(pred.Feasible, pred.Binding), reason)
 }
 
 // expectAt tells the scheduler how long the workers' turns take at mode m — the stored

@@ -530,7 +530,7 @@ func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, 
 	pred := ch.Predicted
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch, Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
-	c.setTrainingPaused(!d.Feasible, reason)
+	c.setTrainingPaused(c.trainingPausedFor(d.Feasible, string(d.Binding.Constraint)), reason)
 }
 
 // stepMulti is Step's watch while several streams or jobs are planned for: each stream's

@@ -750,7 +750,7 @@ func (c *conn) register(m proto.Msg) *proto.Error {
 		return proto.Errorf(proto.CodeOutOfOrder, m.Type, "this connection is already registered as %s; open a new connection for another worker", c.workerID)
 	}
 	spec := sched.WorkerSpec{Role: m.Role, Workload: m.Workload, Batch: m.Batch, BatchSizes: m.BatchSizes, PID: m.PID,
-		NoProfiles: m.Profiles != nil && !*m.Profiles}
+		NoProfiles: m.Profiles != nil && !*m.Profiles, MicroBatches: m.MicroBatches}
 	if c.cred != nil {
 		// The kernel's word beats the worker's: pids differ across pid namespaces.
 		if m.PID != 0 && int(c.cred.Pid) != m.PID {
@@ -760,7 +760,7 @@ func (c *conn) register(m proto.Msg) *proto.Error {
 	}
 	id, token, err := c.s.sched.Register(spec, func(g sched.Grant) {
 		c.send(proto.Msg{
-			Type: proto.TypeGrant, Seq: g.Seq, Grant: g.ID, Kind: g.Kind, Batch: g.Batch,
+			Type: proto.TypeGrant, Seq: g.Seq, Grant: g.ID, Kind: g.Kind, Batch: g.Batch, MicroBatch: g.MicroBatch,
 			RequestIDs: g.RequestIDs, DeadlineMS: float64(g.Deadline) / float64(time.Millisecond),
 		})
 	})

@@ -61,6 +61,14 @@ func TestValidate(t *testing.T) {
 		{"register bad role", `{"type":"register","v":1,"role":"both","workload":"yolo"}`, CodeInvalid},
 		{"register no workload", `{"type":"register","v":1,"role":"train"}`, CodeInvalid},
 		{"register bad batch size", `{"type":"register","v":1,"role":"infer","workload":"a","batch_sizes":[0]}`, CodeInvalid},
+		{"register micro-batches ok", `{"type":"register","v":1,"role":"train","workload":"r","batch":32,"micro_batches":[4,8,16,32]}`, ""},
+		{"register micro-batch not a divisor", `{"type":"register","v":1,"role":"train","workload":"r","batch":32,"micro_batches":[4,12]}`, CodeInvalid},
+		{"register micro-batch zero", `{"type":"register","v":1,"role":"train","workload":"r","batch":32,"micro_batches":[0]}`, CodeInvalid},
+		{"register micro-batch above batch", `{"type":"register","v":1,"role":"train","workload":"r","batch":32,"micro_batches":[64]}`, CodeInvalid},
+		{"register micro-batch repeated", `{"type":"register","v":1,"role":"train","workload":"r","batch":32,"micro_batches":[8,8]}`, CodeInvalid},
+		{"register micro-batches too many", `{"type":"register","v":1,"role":"train","workload":"r","batch":4096,"micro_batches":[1,2,4,8,16,32,64,128,256,512,1024,2048,4096,1,2,4,8]}`, CodeInvalid},
+		{"register micro-batches without batch", `{"type":"register","v":1,"role":"train","workload":"r","micro_batches":[1]}`, CodeInvalid},
+		{"register micro-batches on inference", `{"type":"register","v":1,"role":"infer","workload":"r","batch":8,"micro_batches":[4]}`, CodeInvalid},
 		{"arrivals empty", `{"type":"arrivals"}`, CodeInvalid},
 		{"arrivals no id", `{"type":"arrivals","requests":[{"age_ms":1}]}`, CodeInvalid},
 		{"arrivals negative age", `{"type":"arrivals","requests":[{"id":"a","age_ms":-1}]}`, CodeInvalid},
@@ -107,6 +115,26 @@ func TestEncodeRoundTrip(t *testing.T) {
 	}
 	if got.Grant != 3 || got.Kind != KindInfer || len(got.RequestIDs) != 2 || got.DeadlineMS != 12.5 || got.Seq != 4 {
 		t.Fatalf("round trip changed the message: %+v", got)
+	}
+}
+
+// TestMicroBatchWire: the old register bytes (no micro_batches) still parse as before
+// (whole minibatches), a whole-minibatch grant carries no micro_batch field, and a
+// micro-batch grant carries it.
+func TestMicroBatchWire(t *testing.T) {
+	old := `{"type":"register","v":1,"role":"train","workload":"resnet18","batch":32,"pid":7,"seq":1}`
+	m, err := ParseRequest([]byte(old))
+	if err != nil || m.MicroBatches != nil || m.Batch != 32 {
+		t.Fatalf("old register: %+v, %v", m, err)
+	}
+	whole, _ := Encode(Msg{Type: TypeGrant, Grant: 1, Kind: KindTrain, Batch: 32, DeadlineMS: 90})
+	if strings.Contains(string(whole), "micro_batch") {
+		t.Fatalf("a whole-minibatch grant names micro_batch (old clients would not expect it): %s", whole)
+	}
+	micro, _ := Encode(Msg{Type: TypeGrant, Grant: 2, Kind: KindTrain, Batch: 32, MicroBatch: 8, DeadlineMS: 30})
+	got, perr := Parse(micro[:len(micro)-1])
+	if perr != nil || got.MicroBatch != 8 || got.Batch != 32 || !strings.Contains(string(micro), `"micro_batch":8`) {
+		t.Fatalf("micro-batch grant: %s → %+v, %v", micro, got, perr)
 	}
 }
 

@@ -98,6 +98,11 @@ type Msg struct {
 	// client with no on_profile handler, which could only answer at once and store a
 	// bogus profile); omitted (nil) accepts them, as every client before it did.
 	Profiles *bool `json:"profiles,omitempty"`
+	// MicroBatches (train) are the micro-batch sizes the worker accepts: divisors of its
+	// minibatch (the minibatch itself may be listed and is always accepted). A worker that
+	// declares them runs a minibatch as k = batch/micro_batch turns with gradient
+	// accumulation when a grant says so; omitted: whole minibatches only (k = 1).
+	MicroBatches []int `json:"micro_batches,omitempty"`
 
 	// registered (and optionally on later messages, checked against the connection)
 	WorkerID string `json:"worker_id,omitempty"`
@@ -112,13 +117,18 @@ type Msg struct {
 	Grant      uint64   `json:"grant,omitempty"`       // grant number, echoed in release
 	Kind       string   `json:"kind,omitempty"`        // train | infer | profile
 	RequestIDs []string `json:"request_ids,omitempty"` // infer: the requests to serve, oldest first; rate_limited error: the requests refused
+	// MicroBatch (train grant) is the micro-batch size to run in this turn: one of the
+	// registered micro_batches; absent (0): the whole minibatch. A minibatch is k
+	// consecutive grants of micro_batch samples; the worker steps its optimizer after the
+	// k-th (the turn that completes batch samples since its last step).
+	MicroBatch int `json:"micro_batch,omitempty"`
 	// DeadlineMS is how long, from the grant's sending, the worker has before the turn is
 	// considered overrun; for inference also the tightest request deadline.
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
 
 	// release
 	DurationMS float64  `json:"duration_ms,omitempty"` // the worker's measured minibatch time
-	Samples    int      `json:"samples,omitempty"`     // train: samples processed (default: the registered batch)
+	Samples    int      `json:"samples,omitempty"`     // train: samples processed (default: the grant's micro_batch, else the registered batch)
 	Results    []Result `json:"results,omitempty"`     // infer: per-request outcome (default: all ok)
 
 	// error
@@ -133,6 +143,8 @@ const (
 	MaxBatch       = 4096
 	MaxNameLen     = 128
 	MaxRequestsMsg = 4096
+	// MaxMicroBatches caps the micro_batches a training worker may declare.
+	MaxMicroBatches = 16
 )
 
 // Error is a protocol error: a code from the list above and a message saying what to
@@ -201,6 +213,9 @@ func (m *Msg) Validate() *Error {
 		if m.PID < 0 {
 			return Errorf(CodeInvalid, m.Type, "pid must not be negative")
 		}
+		if err := checkMicroBatches(m); err != nil {
+			return err
+		}
 	case TypeArrivals:
 		if len(m.Requests) == 0 {
 			return Errorf(CodeInvalid, m.Type, "arrivals needs at least one request {id, age_ms}")
@@ -232,6 +247,34 @@ func (m *Msg) Validate() *Error {
 		for _, r := range m.Results {
 			if r.ID == "" || len(r.ID) > MaxNameLen {
 				return Errorf(CodeInvalid, m.Type, "result id must be 1..%d bytes", MaxNameLen)
+			}
+		}
+	}
+	return nil
+}
+
+// checkMicroBatches validates a register's micro_batches: training only, each a divisor
+// of the minibatch, no repeats, at most MaxMicroBatches.
+func checkMicroBatches(m *Msg) *Error {
+	if len(m.MicroBatches) == 0 {
+		return nil
+	}
+	if m.Role != RoleTrain {
+		return Errorf(CodeInvalid, m.Type, "micro_batches is for training workers (role train); drop it from an inference registration")
+	}
+	if m.Batch < 1 {
+		return Errorf(CodeInvalid, m.Type, "micro_batches needs the minibatch size: state batch (e.g. 32) with micro_batches (e.g. [8, 16])")
+	}
+	if len(m.MicroBatches) > MaxMicroBatches {
+		return Errorf(CodeInvalid, m.Type, "at most %d micro_batches, got %d; list the few sizes worth running", MaxMicroBatches, len(m.MicroBatches))
+	}
+	for i, mb := range m.MicroBatches {
+		if mb < 1 || mb > m.Batch || m.Batch%mb != 0 {
+			return Errorf(CodeInvalid, m.Type, "micro_batches: %d does not divide the minibatch %d; list divisors of batch, from 1 to %d", mb, m.Batch, m.Batch)
+		}
+		for _, prev := range m.MicroBatches[:i] {
+			if prev == mb {
+				return Errorf(CodeInvalid, m.Type, "micro_batches lists %d twice; list each size once", mb)
 			}
 		}
 	}

@@ -141,14 +141,20 @@ func (s *Scheduler) schedule() {
 		switch {
 		case h.wantTurn || !now.Before(s.trainHoldUntil) || s.workers[h.id] != h:
 			s.trainHold = nil
-		case s.vtime(w.workload) > s.vtime(h.workload):
-			w = nil // the least-served workload's worker is re-acquiring: wait for it
+		case h.mbDone > 0 || s.vtime(w.workload) > s.vtime(h.workload):
+			// The least-served workload's worker, or one in the middle of a minibatch
+			// (its next micro-batch), is re-acquiring: wait for it.
+			w = nil
 		}
 	}
 	if w != nil && !s.trainPaused {
-		exp := s.expTrain(w)
+		// A minibatch's turns are all of the micro-batch size chosen when it starts
+		// (micro.go); each is admitted, held and starved on its own expected time.
+		s.startMinibatch(w, now)
+		mb := w.microSize()
+		exp := s.expTrainAt(w, mb)
 		blocker := s.admit(now, exp)
-		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= w.train.starveAfter(s.cfg.Starve) && s.inferenceIdle()
+		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= w.starveAfterAt(mb, s.cfg.Starve) && s.inferenceIdle()
 		if blocker == nil || starved {
 			if blocker != nil {
 				// Its expected time may be stale (an outlier, a warm-up): the only way to
@@ -159,6 +165,10 @@ func (s *Scheduler) schedule() {
 			}
 			s.rrLast = w.reg
 			s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
+			if mb < w.spec.Batch {
+				s.turn.grant.MicroBatch = mb
+				s.out[len(s.out)-1].g.MicroBatch = mb
+			}
 			return
 		}
 		if blocker != nil {
@@ -198,7 +208,7 @@ func (s *Scheduler) schedule() {
 			if w.spec.Role != proto.RoleTrain || !w.wantTurn {
 				continue
 			}
-			at := w.acquiredAt.Add(w.train.starveAfter(s.cfg.Starve))
+			at := w.acquiredAt.Add(w.starveAfterAt(w.microSize(), s.cfg.Starve))
 			if at.After(now) && (next.IsZero() || at.Before(next)) {
 				next = at
 			}
@@ -230,7 +240,15 @@ func (s *Scheduler) serveBlocker(w *worker, now time.Time) bool {
 // nextTrainer is the waiting training worker whose workload has used the least GPU time
 // per unit of weight (time shares, docs/design.md §2 "Model v1 for several workloads");
 // ties go round-robin in registration order after the one granted last.
+// A worker with a minibatch in progress comes first.
 func (s *Scheduler) nextTrainer() *worker {
+	// A minibatch in progress (micro-batch turns) goes on before any other: its k turns
+	// count as one minibatch, and the shares are decided between minibatches.
+	for _, w := range s.order {
+		if w.spec.Role == proto.RoleTrain && w.wantTurn && w.mbDone > 0 {
+			return w
+		}
+	}
 	var best *worker
 	var bestVT float64
 	consider := func(w *worker) {

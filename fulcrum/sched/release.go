@@ -36,15 +36,26 @@ func (s *Scheduler) Release(id string, r Release) error {
 	case proto.KindTrain:
 		// Warm-up (allocator, cuDNN autotuning, lazy init) is the estimate's: it follows
 		// the latest minibatch until the times settle.
-		w.train.add(ms)
-		w.addReal(t.grant.Batch, ms)
+		// A micro-batch turn is measured at its own size (micro.go); the minibatch
+		// counts once, when its last turn ends.
+		mb := t.grant.Batch
+		if t.grant.MicroBatch > 0 {
+			mb = t.grant.MicroBatch
+		}
+		w.trainEst(mb).add(ms)
+		w.addReal(mb, ms)
 		w.trainUsed += used
 		s.trainHold, s.trainHoldUntil = w, now.Add(TrainRejoinGrace)
+		w.mbDone += mb
+		whole := w.mbDone >= w.spec.Batch
+		if whole {
+			w.mbDone = 0
+		}
 		n := r.Samples
 		if n <= 0 {
-			n = w.spec.Batch
+			n = mb
 		}
-		w.st.trained(now, n)
+		w.st.trained(now, n, whole)
 	case proto.KindInfer:
 		e := w.infer[t.grant.Batch]
 		if e == nil {

@@ -32,14 +32,21 @@ type WorkerSpec struct {
 	// NoProfiles: the worker declined profile batches at registration (it has no
 	// on_profile handler); Profile refuses it.
 	NoProfiles bool
+	// MicroBatches (train) are the micro-batch sizes the worker accepts, divisors of
+	// Batch (proto.Msg.MicroBatches): a minibatch may run as Batch/m turns of m samples
+	// (micro.go). Empty: whole minibatches only.
+	MicroBatches []int
 }
 
 // Grant is a turn handed to a worker.
 type Grant struct {
-	Worker     string
-	ID         uint64
-	Kind       string // proto.KindTrain, KindInfer or KindProfile
-	Batch      int
+	Worker string
+	ID     uint64
+	Kind   string // proto.KindTrain, KindInfer or KindProfile
+	Batch  int
+	// MicroBatch (train) is the samples to run in this turn when below Batch (the
+	// minibatch): one of k turns of one minibatch; 0: the whole minibatch.
+	MicroBatch int
 	RequestIDs []string
 	// Deadline is how long the worker has: the overrun limit, and for inference no later
 	// than the tightest request's deadline.
@@ -112,7 +119,9 @@ type Scheduler struct {
 	clampLog      rateLimit
 	// refuseLog limits the warnings for requests refused by per-stream admission.
 	refuseLog rateLimit
-	started   time.Time
+	// microLog limits the lines logged for micro-batch changes.
+	microLog rateLimit
+	started  time.Time
 }
 
 type worker struct {
@@ -129,6 +138,16 @@ type worker struct {
 	// expired: the hold limit took a turn back from this worker; it gets no more turns
 	// (the daemon drops its connection).
 	expired bool
+
+	// Training micro-batches (micro.go): micro is the micro-batch size of the minibatch
+	// in progress (chosen when it starts; Batch: whole minibatches), mbDone the samples
+	// of it run so far (0: at a minibatch boundary), microSet a size set through
+	// SetMicroBatch (0: the scheduler chooses).
+	micro    int
+	mbDone   int
+	microSet int
+	// microChanges counts changes of micro.
+	microChanges uint64
 
 	queue []*request          // inference: waiting, by deadline
 	ids   map[string]*request // queued and in flight
@@ -149,10 +168,13 @@ type worker struct {
 // was learned, and several workers of one workload are measured together.
 type workload struct {
 	role, name string
-	since      time.Time         // first registration
-	live       int               // registered workers
-	idleSince  time.Time         // when live last fell to 0
-	train      estimate          // expected training minibatch (ms)
+	since      time.Time // first registration
+	live       int       // registered workers
+	idleSince  time.Time // when live last fell to 0
+	train      estimate  // expected training minibatch (ms)
+	// trainMicro is the expected training turn (ms) by micro-batch size below the
+	// minibatch (micro.go).
+	trainMicro map[int]*estimate
 	infer      map[int]*estimate // expected inference batch time by size (ms)
 	prof       map[int]*estimate // expected profile batch time by size (ms)
 	real       map[int][]float64 // latest real (train/infer) batch times by size (ms): RealBatchMS

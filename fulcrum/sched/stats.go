@@ -64,8 +64,12 @@ func (st *stats) done(now time.Time, lat time.Duration, ok, missed bool) {
 	}
 }
 
-func (st *stats) trained(now time.Time, n int) {
-	st.minibatches++
+// trained counts n samples run at now; whole: they ended a minibatch (a micro-batch
+// turn that did not end one adds its samples only).
+func (st *stats) trained(now time.Time, n int, whole bool) {
+	if whole {
+		st.minibatches++
+	}
 	st.samplesTotal += uint64(n)
 	st.samples.add(now, float64(n))
 }
@@ -109,6 +113,16 @@ type WorkerInfo struct {
 	Queued     int   `json:"queued"`  // inference requests waiting
 	// NoProfiles: the worker declined profile batches at registration (no on_profile).
 	NoProfiles bool `json:"no_profiles,omitempty"`
+	// MicroBatches (train) are the micro-batch sizes the worker declared; MicroBatch the
+	// size its minibatches run at now (the whole minibatch when it equals Batch), and
+	// MicroBatchChanges how often that changed (micro.go).
+	MicroBatches      []int  `json:"micro_batches,omitempty"`
+	MicroBatch        int    `json:"micro_batch,omitempty"`
+	MicroBatchChanges uint64 `json:"micro_batch_changes,omitempty"`
+	// MicroBatchFits: the smallest declared micro-batch's expected turn fits every
+	// inference stream's room now (micro.go roomFits): micro-batches can keep training
+	// within the latency budgets.
+	MicroBatchFits bool `json:"micro_batch_fits,omitempty"`
 }
 
 // WorkloadStats are one workload's measurements, over every worker that registered it
@@ -138,6 +152,9 @@ type WorkloadStats struct {
 	Samples         uint64  `json:"samples"`
 	ThroughputPerS  float64 `json:"throughput_samples_per_s"`
 	ExpectedTrainMS float64 `json:"expected_minibatch_ms,omitempty"`
+	// ExpectedMicroMS is the expected training turn (ms) by micro-batch size below the
+	// minibatch (measured sizes).
+	ExpectedMicroMS map[int]float64 `json:"expected_micro_batch_ms,omitempty"`
 
 	TurnWait Quantiles `json:"turn_wait"` // acquire → grant
 	Overruns uint64    `json:"overruns"`
@@ -206,6 +223,11 @@ func (s *Scheduler) Snapshot() Snapshot {
 		snap.Workers = append(snap.Workers, WorkerInfo{ID: w.id, Role: w.spec.Role, Workload: w.spec.Workload,
 			Batch: w.spec.Batch, BatchSizes: slices.Clone(w.spec.BatchSizes), PID: w.spec.PID, UID: w.spec.UID, Waiting: w.wantTurn, Queued: len(w.queue),
 			NoProfiles: w.spec.NoProfiles})
+		if w.spec.Role == proto.RoleTrain && len(w.spec.MicroBatches) > 0 {
+			wi := &snap.Workers[len(snap.Workers)-1]
+			wi.MicroBatches, wi.MicroBatch, wi.MicroBatchChanges = slices.Clone(w.spec.MicroBatches), w.microSize(), w.microChanges
+			wi.MicroBatchFits = s.roomFits(now, s.expTrainAt(w, w.spec.MicroBatches[0]))
+		}
 	}
 	for _, wl := range s.wlOrder {
 		st := wl.st
@@ -232,6 +254,14 @@ func (s *Scheduler) Snapshot() Snapshot {
 			}
 			if wl.train.n > 0 {
 				ws.ExpectedTrainMS = wl.train.guarded(s.cfg.DevK)
+			}
+			for b, e := range wl.trainMicro {
+				if e.n > 0 {
+					if ws.ExpectedMicroMS == nil {
+						ws.ExpectedMicroMS = map[int]float64{}
+					}
+					ws.ExpectedMicroMS[b] = e.guarded(s.cfg.DevK)
+				}
 			}
 		} else {
 			ws.LatencyBudgetMS = ms(s.cfg.LatencyBudget)

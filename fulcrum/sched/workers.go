@@ -53,7 +53,8 @@ const ExpectedDevRel = 0.03
 // batch size to its duration at the new mode (from a stored profile); its deviation is
 // taken as ExpectedDevRel of it until turns are measured. A size not in times (all of them for a nil
 // map) is forgotten and measured afresh, its first turn expected to take the configured
-// default. A training worker's minibatches use the entry for its registered batch.
+// default. A training worker's minibatches use the entry for its registered batch, its
+// micro-batch turns the entries for its declared micro-batch sizes.
 func (s *Scheduler) ExpectTimes(id string, times map[int]time.Duration) error {
 	s.mu.Lock()
 	defer s.unlockAndDeliver()
@@ -67,15 +68,19 @@ func (s *Scheduler) ExpectTimes(id string, times map[int]time.Duration) error {
 	}
 	w.prof, w.infer = map[int]*estimate{}, map[int]*estimate{}
 	w.train = estimate{}
+	w.trainMicro = nil
 	for b, d := range times {
 		if d <= 0 {
 			continue
 		}
 		w.prof[b] = seed(d)
-		if w.spec.Role == proto.RoleInfer {
+		switch {
+		case w.spec.Role == proto.RoleInfer:
 			w.infer[b] = seed(d)
-		} else if b == w.spec.Batch {
+		case b == w.spec.Batch:
 			w.train = *seed(d)
+		case slices.Contains(w.spec.MicroBatches, b):
+			*w.trainEst(b) = *seed(d)
 		}
 	}
 	s.schedule()
@@ -112,6 +117,11 @@ func (s *Scheduler) Register(spec WorkerSpec, deliver Deliver) (id, token string
 	if spec.Role == proto.RoleInfer && len(spec.BatchSizes) > 0 && !slices.Contains(spec.BatchSizes, spec.Batch) {
 		return "", "", proto.Errorf(proto.CodeInvalid, proto.TypeRegister, "batch %d is not one of batch_sizes %v", spec.Batch, spec.BatchSizes)
 	}
+	mbs, perr := checkMicroBatches(spec)
+	if perr != nil {
+		return "", "", perr
+	}
+	spec.MicroBatches = mbs
 	s.mu.Lock()
 	defer s.unlockAndDeliver()
 	if s.closed {

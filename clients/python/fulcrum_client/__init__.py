@@ -31,8 +31,9 @@ from .client import (
     FulcrumError,
     Grant,
     InferenceServer,
+    MicroStep,
     RateLimited,
 )
 
-__all__ = ["PROTOCOL_VERSION", "Client", "FulcrumError", "Grant", "InferenceServer", "RateLimited"]
+__all__ = ["PROTOCOL_VERSION", "Client", "FulcrumError", "Grant", "InferenceServer", "MicroStep", "RateLimited"]
 __version__ = "0.1.0"

@@ -51,11 +51,19 @@ class RateLimited(FulcrumError):
         self.fulcrumd_message = fulcrumd_message
 
 
-Grant = collections.namedtuple("Grant", "id kind batch request_ids deadline_ms")
+Grant = collections.namedtuple("Grant", "id kind batch request_ids deadline_ms micro_batch", defaults=(0,))
 Grant.__doc__ = """A turn on the GPU: kind is "train", "infer" or "profile" ("unmanaged" for a
 training step taken while fulcrumd is away, see Client(train_while_away=True)); batch the
 minibatch size to run; request_ids the inference requests to serve; deadline_ms how long
-fulcrumd expects the turn to take at most."""
+fulcrumd expects the turn to take at most; micro_batch (training, 0: the whole minibatch)
+the samples to run in this turn when the worker declared micro_batches (see
+Client.micro_steps)."""
+
+MicroStep = collections.namedtuple("MicroStep", "grant start stop k scale last")
+MicroStep.__doc__ = """One turn of a minibatch run as micro-batches (Client.micro_steps): run
+samples [start, stop) of the minibatch; multiply the loss by scale (= 1/k for k equal
+micro-batches) so that the accumulated gradient is the minibatch's; last is True for the
+turn that completes the minibatch: step the optimizer after it (and zero the gradients)."""
 
 # Errors fulcrumd sends just before it closes a connection (docs/protocol.md).
 _CLOSING_CODES = ("turn_expired", "idle_timeout", "shutting_down", "busy")
@@ -106,7 +114,8 @@ class Client:
 
     def __init__(self, socket_path=None, role=None, workload=None, batch=None,
                  batch_sizes=None, connect_timeout=10.0, on_profile=None, reconnect=True,
-                 reconnect_timeout=None, train_while_away=False, backoff=(0.05, 0.5), jitter=0.3):
+                 reconnect_timeout=None, train_while_away=False, backoff=(0.05, 0.5), jitter=0.3,
+                 micro_batches=None):
         if socket_path is None:
             socket_path = os.environ.get("FULCRUM_WORKER_SOCKET", "/run/fulcrum/worker.sock")
         self.socket_path = socket_path
@@ -116,6 +125,7 @@ class Client:
         self.role = None
         self.batch = None
         self.batch_sizes = None
+        self.micro_batches = None
         self.on_profile = on_profile  # callable(batch_size): run a real batch of that size
         self.reconnect_enabled = reconnect
         self.reconnect_timeout = reconnect_timeout
@@ -136,7 +146,7 @@ class Client:
         # connection's grants, replies and errors. Handing every grant over from a reader
         # thread cost a thread switch on each turn (docs/runtime.md, protocol round trip).
         self._cond = threading.Condition()
-        self._reg = None  # (role, workload, batch, batch_sizes) registered
+        self._reg = None  # (role, workload, batch, batch_sizes, micro_batches) registered
         self._profiles_registered = None
         self._held = None  # (grant id, gen) of the turn held
         self._user_closed = False
@@ -149,7 +159,7 @@ class Client:
         self._conn = _Conn(self._connect(connect_timeout), 0)
         if role is not None:
             try:
-                self.register(role, workload, batch=batch, batch_sizes=batch_sizes)
+                self.register(role, workload, batch=batch, batch_sizes=batch_sizes, micro_batches=micro_batches)
             except BaseException:
                 self.close()
                 raise
@@ -335,12 +345,14 @@ class Client:
             return conn.errors.popleft() if conn.errors else None
 
     # -- registration and reconnection ----------------------------------------------
-    def _register_on(self, conn, role, workload, batch, batch_sizes, timeout):
+    def _register_on(self, conn, role, workload, batch, batch_sizes, micro_batches, timeout):
         msg = {"type": "register", "v": PROTOCOL_VERSION, "role": role, "workload": workload, "pid": os.getpid()}
         if batch:
             msg["batch"] = int(batch)
         if batch_sizes:
             msg["batch_sizes"] = [int(b) for b in batch_sizes]
+        if micro_batches:
+            msg["micro_batches"] = [int(b) for b in micro_batches]
         profiles = self.on_profile is not None
         if not profiles:
             msg["profiles"] = False  # decline profile batches: fulcrumd leaves the workload out
@@ -350,12 +362,20 @@ class Client:
                 reply.get("v"), PROTOCOL_VERSION))
         return reply, profiles
 
-    def register(self, role, workload, batch=None, batch_sizes=None, timeout=10.0):
-        """Register this connection as a training or inference worker."""
+    def register(self, role, workload, batch=None, batch_sizes=None, timeout=10.0, micro_batches=None):
+        """Register this connection as a training or inference worker. micro_batches
+        (training): the micro-batch sizes the worker accepts, divisors of batch; fulcrumd
+        may then run a minibatch as several shorter turns (see micro_steps)."""
         if role not in ("train", "infer"):
             raise ValueError('role must be "train" or "infer"')
-        reply, profiles = self._register_on(self._conn, role, workload, batch, batch_sizes, timeout)
-        self._installed(self._conn, reply, (role, workload, batch, batch_sizes), profiles)
+        if micro_batches:
+            micro_batches = [int(b) for b in micro_batches]
+            if role != "train" or not batch or any(b < 1 or int(batch) % b for b in micro_batches):
+                raise ValueError("micro_batches must be divisors of a training worker's batch, got {} for batch {}".format(
+                    micro_batches, batch))
+        reg = (role, workload, batch, batch_sizes, micro_batches or None)
+        reply, profiles = self._register_on(self._conn, role, workload, batch, batch_sizes, micro_batches, timeout)
+        self._installed(self._conn, reply, reg, profiles)
         return self.worker_id
 
     def _installed(self, conn, reply, reg, profiles):
@@ -367,7 +387,7 @@ class Client:
             self.token = reply.get("token")
             self.latency_budget_ms = reply.get("latency_budget_ms")
             self._reg = reg
-            self.role, _, self.batch, self.batch_sizes = reg
+            self.role, _, self.batch, self.batch_sizes, self.micro_batches = reg
             self._profiles_registered = profiles
             self._held = None
 
@@ -464,8 +484,8 @@ class Client:
         and run the register hooks."""
         conn = _Conn(self._connect(min(self.connect_timeout, 5.0)), 0)
         try:
-            role, workload, batch, batch_sizes = self._reg
-            reply, profiles = self._register_on(conn, role, workload, batch, batch_sizes, 5.0)
+            role, workload, batch, batch_sizes, micro_batches = self._reg
+            reply, profiles = self._register_on(conn, role, workload, batch, batch_sizes, micro_batches, 5.0)
         except BaseException:
             conn.by_client = True
             conn.sock.close()
@@ -567,7 +587,7 @@ class Client:
             raise g
         self._held = (g["grant"], conn.gen)
         return Grant(g["grant"], g.get("kind", ""), g.get("batch", 0), g.get("request_ids") or [],
-                     g.get("deadline_ms", 0.0))
+                     g.get("deadline_ms", 0.0), int(g.get("micro_batch") or 0))
 
     def release(self, grant, duration_ms, samples=None, results=None):
         """End the turn of grant (a Grant or its id) with the measured duration.
@@ -641,6 +661,58 @@ class Client:
             yield g
         finally:
             self.release(g, (time.monotonic() - start) * 1000.0, samples=samples)
+
+    def micro_steps(self):
+        """Run one minibatch as the turns fulcrumd grants: yields a MicroStep per turn,
+        holding the turn while the loop body runs and releasing it (with the measured
+        time and the samples run) when the body is done, also when it raises.
+
+        With micro_batches registered, fulcrumd may grant the minibatch as k turns of
+        batch/k samples (gradient accumulation); otherwise, and while fulcrumd is away
+        with train_while_away, it is one step of the whole minibatch. For each step:
+        run samples [step.start, step.stop), scale the loss by step.scale (1/k),
+        backward (gradients accumulate), and after the step with step.last step the
+        optimizer and zero the gradients:
+
+            for step in client.micro_steps():
+                loss = loss_fn(model(x[step.start:step.stop]), y[step.start:step.stop])
+                (loss * step.scale).backward()
+                if step.last:
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+        Layers that keep batch statistics (BatchNorm) compute them per micro-batch:
+        small micro-batches make those statistics noisier than the whole minibatch's.
+        """
+        total = int(self.batch or 0)
+        if total < 1:
+            raise ValueError("micro_steps needs the minibatch size: register with batch=")
+        done = 0
+        while done < total:
+            g = None
+            if self.train_while_away:
+                try:
+                    g = self.next_grant(wait=False)
+                except FulcrumError as e:
+                    if e.code != "away":
+                        raise
+            else:
+                g = self.next_grant()
+            if g is None:
+                # fulcrumd is away: the rest of the minibatch runs unmanaged, as one step.
+                left = total - done
+                yield MicroStep(Grant(0, "unmanaged", total, [], 0.0), done, total, max(1, total // left), left / total, True)
+                return
+            m = g.micro_batch if 0 < g.micro_batch < total else total
+            # fulcrumd keeps one size for a minibatch's turns; after it restarted it may
+            # start afresh with another: count samples, never run past the minibatch.
+            m = min(m, total - done)
+            start = time.monotonic()
+            try:
+                yield MicroStep(g, done, done + m, max(1, total // m), m / total, done + m >= total)
+            finally:
+                self.release(g, (time.monotonic() - start) * 1000.0, samples=m)
+            done += m
 
     def close(self):
         """Close the connection; fulcrumd releases a held turn at once. No reconnection

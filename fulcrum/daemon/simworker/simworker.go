@@ -57,6 +57,11 @@ type Options struct {
 	Run        func(ctx context.Context, batch int) (time.Duration, error)
 	Name       string
 	BatchSizes []int
+	// MicroBatches (training) are the micro-batch sizes declared to fulcrumd (divisors
+	// of Batch, issue 32): a grant's micro_batch then runs that many samples, timed by
+	// the workload model at that batch size, and a minibatch counts once its samples add
+	// up to Batch. Empty: whole minibatches only.
+	MicroBatches []int
 	// TrainWhileAway: a training worker whose fulcrumd is away (restarting) trains
 	// unmanaged until it is registered again, instead of waiting for it. An inference
 	// worker always serves unmanaged while fulcrumd is away.
@@ -87,6 +92,8 @@ type Report struct {
 	LatencyMaxMS   float64 `json:"latency_max_ms,omitempty"`
 	Batches        int     `json:"batches"`
 	Samples        int     `json:"samples,omitempty"`
+	// MicroTurns counts training turns that ran a micro-batch (part of a minibatch).
+	MicroTurns     int     `json:"micro_turns,omitempty"`
 	ThroughputPerS float64 `json:"throughput_samples_per_s,omitempty"`
 	ProfileBatches int     `json:"profile_batches,omitempty"`
 	// While fulcrumd was away: batches run unmanaged, times registered again, the time
@@ -218,6 +225,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var err error
 	if o.Socket != "" {
 		reg := client.Registration{Role: o.Role, Workload: o.Name, Batch: o.Batch}
+		if o.Role == proto.RoleTrain {
+			reg.MicroBatches = slices.Clone(o.MicroBatches)
+		}
 		if o.Role == proto.RoleInfer {
 			reg.BatchSizes = slices.Clone(o.BatchSizes)
 			if !slices.Contains(reg.BatchSizes, o.Batch) {
@@ -263,6 +273,7 @@ func (w *worker) run(ctx context.Context, batch int) (time.Duration, error) {
 }
 
 func (w *worker) train(ctx context.Context) error {
+	acc := 0 // samples of the minibatch in progress run as micro-batches
 	for w.o.Steps == 0 || w.rep.Batches < w.o.Steps {
 		if w.c == nil {
 			if _, err := w.run(ctx, w.o.Batch); err != nil {
@@ -300,17 +311,30 @@ func (w *worker) train(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d, err := w.run(ctx, g.Batch)
+		n := g.Batch
+		if g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch {
+			n = g.MicroBatch // one of k turns of the minibatch (gradient accumulation)
+		}
+		d, err := w.run(ctx, n)
 		if err != nil {
 			return err
 		}
-		samples := g.Batch
-		if g.Kind == proto.KindProfile {
+		samples := n
+		switch {
+		case g.Kind == proto.KindProfile:
 			w.rep.ProfileBatches++
 			samples = 0
-		} else {
+		case n < g.Batch:
+			w.rep.MicroTurns++
+			w.rep.Samples += n
+			acc += n
+			if acc >= g.Batch {
+				acc = 0
+				w.rep.Batches++
+			}
+		default:
 			w.rep.Batches++
-			w.rep.Samples += g.Batch
+			w.rep.Samples += n
 		}
 		if err := w.c.Release(g.Grant, d, samples, nil); err != nil {
 			return err

@@ -27,6 +27,11 @@ type Registration struct {
 	// fulcrumd leaves the workload out of live profiling rather than store the time of a
 	// batch that ran nothing.
 	NoProfiles bool
+	// MicroBatches (training) are the micro-batch sizes the worker accepts, divisors of
+	// Batch: a train grant's MicroBatch then says how many samples to run in that turn,
+	// and the worker steps its optimizer once per Batch samples (gradient accumulation).
+	// Empty: whole minibatches only.
+	MicroBatches []int
 }
 
 // Client is one registered worker connection. Acquire/Release are meant for one
@@ -79,7 +84,7 @@ func Dial(ctx context.Context, path string, reg Registration) (*Client, error) {
 	uc := nc.(*net.UnixConn)
 	c := &Client{conn: uc, lines: lineReader{r: uc, max: proto.MaxLineBytes}, changed: make(chan struct{})}
 	msg := proto.Msg{Type: proto.TypeRegister, V: proto.Version, Role: reg.Role, Workload: reg.Workload,
-		Batch: reg.Batch, BatchSizes: reg.BatchSizes, PID: os.Getpid(), Seq: 1}
+		Batch: reg.Batch, BatchSizes: reg.BatchSizes, MicroBatches: reg.MicroBatches, PID: os.Getpid(), Seq: 1}
 	if reg.NoProfiles {
 		no := false
 		msg.Profiles = &no

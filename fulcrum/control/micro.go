@@ -1,0 +1,102 @@
+package control
+
+import (
+	"fmt"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+)
+
+// KindMicroBatch: a training worker's micro-batch size changed (issue 32,
+// docs/runtime.md "Micro-batched training turns").
+const KindMicroBatch Kind = "micro_batch"
+
+// microCapable reports that a live training worker declared micro-batch sizes below its
+// minibatch: training can then run in turns shorter than a minibatch.
+func microCapable(snap sched.Snapshot) bool {
+	for _, w := range snap.Workers {
+		if w.Role == proto.RoleTrain && len(w.MicroBatches) > 0 && w.MicroBatches[0] < w.Batch {
+			return true
+		}
+	}
+	return false
+}
+
+// microFits reports that a training worker's smallest declared micro-batch fits the
+// inference streams' admission room now (the scheduler's expected times).
+func microFits(snap sched.Snapshot) bool {
+	for _, w := range snap.Workers {
+		if w.Role == proto.RoleTrain && w.MicroBatchFits && len(w.MicroBatches) > 0 && w.MicroBatches[0] < w.Batch {
+			return true
+		}
+	}
+	return false
+}
+
+// trainingPausedFor decides the pause for a plan (feasible or not, and the constraint it
+// binds on): an infeasible plan pauses training — unless only the latency budget binds
+// and a training worker declared micro-batches (the shorter turns fix what the admission
+// room could not hold; a power or GPU-share excess they do not) whose smallest fits the
+// room. The scheduler then picks the largest micro-batch that fits, and its admission
+// test still keeps out every turn that would make a request miss; Step re-checks the fit
+// (microKeep). Called with c.mu held.
+func (c *Controller) trainingPausedFor(feasible bool, binding string) bool {
+	c.microKeep = false
+	if feasible {
+		return false
+	}
+	snap := c.sched.Snapshot()
+	if binding != string(plan.ConstraintLatency) || !microCapable(snap) {
+		return true
+	}
+	c.microKeep = true
+	return !microFits(snap)
+}
+
+// watchMicro keeps the pause in step with the fit while training runs in micro-batches
+// beside a latency-infeasible plan: a measured micro-batch turn longer than expected
+// pauses training, a room that grew (a faster mode's times) resumes it. Called with c.mu
+// held.
+func (c *Controller) watchMicro() {
+	if !c.microKeep {
+		return
+	}
+	snap := c.sched.Snapshot() // after this step's decision, if it made one
+	if fits := microFits(snap); fits == snap.TrainingPaused {
+		why := "no declared micro-batch of the training workers fits the inference streams' admission room"
+		if fits {
+			why = "a declared micro-batch fits the inference streams' admission room again"
+		}
+		c.setTrainingPaused(!fits, why)
+	}
+}
+
+// noteMicro records an event for each training worker whose micro-batch size changed
+// since the controller last looked. Called with c.mu held.
+func (c *Controller) noteMicro(snap sched.Snapshot) {
+	if c.micro == nil {
+		c.micro = map[string]int{}
+	}
+	seen := map[string]bool{}
+	for _, w := range snap.Workers {
+		if w.Role != proto.RoleTrain || len(w.MicroBatches) == 0 || w.MicroBatch <= 0 {
+			continue
+		}
+		seen[w.ID] = true
+		prev, ok := c.micro[w.ID]
+		c.micro[w.ID] = w.MicroBatch
+		if (!ok && w.MicroBatch == w.Batch) || prev == w.MicroBatch {
+			continue
+		}
+		reason := fmt.Sprintf("%s (%s): training runs its minibatch of %d as %d turn(s) of %d (the largest declared micro-batch whose turn fits the inference streams' admission room)",
+			w.ID, w.Workload, w.Batch, w.Batch/w.MicroBatch, w.MicroBatch)
+		c.events.Add(Event{Kind: KindMicroBatch, Reason: reason})
+		c.log.Info(reason)
+	}
+	for id := range c.micro {
+		if !seen[id] {
+			delete(c.micro, id)
+		}
+	}
+}

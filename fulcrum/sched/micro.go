@@ -1,0 +1,215 @@
+package sched
+
+// Training micro-batches (issue 32, docs/runtime.md "Micro-batched training turns"): a
+// training worker that declared micro-batch sizes runs a minibatch of B samples as
+// k = B/m turns of m samples, accumulating gradients and stepping its optimizer after
+// the k-th. A turn is then k times shorter, so an inference request waits at most one
+// micro-batch: training keeps running beside a latency budget shorter than a whole
+// minibatch, where it would otherwise get no turn at all.
+//
+// The k turns of one minibatch are kept together: the worker with a minibatch in
+// progress gets the next training turn before any other training workload, so the time
+// shares between training workloads are decided at minibatch boundaries, and the
+// minibatch counts once in the throughput. Each turn is admitted, held to a hold limit
+// and starved on its own (micro-batch) expected time. The micro-batch size is chosen
+// when a minibatch starts: the one set through SetMicroBatch, or else the largest
+// declared size whose expected turn fits every inference stream's room.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+)
+
+// checkMicroBatches validates a training worker's declared micro-batch sizes and returns
+// them sorted, the minibatch itself included (it is always accepted).
+func checkMicroBatches(spec WorkerSpec) ([]int, *proto.Error) {
+	if len(spec.MicroBatches) == 0 {
+		return nil, nil
+	}
+	if spec.Role != proto.RoleTrain {
+		return nil, proto.Errorf(proto.CodeInvalid, proto.TypeRegister, "micro_batches is for training workers; drop it from an inference registration")
+	}
+	if len(spec.MicroBatches) > proto.MaxMicroBatches {
+		return nil, proto.Errorf(proto.CodeInvalid, proto.TypeRegister, "at most %d micro_batches, got %d", proto.MaxMicroBatches, len(spec.MicroBatches))
+	}
+	out := make([]int, 0, len(spec.MicroBatches)+1)
+	for _, m := range spec.MicroBatches {
+		if m < 1 || m > spec.Batch || spec.Batch%m != 0 {
+			return nil, proto.Errorf(proto.CodeInvalid, proto.TypeRegister, "micro_batches: %d does not divide the minibatch %d; list divisors of batch", m, spec.Batch)
+		}
+		if slices.Contains(out, m) {
+			return nil, proto.Errorf(proto.CodeInvalid, proto.TypeRegister, "micro_batches lists %d twice; list each size once", m)
+		}
+		out = append(out, m)
+	}
+	if !slices.Contains(out, spec.Batch) {
+		out = append(out, spec.Batch)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// microSize is the size of the turns of the minibatch in progress (or of the next one):
+// the whole minibatch unless a micro-batch was chosen.
+func (w *worker) microSize() int {
+	if w.micro > 0 && w.micro < w.spec.Batch {
+		return w.micro
+	}
+	return w.spec.Batch
+}
+
+// trainEst is the estimate of a training turn of m samples, created when missing.
+func (w *worker) trainEst(m int) *estimate {
+	if m >= w.spec.Batch {
+		return &w.train
+	}
+	if w.trainMicro == nil {
+		w.trainMicro = map[int]*estimate{}
+	}
+	e := w.trainMicro[m]
+	if e == nil {
+		e = &estimate{}
+		w.trainMicro[m] = e
+	}
+	return e
+}
+
+// starveAfterAt is the starvation wait of a training turn of m samples (see
+// estimate.starveAfter).
+func (w *worker) starveAfterAt(m int, base time.Duration) time.Duration {
+	if m >= w.spec.Batch {
+		return w.train.starveAfter(base)
+	}
+	if e := w.trainMicro[m]; e != nil {
+		return e.starveAfter(base)
+	}
+	return base / 4 // not measured yet: doubtful, as in warm-up
+}
+
+// expTrainAt is the expected time of a training turn of m samples on w. A size not yet
+// measured is estimated from the measured ones: interpolated between the nearest
+// below and above, proportionally from the nearest above (small batches use the GPU
+// less well, so this is low: the first turn measures it), or proportionally from the
+// largest below (an upper bound).
+func (s *Scheduler) expTrainAt(w *worker, m int) time.Duration {
+	if m >= w.spec.Batch {
+		return s.expTrain(w)
+	}
+	if e := w.trainMicro[m]; e != nil && e.n > 0 {
+		return durMS(e.guarded(s.cfg.DevK))
+	}
+	loN, hiN := 0, 0
+	var lo, hi float64
+	consider := func(size int, e *estimate) {
+		if e == nil || e.n == 0 {
+			return
+		}
+		v := e.guarded(s.cfg.DevK)
+		if size < m && size > loN {
+			loN, lo = size, v
+		}
+		if size > m && (hiN == 0 || size < hiN) {
+			hiN, hi = size, v
+		}
+	}
+	for size, e := range w.trainMicro {
+		consider(size, e)
+	}
+	consider(w.spec.Batch, &w.train)
+	switch {
+	case loN > 0 && hiN > 0:
+		return durMS(lo + (hi-lo)*float64(m-loN)/float64(hiN-loN))
+	case hiN > 0:
+		return durMS(hi * float64(m) / float64(hiN))
+	case loN > 0:
+		return durMS(lo * float64(m) / float64(loN))
+	}
+	return time.Duration(float64(s.cfg.DefaultTrain) * float64(m) / float64(w.spec.Batch))
+}
+
+// roomFits reports whether a training turn of expected length exp fits every inference
+// stream's room: a request arriving as the turn starts is still served within its
+// budget after it, keeping the stream's room — the test admit applies to a stream with
+// nothing queued, without the exemption for an arrival being unlikely (a stream that is
+// quiet now need not stay quiet over the minibatch). Called with s.mu held.
+func (s *Scheduler) roomFits(now time.Time, exp time.Duration) bool {
+	for _, w := range s.order {
+		if w.spec.Role != proto.RoleInfer {
+			continue
+		}
+		// A stream with no traffic yet counts too: a request may come during the
+		// minibatch, and the first minibatch beside a camera stream is the one most
+		// likely to overlap its first frames.
+		rate := w.st.rate(now, w.since)
+		n := min(w.spec.Batch, max(1, int(math.Ceil(rate*exp.Seconds()))))
+		if s.budgetOf(w) < exp+s.roomOf(w)+s.expInfer(w, n) {
+			return false
+		}
+	}
+	return true
+}
+
+// chooseMicro is the micro-batch size for w's next minibatch: the one set through
+// SetMicroBatch, else the largest declared size whose expected turn fits every
+// inference stream's room (the whole minibatch when it fits), else the smallest.
+// Called with s.mu held.
+func (s *Scheduler) chooseMicro(w *worker, now time.Time) int {
+	sizes := w.spec.MicroBatches
+	if len(sizes) == 0 {
+		return w.spec.Batch
+	}
+	if w.microSet > 0 {
+		return w.microSet
+	}
+	for i := len(sizes) - 1; i >= 0; i-- {
+		if s.roomFits(now, s.expTrainAt(w, sizes[i])) {
+			return sizes[i]
+		}
+	}
+	return sizes[0]
+}
+
+// startMinibatch chooses the micro-batch size of w's next minibatch (at a minibatch
+// boundary only: the k turns of one minibatch have the same size). Called with s.mu held.
+func (s *Scheduler) startMinibatch(w *worker, now time.Time) {
+	if w.mbDone != 0 {
+		return
+	}
+	m := s.chooseMicro(w, now)
+	if m == w.microSize() {
+		w.micro = m
+		return
+	}
+	from := w.microSize()
+	w.micro = m
+	w.microChanges++
+	if ok, dropped := s.microLog.allow(now, time.Second); ok {
+		s.log.Info("training micro-batch changed", "worker", w.id, "workload", w.name, "from", from, "to", m,
+			"turns_per_minibatch", w.spec.Batch/m, "expected_turn_ms", ms(s.expTrainAt(w, m)), "not_logged_since_last", dropped)
+	}
+}
+
+// SetMicroBatch fixes the micro-batch size training worker id runs its minibatches at,
+// from its next minibatch on: one of the sizes it declared (or its minibatch); 0 gives
+// the choice back to the scheduler (the largest size that fits the room).
+func (s *Scheduler) SetMicroBatch(id string, m int) error {
+	s.mu.Lock()
+	defer s.unlockAndDeliver()
+	w, ok := s.workers[id]
+	if !ok {
+		return fmt.Errorf("set micro-batch: worker %q is not registered (see the daemon's worker list)", id)
+	}
+	if w.spec.Role != proto.RoleTrain {
+		return fmt.Errorf("set micro-batch: worker %s is an inference worker; micro-batches are for training", id)
+	}
+	if m != 0 && m != w.spec.Batch && !slices.Contains(w.spec.MicroBatches, m) {
+		return fmt.Errorf("set micro-batch: worker %s accepts micro-batches %v (minibatch %d), not %d", id, w.spec.MicroBatches, w.spec.Batch, m)
+	}
+	w.microSet = m
+	s.schedule()
+	return nil
+}
