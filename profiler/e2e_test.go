@@ -16,7 +16,9 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
+	"github.com/fulcrum-edge/fulcrum/profiler/simprof"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -46,15 +48,11 @@ func TestProfileSimulatedOrin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner, err := profiler.NewSimRunner(board.Root(), spec, models, 42)
+	runner, err := simprof.New(board.Root(), spec, models, 42)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(filepath.Join(t.TempDir(), "profiles.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t)
 	p := &profiler.Profiler{Backend: backend, Runner: runner, Store: st, Logger: quiet, Options: profiler.Options{
 		Warmup: 1, WarmupTime: 300 * time.Millisecond, MinSamples: 3, MaxSamples: 6, TargetRSE: 0.02, PowerSampleInterval: 10 * time.Millisecond,
 	}}

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -159,12 +159,7 @@ func (r *fakeRunner) Source() string { return store.SourceSim }
 
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
-	s, err := store.Open(filepath.Join(t.TempDir(), "profiles.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return storetest.Open(t)
 }
 
 // fixedClock advances one second per reading so started/finished differ predictably.

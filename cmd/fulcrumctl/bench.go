@@ -57,10 +57,11 @@ as fulcrumd runs them there: the search walks one pooled stream standing for all
 (their rate-weighted times and share-weighted powers) while every workload is measured at
 each mode it asks for, and the joint decision chooses the mode and every batch
 (docs/benchmarks.md "Several streams"). --jobs m (m ≥ 2) does the
-same with every set of m training workloads sharing the training time equally.`,
+same with every set of m training workloads sharing the training time equally.
+` + benchLifetimeHelp,
 		Example: `  fulcrumctl sim truth --board agx-orin-64gb --out /tmp/agx.csv
   fulcrumctl bench --truth /tmp/agx.csv --rates 5,15,30 --latency 50ms,100ms,200ms,400ms \
-      --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table`,
+      --power 15W,20W,30W,40W,50W --searchers gmd,preset,maxn,random-15 --format table` + benchLifetimeExample,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -89,7 +90,11 @@ same with every set of m training workloads sharing the training time equally.`,
 	jobs := f.Int("jobs", 1, "training jobs planned together: m ≥ 2 sweeps every set of m training workloads (equal time shares) with every set of --streams inference workloads")
 	micro := f.Bool("micro", true, "let the decision and the oracles run training as micro-batch turns where the truth has micro_batch rows (issue 32); --micro=false scores whole minibatches only (k = 1)")
 	plot := newBenchPlotFlag(f) // plot.go
+	life := newLifetimeFlags(f) // benchlife.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkLifetimeFlags(cmd.Flags(), life); err != nil {
+			return err
+		}
 		if err := plot.check(); err != nil {
 			return err
 		}
@@ -109,6 +114,10 @@ same with every set of m training workloads sharing the training time equally.`,
 		}
 		if (*streams > 1 || *jobs > 1) && len(*pairs) > 0 {
 			return errors.New("--pairs and --streams 2 or more: give one (with several streams every training workload is run with every set of inference workloads)")
+		}
+		if *life.duration > 0 {
+			return runLifetimeBench(cmd, life, benchSweepFlags{truthPath: *truthPath, board: *board, format: *format, pairs: *pairs, rates: *rates, lats: *lats, pows: *powers,
+				noise: *noise, seed: *seed, parallel: *parallel, streams: *streams, jobs: *jobs, quiet: *quiet})
 		}
 		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams, Jobs: *jobs, Micro: *micro}
 		var err error
@@ -199,6 +208,11 @@ func benchRules(noise, decisionNoise, confidence float64, margin time.Duration, 
 // a second, once the run has taken longer than after: answers scored, of how many,
 // and the time left at the rate so far.
 func newProgress(w io.Writer, now func() time.Time, after time.Duration) func(done, total int) {
+	return newProgressOf(w, now, after, "bench", "answers scored")
+}
+
+// newProgressOf is newProgress with its own prefix and noun ("bench", "answers scored").
+func newProgressOf(w io.Writer, now func() time.Time, after time.Duration, prefix, noun string) func(done, total int) {
 	var mu sync.Mutex
 	start := now()
 	var last time.Time
@@ -212,7 +226,7 @@ func newProgress(w io.Writer, now func() time.Time, after time.Duration) func(do
 		}
 		last = t
 		left := time.Duration(float64(el) * float64(total-done) / float64(max(done, 1)))
-		fmt.Fprintf(w, "bench: %d/%d answers scored (%.0f%%), %s elapsed, about %s left\n", done, total, 100*float64(done)/float64(total), el.Round(time.Second), left.Round(time.Second))
+		fmt.Fprintf(w, "%s: %d/%d %s (%.0f%%), %s elapsed, about %s left\n", prefix, done, total, noun, 100*float64(done)/float64(total), el.Round(time.Second), left.Round(time.Second))
 	}
 }
 

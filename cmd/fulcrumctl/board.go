@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/internal/units"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
@@ -21,7 +22,7 @@ import (
 )
 
 // defaultStateDir holds the board snapshot (and, for fulcrumd, its other state).
-const defaultStateDir = "/var/lib/fulcrum"
+const defaultStateDir = paths.StateDir
 
 func newBoardCmd() *cobra.Command {
 	cmd := &cobra.Command{

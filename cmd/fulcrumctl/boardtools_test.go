@@ -17,7 +17,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 )
 
 // The board's own tools through fulcrumctl, against fulcrumd's real pieces (a simulated
@@ -36,11 +36,7 @@ func TestBoardToolsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	clock := sched.NewFakeClock()
 	sc := sched.New(sched.Config{LatencyBudget: 100e6}, clock, nil)
 	presets, names := board.Presets()

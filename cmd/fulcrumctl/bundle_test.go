@@ -12,6 +12,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 )
 
 func runBundle(t *testing.T, args ...string) (string, string, error) {
@@ -41,10 +42,7 @@ func TestBundleCommands(t *testing.T) {
 	src := filepath.Join(dir, "src.db")
 	seeded := seedStore(t, src)
 	func() {
-		s, err := store.Open(src, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := storetest.OpenAt(t, src, store.Options{})
 		defer s.Close()
 		if err := s.PutModel("agx-orin-64gb/als/mobilenetv3-infer", json.RawMessage(`{"pareto":[1,2]}`)); err != nil {
 			t.Fatal(err)

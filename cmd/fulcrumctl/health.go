@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/spf13/cobra"
 )
 
@@ -25,7 +26,7 @@ so it serves as a Kubernetes exec probe or a monitoring check.
 --live checks only that fulcrumd answers and its control loop goes round (a liveness
 probe: a board or store failure is a reason not to be ready, not to be restarted).`,
 		Example: `  fulcrumctl health
-  fulcrumctl health --live --timeout 5s --socket /run/fulcrum/control.sock`,
+  fulcrumctl health --live --timeout 5s --socket ` + paths.ControlSocket,
 		Args: cobra.NoArgs,
 	}
 	client := addSocketFlag(cmd)

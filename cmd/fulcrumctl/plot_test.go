@@ -14,6 +14,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -39,10 +40,7 @@ func simStore(t *testing.T) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "profiles.db")
-	s, err := store.Open(path, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := storetest.OpenAt(t, path, store.Options{})
 	defer s.Close()
 	if _, err := s.Import(&buf, store.ImportOptions{Board: spec.Name}); err != nil {
 		t.Fatal(err)

@@ -19,17 +19,19 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fulcrum-edge/fulcrum/configs"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvpmodel"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
+	"github.com/fulcrum-edge/fulcrum/profiler/simprof"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // defaultProfileDB is where fulcrumd and fulcrumctl keep profiles on a board.
-const defaultProfileDB = "/var/lib/fulcrum/profiles.db"
+const defaultProfileDB = paths.Store
 
 func newProfileCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -394,7 +396,7 @@ no way to run one from fulcrumctl yet and run says so.`,
 		if err != nil {
 			return err
 		}
-		runner, err := profiler.NewSimRunner(*root, spec, models, *seed)
+		runner, err := simprof.New(*root, spec, models, *seed)
 		if err != nil {
 			return err
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
 	"github.com/fulcrum-edge/fulcrum/profiler"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -44,10 +45,7 @@ func runProfile(t *testing.T, args ...string) (string, string, error) {
 
 func seedStore(t *testing.T, path string) []store.Profile {
 	t.Helper()
-	s, err := store.Open(path, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := storetest.OpenAt(t, path, store.Options{})
 	defer s.Close()
 	var ps []store.Profile
 	start := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
@@ -138,7 +136,16 @@ func TestProfileStoreCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "ok (schema version 1, 5 profiles)") {
 		t.Errorf("check: %q, %v", out, err)
 	}
-	// Damage one value behind the store's back: check must fail and name it.
+	// Damage one value behind the store's back, in a copy (the seeded store is
+	// checked when the test ends): check must fail and name it.
+	data, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db = filepath.Join(dir, "damaged.db")
+	if err := os.WriteFile(db, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	raw, err := bolt.Open(db, 0o644, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -273,10 +280,7 @@ func TestProfileRunSurvivesSIGKILL(t *testing.T) {
 	if !killed {
 		t.Fatalf("the first run ended (%v) before two profiles were stored:\n%s", werr, strings.Join(log, "\n"))
 	}
-	s, err := store.Open(db, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := storetest.OpenAt(t, db, store.Options{})
 	before, err := s.List(store.Filter{})
 	if err != nil {
 		t.Fatal(err)
@@ -315,10 +319,7 @@ func TestProfileRunSurvivesSIGKILL(t *testing.T) {
 	if out, _, err := runProfile(t, "ls", "--db", db, "--campaigns", "--json"); err != nil || !strings.Contains(out, `"state": "finished"`) || strings.Contains(out, `"snapshot"`) {
 		t.Errorf("ls --campaigns --json after the rerun: %v\n%s", err, out)
 	}
-	s, err = store.Open(db, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = storetest.OpenAt(t, db, store.Options{})
 	defer s.Close()
 	after, err := s.List(store.Filter{})
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,18 +10,14 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 )
 
 // A worker registered without an on_profile handler: fulcrumctl status says its
 // workload is left out of live profiling and names on_profile (issue 27), through the
 // real controller and API on a unix socket.
 func TestStatusNamesWorkloadsThatDeclineProfiles(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	clock := sched.NewFakeClock()
 	sc := sched.New(sched.Config{LatencyBudget: 100e6}, clock, nil)
 	c, err := control.New(control.Options{Sched: sc, Store: st, Clock: clock, Budgets: plan.Budgets{LatencyMS: 100}})

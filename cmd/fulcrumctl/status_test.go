@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,7 +11,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 )
 
 // fulcrumd without a board (board: none) with a training and an inference worker: status
@@ -20,11 +19,7 @@ import (
 // item 2).
 func TestStatusWithoutBoardSuggestsWhatWorks(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	clock := sched.NewFakeClock()
 	sc := sched.New(sched.Config{LatencyBudget: 100e6}, clock, nil)
 	c, err := control.New(control.Options{Sched: sc, Store: st, Clock: clock, Budgets: plan.Budgets{LatencyMS: 100}})

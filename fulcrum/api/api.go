@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -20,10 +21,10 @@ import (
 const Version = "v1"
 
 // SocketName is the control socket's file name in the runtime directory.
-const SocketName = "control.sock"
+const SocketName = paths.ControlSocketName
 
 // DefaultSocket is where fulcrumctl looks when neither --socket nor FULCRUM_SOCKET is set.
-const DefaultSocket = "/run/fulcrum/" + SocketName
+const DefaultSocket = paths.ControlSocket
 
 // GroupName is the group whose members may change things (PUT/POST); root always may.
 const GroupName = "fulcrum"

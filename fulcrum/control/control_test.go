@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -96,11 +96,7 @@ func newEnv(t *testing.T, clock sched.Clock) *env {
 	spec := testboard.Spec(t, testboard.AGXOrin)
 	models := testboard.Workloads(t)
 	sp := testboard.Space(t, spec)
-	st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	e := &env{t: t, spec: spec, models: models, board: &fakeBoard{spec: spec, sp: sp, mode: sp.Snap(spec.PresetMode(spec.NVP.Presets[0]))}, store: st}
 	if fc, ok := clock.(*sched.FakeClock); ok {
 		e.clock = fc

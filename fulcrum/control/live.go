@@ -327,7 +327,8 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 }
 
 // StoredProfiles returns the complete profiles of pair on board: modes with a training
-// profile at B_T and an inference profile at one or more of the batch sizes.
+// profile at B_T and an inference profile at one or more of the batch sizes, in the
+// store's order of the training profiles (plan.Assemble).
 func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfile, error) {
 	tr, err := st.List(store.Filter{Board: board, Workload: pair.Train, Role: truth.Train})
 	if err != nil {
@@ -337,26 +338,9 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfil
 	if err != nil {
 		return nil, err
 	}
-	byMode := map[powermode.Mode][]plan.InferPoint{}
-	// A mode's repeats are its least-repeated point's: the decision sizes one σ per mode.
-	reps := map[powermode.Mode]int{}
-	for _, x := range inf {
-		if slices.Contains(pair.Batches, x.Batch) {
-			byMode[x.Mode] = append(byMode[x.Mode], plan.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
-			if r, ok := reps[x.Mode]; !ok || max(x.Repeats, 1) < r {
-				reps[x.Mode] = max(x.Repeats, 1)
-			}
-		}
-	}
 	var out []plan.ModeProfile
-	for _, x := range tr {
-		if x.Batch != pair.TrainBatch || len(byMode[x.Mode]) == 0 {
-			continue
-		}
-		ips := byMode[x.Mode]
-		slices.SortFunc(ips, func(a, b plan.InferPoint) int { return a.Batch - b.Batch })
-		out = append(out, plan.ModeProfile{Mode: x.Mode, Train: plan.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}, Infer: ips,
-			Repeats: min(max(x.Repeats, 1), reps[x.Mode])})
+	for _, mp := range plan.Assemble(pair.shape(), measured(tr, inf)) {
+		out = append(out, plan.PairOf(mp))
 	}
 	return out, nil
 }
@@ -415,7 +399,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 		p.mu.Lock()
 		p.counts.FromStore++
 		p.mu.Unlock()
-		return toModeProfile(m, keys, have), nil
+		return p.toModeProfile(m, have), nil
 	}
 	if over && budget > 0 && rec.PowerMW > budget {
 		p.mu.Lock()
@@ -603,7 +587,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 		p.counts.Points++
 		p.mu.Unlock()
 	}
-	mp = toModeProfile(m, keys, have)
+	mp = p.toModeProfile(m, have)
 	if p.OnProfile != nil && put { // a repeat is counted (Counts.Remeasured), not announced
 		p.OnProfile(m, mp, nil)
 	}
@@ -793,42 +777,33 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	return prof, 0, nil
 }
 
-// combineRepeats pools repeat measurements of one point: the time mean and standard
-// deviation over all their batches, p50/p95 as the batch-weighted mean of theirs (the
-// batches themselves are not kept), the power mean over all their readings.
+// combineRepeats pools repeat measurements of one point: the time statistics as
+// stats.Pool gives them (mean and standard deviation over all their batches, p50/p95
+// the batch-weighted mean of theirs: the batches themselves are not kept), the power
+// mean over all their readings.
 func combineRepeats(reps []store.Profile) store.Profile {
 	out := reps[0]
-	var n, np int
-	var sumT, sumP, p50, p95 float64
+	parts := make([]stats.Summary, 0, len(reps))
+	var np int
+	var sumP float64
 	for _, r := range reps {
-		n += r.Samples
+		parts = append(parts, stats.Summary{N: r.Samples, Mean: r.TimeMS.Mean, Stddev: r.TimeMS.Stddev, P50: r.TimeMS.P50, P95: r.TimeMS.P95})
 		np += r.PowerSamples
-		sumT += r.TimeMS.Mean * float64(r.Samples)
 		sumP += r.PowerMW.Mean * float64(r.PowerSamples)
-		p50 += r.TimeMS.P50 * float64(r.Samples)
-		p95 += r.TimeMS.P95 * float64(r.Samples)
 		out.StartedAt = minTime(out.StartedAt, r.StartedAt)
 		out.FinishedAt = maxTime(out.FinishedAt, r.FinishedAt)
 	}
-	mean := sumT / float64(n)
-	var ss float64 // total sum of squares about the pooled mean
-	for _, r := range reps {
-		ss += float64(r.Samples-1)*r.TimeMS.Stddev*r.TimeMS.Stddev + float64(r.Samples)*(r.TimeMS.Mean-mean)*(r.TimeMS.Mean-mean)
-	}
-	sd := 0.0
-	if n > 1 {
-		sd = math.Sqrt(ss / float64(n-1))
-	}
-	out.TimeMS = store.TimeStats{Mean: mean, P50: p50 / float64(n), P95: p95 / float64(n), Stddev: sd}
+	t := stats.Pool(parts)
+	out.TimeMS = store.TimeStats{Mean: t.Mean, P50: t.P50, P95: t.P95, Stddev: t.Stddev}
 	if np > 0 {
 		out.PowerMW.Mean = sumP / float64(np)
 	}
-	out.Samples, out.PowerSamples = n, np
+	out.Samples, out.PowerSamples = t.N, np
 	out.Repeats = len(reps)
 	out.Throttled = pooledThrottle(reps)
-	out.RSE = 0
-	if n > 1 && mean > 0 {
-		out.RSE = sd / math.Sqrt(float64(n)) / mean
+	out.RSE = 0 // the store holds no +Inf: 0 is "no estimate"
+	if rse := stats.RSE(t.N, t.Mean, t.Stddev); !math.IsInf(rse, 1) {
+		out.RSE = rse
 	}
 	return out
 }
@@ -870,20 +845,38 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-func toModeProfile(m powermode.Mode, keys []store.Key, have map[store.Key]store.Profile) plan.ModeProfile {
-	mp := plan.ModeProfile{Mode: m}
-	for _, k := range keys {
-		x := have[k]
-		if r := max(x.Repeats, 1); mp.Repeats == 0 || r < mp.Repeats {
-			mp.Repeats = r
-		}
-		if k.Role == truth.Train {
-			mp.Train = plan.TrainPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
-			continue
-		}
-		mp.Infer = append(mp.Infer, plan.InferPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
+// toModeProfile assembles the profile of m for the pair (its Only role alone, if set)
+// from the points measured or read (plan.AssembleMode).
+func (p *LiveProfiler) toModeProfile(m powermode.Mode, have map[store.Key]store.Profile) plan.ModeProfile {
+	sh := p.Pair.shape()
+	switch p.Only {
+	case truth.Train:
+		sh.Infer = nil
+	case truth.Infer:
+		sh.Train = nil
 	}
-	return mp
+	ps := make([]store.Profile, 0, len(have))
+	for _, x := range have {
+		ps = append(ps, x)
+	}
+	mp, _ := plan.AssembleMode(sh, m, measured(ps))
+	return plan.PairOf(mp)
+}
+
+// shape is what a pair's profile is assembled from (plan.Assemble).
+func (pr Pair) shape() plan.Shape {
+	return plan.PairShape(pr.Train, pr.TrainBatch, pr.Infer, pr.Batches)
+}
+
+// measured is stored profiles as the points plan.Assemble puts together.
+func measured(lists ...[]store.Profile) []plan.Measured {
+	var out []plan.Measured
+	for _, ps := range lists {
+		for _, x := range ps {
+			out = append(out, plan.Measured{Row: x.Row(), Repeats: x.Repeats})
+		}
+	}
+	return out
 }
 
 // estimate builds the profile an abandoned mode answers with: every power at what the

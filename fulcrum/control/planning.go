@@ -179,10 +179,8 @@ func (c *Controller) expectAt(m powermode.Mode) {
 		g = &group{Train: []TrainJob{{c.pair.Train, c.pair.TrainBatch}}, Streams: []StreamSpec{{c.pair.Infer, c.pair.Batches}}}
 		if ps, err := c.profiles(); err == nil {
 			if i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == m }); i >= 0 {
-				mp = &plan.MultiProfile{Mode: m, Train: []plan.TrainPoint{ps[i].Train}, Infer: [][]plan.InferPoint{ps[i].Infer}}
-				if len(ps[i].Micro) > 0 {
-					mp.Micro = [][]plan.TrainPoint{ps[i].Micro}
-				}
+				x := plan.MultiOf(ps[i])
+				mp = &x
 			}
 		}
 	}

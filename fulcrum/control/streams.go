@@ -235,62 +235,25 @@ type streamPoint struct {
 // per mode where every training job has a profile at its minibatch and every stream at
 // one or more of its batch sizes. Each profile's repeats are its least-repeated point's.
 func StoredMultiProfiles(st *store.Store, board string, g *group) ([]plan.MultiProfile, error) {
-	type slot struct {
-		train []plan.TrainPoint
-		infer [][]plan.InferPoint
-		reps  int
-	}
-	modes := map[powermode.Mode]*slot{}
-	get := func(m powermode.Mode) *slot {
-		s := modes[m]
-		if s == nil {
-			s = &slot{train: make([]plan.TrainPoint, len(g.Train)), infer: make([][]plan.InferPoint, len(g.Streams))}
-			modes[m] = s
-		}
-		return s
-	}
-	note := func(s *slot, r int) {
-		if r = max(r, 1); s.reps == 0 || r < s.reps {
-			s.reps = r
-		}
-	}
-	for j, job := range g.Train {
-		ps, err := st.List(store.Filter{Board: board, Workload: job.Workload, Role: truth.Train})
+	sh := plan.Shape{}
+	var ps []store.Profile
+	for _, job := range g.Train {
+		sh.Train = append(sh.Train, plan.Wanted{Workload: job.Workload, Batches: []int{job.Batch}})
+		l, err := st.List(store.Filter{Board: board, Workload: job.Workload, Role: truth.Train})
 		if err != nil {
 			return nil, err
 		}
-		for _, x := range ps {
-			if x.Batch == job.Batch {
-				s := get(x.Mode)
-				s.train[j] = plan.TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
-				note(s, x.Repeats)
-			}
-		}
+		ps = append(ps, l...)
 	}
-	for i, sp := range g.Streams {
-		ps, err := st.List(store.Filter{Board: board, Workload: sp.Workload, Role: truth.Infer})
+	for _, sp := range g.Streams {
+		sh.Infer = append(sh.Infer, plan.Wanted{Workload: sp.Workload, Batches: sp.Batches})
+		l, err := st.List(store.Filter{Board: board, Workload: sp.Workload, Role: truth.Infer})
 		if err != nil {
 			return nil, err
 		}
-		for _, x := range ps {
-			if slices.Contains(sp.Batches, x.Batch) {
-				s := get(x.Mode)
-				s.infer[i] = append(s.infer[i], plan.InferPoint{Batch: x.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
-				note(s, x.Repeats)
-			}
-		}
+		ps = append(ps, l...)
 	}
-	var out []plan.MultiProfile
-	for m, s := range modes {
-		if slices.ContainsFunc(s.train, func(t plan.TrainPoint) bool { return t.Batch == 0 }) ||
-			slices.ContainsFunc(s.infer, func(ips []plan.InferPoint) bool { return len(ips) == 0 }) {
-			continue
-		}
-		for _, ips := range s.infer {
-			slices.SortFunc(ips, func(a, b plan.InferPoint) int { return a.Batch - b.Batch })
-		}
-		out = append(out, plan.MultiProfile{Mode: m, Train: s.train, Infer: s.infer, Repeats: s.reps})
-	}
+	out := plan.Assemble(sh, measured(ps))
 	// Map order is random; the decision's ties must not be.
 	slices.SortFunc(out, func(a, b plan.MultiProfile) int { return strings.Compare(a.Mode.String(), b.Mode.String()) })
 	return out, nil
@@ -789,7 +752,7 @@ func (p *pooledLive) overBudget(m powermode.Mode) bool {
 
 // first is the first pair's answer at m (its estimate where m is over the budget).
 func (p *pooledLive) first(mp plan.MultiProfile) plan.ModeProfile {
-	return plan.ModeProfile{Mode: mp.Mode, Train: mp.Train[0], Infer: mp.Infer[0], Repeats: mp.Repeats}
+	return plan.PairOf(mp)
 }
 
 // Profile implements search.Profiler.

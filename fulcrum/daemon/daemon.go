@@ -19,6 +19,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/powermode/nvml"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -144,7 +145,7 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		if o.StateDir == "" {
 			return fail(errors.New("neither db nor state_dir is set; set state_dir (default /var/lib/fulcrum)"))
 		}
-		db = filepath.Join(o.StateDir, "profiles.db")
+		db = filepath.Join(o.StateDir, paths.StoreName)
 	}
 	if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
 		return fail(fmt.Errorf("create the profile store's directory: %w (set state_dir or db)", err))

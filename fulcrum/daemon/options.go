@@ -12,13 +12,14 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/optcheck"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 )
 
 // DefaultConfig is the worker server fulcrumd runs when its configuration says nothing;
 // NewServer fills zero fields from it.
 func DefaultConfig() Config {
 	return Config{
-		RuntimeDir:      "/run/fulcrum",
+		RuntimeDir:      paths.RuntimeDir,
 		SocketMode:      0o660,
 		MaxLineBytes:    proto.MaxLineBytes,
 		MaxWorkers:      64,
@@ -60,7 +61,7 @@ func DefaultOptions() Options {
 	ctl.Live = control.DefaultLiveOptions()
 	return Options{
 		Server:       DefaultConfig(),
-		StateDir:     "/var/lib/fulcrum",
+		StateDir:     paths.StateDir,
 		StoreTimeout: time.Second,
 		Board:        "auto",
 		BoardRoot:    "/",

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 )
 
 // Config is the worker server's configuration.
@@ -63,7 +64,7 @@ type Config struct {
 
 // SocketName and PIDFileName are the files fulcrumd keeps in the runtime directory.
 const (
-	SocketName  = "worker.sock"
+	SocketName  = paths.WorkerSocketName
 	PIDFileName = "fulcrumd.pid"
 )
 

@@ -24,6 +24,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/internal/vclock"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -69,6 +70,11 @@ type Scenario struct {
 	// during it (an INA3221 averages ~430 ms), so a step longer than the real-time
 	// simulator's 100 ms loses no busy time, only detail within the step.
 	BoardInterval time.Duration
+	// Stored are profiles in the store before fulcrumd opens it (what an earlier
+	// search left; nil: an empty store).
+	Stored []store.Profile
+	// Probes look at the daemon mid-run (probe.go).
+	Probes []Probe
 }
 
 // DefaultBoardInterval is the simulated board's physics step on virtual time: each
@@ -308,12 +314,15 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	if err := b.Backend.Apply(ctx, start0); err != nil {
 		return Result{}, fmt.Errorf("lifetime: set the default preset: %w", err)
 	}
-	db := filepath.Join(state, "profiles.db")
+	db := filepath.Join(state, paths.StoreName)
 	st, err := store.Open(db, store.Options{Timeout: o.StoreTimeout, Verify: true})
 	if err != nil {
 		return Result{}, fmt.Errorf("lifetime: %w", err)
 	}
 	defer st.Close()
+	if err := putStored(st, sc.Stored); err != nil {
+		return Result{}, fmt.Errorf("lifetime: %w", err)
+	}
 	h.sched = sched.New(o.Server.Sched, clock, sc.Log.With("component", "sched"))
 	defer h.sched.Close()
 	h.ctl, err = daemon.NewController(ctx, o, h.sched, b, st, db)
@@ -357,6 +366,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for _, ch := range sc.Changes {
 		h.clock.AfterFunc(ch.At, func() { h.change(ctx, ch) })
 	}
+	h.startProbes()
 	h.stepBoard()
 	h.clock.AfterFunc(time.Second, h.sample)
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/fulcrum-edge/fulcrum/internal/limits"
 )
 
 // Budgets are what the operator asks for (docs/design.md §2). It is the one budgets type from
@@ -42,19 +44,20 @@ const (
 	FieldRhoMax   = "rho_max"
 )
 
-// The budget limits. They are the only ones in the code: the API, the controller, the
+// The budget limits, written once in internal/limits (a leaf, so that internal/units
+// checks against them without importing the planner): the API, the controller, the
 // configuration, the CLI and the benchmark all validate through them.
 const (
-	MinRateRPS   float64 = 1e-3
-	MaxRateRPS   float64 = 1e5
-	MinLatencyMS float64 = 0.1
-	MaxLatencyMS float64 = 600000
-	MinPowerMW   float64 = 1000
-	MaxPowerMW   float64 = 1e6
-	MinQuantile  float64 = 0.5
-	MaxQuantile  float64 = 0.99999
-	MinRhoMax    float64 = 0.05
-	MaxRhoMax    float64 = 1
+	MinRateRPS   = limits.MinRateRPS
+	MaxRateRPS   = limits.MaxRateRPS
+	MinLatencyMS = limits.MinLatencyMS
+	MaxLatencyMS = limits.MaxLatencyMS
+	MinPowerMW   = limits.MinPowerMW
+	MaxPowerMW   = limits.MaxPowerMW
+	MinQuantile  = limits.MinQuantile
+	MaxQuantile  = limits.MaxQuantile
+	MinRhoMax    = limits.MinRhoMax
+	MaxRhoMax    = limits.MaxRhoMax
 )
 
 // Limits returns the valid range of a budget field and the unit hint its error message

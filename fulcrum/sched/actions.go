@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	samplestats "github.com/fulcrum-edge/fulcrum/internal/stats"
 )
 
 // BetweenTurns runs fn while no minibatch is on the GPU: it waits for the running turn to
@@ -57,8 +58,7 @@ func (s *Scheduler) RealBatchMS(role, name string, batch int) (float64, int) {
 	if !ok || len(wl.real[batch]) == 0 {
 		return 0, 0
 	}
-	xs := slices.Clone(wl.real[batch])
-	return median(xs), len(xs)
+	return samplestats.Median(wl.real[batch]), len(wl.real[batch])
 }
 
 // realKeep is how many real batch times per size RealBatchMS keeps.

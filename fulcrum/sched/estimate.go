@@ -3,6 +3,8 @@ package sched
 import (
 	"slices"
 	"time"
+
+	samplestats "github.com/fulcrum-edge/fulcrum/internal/stats"
 )
 
 // The estimator's knobs. They are not configuration: they describe what counts as a
@@ -40,7 +42,8 @@ const (
 // to forget a slow phase (another process starting, a thermal throttle), and a
 // workload whose expected time had risen above what the latency budget admits was
 // measured again only once per starvation period: training stayed starved for minutes.
-// Here the expected time is the median of the current regime's last estWindow
+// Here the expected time is the median (nearest rank, internal/stats: of an even count
+// the lower middle value, a measured time) of the current regime's last estWindow
 // measurements, so a burst of fewer than estSwitch outliers barely moves it, and
 // estSwitch measurements in a row outside the band make a new regime at once, in either
 // direction. While the latest measurements are below the band (the estimate is stale
@@ -71,7 +74,7 @@ func (e *estimate) add(x float64) {
 		e.push(x)
 		if len(e.win) >= estSwitch {
 			last := e.win[len(e.win)-estSwitch:]
-			m := median(slices.Clone(last))
+			m := samplestats.Median(last)
 			agree := slices.Max(last) <= m*(1+estSettleRel) && slices.Min(last) >= m*(1-estSettleRel)
 			if agree || e.n >= estWarmMax {
 				e.settled = true
@@ -119,7 +122,7 @@ func (e *estimate) value() float64 {
 	if !e.settled {
 		return e.win[len(e.win)-1]
 	}
-	return median(slices.Clone(e.win))
+	return samplestats.Median(e.win)
 }
 
 // dev is the run-to-run spread (ms) around value.
@@ -160,7 +163,7 @@ func (e *estimate) noise() float64 {
 	for i := range d {
 		d[i] = abs(e.win[i+1] - e.win[i])
 	}
-	return diffToMeanDev * median(d)
+	return diffToMeanDev * samplestats.Median(d)
 }
 
 // upper is the second-largest measurement in the window (ms): slow minibatches that
@@ -207,19 +210,6 @@ func (e *estimate) starveAfter(base time.Duration) time.Duration {
 		return base / 4
 	}
 	return base
-}
-
-// median of v (reordered in place); the mean of the middle two for an even count.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	slices.Sort(v)
-	h := len(v) / 2
-	if len(v)%2 == 1 {
-		return v[h]
-	}
-	return (v[h-1] + v[h]) / 2
 }
 
 func abs[T int | float64](x T) T {

@@ -196,38 +196,12 @@ func (w *walk) replace(fresh []plan.ModeProfile) {
 		return
 	}
 	m := fresh[0].Mode
-	sum, ok := w.sums[m]
-	if !ok {
-		sum = fresh[0].Clone()
-		sum.Repeats = 1
-		fresh = fresh[1:]
-	}
+	sum := w.sums[m]
 	for _, mp := range fresh {
-		sum.Repeats++
-		sum.Train.TimeMS += mp.Train.TimeMS
-		sum.Train.PowerMW += mp.Train.PowerMW
-		for j := range sum.Infer {
-			sum.Infer[j].TimeMS += mp.Infer[j].TimeMS
-			sum.Infer[j].PowerMW += mp.Infer[j].PowerMW
-		}
-		for c := range sum.Micro {
-			sum.Micro[c].TimeMS += mp.Micro[c].TimeMS
-			sum.Micro[c].PowerMW += mp.Micro[c].PowerMW
-		}
+		plan.AddRepeat(&sum, mp)
 	}
 	w.sums[m] = sum
-	avg := sum.Clone()
-	n := float64(sum.Repeats)
-	avg.Train.TimeMS /= n
-	avg.Train.PowerMW /= n
-	for j := range avg.Infer {
-		avg.Infer[j].TimeMS /= n
-		avg.Infer[j].PowerMW /= n
-	}
-	for c := range avg.Micro {
-		avg.Micro[c].TimeMS /= n
-		avg.Micro[c].PowerMW /= n
-	}
+	avg := plan.RepeatMean(sum)
 	for i := range w.known {
 		if w.known[i].Mode == m {
 			w.known[i] = avg

@@ -61,6 +61,15 @@ func MeanStddev(xs []float64) (mean, stddev float64) {
 	return mean, math.Sqrt(ss / float64(len(xs)-1))
 }
 
+// Median is the nearest-rank median of xs (Quantile 0.5 of a sorted copy; xs is not
+// reordered): for an even count the lower of the two middle values, never their
+// midpoint, so the median is always a time that was measured. An empty sample gives NaN.
+func Median(xs []float64) float64 {
+	sorted := slices.Clone(xs)
+	slices.Sort(sorted)
+	return Quantile(sorted, 0.5)
+}
+
 // Summary is what a profile stores of a sample of minibatch times: its size, mean,
 // sample standard deviation and nearest-rank p50 and p95.
 type Summary struct {
@@ -89,4 +98,43 @@ func RSE(n int, mean, stddev float64) float64 {
 		return math.Inf(1)
 	}
 	return stddev / math.Sqrt(float64(n)) / mean
+}
+
+// Pool combines the summaries of separate measurements of one quantity (repeats of a
+// profile) into the summary of all their samples: N the total, Mean the sample-weighted
+// mean, Stddev the sample standard deviation (n−1) of the union, from each part's mean
+// and standard deviation (the within-part sums of squares plus each part's offset from
+// the pooled mean). The samples themselves are not kept, so the union's quantiles
+// cannot be had: P50 and P95 are the sample-weighted means of the parts'. Parts with
+// N = 0 are left out; nothing left gives N = 0 and NaN statistics.
+func Pool(parts []Summary) Summary {
+	var out Summary
+	var sum, p50, p95 float64
+	for _, p := range parts {
+		if p.N <= 0 {
+			continue
+		}
+		w := float64(p.N)
+		out.N += p.N
+		sum += p.Mean * w
+		p50 += p.P50 * w
+		p95 += p.P95 * w
+	}
+	if out.N == 0 {
+		return Summary{Mean: math.NaN(), Stddev: math.NaN(), P50: math.NaN(), P95: math.NaN()}
+	}
+	n := float64(out.N)
+	out.Mean, out.P50, out.P95 = sum/n, p50/n, p95/n
+	var ss float64 // the union's sum of squares about the pooled mean
+	for _, p := range parts {
+		if p.N <= 0 {
+			continue
+		}
+		d := p.Mean - out.Mean
+		ss += float64(p.N-1)*p.Stddev*p.Stddev + float64(p.N)*d*d
+	}
+	if out.N > 1 {
+		out.Stddev = math.Sqrt(ss / (n - 1))
+	}
+	return out
 }

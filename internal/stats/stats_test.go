@@ -136,3 +136,61 @@ func TestRSE(t *testing.T) {
 		}
 	}
 }
+
+// TestMedianIsNearestRank: the median of an even count is the lower middle value (a
+// measured one), not the midpoint the scheduler's estimator used to take.
+func TestMedianIsNearestRank(t *testing.T) {
+	tests := []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{7}, 7},
+		{[]float64{2, 1}, 1},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{110, 250, 110, 250}, 110},
+		{[]float64{148, 152, 150, 155, 146, 151, 149, 153}, 150},
+	}
+	for _, tc := range tests {
+		in := slices.Clone(tc.xs)
+		if got := Median(tc.xs); got != tc.want {
+			t.Errorf("Median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+		if !slices.Equal(in, tc.xs) {
+			t.Errorf("Median reordered its input: %v, was %v", tc.xs, in)
+		}
+	}
+	if got := Median(nil); !math.IsNaN(got) {
+		t.Errorf("Median(empty) = %v, want NaN", got)
+	}
+}
+
+// TestPoolIsTheUnion: pooling the summaries of parts of a sample gives the union's size,
+// mean and standard deviation, whatever the split.
+func TestPoolIsTheUnion(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 1))
+	for range 200 {
+		n := 2 + rng.IntN(200)
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = 100 + 10*rng.NormFloat64()
+		}
+		var parts []Summary
+		for lo := 0; lo < n; {
+			hi := min(n, lo+1+rng.IntN(40))
+			parts = append(parts, Summarize(xs[lo:hi]))
+			lo = hi
+		}
+		got, want := Pool(parts), Summarize(xs)
+		if got.N != want.N || math.Abs(got.Mean-want.Mean) > 1e-9 || math.Abs(got.Stddev-want.Stddev) > 1e-9 {
+			t.Fatalf("Pool of %d parts = N %d mean %v sd %v; the union: N %d mean %v sd %v", len(parts), got.N, got.Mean, got.Stddev, want.N, want.Mean, want.Stddev)
+		}
+	}
+	// The parts' quantiles are weighted by their sizes (the samples are gone).
+	p := Pool([]Summary{{N: 1, Mean: 10, P50: 10, P95: 10}, {N: 3, Mean: 20, Stddev: 1, P50: 20, P95: 22}})
+	if p.P50 != 17.5 || p.P95 != 19 {
+		t.Errorf("pooled p50/p95 = %v/%v, want 17.5/19", p.P50, p.P95)
+	}
+	if e := Pool(nil); e.N != 0 || !math.IsNaN(e.Mean) {
+		t.Errorf("Pool(nil) = %+v, want N 0 and NaN", e)
+	}
+}

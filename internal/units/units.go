@@ -9,20 +9,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/internal/limits"
 )
 
-// LatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds, within plan's
-// range. A bare number is refused: ms and s differ by 1000x and both are common.
+// LatencyMS reads a Go duration (80ms, 0.08s, 1.5s) as milliseconds, within the budget
+// limits (internal/limits). A bare number is refused: ms and s differ by 1000x and both are common.
 func LatencyMS(s string) (float64, error) { return LatencyMSOf("--latency", s) }
 
 // LatencyMSOf is LatencyMS with errors naming what the value was given as (a flag,
 // a configuration key).
 func LatencyMSOf(name, s string) (float64, error) {
 	s = strings.TrimSpace(s)
-	valid := fmt.Sprintf("valid %g ms to %g ms", plan.MinLatencyMS, plan.MaxLatencyMS)
+	valid := fmt.Sprintf("valid %g ms to %g ms", limits.MinLatencyMS, limits.MaxLatencyMS)
 	if v, err := strconv.ParseFloat(s, 64); err == nil {
-		if !(v >= plan.MinLatencyMS) || v > plan.MaxLatencyMS {
+		if !(v >= limits.MinLatencyMS) || v > limits.MaxLatencyMS {
 			// "e.g. 0ms" used to be suggested here, then refused.
 			return 0, fmt.Errorf("%s %s: give a duration with its unit, e.g. 80ms or 0.08s (%s)", name, s, valid)
 		}
@@ -33,7 +33,7 @@ func LatencyMSOf(name, s string) (float64, error) {
 		return 0, fmt.Errorf("%s %q: want a duration like 80ms or 0.08s (%s)", name, s, valid)
 	}
 	ms := float64(d) / float64(time.Millisecond)
-	if ms < plan.MinLatencyMS || ms > plan.MaxLatencyMS {
+	if ms < limits.MinLatencyMS || ms > limits.MaxLatencyMS {
 		return 0, fmt.Errorf("%s %s is out of range (%s)", name, s, valid)
 	}
 	return ms, nil
@@ -52,7 +52,7 @@ func PowerMWOf(name, s string) (float64, error) {
 	if lower == "none" || lower == "off" {
 		return 0, nil
 	}
-	rangeHint := fmt.Sprintf("valid %g W to %g W, or none", plan.MinPowerMW/1000, plan.MaxPowerMW/1000)
+	rangeHint := fmt.Sprintf("valid %g W to %g W, or none", limits.MinPowerMW/1000, limits.MaxPowerMW/1000)
 	num, scale, unit := lower, 1000.0, "W"
 	switch {
 	case strings.HasSuffix(lower, "mw"):
@@ -68,13 +68,13 @@ func PowerMWOf(name, s string) (float64, error) {
 	}
 	if v <= 0 {
 		// 0 used to remove the budget silently; "none" says that on purpose.
-		return 0, fmt.Errorf("%s %s: a power budget must be at least %g W; to remove the power budget give %s none (%s)", name, s, plan.MinPowerMW/1000, name, rangeHint)
+		return 0, fmt.Errorf("%s %s: a power budget must be at least %g W; to remove the power budget give %s none (%s)", name, s, limits.MinPowerMW/1000, name, rangeHint)
 	}
-	if unit == "W" && num == lower && v > plan.MaxPowerMW/1000 {
+	if unit == "W" && num == lower && v > limits.MaxPowerMW/1000 {
 		return 0, fmt.Errorf("%s %s: a bare number is watts and %s W is more than any Jetson draws; did you mean %smW (%g W)? (%s)", name, s, s, s, v/1000, rangeHint)
 	}
 	mw := v * scale
-	if mw < plan.MinPowerMW || mw > plan.MaxPowerMW {
+	if mw < limits.MinPowerMW || mw > limits.MaxPowerMW {
 		return 0, fmt.Errorf("%s %s (%g W) is out of range (%s)", name, s, mw/1000, rangeHint)
 	}
 	return mw, nil

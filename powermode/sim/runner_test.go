@@ -39,9 +39,17 @@ func setGPU(t *testing.T, b *sim.Board, hz int64) {
 	}
 }
 
+// TestRunMinibatchFollowsGPUClock runs in a synctest bubble: the runner's timers and
+// time.Now are the bubble's virtual clock, so the slow/fast ratio is the model's, not the
+// host's load (on a busy host the wall-clock version measured what the scheduler of
+// the host allowed).
 func TestRunMinibatchFollowsGPUClock(t *testing.T) {
 	b, sp := simBoard(t)
 	w := testboard.Workloads(t)["resnet50-infer"]
+	synctest.Test(t, func(t *testing.T) { followsGPUClock(t, b, sp, w) })
+}
+
+func followsGPUClock(t *testing.T, b *sim.Board, sp *powermode.BoardSpec, w *sim.Workload) {
 	const batch = 32 // ~80 ms at the top GPU clock, ~280 ms at the bottom
 	low, high := sp.GPU.FreqsHz[0], sp.GPU.FreqsHz[len(sp.GPU.FreqsHz)-1]
 	run := func() time.Duration {

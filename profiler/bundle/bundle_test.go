@@ -15,6 +15,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/profiler/bundle"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -42,12 +43,7 @@ func identity(t *testing.T, name, l4t string) bundle.Identity {
 
 func openStore(t *testing.T, path string) *store.Store {
 	t.Helper()
-	s, err := store.Open(path, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return storetest.OpenAt(t, path, store.Options{})
 }
 
 // profile is a valid profile of board at a mode index i.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 	bolt "go.etcd.io/bbolt"
 )
@@ -37,12 +38,7 @@ func sample(board, workload string, role truth.Role, m powermode.Mode, batch, i 
 
 func open(t *testing.T, path string) *store.Store {
 	t.Helper()
-	s, err := store.Open(path, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return storetest.OpenAt(t, path, store.Options{})
 }
 
 // fill stores a small but varied set: two boards, train and infer, several modes and

@@ -17,10 +17,11 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 )
 
 func main() {
-	socket := flag.String("socket", "/run/fulcrum/worker.sock", "fulcrumd's worker socket")
+	socket := flag.String("socket", paths.WorkerSocket, "fulcrumd's worker socket")
 	n := flag.Int("n", 30000, "round trips")
 	echoServe := flag.String("echo-serve", "", "serve a line echo on this unix socket path (for --echo)")
 	echo := flag.String("echo", "", "measure bare round trips against --echo-serve at this path")

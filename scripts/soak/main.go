@@ -31,6 +31,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/scripts/internal/throwaway"
 )
 
@@ -158,7 +159,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("start fulcrumd: %w", err)
 	}
 	procs = append(procs, d)
-	sock := filepath.Join(runDir, "worker.sock")
+	sock := filepath.Join(runDir, paths.WorkerSocketName)
 	ctl := api.NewClient(filepath.Join(runDir, api.SocketName))
 	defer ctl.Close()
 	if err := waitFor(ctx, 20*time.Second, func() bool { _, err := ctl.Status(ctx); return err == nil }); err != nil {

@@ -20,6 +20,23 @@ MAX_REQUESTS_MSG = 4096
 log = logging.getLogger("fulcrum_client")
 
 
+def _arrival_chunks(reqs):
+    """Split arrivals into messages fulcrumd accepts: at most MAX_REQUESTS_MSG requests and
+    a line under MAX_LINE_BYTES each (4,096 long request ids make a line over the limit,
+    which fulcrumd discards as too_long)."""
+    budget = MAX_LINE_BYTES - 64  # the envelope {"type":"arrivals","requests":[...]}
+    chunk, size = [], 0
+    for r in reqs:
+        n = len(json.dumps(r, separators=(",", ":"))) + 1
+        if chunk and (len(chunk) >= MAX_REQUESTS_MSG or size + n > budget):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(r)
+        size += n
+    if chunk:
+        yield chunk
+
+
 class FulcrumError(Exception):
     """An error reply from fulcrumd (code, message, ref) or a lost connection.
 
@@ -539,8 +556,8 @@ class Client:
         registration (gen) they were reported to."""
         reqs = [{"id": str(i), "age_ms": max(0.0, float(a))} for i, a in requests]
         gen = self.gen
-        for k in range(0, len(reqs), MAX_REQUESTS_MSG):
-            gen = self._send({"type": "arrivals", "requests": reqs[k:k + MAX_REQUESTS_MSG]})
+        for chunk in _arrival_chunks(reqs):
+            gen = self._send({"type": "arrivals", "requests": chunk})
         return gen
 
     def acquire(self, wait=True):

@@ -157,6 +157,27 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(all(1 <= b <= 4 for b in batches), batches)
         self.assertEqual(sum(batches), 40)
 
+    def test_many_long_arrivals_are_split_under_the_line_limit(self):
+        # 4,096 requests with 100-byte ids are one ~520 KB line: fulcrumd discards a line
+        # over 64 KiB as too_long, so the client must split by size as well as by count.
+        c = self.client(role="infer", workload="yolo", batch=4, batch_sizes=[1, 2, 4])
+        sent = []
+        real_send = c._send
+
+        def spy(msg, conn=None):
+            sent.append(len(json.dumps(msg, separators=(",", ":"))) + 1)
+            return real_send(msg, conn)
+
+        c._send = spy
+        c.arrivals([("r{:099d}".format(i), 0.0) for i in range(4096)])
+        self.assertGreater(len(sent), 1)
+        self.assertTrue(all(n <= 64 * 1024 for n in sent), sent)
+        c.heartbeat()  # the connection survived: nothing was refused as too long
+        g = c.acquire()
+        self.assertEqual(g.kind, "infer")
+        self.assertTrue(g.request_ids and all(len(r) == 100 for r in g.request_ids), g.request_ids)
+        c.release(g, 1.0)
+
     def test_failed_requests_are_reported(self):
         c = self.client(role="infer", workload="yolo", batch=2)
 

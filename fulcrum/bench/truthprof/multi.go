@@ -65,9 +65,20 @@ func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int
 		}
 		mt.Batches = append(mt.Batches, bs)
 	}
+	sh := plan.Shape{EveryBatch: true}
+	for j, w := range trains {
+		sh.Train = append(sh.Train, plan.Wanted{Workload: w, Batches: []int{trainBatch[j]}})
+	}
+	for i, w := range infers {
+		sh.Infer = append(sh.Infer, plan.Wanted{Workload: w, Batches: mt.Batches[i]})
+	}
+	byMode := map[powermode.Mode]plan.MultiProfile{}
+	for _, p := range plan.Assemble(sh, rowsOf(tab, sh)) {
+		p.Repeats = 0 // the truth itself, not a measurement
+		byMode[p.Mode] = p
+	}
 	for _, m := range tab.Modes() {
-		p, ok := mt.profileAt(tab, m, trainBatch)
-		if ok {
+		if p, ok := byMode[m]; ok {
 			mt.profiles = append(mt.profiles, p)
 		}
 	}
@@ -136,27 +147,6 @@ func (mt *MultiTruth) MeasureRep(m powermode.Mode, noise float64, base, r uint64
 		}
 	}
 	return p, nil
-}
-
-func (mt *MultiTruth) profileAt(tab *truth.Table, m powermode.Mode, trainBatch []int) (plan.MultiProfile, bool) {
-	p := plan.MultiProfile{Mode: m, Train: make([]plan.TrainPoint, len(mt.Trains)), Infer: make([][]plan.InferPoint, len(mt.Infers))}
-	for j, w := range mt.Trains {
-		r, ok := tab.Lookup(truth.Key{Workload: w, Role: truth.Train, Mode: m, Batch: trainBatch[j]})
-		if !ok {
-			return p, false
-		}
-		p.Train[j] = plan.TrainPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}
-	}
-	for i, w := range mt.Infers {
-		for _, b := range mt.Batches[i] {
-			r, ok := tab.Lookup(truth.Key{Workload: w, Role: truth.Infer, Mode: m, Batch: b})
-			if !ok {
-				return p, false
-			}
-			p.Infer[i] = append(p.Infer[i], plan.InferPoint{Batch: b, TimeMS: r.TimeMS, PowerMW: r.PowerMW})
-		}
-	}
-	return p, true
 }
 
 // Len is the number of modes at which every workload has its rows.

@@ -69,16 +69,10 @@ func (p *PooledProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.
 	if err != nil {
 		return plan.ModeProfile{}, err
 	}
-	sum, ok := p.sums[m]
-	if !ok {
-		sum = zeroLike(mp)
-	}
-	sum.Repeats++
-	addInto(&sum, mp, 1)
+	sum := p.sums[m]
+	plan.AddMultiRepeat(&sum, mp)
 	p.sums[m] = sum
-	mean := zeroLike(mp)
-	addInto(&mean, sum, 1/float64(sum.Repeats))
-	mean.Repeats = sum.Repeats
+	mean := plan.MultiRepeatMean(sum)
 	if _, had := p.known[m]; !had {
 		p.order = append(p.order, m)
 	}
@@ -118,34 +112,6 @@ func (p *PooledProfiler) Multi() []plan.MultiProfile {
 
 // Count is the profiles spent: k+m−1 per mode measured (repeats included).
 func (p *PooledProfiler) Count() int { return p.count }
-
-func zeroLike(mp plan.MultiProfile) plan.MultiProfile {
-	z := plan.MultiProfile{Mode: mp.Mode, Train: make([]plan.TrainPoint, len(mp.Train)), Infer: make([][]plan.InferPoint, len(mp.Infer))}
-	for j, t := range mp.Train {
-		z.Train[j].Batch = t.Batch
-	}
-	for i, pts := range mp.Infer {
-		z.Infer[i] = make([]plan.InferPoint, len(pts))
-		for j, ip := range pts {
-			z.Infer[i][j].Batch = ip.Batch
-		}
-	}
-	return z
-}
-
-// addInto adds k·src's times and powers into dst (same shape).
-func addInto(dst *plan.MultiProfile, src plan.MultiProfile, k float64) {
-	for j := range dst.Train {
-		dst.Train[j].TimeMS += k * src.Train[j].TimeMS
-		dst.Train[j].PowerMW += k * src.Train[j].PowerMW
-	}
-	for i := range dst.Infer {
-		for j := range dst.Infer[i] {
-			dst.Infer[i][j].TimeMS += k * src.Infer[i][j].TimeMS
-			dst.Infer[i][j].PowerMW += k * src.Infer[i][j].PowerMW
-		}
-	}
-}
 
 // Fork returns a profiler that knows every mode p knows (free, not counted) and measures
 // new ones with its own noise seed base: one per budget configuration of a campaign.

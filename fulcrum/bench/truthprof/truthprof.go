@@ -66,52 +66,23 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	if len(batches) == 0 || batches[0] < 1 {
 		return nil, fmt.Errorf("inference batch sizes %v: want at least one, each ≥ 1", inferBatches)
 	}
-	bpos := map[int]int{}
-	for j, b := range batches {
-		bpos[b] = j
-	}
-	type acc struct {
-		t     plan.TrainPoint
-		haveT bool
-		in    []plan.InferPoint
-		n     int
-		micro map[int]plan.TrainPoint
-	}
-	byMode := map[powermode.Mode]*acc{}
-	get := func(m powermode.Mode) *acc {
-		a := byMode[m]
-		if a == nil {
-			a = &acc{in: make([]plan.InferPoint, len(batches))}
-			byMode[m] = a
-		}
-		return a
-	}
+	sh := plan.PairShape(train, trainBatch, infer, batches)
+	sh.EveryBatch = true
+	byMode := map[powermode.Mode]plan.MultiProfile{}
+	// The training workload's micro-batch turns (issue 32), by mode and size.
+	microBy := map[powermode.Mode]map[int]plan.TrainPoint{}
 	for _, r := range tab.Rows {
-		switch {
-		case r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch && r.MicroBatch > 0:
-			a := get(r.Mode)
-			if a.micro == nil {
-				a.micro = map[int]plan.TrainPoint{}
+		if r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch && r.MicroBatch > 0 {
+			if microBy[r.Mode] == nil {
+				microBy[r.Mode] = map[int]plan.TrainPoint{}
 			}
-			a.micro[r.MicroBatch] = plan.TrainPoint{Batch: r.MicroBatch, TimeMS: r.TimeMS, PowerMW: r.PowerMW, Minibatch: r.Batch}
-		case r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch:
-			a := get(r.Mode)
-			a.t, a.haveT = plan.TrainPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}, true
-		case r.Role == truth.Infer && r.Workload == infer:
-			if j, ok := bpos[r.Batch]; ok {
-				a := get(r.Mode)
-				if a.in[j].Batch == 0 {
-					a.n++
-				}
-				a.in[j] = plan.InferPoint{Batch: r.Batch, TimeMS: r.TimeMS, PowerMW: r.PowerMW}
-			}
+			microBy[r.Mode][r.MicroBatch] = plan.TrainPoint{Batch: r.MicroBatch, TimeMS: r.TimeMS, PowerMW: r.PowerMW, Minibatch: r.Batch}
 		}
 	}
 	var modes []powermode.Mode
-	for m, a := range byMode {
-		if a.haveT && a.n == len(batches) {
-			modes = append(modes, m)
-		}
+	for _, mp := range plan.Assemble(sh, rowsOf(tab, sh)) {
+		byMode[mp.Mode] = mp
+		modes = append(modes, mp.Mode)
 	}
 	if len(modes) == 0 {
 		return nil, fmt.Errorf("ground truth has no mode with both %s (train, batch %d) and %s (infer, batches %v)", train, trainBatch, infer, batches)
@@ -125,7 +96,7 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	slices.Reverse(micros)
 	micros = slices.DeleteFunc(micros, func(mb int) bool {
 		for _, m := range modes {
-			if _, ok := byMode[m].micro[mb]; !ok {
+			if _, ok := microBy[m][mb]; !ok {
 				return true
 			}
 		}
@@ -139,11 +110,11 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	for idx, m := range sp.All() {
 		pt.dense[sp.Ordinal(idx)] = int32(len(pt.modes))
 		pt.modes = append(pt.modes, m)
-		a := byMode[m]
-		pt.train = append(pt.train, a.t)
-		pt.infer = append(pt.infer, a.in...)
+		mp := byMode[m]
+		pt.train = append(pt.train, mp.Train[0])
+		pt.infer = append(pt.infer, mp.Infer[0]...)
 		for _, mb := range micros {
-			pt.micro = append(pt.micro, a.micro[mb])
+			pt.micro = append(pt.micro, microBy[m][mb])
 		}
 	}
 	return pt, nil
@@ -175,6 +146,24 @@ func (pt *PairTruth) TrainAt(i, c int) plan.TrainPoint {
 func (pt *PairTruth) Micro(i int) []plan.TrainPoint {
 	nm := len(pt.MicroBatches)
 	return pt.micro[i*nm : (i+1)*nm : (i+1)*nm]
+}
+
+// rowsOf is the table's rows of the workloads sh names, as the points plan.Assemble
+// puts together (a ground-truth row is one measurement).
+func rowsOf(tab *truth.Table, sh plan.Shape) []plan.Measured {
+	var out []plan.Measured
+	for _, r := range tab.Rows {
+		ws := sh.Infer
+		if r.Role == truth.Train {
+			ws = sh.Train
+		}
+		// Micro-batch rows are a training turn's, not the minibatch's (issue 32):
+		// NewPairTruth reads them itself.
+		if r.MicroBatch == 0 && slices.ContainsFunc(ws, func(w plan.Wanted) bool { return w.Workload == r.Workload }) {
+			out = append(out, plan.Measured{Row: r})
+		}
+	}
+	return out
 }
 
 // Len is the number of modes of the pair.
@@ -319,41 +308,10 @@ func (p *TruthProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.M
 	if p.sums == nil {
 		p.sums = map[powermode.Mode]plan.ModeProfile{}
 	}
-	sum, n := p.sums[m], 0
-	if sum.Infer == nil {
-		sum = plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: mp.Train.Batch}, Infer: make([]plan.InferPoint, len(mp.Infer))}
-		for j := range mp.Infer {
-			sum.Infer[j].Batch = mp.Infer[j].Batch
-		}
-		for _, t := range mp.Micro {
-			sum.Micro = append(sum.Micro, plan.TrainPoint{Batch: t.Batch, Minibatch: t.Minibatch})
-		}
-	}
-	n = sum.Repeats + 1
-	sum.Repeats = n
-	sum.Train.TimeMS += mp.Train.TimeMS
-	sum.Train.PowerMW += mp.Train.PowerMW
-	for j := range mp.Infer {
-		sum.Infer[j].TimeMS += mp.Infer[j].TimeMS
-		sum.Infer[j].PowerMW += mp.Infer[j].PowerMW
-	}
-	for c := range mp.Micro {
-		sum.Micro[c].TimeMS += mp.Micro[c].TimeMS
-		sum.Micro[c].PowerMW += mp.Micro[c].PowerMW
-	}
+	sum := p.sums[m]
+	plan.AddRepeat(&sum, mp)
 	p.sums[m] = sum
-	mean := sum.Clone()
-	k := 1 / float64(n)
-	mean.Train.TimeMS *= k
-	mean.Train.PowerMW *= k
-	for j := range mean.Infer {
-		mean.Infer[j].TimeMS *= k
-		mean.Infer[j].PowerMW *= k
-	}
-	for c := range mean.Micro {
-		mean.Micro[c].TimeMS *= k
-		mean.Micro[c].PowerMW *= k
-	}
+	mean := plan.RepeatMean(sum)
 	if _, had := p.known[m]; !had {
 		p.order = append(p.order, m)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/profiler/store/storetest"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
@@ -60,10 +61,7 @@ func threeStreams(t *testing.T, seeded bool) {
 	}
 	// What a three-stream search leaves: every workload profiled at 13 modes, here the
 	// simulator's noise-free truth, so that what follows is the controller's doing.
-	st, err := store.Open(filepath.Join(state, "profiles.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.OpenAt(t, filepath.Join(state, "profiles.db"), store.Options{})
 	modes := threeStreamModes(spec)
 	if !seeded {
 		modes = nil

@@ -4,6 +4,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -235,7 +236,7 @@ func (s *Session) TryReconnect(ctx context.Context) (bool, error) {
 		reqs = append(reqs, proto.Request{ID: id, AgeMS: float64(now.Sub(s.queued[id])) / float64(time.Millisecond)})
 	}
 	for len(reqs) > 0 {
-		n := min(len(reqs), proto.MaxRequestsMsg)
+		n := arrivalsChunk(reqs)
 		if err := c.Arrivals(reqs[:n]); err != nil {
 			_ = c.Close()
 			s.nextTry = time.Now().Add(s.jitter(s.backoff))
@@ -414,4 +415,23 @@ func (s *Session) Close() error {
 	err := s.c.Close()
 	s.c = nil
 	return err
+}
+
+// arrivalsChunk is how many of reqs (at least one) fit in one arrivals line fulcrumd
+// accepts: at most proto.MaxRequestsMsg requests and half of proto.MaxLineBytes (its
+// reader's default cap, leaving room for the envelope), counting each request's JSON.
+// A queue re-reported after a long absence can hold thousands.
+func arrivalsChunk(reqs []proto.Request) int {
+	size := 0
+	for i, r := range reqs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return max(i, 1)
+		}
+		size += len(b) + 1
+		if i == proto.MaxRequestsMsg || size > proto.MaxLineBytes/2 {
+			return max(i, 1)
+		}
+	}
+	return len(reqs)
 }

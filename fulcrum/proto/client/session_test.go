@@ -201,3 +201,71 @@ func TestSessionReconnects(t *testing.T) {
 }
 
 func itoa(n uint64) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestReconnectSplitsALongQueue: a stream that queued thousands of requests while
+// fulcrumd was away (a flood, or a host stalled long enough for the connection to be
+// lost) reports them again in arrivals lines fulcrumd's reader accepts (at most
+// proto.MaxLineBytes each). Before, the re-report split only by proto.MaxRequestsMsg
+// (4,096): 3,000 queued requests went out as one ~100 KB line, fulcrumd discarded it as
+// too_long and the worker stopped (seen in TestFloodingWorkerCountsRefusalsAndCarriesOn
+// with both cores busy).
+func TestReconnectSplitsALongQueue(t *testing.T) {
+	f := newFakeDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan *scripted, 1)
+	go func() {
+		s := f.accept()
+		s.register("infer-1")
+		done <- s
+	}()
+	sess, err := Open(ctx, f.path, Registration{Role: proto.RoleInfer, Workload: "w", Batch: 2}, SessionOptions{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	s := <-done
+	s.send(`{"type":"error","code":"shutting_down","message":"fulcrumd is shutting down; reconnect after it restarts"}` + "\n")
+	s.conn.Close()
+	f.l.Close()
+	if _, err := sess.AcquireOrAway(ctx); !errors.Is(err, ErrAway) {
+		t.Fatalf("acquire on a lost connection: %v, want ErrAway", err)
+	}
+	const n = 3000
+	for i := range n {
+		if err := sess.Arrivals([]proto.Request{{ID: "request-" + itoa(uint64(i))}}); err != nil {
+			t.Fatalf("arrivals while away: %v", err)
+		}
+	}
+	f.listen()
+	go func() {
+		s := f.accept()
+		s.register("infer-2")
+		done <- s
+	}()
+	if err := sess.Reconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = <-done
+	seen, lines := 0, 0
+	for seen < n {
+		_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := s.in.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("after %d of %d requests reported again: %v", seen, n, err)
+		}
+		if len(line) > proto.MaxLineBytes {
+			t.Fatalf("an arrivals line of %d bytes (%d requests so far); fulcrumd discards lines over %d", len(line), seen, proto.MaxLineBytes)
+		}
+		var m proto.Msg
+		if err := json.Unmarshal(line, &m); err != nil || m.Type != proto.TypeArrivals {
+			t.Fatalf("want arrivals, got %.200s (%v)", line, err)
+		}
+		if perr := m.Validate(); perr != nil {
+			t.Fatalf("arrivals line refused by the protocol's own check: %v", perr)
+		}
+		seen += len(m.Requests)
+		lines++
+	}
+	t.Logf("%d requests reported again in %d lines", seen, lines)
+}

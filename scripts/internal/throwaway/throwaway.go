@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fulcrum-edge/fulcrum/internal/paths"
 )
 
 // Options tune Start.
@@ -84,10 +86,12 @@ func Start(bin, prefix string, o Options) (*Daemon, error) {
 func (d *Daemon) RuntimeDir() string { return filepath.Join(d.Dir, "run") }
 
 // WorkerSocket is the worker socket's path.
-func (d *Daemon) WorkerSocket() string { return filepath.Join(d.RuntimeDir(), "worker.sock") }
+func (d *Daemon) WorkerSocket() string { return filepath.Join(d.RuntimeDir(), paths.WorkerSocketName) }
 
 // ControlSocket is the control API socket's path.
-func (d *Daemon) ControlSocket() string { return filepath.Join(d.RuntimeDir(), "control.sock") }
+func (d *Daemon) ControlSocket() string {
+	return filepath.Join(d.RuntimeDir(), paths.ControlSocketName)
+}
 
 // Stop kills fulcrumd (if it still runs) and removes its directory.
 func (d *Daemon) Stop() {

@@ -1,4 +1,7 @@
-package profiler
+// Package simprof is the profiler's Runner (profiler.Runner, profiler.Sourcer) for a
+// simulated board (powermode/sim). It lives apart from the profiler so that the
+// profiler, which fulcrumd links, does not import the board simulator.
+package simprof
 
 import (
 	"context"
@@ -16,11 +19,11 @@ import (
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
-// SimRunner runs minibatches on a simulated board: each one registers in the tree's
+// Runner runs minibatches on a simulated board: each one registers in the tree's
 // activity directory (so the physics loop draws its power) and lasts what the workload
 // model gives at the frequencies currently written in the tree, with the model's
 // run-to-run noise.
-type SimRunner struct {
+type Runner struct {
 	runner    *sim.Runner
 	workloads map[string]*sim.Workload
 
@@ -28,18 +31,18 @@ type SimRunner struct {
 	rng *rand.Rand
 }
 
-// NewSimRunner prepares a runner for the simulated board of spec under root, running
+// New prepares a runner for the simulated board of spec under root, running
 // the given workload models; seed makes the noise reproducible.
-func NewSimRunner(root string, spec *powermode.BoardSpec, workloads map[string]*sim.Workload, seed uint64) (*SimRunner, error) {
+func New(root string, spec *powermode.BoardSpec, workloads map[string]*sim.Workload, seed uint64) (*Runner, error) {
 	r, err := sim.NewRunner(root, spec)
 	if err != nil {
 		return nil, err
 	}
-	return &SimRunner{runner: r, workloads: workloads, rng: rand.New(rand.NewPCG(seed, 0x73696d))}, nil
+	return &Runner{runner: r, workloads: workloads, rng: rand.New(rand.NewPCG(seed, 0x73696d))}, nil
 }
 
 // Workload returns the model called name, or an error listing the known ones.
-func (r *SimRunner) Workload(name string) (*sim.Workload, error) {
+func (r *Runner) Workload(name string) (*sim.Workload, error) {
 	w, ok := r.workloads[name]
 	if !ok {
 		return nil, fmt.Errorf("sim: unknown workload %q: known workloads are %s", name, strings.Join(slices.Sorted(maps.Keys(r.workloads)), ", "))
@@ -47,8 +50,8 @@ func (r *SimRunner) Workload(name string) (*sim.Workload, error) {
 	return w, nil
 }
 
-// RunMinibatch implements Runner.
-func (r *SimRunner) RunMinibatch(ctx context.Context, workload string, role truth.Role, batch int) (time.Duration, error) {
+// RunMinibatch implements profiler.Runner.
+func (r *Runner) RunMinibatch(ctx context.Context, workload string, role truth.Role, batch int) (time.Duration, error) {
 	w, err := r.Workload(workload)
 	if err != nil {
 		return 0, err
@@ -64,5 +67,5 @@ func (r *SimRunner) RunMinibatch(ctx context.Context, workload string, role trut
 	return r.runner.Run(ctx, w, batch, rng)
 }
 
-// Source implements Sourcer.
-func (r *SimRunner) Source() string { return store.SourceSim }
+// Source implements profiler.Sourcer.
+func (r *Runner) Source() string { return store.SourceSim }

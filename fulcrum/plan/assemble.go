@@ -1,0 +1,137 @@
+package plan
+
+import (
+	"slices"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/truth"
+)
+
+// Measured is one measured point of a workload at a mode: a ground-truth row (a stored
+// profile gives one with store.Profile.Row, its time and power means) and how many
+// measurements its values pool (0 or 1: one).
+//
+// plan does not import the profile store (it would link bbolt into every user of the
+// model); truth is the leaf both the store and the ground-truth tables speak.
+type Measured struct {
+	truth.Row
+	Repeats int
+}
+
+// Wanted is a workload a profile is assembled for: a training job with its one
+// minibatch size, or an inference stream with the batch sizes it may serve.
+type Wanted struct {
+	Workload string
+	Batches  []int
+}
+
+// Shape is what Assemble puts together: the training jobs and the inference streams,
+// in the order of MultiProfile.Train and MultiProfile.Infer.
+type Shape struct {
+	Train, Infer []Wanted
+	// EveryBatch: a mode is complete only with every batch size of every stream (a
+	// ground-truth table has them all); otherwise one or more per stream is enough (a
+	// store, where a mode may have been measured at some sizes only).
+	EveryBatch bool
+}
+
+// PairShape is the Shape of one training job (batch trainBatch) and one stream.
+func PairShape(train string, trainBatch int, infer string, batches []int) Shape {
+	return Shape{Train: []Wanted{{train, []int{trainBatch}}}, Infer: []Wanted{{infer, batches}}}
+}
+
+// Assemble is the one place measured points become profiles (the daemon's from its
+// store, the benchmark's from a ground-truth table): one MultiProfile per mode that is
+// complete for sh — every training job has its point at its batch, every stream at
+// one or more (sh.EveryBatch: all) of its batches. Each stream's points are ascending
+// by batch; Repeats is the least of the points' (the decision sizes one σ per mode).
+// Points of other workloads, roles or batch sizes are left out. Modes come in the
+// order of their first point in pts.
+func Assemble(sh Shape, pts []Measured) []MultiProfile {
+	byMode := map[powermode.Mode][]Measured{}
+	var order []powermode.Mode
+	for _, x := range pts {
+		if !sh.wants(x.Row) {
+			continue
+		}
+		if _, seen := byMode[x.Mode]; !seen {
+			order = append(order, x.Mode)
+		}
+		byMode[x.Mode] = append(byMode[x.Mode], x)
+	}
+	var out []MultiProfile
+	for _, m := range order {
+		if mp, ok := AssembleMode(sh, m, byMode[m]); ok {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// AssembleMode is Assemble of one mode m's points (points at other modes are left
+// out). ok is false when the profile is not complete; it then holds what there is
+// (missing training points zero, streams without points empty).
+func AssembleMode(sh Shape, m powermode.Mode, pts []Measured) (mp MultiProfile, ok bool) {
+	mp = MultiProfile{Mode: m, Train: make([]TrainPoint, len(sh.Train)), Infer: make([][]InferPoint, len(sh.Infer))}
+	for _, x := range pts {
+		if x.Mode != m || !sh.wants(x.Row) {
+			continue
+		}
+		used := false
+		for j, w := range sh.Train {
+			if x.Role == truth.Train && x.Workload == w.Workload && slices.Contains(w.Batches, x.Batch) && mp.Train[j].Batch == 0 {
+				mp.Train[j] = TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS, PowerMW: x.PowerMW}
+				used = true
+			}
+		}
+		for i, w := range sh.Infer {
+			if x.Role == truth.Infer && x.Workload == w.Workload && slices.Contains(w.Batches, x.Batch) &&
+				!slices.ContainsFunc(mp.Infer[i], func(p InferPoint) bool { return p.Batch == x.Batch }) {
+				mp.Infer[i] = append(mp.Infer[i], InferPoint{Batch: x.Batch, TimeMS: x.TimeMS, PowerMW: x.PowerMW})
+				used = true
+			}
+		}
+		if r := max(x.Repeats, 1); used && (mp.Repeats == 0 || r < mp.Repeats) {
+			mp.Repeats = r
+		}
+	}
+	ok = true
+	for _, t := range mp.Train {
+		ok = ok && t.Batch != 0
+	}
+	for i, pts := range mp.Infer {
+		slices.SortFunc(pts, func(a, b InferPoint) int { return a.Batch - b.Batch })
+		ok = ok && len(pts) > 0 && (!sh.EveryBatch || len(pts) == len(sh.Infer[i].Batches))
+	}
+	return mp, ok
+}
+
+func (sh Shape) wants(r truth.Row) bool {
+	ws := sh.Infer
+	if r.Role == truth.Train {
+		ws = sh.Train
+	}
+	return slices.ContainsFunc(ws, func(w Wanted) bool { return w.Workload == r.Workload && slices.Contains(w.Batches, r.Batch) })
+}
+
+// PairOf is the pair (the first training job and the first stream) of a profile for
+// several workloads.
+func PairOf(mp MultiProfile) ModeProfile {
+	p := ModeProfile{Mode: mp.Mode, Repeats: mp.Repeats}
+	if len(mp.Train) > 0 {
+		p.Train = mp.Train[0]
+	}
+	if len(mp.Infer) > 0 {
+		p.Infer = mp.Infer[0]
+	}
+	return p
+}
+
+// MultiOf is a pair's profile as a profile of one training job and one stream.
+func MultiOf(p ModeProfile) MultiProfile {
+	out := MultiProfile{Mode: p.Mode, Train: []TrainPoint{p.Train}, Infer: [][]InferPoint{p.Infer}, Repeats: p.Repeats}
+	if len(p.Micro) > 0 {
+		out.Micro = [][]TrainPoint{p.Micro} // the job's micro-batch turns (issue 32)
+	}
+	return out
+}
