@@ -79,7 +79,7 @@ number applies that log-normal sigma to times and half of it to powers.`,
 	seed := cmd.Flags().Uint64("seed", 1, "random seed for --noise")
 	models := cmd.Flags().String("models", "", "directory of workload model *.yaml to use instead of the built-in ones")
 	splits := cmd.Flags().String("micro-splits", "2,4,8", `training micro-batch rows: turns k per minibatch (rows at B_T/k samples), e.g. 2,4,8, or "none"`)
-	turnCost := cmd.Flags().Float64("micro-turn-cost", 0, "per-turn fixed cost of a micro-batch as a share of the minibatch's time (0: the workload model alone; 0.18 fits real PyTorch on the CPU, docs/simulator.md)")
+	turnCost := cmd.Flags().Float64("micro-turn-cost", 0, "per-turn fixed cost of a micro-batch as a share of the minibatch's time (0: the workload model alone; real PyTorch on the CPU measured 0.18 to 0.49, docs/simulator.md)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *out == "" {
 			return errors.New("--out is required: a CSV file path, or - for stdout")

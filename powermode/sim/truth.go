@@ -28,7 +28,7 @@ type TruthOptions struct {
 	// MicroTurnCostRel, when positive, raises each micro-batch turn to at least
 	// c·τ(B_T) + (1−c)·τ(B_T)·b/B_T at b samples: a per-turn fixed cost of c of the
 	// minibatch's time, so a sample costs at least 1 + c·(B_T/b − 1) times the
-	// minibatch's. 0: the workload model alone. The real-PyTorch fit is 0.18
+	// minibatch's. 0: the workload model alone. Real PyTorch on the CPU measured 0.18–0.49
 	// (docs/simulator.md "Micro-batches").
 	MicroTurnCostRel float64
 	// Noise adds run-to-run noise to every row (a log-normal factor with mean 1):
