@@ -184,8 +184,8 @@ package-check: ## make package for amd64, then lintian (errors fail; warnings ar
 # (golang/go#75804, fixed in Go 1.27). A count has no deadline to race. Each count is about
 # 10 s of fuzzing on a 2-core CI machine; FUZZTIME=<n>x or <d> overrides all of them.
 FUZZTIME ?=
-FUZZ_TARGETS := FuzzDecode:./fulcrum/proto:500000x FuzzPutBudgets:./fulcrum/api:30000x \
-	FuzzPutMode:./fulcrum/api:60000x FuzzOptimize:./fulcrum/api:60000x \
+FUZZ_TARGETS := FuzzDecode:./fulcrum/proto:500000x FuzzPutBudgets:./fulcrum/api/server:30000x \
+	FuzzPutMode:./fulcrum/api/server:60000x FuzzOptimize:./fulcrum/api/server:60000x \
 	FuzzParse:./powermode/nvpmodel:300000x FuzzRead:./truth:300000x \
 	FuzzConfig:./cmd/fulcrumd:30000x
 SOAK_MINUTES ?= 10

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server/controlapi"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -45,7 +46,7 @@ func TestBoardToolsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := apitest.Serve(t, allowAll, &control.API{C: c, Started: clock.Now()})
+	sock := apitest.Serve(t, allowAll, &controlapi.API{C: c, Started: clock.Now()})
 
 	if out := mustRun(t, "status", "--socket", sock); !strings.Contains(out, "nvpmodel   2 MODE_30W") {
 		t.Fatalf("status does not show the nvpmodel mode:\n%s", out)

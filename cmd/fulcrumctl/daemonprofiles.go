@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -41,11 +42,11 @@ func newDaemonCmd() *cobra.Command {
 		}
 		c := client()
 		defer c.Close()
-		ps, err := c.Profiles(cmd.Context(), f)
+		ps, err := c.Profiles(cmd.Context(), api.ProfileFilter{Board: f.Board, Workload: f.Workload, Role: string(f.Role)})
 		if err != nil {
 			return explain("profiles", err)
 		}
-		if err := printProfiles(cmd.OutOrStdout(), ps, format); err != nil || format != "table" {
+		if err := printProfiles(cmd.OutOrStdout(), storeProfiles(ps), format); err != nil || format != "table" {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "%d profile(s) in fulcrumd at %s\n", len(ps), c.Socket())
@@ -91,7 +92,7 @@ func newDaemonCmd() *cobra.Command {
 			defer file.Close()
 			w = file
 		}
-		if err := c.ExportProfiles(cmd.Context(), w, format, f); err != nil {
+		if err := c.ExportProfiles(cmd.Context(), w, string(format), api.ProfileFilter{Board: f.Board, Workload: f.Workload, Role: string(f.Role)}); err != nil {
 			return explain("export", err)
 		}
 		if file != nil {
@@ -118,13 +119,13 @@ count as unchanged); fulcrumd removes the crashed import's temporary files when 
 	impOverwrite := imp.Flags().Bool("overwrite", false, "replace stored profiles that differ (otherwise such a conflict fails the import)")
 	_ = imp.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"csv", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	imp.RunE = func(cmd *cobra.Command, args []string) error {
-		opts := store.ImportOptions{Board: *impBoard, Overwrite: *impOverwrite}
+		opts := api.ImportOptions{Board: *impBoard, Overwrite: *impOverwrite}
 		if *impFormat != "" {
 			f, err := store.ParseFormat(*impFormat)
 			if err != nil {
 				return fmt.Errorf("--format: %w", err)
 			}
-			opts.Format = f
+			opts.Format = string(f)
 		}
 		var r io.Reader = cmd.InOrStdin()
 		if args[0] != "-" {
@@ -167,4 +168,21 @@ func remoteFilterFlags(cmd *cobra.Command) func() (store.Filter, error) {
 		}
 		return f, nil
 	}
+}
+
+// storeProfiles are the daemon's profiles (the API's wire form) as the store holds them,
+// so that fulcrumctl daemon profiles ls prints them as profile ls does.
+func storeProfiles(ps []api.Profile) []store.Profile {
+	out := make([]store.Profile, len(ps))
+	for i, p := range ps {
+		out[i] = store.Profile{Board: p.Board, Workload: p.Workload, Role: truth.Role(p.Role), Mode: p.Mode, Batch: p.Batch,
+			TimeMS:  store.TimeStats{Mean: p.TimeMS.Mean, P50: p.TimeMS.P50, P95: p.TimeMS.P95, Stddev: p.TimeMS.Stddev},
+			PowerMW: store.PowerStats{Mean: p.PowerMW.Mean, Stddev: p.PowerMW.Stddev},
+			Samples: p.Samples, PowerSamples: p.PowerSamples, Warmup: p.Warmup, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,
+			RSE: p.RSE, Source: p.Source, Repeats: p.Repeats}
+		if t := p.Throttled; t != nil {
+			out[i].Throttled = &store.Throttled{Readings: t.Readings, GPUHzMin: t.GPUHzMin, CPUKHzMin: t.CPUKHzMin}
+		}
+	}
+	return out
 }

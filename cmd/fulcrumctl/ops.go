@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/internal/units"
 )
@@ -36,10 +37,10 @@ func defaultSocket() string {
 }
 
 // addSocketFlag gives cmd (and its subcommands) --socket and returns a client maker.
-func addSocketFlag(cmd *cobra.Command) func() *api.Client {
+func addSocketFlag(cmd *cobra.Command) func() *client.Client {
 	p := cmd.PersistentFlags().String("socket", defaultSocket(), "fulcrumd's control socket (env "+socketEnv+")")
 	_ = cmd.MarkPersistentFlagFilename("socket", "sock")
-	return func() *api.Client { return api.NewClient(*p) }
+	return func() *client.Client { return client.New(*p) }
 }
 
 // workerSocketAlias keeps a worker command's old --socket (the worker socket there, the
@@ -360,7 +361,7 @@ func newBudgetCmd() *cobra.Command {
 	return cmd
 }
 
-func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
+func newBudgetGetCmd(client func() *client.Client) *cobra.Command {
 	cmd := &cobra.Command{Use: "get", Short: "Show the budgets in force", Args: cobra.NoArgs}
 	outFmt := addOutputFlag(cmd, "table", "json", "yaml")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -379,7 +380,7 @@ func newBudgetGetCmd(client func() *api.Client) *cobra.Command {
 	return cmd
 }
 
-func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
+func newBudgetSetCmd(client func() *client.Client) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "set",
 		Short: "Change budgets (only the flags given); fulcrumd re-plans from stored profiles",
@@ -418,8 +419,8 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 			return errors.New("budget set: --shared drops the workload's own budgets: give it alone, or give --latency, --rate or --weight without it")
 		}
 		if f.Changed("weight") {
-			if !(*weight >= api.MinTrainWeight) || *weight > api.MaxTrainWeight {
-				return fmt.Errorf("budget set: --weight %v: want a share weight from %g to %d (default 1; weights are relative)", *weight, api.MinTrainWeight, api.MaxTrainWeight)
+			if !(*weight >= plan.MinTrainWeight) || *weight > plan.MaxTrainWeight {
+				return fmt.Errorf("budget set: --weight %v: want a share weight from %g to %d (default 1; weights are relative)", *weight, plan.MinTrainWeight, plan.MaxTrainWeight)
 			}
 			u.TrainWeight = weight
 		}
@@ -492,7 +493,7 @@ func newBudgetSetCmd(client func() *api.Client) *cobra.Command {
 	return cmd
 }
 
-func newBudgetResetCmd(client func() *api.Client) *cobra.Command {
+func newBudgetResetCmd(client func() *client.Client) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reset",
 		Short: "Return to the configuration file's budgets: drop the run-time ones (and a held mode) and their saved copy",
@@ -584,7 +585,7 @@ func newModeCmd() *cobra.Command {
 	return cmd
 }
 
-func newModeResumeCmd(client func() *api.Client) *cobra.Command {
+func newModeResumeCmd(client func() *client.Client) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resume",
 		Short: "Take the board back after fulcrumd stood down for another tool's change (jetson_clocks, nvpmodel)",
@@ -683,7 +684,7 @@ func abs64(v int64) int64 {
 	return v
 }
 
-func newModeApplyCmd(client func() *api.Client) *cobra.Command {
+func newModeApplyCmd(client func() *client.Client) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Apply a power mode now (knobs not given keep their current value); fulcrumd holds it until budgets change",
@@ -975,7 +976,7 @@ func newWatchCmd() *cobra.Command {
 // otherwise it prints plain frames separated by a time line, so logs stay readable. It
 // fails when the first status cannot be read; later failures (a daemon restart) are
 // shown in the frame.
-func watch(ctx context.Context, out io.Writer, tty bool, c *api.Client, interval time.Duration, count int) error {
+func watch(ctx context.Context, out io.Writer, tty bool, c *client.Client, interval time.Duration, count int) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	seen := false // a status was read: from then on, errors are shown and watching goes on

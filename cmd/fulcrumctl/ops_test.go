@@ -15,11 +15,13 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
-var allowAll = api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}
+var allowAll = server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}
 
 // fulcrumctl runs the whole CLI in-process and returns stdout, stderr and the error.
 func fulcrumctl(ctx context.Context, args ...string) (string, string, error) {
@@ -286,7 +288,7 @@ func TestOptimizeCommand(t *testing.T) {
 
 func TestRefusedCaller(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(c api.Caller) error {
+	sock := apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(c api.Caller) error {
 		return fmt.Errorf("uid %d may not change fulcrumd: only root and members of the group %q may", c.UID, "fulcrum")
 	})}, fake)
 	_, _, err := fulcrumctl(context.Background(), "budget", "set", "--socket", sock, "--latency", "50ms")
@@ -361,7 +363,7 @@ func TestWatchPlain(t *testing.T) {
 func TestWatchTerminalAndCtrlC(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
 	sock := apitest.Serve(t, allowAll, fake)
-	c := api.NewClient(sock)
+	c := client.New(sock)
 	defer c.Close()
 	var out bytes.Buffer
 	if err := watch(context.Background(), &out, true, c, 100*time.Millisecond, 2); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server/controlapi"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
@@ -24,7 +25,7 @@ func TestStatusNamesWorkloadsThatDeclineProfiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := apitest.Serve(t, allowAll, &control.API{C: c, Started: clock.Now()})
+	sock := apitest.Serve(t, allowAll, &controlapi.API{C: c, Started: clock.Now()})
 	if _, _, err := sc.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: "pyinfer", Batch: 4, NoProfiles: true}, func(sched.Grant) {}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server/controlapi"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
@@ -32,7 +33,7 @@ func TestStatusWithoutBoardSuggestsWhatWorks(t *testing.T) {
 		}
 	}
 	c.Step(ctx)
-	sock := apitest.Serve(t, allowAll, &control.API{C: c, Started: clock.Now(), BoardSpec: "none"})
+	sock := apitest.Serve(t, allowAll, &controlapi.API{C: c, Started: clock.Now(), BoardSpec: "none"})
 	if _, _, err := fulcrumctl(ctx, "optimize", "--socket", sock); err == nil || !strings.Contains(err.Error(), "no board") {
 		t.Fatalf("optimize without a board: %v, want it refused", err)
 	}

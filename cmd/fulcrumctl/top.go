@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 )
 
@@ -74,7 +75,7 @@ func termWidth(w io.Writer) int {
 
 // top draws frames until ctx ends or count frames were drawn. The first status must
 // be readable; later failures (a daemon restart) are shown in the frame.
-func top(ctx context.Context, out io.Writer, tty bool, c *api.Client, o topOptions) error {
+func top(ctx context.Context, out io.Writer, tty bool, c *client.Client, o topOptions) error {
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	seen := false

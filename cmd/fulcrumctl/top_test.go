@@ -12,6 +12,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -81,7 +82,7 @@ func TestTopPlainAndTerminal(t *testing.T) {
 	if n := strings.Count(out, "--- "); n != 2 || strings.Count(out, "POWER ") != 2 {
 		t.Fatalf("want 2 plain frames with power:\n%s", out)
 	}
-	c := api.NewClient(sock)
+	c := client.New(sock)
 	defer c.Close()
 	var b bytes.Buffer
 	if err := top(context.Background(), &b, true, c, topOptions{interval: 100 * time.Millisecond, count: 2, events: 3}); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
@@ -108,7 +109,7 @@ func TestTwoFulcrumdProcessesOneBoard(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
-	cl := api.NewClient(filepath.Join(dir, "run1", api.SocketName))
+	cl := client.New(filepath.Join(dir, "run1", api.SocketName))
 	defer cl.Close()
 	var mi api.ModeInfo
 	var err error

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 )
 
 // runFulcrumd runs fulcrumd (this test binary as TestFulcrumdProcess) to its exit.
@@ -114,7 +115,7 @@ func TestDeprecatedKeysWarnProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	c := api.NewClient(filepath.Join(dir, "run", api.SocketName))
+	c := client.New(filepath.Join(dir, "run", api.SocketName))
 	defer c.Close()
 	var b api.Budgets
 	var err error

@@ -63,7 +63,7 @@ func migrate(raw map[string]any, version int, ms []migration) error {
 
 // config is what the configuration decodes into: daemon.Options, whose keys are the
 // mapstructure tags on the option structs that own them (daemon.Options, daemon.Config,
-// sched.Config, control.Config, api.Config, nvml.Options), and fulcrumd's own keys.
+// sched.Config, control.Config, server.Config, nvml.Options), and fulcrumd's own keys.
 // Durations are time.Duration fields whose key ends in _ms or _s: the number is in that
 // unit (fieldMap converts). Decoding starts from defaultConfig, so a default is written
 // once, in the package that owns the field.

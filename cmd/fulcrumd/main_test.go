@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 )
 
 // The command wires config, store and server: it starts, serves, refuses a second
@@ -107,7 +108,7 @@ func TestBudgetFlags(t *testing.T) {
 			cancel()
 			continue
 		}
-		c := api.NewClient(filepath.Join(dir, "run", api.SocketName))
+		c := client.New(filepath.Join(dir, "run", api.SocketName))
 		var b api.Budgets
 		var err error
 		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {

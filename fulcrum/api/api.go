@@ -1,21 +1,22 @@
-// Package api is fulcrumd's control API: HTTP/JSON on a unix socket
-// (<runtime_dir>/control.sock) for fulcrumctl and curl. It holds the Controller
-// interface the server calls (fulcrumd's controller implements it), the JSON types of
-// every endpoint, the server (access control by SO_PEERCRED) and a client.
-// docs/api.md documents every endpoint.
+// Package api is the wire of fulcrumd's control API (HTTP/JSON on the unix socket
+// <runtime_dir>/control.sock): the JSON type of every endpoint, the error answer and its
+// codes, the socket's name. It is a leaf — the standard library and a power mode as a
+// plain value (powermode/knobs) — so a program that talks to fulcrumd links none of
+// fulcrumd's internals; deps_test.go holds it there. The Go client is fulcrum/api/client,
+// the HTTP server (access control by SO_PEERCRED, the Controller interface fulcrumd
+// implements) fulcrum/api/server. docs/api.md documents every endpoint.
 package api
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/paths"
-	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/powermode/knobs"
 )
+
+// Mode is a power mode (the same type as Mode).
+type Mode = knobs.Mode
 
 // Version is the path prefix of this API ("/v1/...").
 const Version = "v1"
@@ -28,63 +29,6 @@ const DefaultSocket = paths.ControlSocket
 
 // GroupName is the group whose members may change things (PUT/POST); root always may.
 const GroupName = "fulcrum"
-
-// Controller is what the API server asks. fulcrumd's controller implements it; every
-// method is called concurrently from HTTP handlers. Errors of type *Error reach the
-// client as they are (status, code, field, message); any other error is a 500 whose
-// message is the error's text, so wrap causes with what to do.
-type Controller interface {
-	// Status is the daemon's state now: board, mode, budgets, plan, power, per-workload
-	// measurements, degraded flag, uptime.
-	Status(ctx context.Context) (Status, error)
-
-	// Budgets are the budgets in force.
-	Budgets(ctx context.Context) (Budgets, error)
-	// SetBudgets applies u (fields left nil keep their value) and re-plans from stored
-	// profiles. The server has already checked u.Apply(current) succeeds; the controller
-	// applies it atomically against the budgets it holds and returns the budgets now in
-	// force. An infeasible plan is not an error: Status.Plan says so.
-	SetBudgets(ctx context.Context, u BudgetsUpdate, by Caller) (Budgets, error)
-	// ResetBudgets returns to the configuration's budgets: the budgets, per-workload
-	// budgets, training weights and held mode set at run time are dropped and their
-	// saved copy deleted. It returns the budgets now in force.
-	ResetBudgets(ctx context.Context, by Caller) (Budgets, error)
-	// Health says whether fulcrumd is ready (board, profile store and control loop
-	// working) and what else is degraded; it never fails.
-	Health(ctx context.Context) Health
-
-	// Workers are the live workers (from the scheduler's snapshot).
-	Workers(ctx context.Context) ([]Worker, error)
-
-	// Mode is the board's current power mode, the one planned, and the board's levels.
-	Mode(ctx context.Context) (ModeInfo, error)
-	// ApplyMode sets m between minibatches and holds it (ModeInfo.Held) until budgets
-	// change or an optimize runs; a power or latency violation may still step away from
-	// it (an event says so). A mode outside the board's space is a 400 bad_mode *Error.
-	ApplyMode(ctx context.Context, m powermode.Mode, by Caller) (ModeInfo, error)
-
-	// Profiles lists stored profiles matching f.
-	Profiles(ctx context.Context, f store.Filter) ([]store.Profile, error)
-	// ExportProfiles writes the profiles matching f to w (store.WriteProfiles format).
-	ExportProfiles(ctx context.Context, w io.Writer, format store.Format, f store.Filter) error
-	// ImportProfiles stores the profiles read from r: all, or none when it returns an
-	// error (a crash while writing can leave part stored; store.Import says how).
-	ImportProfiles(ctx context.Context, r io.Reader, opts store.ImportOptions, by Caller) (store.ImportResult, error)
-
-	// Optimize runs a searcher (OptimizeGMD or OptimizeALS) that profiles modes on the
-	// board, then plans. It blocks until done; ctx ends when the client goes away, which
-	// aborts the search (the controller returns to its previous plan). A second optimize
-	// while one runs is a 409 busy *Error.
-	Optimize(ctx context.Context, req OptimizeRequest, by Caller) (OptimizeResult, error)
-
-	// Events returns the kept events with Seq > since, oldest first.
-	Events(ctx context.Context, since uint64) ([]Event, error)
-	// Subscribe delivers every event published from now on until cancel is called or
-	// ctx ends; then the channel is closed. A subscriber that does not keep up loses
-	// events (the channel is buffered; the controller never blocks on it) — the Seq gap
-	// shows it.
-	Subscribe(ctx context.Context) (events <-chan Event, cancel func())
-}
 
 // Health is GET /v1/healthz: 200 when Ready, 503 otherwise, with this body either way.
 type Health struct {
@@ -115,7 +59,7 @@ type Caller struct {
 }
 
 // Budgets are the operator's targets as the daemon holds them (docs/design.md §2). Unlike
-// plan.Budgets they can say "measure the rate" and "no power budget".
+// the planner's budgets they can say "measure the rate" and "no power budget".
 type Budgets struct {
 	// LatencyMS is L, on the Quantile of per-request latency.
 	LatencyMS float64 `json:"latency_ms"`
@@ -149,10 +93,6 @@ type StreamBudgets struct {
 	TrainWeight float64 `json:"train_weight,omitempty"`
 }
 
-// MaxStreamBudgets is how many streams may have budgets of their own (as many as the
-// scheduler holds).
-const MaxStreamBudgets = sched.MaxStreamBudgets
-
 // BudgetsUpdate is the body of PUT /v1/budgets: nil fields keep their value.
 // Setting rate_rps turns rate_auto off; rate_auto true drops the set rate.
 //
@@ -172,7 +112,7 @@ type BudgetsUpdate struct {
 	TrainWeight *float64 `json:"train_weight,omitempty"`
 
 	// workloadGiven: the JSON body had a "workload" key (UnmarshalJSON), so an empty
-	// or null workload is a mistake, not the shared budgets.
+	// or null workload is a mistake, not the shared budgets (WorkloadKey).
 	workloadGiven bool
 }
 
@@ -197,8 +137,8 @@ type Power struct {
 
 // Plan is the controller's chosen configuration and what model v1 predicts for it.
 type Plan struct {
-	Mode       powermode.Mode `json:"mode"`
-	InferBatch int            `json:"infer_batch"`
+	Mode       Mode `json:"mode"`
+	InferBatch int  `json:"infer_batch"`
 	// Feasible is false when no known configuration meets every budget; Binding then
 	// names the constraint (latency, power, gpu_share) and training is paused.
 	Feasible                  bool      `json:"feasible"`
@@ -218,9 +158,9 @@ type Plan struct {
 
 // Status is GET /v1/status.
 type Status struct {
-	Version string         `json:"version"` // fulcrumd build version
-	Board   string         `json:"board"`   // catalog name, "sim:NAME" or "none"
-	Mode    powermode.Mode `json:"mode"`
+	Version string `json:"version"` // fulcrumd build version
+	Board   string `json:"board"`   // catalog name, "sim:NAME" or "none"
+	Mode    Mode   `json:"mode"`
 	// ModeError says why the board's mode could not be read and what to check (Mode is
 	// then zero); empty when it was read or there is no board.
 	ModeError string          `json:"mode_error,omitempty"`
@@ -286,10 +226,10 @@ type StreamStatus struct {
 
 // ModeInfo is GET/PUT /v1/mode.
 type ModeInfo struct {
-	Board   string          `json:"board"`
-	Current powermode.Mode  `json:"current"`
-	Planned *powermode.Mode `json:"planned,omitempty"`
-	Held    bool            `json:"held"` // Current was applied by an operator and is held
+	Board   string `json:"board"`
+	Current Mode   `json:"current"`
+	Planned *Mode  `json:"planned,omitempty"`
+	Held    bool   `json:"held"` // Current was applied by an operator and is held
 	// Nvpmodel is the nvpmodel mode the board is in (Fulcrum works within its TPC
 	// configuration), when known.
 	Nvpmodel string `json:"nvpmodel,omitempty"`
@@ -307,20 +247,8 @@ type Levels struct {
 // ModeRequest is the body of PUT /v1/mode: a mode, or a live nvpmodel preset by name
 // or id (Preset; the mode is then left zero).
 type ModeRequest struct {
-	Mode   powermode.Mode `json:"mode"`
-	Preset string         `json:"preset,omitempty"`
-}
-
-// PresetResolver is implemented by a Controller whose board has nvpmodel presets: the
-// mode of a live preset, by name or id (PUT /v1/mode with a preset).
-type PresetResolver interface {
-	ResolvePreset(ctx context.Context, nameOrID string) (powermode.Mode, error)
-}
-
-// Resumer is implemented by a Controller that stands down when another tool changes
-// the board (POST /v1/mode/resume takes the board back).
-type Resumer interface {
-	Resume(ctx context.Context, by Caller) (ModeInfo, error)
+	Mode   Mode   `json:"mode"`
+	Preset string `json:"preset,omitempty"`
 }
 
 // Searchers Optimize accepts.

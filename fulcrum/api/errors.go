@@ -41,8 +41,8 @@ func Errorf(status int, code, field, format string, a ...any) *Error {
 	return &Error{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, a...)}
 }
 
-// errorBody is the JSON form of an error answer.
-type errorBody struct {
+// ErrorBody is the JSON form of an error answer.
+type ErrorBody struct {
 	Error *Error `json:"error"`
 }
 

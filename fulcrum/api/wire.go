@@ -1,17 +1,10 @@
 package api
 
-import (
-	"maps"
-	"slices"
-
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
-)
-
-// The API's own wire types for what the scheduler and the store report. They copy the
-// internal types field by field (WorkersFrom, WorkloadsFrom, ImportResponseFrom) so
-// that renaming a field or changing a JSON tag inside fulcrumd never changes the HTTP
-// API; testdata/status.golden.json pins the shape.
+// The API's own wire types for what the scheduler and the store report. The server
+// copies the internal types into them field by field (server.WorkersFrom,
+// WorkloadsFrom, ImportResponseFrom, ProfileFrom) so that renaming a field or changing
+// a JSON tag inside fulcrumd never changes the HTTP API; testdata/status.golden.json
+// pins the shape.
 
 // Worker is one live worker.
 type Worker struct {
@@ -103,50 +96,4 @@ type ImportResponse struct {
 	Added     int `json:"added"`
 	Unchanged int `json:"unchanged"` // identical profile already stored
 	Replaced  int `json:"replaced"`  // only with Overwrite
-}
-
-// WorkersFrom converts the scheduler's workers (nil stays nil).
-func WorkersFrom(ws []sched.WorkerInfo) []Worker {
-	if ws == nil {
-		return nil
-	}
-	out := make([]Worker, len(ws))
-	for i, w := range ws {
-		out[i] = Worker{ID: w.ID, Role: w.Role, Workload: w.Workload, Batch: w.Batch, BatchSizes: slices.Clone(w.BatchSizes),
-			PID: w.PID, UID: w.UID, Waiting: w.Waiting, Queued: w.Queued, NoProfiles: w.NoProfiles,
-			MicroBatches: slices.Clone(w.MicroBatches), MicroBatch: w.MicroBatch, MicroBatchChanges: w.MicroBatchChanges,
-			MicroBatchFits: w.MicroBatchFits}
-	}
-	return out
-}
-
-func quantilesFrom(q sched.Quantiles) Quantiles {
-	return Quantiles{Count: q.Count, P50MS: q.P50MS, P95MS: q.P95MS, P99MS: q.P99MS, MaxMS: q.MaxMS}
-}
-
-// WorkloadsFrom converts the scheduler's per-workload measurements (nil stays nil).
-func WorkloadsFrom(ws []sched.WorkloadStats) []WorkloadStats {
-	if ws == nil {
-		return nil
-	}
-	out := make([]WorkloadStats, len(ws))
-	for i, w := range ws {
-		out[i] = WorkloadStats{Workload: w.Workload, Role: w.Role, LiveWorkers: w.LiveWorkers,
-			Requests: w.Requests, Served: w.Served, Failed: w.Failed, DeadlineMisses: w.DeadlineMisses,
-			Latency: quantilesFrom(w.Latency), LatencyRecent: quantilesFrom(w.LatencyRecent), ArrivalRateHz: w.ArrivalRateHz,
-			LatencyBudgetMS: w.LatencyBudgetMS,
-			ExpectedBatchMS: maps.Clone(w.ExpectedBatchMS),
-			Minibatches:     w.Minibatches, Samples: w.Samples, ThroughputPerS: w.ThroughputPerS, ExpectedTrainMS: w.ExpectedTrainMS,
-			ExpectedMicroMS: maps.Clone(w.ExpectedMicroMS),
-			TurnWait:        quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
-			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired,
-			DurationsUnderReported: w.DurationsUnderReported, Refused: w.Refused,
-			AdmissionRoomMS: w.AdmissionRoomMS, AdmissionRoomLearnedMS: w.RoomLearnedMS, AdmissionRoomChanges: w.RoomChanges}
-	}
-	return out
-}
-
-// ImportResponseFrom converts the store's import result.
-func ImportResponseFrom(r store.ImportResult) ImportResponse {
-	return ImportResponse{Added: r.Added, Unchanged: r.Unchanged, Replaced: r.Replaced}
 }

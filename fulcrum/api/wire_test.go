@@ -5,13 +5,8 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
-	"reflect"
 	"testing"
 	"time"
-
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
-	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden.json from the current wire types")
@@ -21,7 +16,7 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/*.golden.json fr
 // changes its encoding.
 func goldenStatus() Status {
 	at := time.Date(2026, 11, 25, 9, 30, 0, 0, time.UTC)
-	mode := powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
+	mode := Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
 	load := 0.875
 	q := Quantiles{Count: 1190, P50MS: 21.5, P95MS: 60, P99MS: 77.25, MaxMS: 90}
 	return Status{
@@ -71,71 +66,4 @@ func checkGolden(t *testing.T, name string, v any) {
 func TestWireGolden(t *testing.T) {
 	checkGolden(t, "status", goldenStatus())
 	checkGolden(t, "import", ImportResponse{Added: 3, Unchanged: 2, Replaced: 1})
-}
-
-// fill sets every exported field of the struct v points to to a non-zero value.
-func fill(t *testing.T, v reflect.Value) {
-	t.Helper()
-	for i := range v.NumField() {
-		f := v.Field(i)
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString("x")
-		case reflect.Int, reflect.Int64:
-			f.SetInt(7)
-		case reflect.Uint64:
-			f.SetUint(7)
-		case reflect.Float64:
-			f.SetFloat(7.5)
-		case reflect.Bool:
-			f.SetBool(true)
-		case reflect.Slice:
-			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
-			f.Index(0).SetInt(7)
-		case reflect.Map:
-			f.Set(reflect.MakeMap(f.Type()))
-			f.SetMapIndex(reflect.ValueOf(7), reflect.ValueOf(7.5))
-		case reflect.Struct:
-			fill(t, f)
-		default:
-			t.Fatalf("fill: field %s of kind %s", v.Type().Field(i).Name, f.Kind())
-		}
-	}
-}
-
-// assertFull fails for any zero field of the struct v: a conversion that forgot one.
-func assertFull(t *testing.T, v reflect.Value) {
-	t.Helper()
-	for i := range v.NumField() {
-		f := v.Field(i)
-		if f.Kind() == reflect.Struct {
-			assertFull(t, f)
-			continue
-		}
-		if f.IsZero() {
-			t.Errorf("%s.%s is not copied by the conversion", v.Type().Name(), v.Type().Field(i).Name)
-		}
-	}
-}
-
-// The conversions copy every field of the internal types: a field added to the
-// scheduler's or the store's type must be added here (or left out on purpose).
-func TestWireConversionsCopyEveryField(t *testing.T) {
-	var w sched.WorkerInfo
-	fill(t, reflect.ValueOf(&w).Elem())
-	var ws sched.WorkloadStats
-	fill(t, reflect.ValueOf(&ws).Elem())
-	var ir store.ImportResult
-	fill(t, reflect.ValueOf(&ir).Elem())
-	assertFull(t, reflect.ValueOf(WorkersFrom([]sched.WorkerInfo{w})[0]))
-	assertFull(t, reflect.ValueOf(WorkloadsFrom([]sched.WorkloadStats{ws})[0]))
-	assertFull(t, reflect.ValueOf(ImportResponseFrom(ir)))
-	if reflect.TypeFor[sched.WorkerInfo]().NumField() != reflect.TypeFor[Worker]().NumField() ||
-		reflect.TypeFor[sched.WorkloadStats]().NumField() != reflect.TypeFor[WorkloadStats]().NumField() ||
-		reflect.TypeFor[store.ImportResult]().NumField() != reflect.TypeFor[ImportResponse]().NumField() {
-		t.Error("an internal type gained or lost a field: decide whether the API shows it")
-	}
-	if WorkersFrom(nil) != nil || WorkloadsFrom(nil) != nil {
-		t.Error("nil must stay nil (the JSON says null, as before)")
-	}
 }

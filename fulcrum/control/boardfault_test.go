@@ -11,13 +11,14 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/faketree"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 // countingBoard counts the mode writes tried on a real (tegra) backend.
@@ -43,7 +44,7 @@ func (b *countingBoard) count() int {
 // gauge reads one unlabelled gauge from the controller's metrics.
 func gauge(t *testing.T, c *Controller, name string) float64 {
 	t.Helper()
-	m := metrics.New(metrics.FromController(&API{C: c, Started: time.Now()}, c.Counters), metrics.Options{})
+	m := metrics.New(metrics.FromController(NewAPI(c, time.Now()), c.Counters), metrics.Options{})
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 	if n := board.count() - tries; n < 3 || n > 6 {
 		t.Fatalf("%d writes tried in 20 s while the board refused them; want 3 to 6 (backed off)", n)
 	}
-	as, err := (&API{C: c}).Status(ctx)
+	as, err := NewAPI(c, time.Time{}).Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestIdlePowerAverage(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400})
 	ctx := context.Background()
-	as, err := (&API{C: c}).Status(ctx)
+	as, err := NewAPI(c, time.Time{}).Status(ctx)
 	if err != nil || as.Power == nil {
 		t.Fatalf("status: %+v, %v", as.Power, err)
 	}
@@ -161,7 +162,7 @@ func TestIdlePowerAverage(t *testing.T) {
 	}
 	e.board.set(21000, nil)
 	e.tick(c, 2*time.Second)
-	as, err = (&API{C: c}).Status(ctx)
+	as, err = NewAPI(c, time.Time{}).Status(ctx)
 	if err != nil || as.Power == nil || as.Power.Avg1sSamples == 0 || as.Power.Avg1sMW != 21000 {
 		t.Fatalf("idle daemon drawing 21 W: power %+v (%v), want a 1 s average of 21000 mW", as.Power, err)
 	}
@@ -200,7 +201,7 @@ func TestInfeasibleStatusMatchesEvent(t *testing.T) {
 		if word == "arrival rate" {
 			word = "gpu_share"
 		}
-		as, err := (&API{C: c}).Status(context.Background())
+		as, err := NewAPI(c, time.Time{}).Status(context.Background())
 		if err != nil || as.Plan == nil {
 			t.Fatalf("status: %+v, %v", as.Plan, err)
 		}
@@ -215,9 +216,9 @@ func TestInfeasibleStatusMatchesEvent(t *testing.T) {
 func TestGarbageImportIsBadRequest(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400})
-	cl := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, &API{C: c}))
+	cl := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, NewAPI(c, time.Time{})))
 	defer cl.Close()
-	_, err := cl.ImportProfiles(context.Background(), strings.NewReader("\x00garbage;;\nnot a table\n"), store.ImportOptions{})
+	_, err := cl.ImportProfiles(context.Background(), strings.NewReader("\x00garbage;;\nnot a table\n"), api.ImportOptions{})
 	ae := api.AsError(err)
 	if err == nil || ae.Status != 400 || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "csv header lacks column(s)") {
 		t.Fatalf("garbage import: %v (status %d), want a 400 naming the missing columns", err, ae.Status)

@@ -3,8 +3,8 @@ package control
 import (
 	"fmt"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/internal/budgettext"
 )
 
 // reasonBudgets is the re-plan reason after a budget change.
@@ -35,7 +35,7 @@ func (c *Controller) Budgets() plan.Budgets {
 func (c *Controller) SetBudgets(b plan.Budgets) error { return c.SetBudgetsBy(b, nil) }
 
 // SetBudgetsBy is SetBudgets on behalf of an API caller (recorded in the event).
-func (c *Controller) SetBudgetsBy(b plan.Budgets, by *api.Caller) error {
+func (c *Controller) SetBudgetsBy(b plan.Budgets, by *Caller) error {
 	b = b.WithDefaults()
 	if err := b.ValidateTargets(); err != nil {
 		return fmt.Errorf("budgets not changed: %w", err)
@@ -63,7 +63,8 @@ func (c *Controller) SetBudgetsBy(b plan.Budgets, by *api.Caller) error {
 // budgetsString is the operator's targets in an event's words, as fulcrumctl budget get
 // prints them (one way to print budgets everywhere).
 func budgetsString(b plan.Budgets) string {
-	return "{" + api.BudgetsFrom(b, 0).String() + "}"
+	b = b.WithDefaults()
+	return "{" + budgettext.Shared(b.LatencyMS, b.Quantile, b.PowerMW, b.RateRPS, b.RateRPS == 0) + "}"
 }
 
 // admissionBudgets returns the budgets as the scheduler's admission test sees them: it

@@ -330,11 +330,13 @@ func TestDegradedWhenPowerUnreadable(t *testing.T) {
 }
 
 // A measured arrival rate that drifts past the threshold for the hold time re-plans
-// from stored profiles; a shorter excursion does not.
+// from stored profiles; a shorter excursion does not. (The meter's time constant is the
+// default 2 s: with 0.5 s a Poisson stream at 20 req/s reads ±22 % from noise alone, and
+// a doubling is within 3 σ of it, rateDrifted.)
 func TestRateDriftReplans(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	cfg := Config{RateTau: 500 * time.Millisecond, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
+	cfg := Config{RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
 	c := e.controller(cfg, plan.Budgets{LatencyMS: 400, PowerMW: 35000})
 	_, inferID := e.register(nil)
 	e.board.set(20000, nil)
@@ -367,10 +369,10 @@ func TestRateDriftReplans(t *testing.T) {
 	if evs := c.Events().List(seq); countKind(evs, KindReplan) != 0 {
 		t.Fatalf("a 1 s excursion re-planned: %v", kinds(evs))
 	}
-	arrive(40, 4*time.Second)
+	arrive(40, 6*time.Second)
 	evs = c.Events().List(seq)
 	if countKind(evs, KindReplan) != 1 || !strings.Contains(evs[0].Reason, "arrival rate drifted") {
-		t.Fatalf("after 4 s at twice the rate: %v", evs)
+		t.Fatalf("after 6 s at twice the rate: %v", evs)
 	}
 	if r := c.Status().PlanRateRPS; r < 30 {
 		t.Fatalf("re-planned for %.1f/s, arrivals at 40/s", r)
@@ -701,7 +703,7 @@ func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
-	a := &API{C: c, Started: e.clock.Now()}
+	a := NewAPI(c, e.clock.Now())
 	ctx := context.Background()
 	if _, err := a.ApplyMode(ctx, powermode.Mode{Cores: 3, CPUKHz: 1, GPUHz: 1, EMCHz: 1}, api.Caller{}); err == nil || api.AsError(err).Code != api.CodeBadMode {
 		t.Fatalf("bad mode: %v", err)

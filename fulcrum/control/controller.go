@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -570,12 +569,12 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	// Rate drift: re-plan from stored profiles.
 	if b.RateRPS == 0 && c.planRate > 0 && !c.held {
-		if math.Abs(c.rate.rate-c.planRate)/c.planRate > c.cfg.DriftRel {
+		if rateDrifted(c.rate.rate, c.planRate, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
 			if c.driftSince.IsZero() {
 				c.driftSince = now
 			} else if now.Sub(c.driftSince) >= c.cfg.DriftHold {
 				c.driftSince = time.Time{}
-				c.plan(ctx, fmt.Sprintf("arrival rate drifted from %.1f/s to %.1f/s (over %.0f%% for %s)", c.planRate, c.rate.rate, c.cfg.DriftRel*100, c.cfg.DriftHold), c.rate.rate)
+				c.plan(ctx, fmt.Sprintf("arrival rate drifted from %.1f/s to %.1f/s (over %.0f%% and %d σ of the meter's noise for %s)", c.planRate, c.rate.rate, c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold), c.rate.rate)
 				return
 			}
 		} else {

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -44,7 +43,17 @@ type Event struct {
 	Measured *Measured `json:"measured,omitempty"`
 	Err      string    `json:"error,omitempty"`
 	// Caller is the operator whose request caused the event (API requests).
-	Caller *api.Caller `json:"caller,omitempty"`
+	Caller *Caller `json:"caller,omitempty"`
+}
+
+// Caller is who made an operator's request: the control socket's peer credentials
+// (SO_PEERCRED), as the API server took them at accept (it converts its api.Caller).
+type Caller struct {
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	PID    int    `json:"pid"`
+	Comm   string `json:"comm,omitempty"`   // /proc/<pid>/comm
+	Groups []int  `json:"groups,omitempty"` // supplementary groups
 }
 
 // Prediction is model v1's estimate of a configuration.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -162,7 +161,7 @@ func modeChange(from, to powermode.Mode) string {
 
 // Resume ends a stand-down: fulcrumd writes its configuration again at once (an
 // operator's held mode, or its plan, which the next step re-plans from measurements).
-func (c *Controller) Resume(ctx context.Context, by *api.Caller) (Choice, error) {
+func (c *Controller) Resume(ctx context.Context, by *Caller) (Choice, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ext == nil {
@@ -188,7 +187,7 @@ func (c *Controller) StoodDown() bool {
 // takeBack ends a stand-down (no-op when there is none): fulcrumd's configuration is
 // written again now, and, unless it is an operator's held mode, re-planned at the next
 // step. Called with c.mu held.
-func (c *Controller) takeBack(ctx context.Context, why string, by *api.Caller) {
+func (c *Controller) takeBack(ctx context.Context, why string, by *Caller) {
 	if c.ext == nil {
 		return
 	}

@@ -160,7 +160,7 @@ func TestJetsonClocksStandsDown(t *testing.T) {
 	if x.board.left() != 1 {
 		t.Fatalf("LeaveAsIs called %d times, want once (exit must leave jetson_clocks' settings)", x.board.left())
 	}
-	as, err := (&API{C: x.c}).Status(context.Background())
+	as, err := NewAPI(x.c, time.Time{}).Status(context.Background())
 	if err != nil || !as.Degraded || !as.StoodDown || as.Mode != x.top() || string(KindExternal) != api.EventExternal {
 		t.Fatalf("API status: degraded %v, mode %v (%v)", as.Degraded, as.Mode, err)
 	}
@@ -174,7 +174,7 @@ func TestJetsonClocksStandsDown(t *testing.T) {
 	if n := x.board.count() - tries; n != 0 || x.boardMode() != x.top() {
 		t.Fatalf("%d mode writes while standing down; board at %v", n, x.boardMode())
 	}
-	if _, err := x.c.Resume(context.Background(), &api.Caller{UID: 1000}); err != nil {
+	if _, err := x.c.Resume(context.Background(), &Caller{UID: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	if x.boardMode() != x.held || x.c.StoodDown() || x.c.Status().Degraded != "" || !x.c.Held() {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -203,14 +202,45 @@ func (c *Controller) Throttled() bool {
 	return c.heat.last != nil && c.heat.last.Throttled
 }
 
-// heatStatus is the last heat reading in the API's wire form (nil before one).
+// Heat is the board's heat as the status reports it: every thermal zone against its trip
+// point, the GPU's load, the clocks the board runs against the floor it was set to, and
+// the thermal cap the plan keeps under (the control API's api.Heat copies it).
+type Heat struct {
+	At    time.Time     `json:"at"`
+	Zones []ThermalZone `json:"zones"`
+	// GPULoad is the GPU's busy fraction 0..1; nil when the board has no load node.
+	GPULoad     *float64 `json:"gpu_load,omitempty"`
+	GPUHz       int64    `json:"gpu_hz"`        // running (cur_freq)
+	GPUFloorHz  int64    `json:"gpu_floor_hz"`  // set (min_freq)
+	CPUKHz      int64    `json:"cpu_khz"`       // the slowest online cluster, running
+	CPUFloorKHz int64    `json:"cpu_floor_khz"` // that cluster's scaling_min_freq
+	Throttled   bool     `json:"throttled"`
+	// ThrottleReason says which clock runs under its floor; ThrottledSince when this
+	// spell of throttling began (nil when not throttled).
+	ThrottleReason string     `json:"throttle_reason,omitempty"`
+	ThrottledSince *time.Time `json:"throttled_since,omitempty"`
+	// CapGPUHz and CapCPUKHz are the thermal cap (0: no cap; docs/design.md §9).
+	CapGPUHz  int64 `json:"cap_gpu_hz,omitempty"`
+	CapCPUKHz int64 `json:"cap_cpu_khz,omitempty"`
+}
+
+// ThermalZone is one thermal zone: its temperature and passive trip point (0: none);
+// Error is set for a zone that could not be read.
+type ThermalZone struct {
+	Zone    string  `json:"zone"`
+	Celsius float64 `json:"celsius"`
+	TripC   float64 `json:"trip_c,omitempty"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// heatStatus is the last heat reading as the status reports it (nil before one).
 // Called with c.mu held.
-func (c *Controller) heatStatus() *api.Heat {
+func (c *Controller) heatStatus() *Heat {
 	h := c.heat.last
 	if h == nil {
 		return nil
 	}
-	out := &api.Heat{At: h.At, GPUHz: h.GPUHz, GPUFloorHz: h.GPUFloorHz, CPUKHz: h.CPUKHz, CPUFloorKHz: h.CPUFloorKHz,
+	out := &Heat{At: h.At, GPUHz: h.GPUHz, GPUFloorHz: h.GPUFloorHz, CPUKHz: h.CPUKHz, CPUFloorKHz: h.CPUFloorKHz,
 		Throttled: h.Throttled, ThrottleReason: h.Why, CapGPUHz: c.heat.capGPUHz, CapCPUKHz: c.heat.capCPUKHz}
 	if h.GPULoad >= 0 {
 		l := h.GPULoad
@@ -221,7 +251,7 @@ func (c *Controller) heatStatus() *api.Heat {
 		out.ThrottledSince = &s
 	}
 	for _, z := range h.Zones {
-		out.Zones = append(out.Zones, api.ThermalZone{Zone: z.Zone, Celsius: z.Celsius, TripC: z.TripC, Error: z.Err})
+		out.Zones = append(out.Zones, ThermalZone{Zone: z.Zone, Celsius: z.Celsius, TripC: z.TripC, Error: z.Err})
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -15,7 +16,7 @@ import (
 func TestNoOpBudgetsLogNoEvent(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
-	a := &API{C: c}
+	a := NewAPI(c, time.Time{})
 	ctx := context.Background()
 	lat, w := 400.0, 2.0
 	budgetEvents := func() int { return countKind(c.Events().List(0), KindBudget) }

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
@@ -325,7 +324,7 @@ func (c *Controller) RestoreSettings(ctx context.Context) {
 // ResetBudgets returns to the configuration's budgets: the run-time global budgets,
 // per-stream budgets and training weights and a held mode are dropped, and the saved
 // settings deleted.
-func (c *Controller) ResetBudgets(by *api.Caller) error {
+func (c *Controller) ResetBudgets(by *Caller) error {
 	c.mu.Lock()
 	old := c.budgets
 	cfg := old

@@ -28,7 +28,7 @@ func TestHeldModeLetGoIsForgottenOnDisk(t *testing.T) {
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 300*time.Millisecond)
-	a := &API{C: c, Started: e.clock.Now()}
+	a := NewAPI(c, e.clock.Now())
 	ctx := context.Background()
 	pw := 30000.0
 	if _, err := a.SetBudgets(ctx, api.BudgetsUpdate{PowerMW: &pw}, api.Caller{}); err != nil {

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 )
@@ -46,7 +45,7 @@ type Status struct {
 	// Train is every training job planned for when there are several or several streams.
 	Train []TrainJob `json:"train,omitempty"`
 	// Heat is the last heat reading and the thermal cap (nil before one; heat.go).
-	Heat *api.Heat `json:"heat,omitempty"`
+	Heat *Heat `json:"heat,omitempty"`
 	// Profiling names the workloads left out of live profiling because their workers
 	// declined profile batches (no on_profile handler); "" when none is.
 	Profiling string `json:"profiling,omitempty"`

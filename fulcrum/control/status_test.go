@@ -46,7 +46,7 @@ func TestStatusOneRatePerStream(t *testing.T) {
 	// The rates change: a window mean and an EWMA disagree until both forget the old one.
 	arrive(map[string]float64{in1: 10, in2: 4}, 4*time.Second)
 	arrive(map[string]float64{in1: 4, in2: 12}, time.Second)
-	api := &API{C: c}
+	api := NewAPI(c, time.Time{})
 	st, err := api.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestDegradedReasonGivesItsFigures(t *testing.T) {
 	e.register(nil)
 	e.registerInfer(tInfer2)
 	e.tick(c, 2*time.Second)
-	st, err := (&API{C: c}).Status(context.Background())
+	st, err := NewAPI(c, time.Time{}).Status(context.Background())
 	if err != nil || st.Plan == nil || st.Plan.Feasible || st.Plan.Binding != "power" || !st.TrainingPaused {
 		t.Fatalf("want an infeasible plan bound by power with training paused: plan %+v, paused %v, %v", st.Plan, st.TrainingPaused, err)
 	}

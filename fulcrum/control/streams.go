@@ -12,17 +12,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
+	"github.com/fulcrum-edge/fulcrum/internal/budgettext"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -135,7 +134,7 @@ func (c *Controller) StreamTargets() map[string]StreamTarget {
 // SetStreamTarget installs the budgets of one inference stream (workload), replacing what
 // was set for it; the zero StreamTarget drops them (the stream uses the shared budgets).
 // Invalid values change nothing. The next step re-plans.
-func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *api.Caller) error {
+func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *Caller) error {
 	if err := checkStreamTarget(workload, t); err != nil {
 		return fmt.Errorf("stream budgets not changed: %w", err)
 	}
@@ -197,8 +196,8 @@ func checkStreamTarget(workload string, t StreamTarget) error {
 			return err
 		}
 	}
-	if t.TrainWeight != 0 && (!(t.TrainWeight >= api.MinTrainWeight) || t.TrainWeight > api.MaxTrainWeight) {
-		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, api.MinTrainWeight, api.MaxTrainWeight)
+	if t.TrainWeight != 0 && (!(t.TrainWeight >= plan.MinTrainWeight) || t.TrainWeight > plan.MaxTrainWeight) {
+		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, plan.MinTrainWeight, plan.MaxTrainWeight)
 	}
 	return nil
 }
@@ -221,7 +220,7 @@ func (c *Controller) streamSchedTargets() (map[string]time.Duration, map[string]
 
 // String is the target in an event's words, as fulcrumctl budget get prints it.
 func (t StreamTarget) String() string {
-	return "{" + api.StreamBudgets{LatencyMS: t.LatencyMS, RateRPS: t.RateRPS, TrainWeight: t.TrainWeight}.String() + "}"
+	return "{" + budgettext.Stream(t.LatencyMS, t.RateRPS, t.TrainWeight) + "}"
 }
 
 // streamPoint is one stream's batch at one mode.
@@ -641,7 +640,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 		if m == nil || m.planned <= 0 || c.streamT[s.Workload].RateRPS > 0 || b.RateRPS > 0 {
 			continue
 		}
-		if math.Abs(m.rate-m.planned)/m.planned > c.cfg.DriftRel {
+		if rateDrifted(m.rate, m.planned, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
 			drifted = append(drifted, fmt.Sprintf("%s from %.1f/s to %.1f/s", s.Workload, m.planned, m.rate))
 		}
 	}
@@ -652,7 +651,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 		c.driftSince = now
 	case now.Sub(c.driftSince) >= c.cfg.DriftHold:
 		c.driftSince = time.Time{}
-		c.planMulti(ctx, fmt.Sprintf("arrival rate drifted: %s (over %.0f%% for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, c.cfg.DriftHold), false)
+		c.planMulti(ctx, fmt.Sprintf("arrival rate drifted: %s (over %.0f%% and %d σ of the meter's noise for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold), false)
 	}
 }
 

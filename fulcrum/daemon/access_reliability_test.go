@@ -17,12 +17,13 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 const envAccessRuntime = "FULCRUM_RELIABILITY_ACCESS_RUNTIME"
@@ -36,7 +37,7 @@ func TestReliabilityAccessCaller(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	c := api.NewClient(filepath.Join(run, api.SocketName))
+	c := client.New(filepath.Join(run, api.SocketName))
 	defer c.Close()
 	report := func(what string, err error) {
 		var ae *api.Error
@@ -56,7 +57,7 @@ func TestReliabilityAccessCaller(t *testing.T) {
 	report("budgets", err)
 	_, err = c.ApplyMode(ctx, powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000})
 	report("mode", err)
-	_, err = c.ImportProfiles(ctx, strings.NewReader(`{"profiles":[]}`), store.ImportOptions{})
+	_, err = c.ImportProfiles(ctx, strings.NewReader(`{"profiles":[]}`), api.ImportOptions{})
 	report("import", err)
 	conn, err := net.DialTimeout("unix", filepath.Join(run, SocketName), 5*time.Second)
 	if err == nil {
@@ -108,7 +109,7 @@ func TestOutsiderCannotChangeDaemon(t *testing.T) {
 		Server:   Config{RuntimeDir: runDir},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"), Log: log,
 		Control: control.DefaultConfig(), Budgets: plan.Budgets{LatencyMS: 100},
-		API: api.Config{Group: grp.Name},
+		API: server.Config{Group: grp.Name},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestOutsiderCannotChangeDaemon(t *testing.T) {
 			t.Errorf("%s: group %d, want the configured group %s (0)", s, gid, grp.Name)
 		}
 	}
-	cl := api.NewClient(ctlSock)
+	cl := client.New(ctlSock)
 	defer cl.Close()
 	state := func() (api.Budgets, powermode.Mode, int) {
 		t.Helper()

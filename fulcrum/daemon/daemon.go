@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server/controlapi"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/metrics"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -25,7 +27,7 @@ import (
 )
 
 // Options configure a whole fulcrumd. The mapstructure tags here and on the nested
-// option structs (Config, sched.Config, control.Config, api.Config, nvml.Options) are
+// option structs (Config, sched.Config, control.Config, server.Config, nvml.Options) are
 // fulcrumd's configuration keys (cmd/fulcrumd decodes configs/fulcrum.yaml straight into
 // DefaultOptions); "-" marks what only code sets.
 type Options struct {
@@ -51,8 +53,8 @@ type Options struct {
 	Budgets plan.Budgets   `mapstructure:"-"`
 	// API configures the control API; an empty SocketPath means
 	// <RuntimeDir>/control.sock. NoAPI leaves it out (tests of the worker side only).
-	API   api.Config `mapstructure:"control"`
-	NoAPI bool       `mapstructure:"-"`
+	API   server.Config `mapstructure:"control"`
+	NoAPI bool          `mapstructure:"-"`
 	// Version is reported by the control API's status.
 	Version string `mapstructure:"-"`
 	// Clock drives the controller (sched.RealClock when nil).
@@ -68,9 +70,9 @@ type Daemon struct {
 	Store      *store.Store
 	Board      *Board
 	Controller *control.Controller
-	API        *api.Server
+	API        *server.Server
 	// ControlAPI is the controller as the control API sees it (health, faults).
-	ControlAPI *control.API
+	ControlAPI *controlapi.API
 	Metrics    *metrics.Metrics
 	metricsLn  net.Listener
 	log        *slog.Logger
@@ -176,9 +178,9 @@ func Open(ctx context.Context, o Options) (*Daemon, error) {
 		if boardName == "" {
 			boardName = "none"
 		}
-		adapter := &control.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()}
+		adapter := &controlapi.API{C: ctl, Version: o.Version, BoardSpec: boardName, Started: time.Now()}
 		d.ControlAPI = adapter
-		d.API = api.NewServer(ac, adapter)
+		d.API = server.New(ac, adapter)
 		if err := d.API.Listen(); err != nil {
 			return fail(err)
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
@@ -60,7 +62,7 @@ func reliabilityDaemonOptions(dir string) Options {
 		Server:   Config{RuntimeDir: filepath.Join(dir, "run")},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"),
 		Control: control.DefaultConfig(), Budgets: plan.Budgets{LatencyMS: 100},
-		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	}
 }
 
@@ -87,7 +89,7 @@ func TestDaemonSIGKILLDuringModeChanges(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		cl := api.NewClient(filepath.Join(o.Server.RuntimeDir, api.SocketName))
+		cl := client.New(filepath.Join(o.Server.RuntimeDir, api.SocketName))
 		ready := false
 		for end := time.Now().Add(20 * time.Second); time.Now().Before(end) && !ready; time.Sleep(20 * time.Millisecond) {
 			_, err := cl.Status(ctx)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
@@ -69,7 +69,7 @@ func DefaultOptions() Options {
 		// The budgets fulcrumd starts with: the scheduler's latency budget on the p99.
 		Budgets: plan.Budgets{LatencyMS: float64(sched.DefaultConfig().LatencyBudget) / float64(time.Millisecond), Quantile: 0.99},
 		// What the api server uses for zero fields, spelled out for the configuration.
-		API: api.Config{SocketMode: 0o660, Group: "fulcrum"},
+		API: server.Config{SocketMode: 0o660, Group: "fulcrum"},
 	}
 }
 

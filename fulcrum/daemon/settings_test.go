@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -22,7 +23,7 @@ import (
 
 // runDaemon opens a whole fulcrumd with o and runs it until the test (or stop) ends; it
 // returns a client of its control socket.
-func runDaemon(t *testing.T, o Options) (*Daemon, *api.Client, func()) {
+func runDaemon(t *testing.T, o Options) (*Daemon, *client.Client, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := Open(ctx, o)
@@ -32,7 +33,7 @@ func runDaemon(t *testing.T, o Options) (*Daemon, *api.Client, func()) {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx) }()
-	cl := api.NewClient(filepath.Join(o.Server.RuntimeDir, api.SocketName))
+	cl := client.New(filepath.Join(o.Server.RuntimeDir, api.SocketName))
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -50,7 +51,7 @@ func runDaemon(t *testing.T, o Options) (*Daemon, *api.Client, func()) {
 }
 
 // eventsOf returns the messages of the daemon's events of one kind.
-func eventsOf(t *testing.T, cl *api.Client, kind string) []string {
+func eventsOf(t *testing.T, cl *client.Client, kind string) []string {
 	t.Helper()
 	evs, err := cl.Events(context.Background(), 0)
 	if err != nil {

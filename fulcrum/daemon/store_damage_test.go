@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
@@ -77,7 +78,7 @@ func randomBytes(n int) []byte {
 
 // startDaemon opens and runs a daemon until the test ends, and returns it with a
 // client of its control socket.
-func startDaemon(t *testing.T, o Options) (*Daemon, *api.Client) {
+func startDaemon(t *testing.T, o Options) (*Daemon, *client.Client) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d, err := Open(ctx, o)
@@ -87,7 +88,7 @@ func startDaemon(t *testing.T, o Options) (*Daemon, *api.Client) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	cl := api.NewClient(filepath.Join(o.Server.RuntimeDir, api.SocketName))
+	cl := client.New(filepath.Join(o.Server.RuntimeDir, api.SocketName))
 	t.Cleanup(func() {
 		cl.Close()
 		cancel()
@@ -165,7 +166,7 @@ func TestDaemonMovesDamagedStoreAside(t *testing.T) {
 			if !found {
 				t.Fatalf("no %q event naming %s in %+v", control.KindStore, asides[0], evs.Events)
 			}
-			if ps, err := cl.Profiles(ctx, store.Filter{}); err != nil || len(ps) != 0 {
+			if ps, err := cl.Profiles(ctx, api.ProfileFilter{}); err != nil || len(ps) != 0 {
 				t.Fatalf("GET /v1/profiles on the fresh store: %d, %v", len(ps), err)
 			}
 			t.Logf("notice: %s", st.Notices[0])
@@ -185,13 +186,13 @@ func TestDaemonStoreDamagedWhileRunning(t *testing.T) {
 	writeStore(t, db)
 	_, cl := startDaemon(t, o)
 	ctx := context.Background()
-	if ps, err := cl.Profiles(ctx, store.Filter{}); err != nil || len(ps) != 40 {
+	if ps, err := cl.Profiles(ctx, api.ProfileFilter{}); err != nil || len(ps) != 40 {
 		t.Fatalf("GET /v1/profiles before the damage: %d, %v", len(ps), err)
 	}
 	if err := os.Truncate(db, 8192); err != nil { // the two meta pages stay
 		t.Fatal(err)
 	}
-	_, err := cl.Profiles(ctx, store.Filter{})
+	_, err := cl.Profiles(ctx, api.ProfileFilter{})
 	var ae *api.Error
 	if !errors.As(err, &ae) || !strings.Contains(ae.Message, "damaged") {
 		t.Fatalf("GET /v1/profiles on a store cut short: %v; want an API error saying the store is damaged", err)
@@ -221,7 +222,7 @@ func TestDamagedStoreKeepsOperatorSettings(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	cl := api.NewClient(filepath.Join(o.Server.RuntimeDir, api.SocketName))
+	cl := client.New(filepath.Join(o.Server.RuntimeDir, api.SocketName))
 	lat := 80.0
 	if _, err := cl.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: &lat}); err != nil {
 		t.Fatal(err)

@@ -59,8 +59,18 @@ type Scenario struct {
 	Duration time.Duration
 	// Seed seeds the workers' noise and arrivals.
 	Seed int64
+	// Tail gives the workers heavy-tailed turn times: "" or "none" (none), or
+	// "pytorch-cpu" (internal/tailmodel's fit to real PyTorch on a CPU, training's for the
+	// trainers, inference's for the streams): with its probability a turn runs the tail's
+	// ratio × longer, on top of NoiseFrac (the body), from a seeded generator of its own —
+	// as fulcrumctl sim worker --tail does on real time.
+	Tail string
 	// NoiseFrac is the per-minibatch noise (log-normal sigma); 0 takes 0.03.
 	NoiseFrac float64
+	// Configure, when set, changes fulcrumd's options after daemon.DefaultOptions() and
+	// before anything is built from them (e.g. the scheduler's learned admission room,
+	// o.Server.Sched.RoomMaxFrac): the runs of a comparison differ only there.
+	Configure func(o *daemon.Options)
 	// Changes happen mid-run, in order of At.
 	Changes []Change
 	// Log receives fulcrumd's logs (nil: discarded).
@@ -115,6 +125,11 @@ type StreamResult struct {
 	// plan, or none served since).
 	P99MS          float64 `json:"p99_ms"`
 	P99AfterPlanMS float64 `json:"p99_after_plan_ms"`
+	// ServedAfterPlan and LateAfterPlan count the requests behind P99AfterPlanMS and
+	// those of them served after the budget in force at the end (the fraction a p99
+	// budget allows is 1 %).
+	ServedAfterPlan int `json:"served_after_plan"`
+	LateAfterPlan   int `json:"late_after_plan"`
 }
 
 // Result is what a run did.
@@ -143,6 +158,10 @@ type Result struct {
 	// own, every board step) was over the power budget.
 	LatencyBrokenS float64 `json:"latency_broken_s"`
 	PowerBrokenS   float64 `json:"power_broken_s"`
+	// HoldExpired counts turns fulcrumd took back past the scheduler's hold limit (a
+	// heavy-tailed turn can run past it: Scenario.Tail); the worker then registers
+	// again, as a real one reconnects.
+	HoldExpired int `json:"hold_expired"`
 	// MeanPowerMW is the board's mean power over the run.
 	MeanPowerMW float64        `json:"mean_power_mw"`
 	Streams     []StreamResult `json:"streams"`
@@ -197,6 +216,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	}
 	if !slices.Contains([]string{"gmd", "als", "preset"}, sc.Searcher) {
 		return Result{}, fmt.Errorf("lifetime: searcher %q: want gmd, als or preset", sc.Searcher)
+	}
+	if _, err := newTail(sc.Tail, proto.RoleTrain, 0, 0); err != nil {
+		return Result{}, err
 	}
 	sc.NoiseFrac = cmp.Or(sc.NoiseFrac, 0.03)
 	sc.BoardInterval = cmp.Or(sc.BoardInterval, DefaultBoardInterval)
@@ -278,6 +300,9 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 
 	// fulcrumd as it starts with its defaults, on this board and clock.
 	o := daemon.DefaultOptions()
+	if sc.Configure != nil {
+		sc.Configure(&o)
+	}
 	o.StateDir, o.Board, o.BoardRoot, o.Clock, o.Log = state, "sim:"+spec.Name, root, clock, sc.Log
 	if sc.Searcher != "preset" {
 		o.Control.Searcher = sc.Searcher
@@ -627,11 +652,16 @@ func (h *harness) collect(start time.Time) {
 		if h.res.FirstPlanS >= 0 {
 			planAt := start.Add(time.Duration(h.res.FirstPlanS * float64(time.Second)))
 			var after []float64
+			budgetMS := float64(wk.budget) / float64(time.Millisecond)
 			for j, at := range wk.latAt {
 				if at.After(planAt) {
 					after = append(after, wk.latMS[j])
+					if wk.latMS[j] > budgetMS {
+						sr.LateAfterPlan++
+					}
 				}
 			}
+			sr.ServedAfterPlan = len(after)
 			slices.Sort(after)
 			if len(after) > 0 {
 				sr.P99AfterPlanMS = stats.Quantile(after, 0.99)

@@ -143,6 +143,8 @@ type worker struct {
 	w     *sim.Workload
 	batch int
 	rng   *rand.Rand
+	tail  *tail // heavy-tailed turn times (Scenario.Tail); nil: none
+	spec  sched.WorkerSpec
 	seq   uint64
 
 	// training
@@ -164,11 +166,17 @@ type worker struct {
 
 func (h *harness) register(role string, w *sim.Workload, batch int, sizes []int, seed uint64) (*worker, error) {
 	wk := &worker{h: h, role: role, w: w, batch: batch, rng: rand.New(rand.NewPCG(uint64(h.sc.Seed), seed)), arrived: map[string]time.Time{}}
-	id, _, err := h.sched.Register(sched.WorkerSpec{Role: role, Workload: w.Name, Batch: batch, BatchSizes: sizes, PID: 1}, wk.deliver)
+	// Each worker is its own process (the scheduler's probation after a turn taken back
+	// is per process).
+	wk.spec = sched.WorkerSpec{Role: role, Workload: w.Name, Batch: batch, BatchSizes: sizes, PID: int(seed)}
+	id, _, err := h.sched.Register(wk.spec, wk.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("register the simulated %s worker %s: %w", role, w.Name, err)
 	}
 	wk.id = id
+	if wk.tail, err = newTail(h.sc.Tail, role, h.sc.Seed, seed); err != nil {
+		return nil, err
+	}
 	return wk, nil
 }
 
@@ -192,6 +200,7 @@ func (wk *worker) deliver(g sched.Grant) {
 		h.fail(err)
 		return
 	}
+	tau = wk.tail.stretch(tau)
 	h.gpu.start(wk.w, wk.role, g.Batch)
 	h.clock.AfterFunc(tau, func() {
 		h.gpu.stop()
@@ -222,10 +231,32 @@ func (wk *worker) deliver(g sched.Grant) {
 			}
 		}
 		if err := h.sched.Release(wk.id, sched.Release{Grant: g.ID, Duration: tau, Samples: samples}); err != nil {
+			if pe, ok := err.(*proto.Error); ok && pe.Code == proto.CodeTurnExpired {
+				// Held past the hold limit (a heavy tail can): fulcrumd took the turn back and
+				// dropped the worker; a real one reconnects and registers again.
+				h.res.HoldExpired++
+				wk.reregister()
+				return
+			}
 			h.fail(fmt.Errorf("%s release of grant %d: %w", wk.w.Name, g.ID, err))
 		}
 		wk.acquire()
 	})
+}
+
+// reregister is the worker reconnecting after fulcrumd dropped it: registered again
+// under a new id (the requests it had queued are lost, as with a real worker), then it
+// asks for a turn.
+func (wk *worker) reregister() {
+	h := wk.h
+	h.sched.Unregister(wk.id)
+	id, _, err := h.sched.Register(wk.spec, wk.deliver)
+	if err != nil {
+		h.fail(fmt.Errorf("register the simulated %s worker %s again after its turn was taken back: %w", wk.role, wk.w.Name, err))
+		return
+	}
+	wk.id, wk.seq = id, 0
+	wk.acquire()
 }
 
 // arrive reports the stream's next request and sets the timer of the one after

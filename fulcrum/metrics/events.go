@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 )
 
 // EventCounts counts a controller's events by kind (its decisions) and the budget
@@ -20,7 +21,7 @@ type EventCounts struct {
 
 // CountEvents follows ctl's events until ctx ends. Counting starts now: earlier events
 // are not counted (counters restart with the process, as Prometheus expects).
-func CountEvents(ctx context.Context, ctl api.Controller) *EventCounts {
+func CountEvents(ctx context.Context, ctl server.Controller) *EventCounts {
 	ec := &EventCounts{decisions: map[string]uint64{}, violations: map[string]uint64{}}
 	ch, cancel := ctl.Subscribe(ctx)
 	go func() {

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 )
 
 // Snapshot is what one scrape reads.
@@ -47,7 +48,7 @@ func (f SourceFunc) MetricsSnapshot(ctx context.Context) (Snapshot, error) { ret
 
 // FromController is a Source reading ctl's Status and the counters from counters (nil:
 // none).
-func FromController(ctl api.Controller, counters func() (violations, decisions map[string]uint64)) Source {
+func FromController(ctl server.Controller, counters func() (violations, decisions map[string]uint64)) Source {
 	return SourceFunc(func(ctx context.Context) (Snapshot, error) {
 		st, err := ctl.Status(ctx)
 		if err != nil {

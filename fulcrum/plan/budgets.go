@@ -60,6 +60,12 @@ const (
 	MaxRhoMax    = limits.MaxRhoMax
 )
 
+// The training-weight limits (a training job's share weight among the jobs, default 1).
+const (
+	MinTrainWeight = limits.MinTrainWeight
+	MaxTrainWeight = limits.MaxTrainWeight
+)
+
 // Limits returns the valid range of a budget field and the unit hint its error message
 // ends with.
 func Limits(field string) (lo, hi float64, hint string) {

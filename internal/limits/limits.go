@@ -17,3 +17,12 @@ const (
 	MinRhoMax    float64 = 0.05
 	MaxRhoMax    float64 = 1
 )
+
+// The training-weight limits (a training job's share weight among the jobs, default 1).
+const (
+	// MinTrainWeight: a weight of 5e-324 was "above 0" yet starved the job (2 turns in
+	// 8 s); 0.01 against the default 1 is already 1 % of training's time.
+	MinTrainWeight = 0.01
+	// MaxTrainWeight: weights are relative, 1000:1 is already all of the time.
+	MaxTrainWeight = 1000
+)

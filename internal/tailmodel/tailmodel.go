@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 )
 
 // Model is a turn-time distribution relative to its median: a time is median × r with
@@ -50,6 +51,24 @@ func (m Model) Ratio(rng *rand.Rand) float64 {
 		return 1
 	}
 	return math.Exp(m.Sigma * rng.NormFloat64())
+}
+
+// Stretch is a turn of modeled time d under the tail alone: with probability TailProb
+// d × the tail's ratio, else d. The body's spread is left to the caller's own
+// run-to-run noise (the simulator's noise_sigma, the lifetime run's NoiseFrac), so the
+// body is not counted twice. It is the one place the simulated workers apply a tail:
+// fulcrumctl sim worker --tail (real time) and fulcrum/lifetime's Scenario.Tail
+// (virtual time) both call it, one draw (two in the tail) from rng per turn.
+func (m Model) Stretch(d time.Duration, rng *rand.Rand) time.Duration {
+	if m.TailProb <= 0 {
+		return d
+	}
+	m.Sigma = 0
+	r := m.Ratio(rng)
+	if r <= 1 {
+		return d
+	}
+	return d + time.Duration(float64(d)*(r-1))
 }
 
 // Scaled is m with the body's spread multiplied by k (the test of a spread that doubles).

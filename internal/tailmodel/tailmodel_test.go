@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The fitted models reproduce the quantiles they were fitted to (docs/runtime.md's table,
@@ -45,5 +46,33 @@ func TestValidateAndNamed(t *testing.T) {
 	}
 	if _, err := Named("pareto", "train"); err == nil {
 		t.Error("an unknown name accepted")
+	}
+}
+
+// Stretch adds the tail only: about TailProb of the turns run longer, none shorter, the
+// longest at most TailMax × d; a model without a tail changes nothing and draws nothing.
+func TestStretchAddsTheTailOnly(t *testing.T) {
+	m := PyTorchCPUTrain()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n, d = 100000, 100 * time.Millisecond
+	longer := 0
+	for range n {
+		s := m.Stretch(d, rng)
+		if s < d || s > time.Duration(m.TailMax*float64(d))+time.Microsecond {
+			t.Fatalf("stretched %s to %s", d, s)
+		}
+		if s > d {
+			longer++
+		}
+	}
+	if f := float64(longer) / n; f < m.TailProb*0.9 || f > m.TailProb*1.1 {
+		t.Errorf("%.4f of the turns longer, tail probability %.4f", f, m.TailProb)
+	}
+	a, b := rand.New(rand.NewPCG(5, 6)), rand.New(rand.NewPCG(5, 6))
+	if s := (Model{}).Stretch(d, a); s != d {
+		t.Errorf("no tail stretched %s to %s", d, s)
+	}
+	if a.Uint64() != b.Uint64() {
+		t.Error("a model without a tail drew from the generator")
 	}
 }

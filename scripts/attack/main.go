@@ -17,7 +17,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	apiclient "github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto/client"
 	"github.com/fulcrum-edge/fulcrum/scripts/internal/throwaway"
@@ -107,7 +107,7 @@ func poison(d *daemon) error {
 	go trainer(tctx, tr, longest)
 	time.Sleep(time.Second)
 	expected := func() (float64, uint64, error) {
-		st, err := api.NewClient(d.ControlSocket()).Status(ctx)
+		st, err := apiclient.New(d.ControlSocket()).Status(ctx)
 		if err != nil {
 			return 0, 0, err
 		}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/configs"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
 	"github.com/fulcrum-edge/fulcrum/internal/paths"
 	"github.com/fulcrum-edge/fulcrum/scripts/internal/throwaway"
@@ -160,7 +161,7 @@ func run(ctx context.Context, o options) error {
 	}
 	procs = append(procs, d)
 	sock := filepath.Join(runDir, paths.WorkerSocketName)
-	ctl := api.NewClient(filepath.Join(runDir, api.SocketName))
+	ctl := client.New(filepath.Join(runDir, api.SocketName))
 	defer ctl.Close()
 	if err := waitFor(ctx, 20*time.Second, func() bool { _, err := ctl.Status(ctx); return err == nil }); err != nil {
 		return fmt.Errorf("fulcrumd never answered (see %s/fulcrumd.log): %w", dir, err)

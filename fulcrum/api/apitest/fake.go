@@ -1,4 +1,4 @@
-// Package apitest is an in-memory api.Controller for tests of the API server, its
+// Package apitest is an in-memory server.Controller for tests of the API server, its
 // client and fulcrumctl: budgets, mode, workers and an event log held in memory, the
 // profiles in a real profile store.
 package apitest
@@ -14,11 +14,12 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
-// Fake implements api.Controller in memory. Its exported fields are set before use.
+// Fake implements server.Controller in memory. Its exported fields are set before use.
 type Fake struct {
 	Board  string
 	Levels api.Levels
@@ -105,7 +106,7 @@ func (f *Fake) publishLocked(kind, msg string, by *api.Caller, data any) api.Eve
 	return e
 }
 
-// Status implements api.Controller.
+// Status implements server.Controller.
 func (f *Fake) Status(context.Context) (api.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -136,18 +137,18 @@ func (f *Fake) Status(context.Context) (api.Status, error) {
 	return st, nil
 }
 
-// Budgets implements api.Controller.
+// Budgets implements server.Controller.
 func (f *Fake) Budgets(context.Context) (api.Budgets, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.budgets, nil
 }
 
-// SetBudgets implements api.Controller.
+// SetBudgets implements server.Controller.
 func (f *Fake) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) (api.Budgets, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b, err := u.Apply(f.budgets)
+	b, err := server.ApplyUpdate(u, f.budgets)
 	if err != nil {
 		return f.budgets, err
 	}
@@ -156,7 +157,7 @@ func (f *Fake) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller)
 	return b, nil
 }
 
-// ResetBudgets implements api.Controller: back to the budgets New was given.
+// ResetBudgets implements server.Controller: back to the budgets New was given.
 func (f *Fake) ResetBudgets(_ context.Context, by api.Caller) (api.Budgets, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -165,7 +166,7 @@ func (f *Fake) ResetBudgets(_ context.Context, by api.Caller) (api.Budgets, erro
 	return f.budgets, nil
 }
 
-// Health implements api.Controller.
+// Health implements server.Controller.
 func (f *Fake) Health(context.Context) api.Health {
 	if f.HealthFunc != nil {
 		return f.HealthFunc()
@@ -173,7 +174,7 @@ func (f *Fake) Health(context.Context) api.Health {
 	return api.Health{Ready: true, Checks: []api.HealthCheck{{Name: "board", OK: true, Detail: f.Board}}}
 }
 
-// Workers implements api.Controller.
+// Workers implements server.Controller.
 func (f *Fake) Workers(context.Context) ([]api.Worker, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -189,14 +190,14 @@ func (f *Fake) modeInfoLocked() api.ModeInfo {
 	return mi
 }
 
-// Mode implements api.Controller.
+// Mode implements server.Controller.
 func (f *Fake) Mode(context.Context) (api.ModeInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.modeInfoLocked(), nil
 }
 
-// ApplyMode implements api.Controller: m must be on the board's levels.
+// ApplyMode implements server.Controller: m must be on the board's levels.
 func (f *Fake) ApplyMode(_ context.Context, m powermode.Mode, by api.Caller) (api.ModeInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -218,17 +219,17 @@ func (f *Fake) ApplyMode(_ context.Context, m powermode.Mode, by api.Caller) (ap
 	return f.modeInfoLocked(), nil
 }
 
-// Profiles implements api.Controller.
+// Profiles implements server.Controller.
 func (f *Fake) Profiles(_ context.Context, flt store.Filter) ([]store.Profile, error) {
 	return f.Store.List(flt)
 }
 
-// ExportProfiles implements api.Controller.
+// ExportProfiles implements server.Controller.
 func (f *Fake) ExportProfiles(_ context.Context, w io.Writer, format store.Format, flt store.Filter) error {
 	return f.Store.Export(w, format, flt)
 }
 
-// ImportProfiles implements api.Controller.
+// ImportProfiles implements server.Controller.
 func (f *Fake) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportOptions, by api.Caller) (store.ImportResult, error) {
 	res, err := f.Store.Import(r, opts)
 	if err != nil {
@@ -238,7 +239,7 @@ func (f *Fake) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportO
 	return res, nil
 }
 
-// Optimize implements api.Controller.
+// Optimize implements server.Controller.
 func (f *Fake) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Caller) (api.OptimizeResult, error) {
 	f.mu.Lock()
 	if f.optim != "" {
@@ -273,7 +274,7 @@ func (f *Fake) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Cal
 	return res, nil
 }
 
-// Events implements api.Controller.
+// Events implements server.Controller.
 func (f *Fake) Events(_ context.Context, since uint64) ([]api.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -286,7 +287,7 @@ func (f *Fake) Events(_ context.Context, since uint64) ([]api.Event, error) {
 	return out, nil
 }
 
-// Subscribe implements api.Controller.
+// Subscribe implements server.Controller.
 func (f *Fake) Subscribe(ctx context.Context) (<-chan api.Event, func()) {
 	ch := make(chan api.Event, 64)
 	f.mu.Lock()
@@ -305,4 +306,4 @@ func (f *Fake) Subscribe(ctx context.Context) (<-chan api.Event, func()) {
 	return ch, func() { stop(); cancel() }
 }
 
-var _ api.Controller = (*Fake)(nil)
+var _ server.Controller = (*Fake)(nil)

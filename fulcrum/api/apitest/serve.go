@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -15,10 +16,10 @@ import (
 
 // Serve runs an API server for ctl on a socket in a new temporary directory until the
 // test ends, and returns the socket's path. cfg.SocketPath is set here.
-func Serve(t testing.TB, cfg api.Config, ctl api.Controller) string {
+func Serve(t testing.TB, cfg server.Config, ctl server.Controller) string {
 	t.Helper()
 	cfg.SocketPath = filepath.Join(t.TempDir(), api.SocketName)
-	srv := api.NewServer(cfg, ctl)
+	srv := server.New(cfg, ctl)
 	if err := srv.Listen(); err != nil {
 		t.Fatalf("listen: %v", err)
 	}

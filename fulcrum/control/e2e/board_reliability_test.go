@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	apiclient "github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -73,7 +75,7 @@ func TestBoardFaultsThroughDaemon(t *testing.T) {
 			Sched: sched.Config{LatencyBudget: time.Second, DefaultTrain: 100 * time.Millisecond, DefaultInfer: 20 * time.Millisecond}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
 		Control: cfg, Budgets: plan.Budgets{LatencyMS: 1000, PowerMW: powerW * 1000, RateRPS: 20},
-		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func TestBoardFaultsThroughDaemon(t *testing.T) {
 			t.Logf("fulcrumd log:\n%s", logs)
 		}
 	}()
-	cl := api.NewClient(filepath.Join(dir, "run", api.SocketName))
+	cl := apiclient.New(filepath.Join(dir, "run", api.SocketName))
 	defer cl.Close()
 	// A training and an inference worker registered (they never ask for a turn): the
 	// controller plans for a pair, so it has a lowest-power configuration to fall to.

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
@@ -172,7 +174,7 @@ func trace(r float64, end time.Duration, seed uint64) []time.Duration {
 
 // waitEvent polls the control API's event log for the first event of kind after seq
 // that satisfies ok, until deadline.
-func waitEvent(ctx context.Context, t *testing.T, c *api.Client, since uint64, kind string, deadline time.Time, ok func(api.Event) bool) (api.Event, bool) {
+func waitEvent(ctx context.Context, t *testing.T, c *client.Client, since uint64, kind string, deadline time.Time, ok func(api.Event) bool) (api.Event, bool) {
 	t.Helper()
 	for time.Now().Before(deadline) {
 		r, err := c.Events(ctx, since)
@@ -189,7 +191,7 @@ func waitEvent(ctx context.Context, t *testing.T, c *api.Client, since uint64, k
 	return api.Event{}, false
 }
 
-func lastSeq(ctx context.Context, t *testing.T, c *api.Client) uint64 {
+func lastSeq(ctx context.Context, t *testing.T, c *client.Client) uint64 {
 	r, err := c.Events(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +245,7 @@ func TestControllerEndToEnd(t *testing.T) {
 				Window: window, RecentWindow: 3 * time.Second}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
 		Control: ctlCfg, Budgets: plan.Budgets{LatencyMS: 1000, PowerMW: 60000},
-		API:           api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+		API:           server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 		MetricsListen: "127.0.0.1:0",
 	})
 	if err != nil {
@@ -273,7 +275,7 @@ func TestControllerEndToEnd(t *testing.T) {
 		}
 	}()
 
-	cl := api.NewClient(filepath.Join(dir, "run", api.SocketName))
+	cl := client.New(filepath.Join(dir, "run", api.SocketName))
 	defer cl.Close()
 	setCmd := exec.Command(ctl, "budget", "set", "--socket", filepath.Join(dir, "run", api.SocketName),
 		"--latency", fmt.Sprintf("%gms", latencyMS), "--power", fmt.Sprintf("%gW", powerW), "--rate", "auto")

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
@@ -82,7 +84,7 @@ func TestTwoStreamsEndToEnd(t *testing.T) {
 				Window: 12 * time.Second, RecentWindow: 3 * time.Second}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
 		Control: ctlCfg, Budgets: plan.Budgets{LatencyMS: latencyMS, PowerMW: powerW * 1000},
-		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +113,7 @@ func TestTwoStreamsEndToEnd(t *testing.T) {
 	if out, err := exec.Command(ctl, "budget", "set", "--socket", sock, "--workload", streamWL, "--latency", fmt.Sprintf("%gms", streamLat)).CombinedOutput(); err != nil {
 		t.Fatalf("fulcrumctl budget set --workload: %v\n%s", err, out)
 	}
-	cl := api.NewClient(sock)
+	cl := client.New(sock)
 	defer cl.Close()
 
 	wctx, stopWorkers := context.WithCancel(ctx)

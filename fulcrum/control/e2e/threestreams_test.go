@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon/simworker"
@@ -86,7 +88,7 @@ func threeStreams(t *testing.T, seeded bool) {
 		Server:   daemon.Config{RuntimeDir: filepath.Join(dir, "run"), Sched: sc},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
 		Control: ctlCfg, Budgets: plan.Budgets{LatencyMS: latencyMS, PowerMW: 30000},
-		API: api.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
+		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ func threeStreams(t *testing.T, seeded bool) {
 			t.Logf("fulcrumd log:\n%s", logs)
 		}
 	}()
-	cl := api.NewClient(filepath.Join(dir, "run", api.SocketName))
+	cl := client.New(filepath.Join(dir, "run", api.SocketName))
 	defer cl.Close()
 	pl := &powerLog{}
 	plCtx, stopPL := context.WithCancel(ctx)

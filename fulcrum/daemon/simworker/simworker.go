@@ -201,7 +201,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, err
 		}
 		run, tail := w.o.Run, o.Tail
-		tail.Sigma = 0 // the body is the simulator's own noise
 		// Its own generator: w.rng is drawn from by the runner (and the serving loop).
 		trng := rand.New(rand.NewPCG(o.Seed, 0x7a11))
 		w.o.Run = func(ctx context.Context, batch int) (time.Duration, error) {
@@ -209,11 +208,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			if err != nil {
 				return d, err
 			}
-			r := tail.Ratio(trng)
-			if r <= 1 {
+			// The body is the simulator's own noise: Stretch adds the tail only.
+			extra := tail.Stretch(d, trng) - d
+			if extra <= 0 {
 				return d, nil
 			}
-			extra := time.Duration(float64(d) * (r - 1))
 			select {
 			case <-time.After(extra):
 			case <-ctx.Done():
@@ -225,7 +224,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var err error
 	if o.Socket != "" {
 		reg := client.Registration{Role: o.Role, Workload: o.Name, Batch: o.Batch}
-		if o.Role == proto.RoleTrain {
+		if o.Role == proto.RoleTrain && len(o.MicroBatches) > 0 {
 			reg.MicroBatches = slices.Clone(o.MicroBatches)
 		}
 		if o.Role == proto.RoleInfer {
@@ -311,20 +310,23 @@ func (w *worker) train(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// A micro-batch grant (issue 32) runs micro_batch samples: one of k turns of the
+		// minibatch (gradient accumulation); anything else runs the grant's batch.
+		micro := g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch
 		n := g.Batch
-		if g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch {
-			n = g.MicroBatch // one of k turns of the minibatch (gradient accumulation)
+		if micro {
+			n = g.MicroBatch
 		}
 		d, err := w.run(ctx, n)
 		if err != nil {
 			return err
 		}
-		samples := n
-		switch {
-		case g.Kind == proto.KindProfile:
+		samples := g.Batch
+		if g.Kind == proto.KindProfile {
 			w.rep.ProfileBatches++
 			samples = 0
-		case n < g.Batch:
+		} else if micro {
+			samples = n
 			w.rep.MicroTurns++
 			w.rep.Samples += n
 			acc += n
@@ -332,9 +334,9 @@ func (w *worker) train(ctx context.Context) error {
 				acc = 0
 				w.rep.Batches++
 			}
-		default:
+		} else {
 			w.rep.Batches++
-			w.rep.Samples += n
+			w.rep.Samples += g.Batch
 		}
 		if err := w.c.Release(g.Grant, d, samples, nil); err != nil {
 			return err

@@ -1,10 +1,11 @@
-package api
+package server
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"log/slog"
 	"net"
 	"net/http"
@@ -103,7 +104,7 @@ func newConnCounts(lim Limits) *connCounts {
 
 // admit counts a new connection from c, or says why it is refused. privileged callers
 // may use the reserved connections.
-func (n *connCounts) admit(c Caller, known, privileged bool) error {
+func (n *connCounts) admit(c api.Caller, known, privileged bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	limit := n.lim.MaxConns
@@ -128,7 +129,7 @@ func (n *connCounts) admit(c Caller, known, privileged bool) error {
 	return nil
 }
 
-func (n *connCounts) release(c Caller, known bool) {
+func (n *connCounts) release(c api.Caller, known bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.conns--
@@ -142,7 +143,7 @@ func (n *connCounts) release(c Caller, known bool) {
 }
 
 // startFollow counts a new event stream of c, or says why not; done releases it.
-func (n *connCounts) startFollow(c Caller) (done func(), err error) {
+func (n *connCounts) startFollow(c api.Caller) (done func(), err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	switch {
@@ -237,7 +238,7 @@ func (l *limitListener) refuse(c *net.UnixConn, why error) {
 				break
 			}
 		}
-		b := encodeErrorBody(Errorf(http.StatusServiceUnavailable, CodeBusy, "", "%v", why))
+		b := encodeErrorBody(api.Errorf(http.StatusServiceUnavailable, api.CodeBusy, "", "%v", why))
 		_, _ = fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 	}()
 }
@@ -248,7 +249,7 @@ const maxRefusing = 32
 // peerConn is an accepted connection with the credentials taken at accept.
 type peerConn struct {
 	*net.UnixConn
-	caller Caller
+	caller api.Caller
 	known  bool
 	counts *connCounts
 	once   sync.Once
@@ -273,12 +274,12 @@ func withPeer(ctx context.Context, c net.Conn) context.Context {
 }
 
 // callerFrom returns the peer of the request's connection.
-func callerFrom(ctx context.Context) (Caller, bool) {
-	c, ok := ctx.Value(callerKey{}).(Caller)
+func callerFrom(ctx context.Context) (api.Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(api.Caller)
 	return c, ok
 }
 
-func encodeErrorBody(e *Error) []byte {
-	b, _ := json.Marshal(errorBody{Error: e})
+func encodeErrorBody(e *api.Error) []byte {
+	b, _ := json.Marshal(api.ErrorBody{Error: e})
 	return b
 }

@@ -1,4 +1,4 @@
-package api_test
+package server_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 )
 
 const helperEnv = "FULCRUM_API_TEST_SOCKET"
@@ -26,7 +28,7 @@ func TestHelperCaller(t *testing.T) {
 	if sock == "" {
 		return
 	}
-	c := api.NewClient(sock)
+	c := client.New(sock)
 	v := 42.0
 	_, err := c.SetBudgets(context.Background(), api.BudgetsUpdate{LatencyMS: &v})
 	var ae *api.Error
@@ -94,7 +96,7 @@ func TestSecondUID(t *testing.T) {
 	} {
 		fake := apitest.NewOrin(t, 0)
 		sock := filepath.Join(dir, fmt.Sprintf("control-%o.sock", tc.mode))
-		srv := api.NewServer(api.Config{SocketPath: sock, SocketMode: tc.mode}, fake)
+		srv := server.New(server.Config{SocketPath: sock, SocketMode: tc.mode}, fake)
 		if err := srv.Listen(); err != nil {
 			t.Fatal(err)
 		}

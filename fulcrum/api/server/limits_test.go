@@ -1,4 +1,4 @@
-package api_test
+package server_test
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 )
 
 const (
@@ -137,10 +138,10 @@ func needRoot(t *testing.T) {
 }
 
 // serveAt serves fake on sock with cfg until the test ends.
-func serveAt(t *testing.T, sock string, cfg api.Config, fake api.Controller) {
+func serveAt(t *testing.T, sock string, cfg server.Config, fake server.Controller) {
 	t.Helper()
 	cfg.SocketPath = sock
-	srv := api.NewServer(cfg, fake)
+	srv := server.New(cfg, fake)
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestConnectionLimits(t *testing.T) {
 	bin, dir := peerBinary(t)
 	t.Run("per process", func(t *testing.T) {
 		sock := filepath.Join(dir, "pid.sock")
-		serveAt(t, sock, api.Config{Limits: api.Limits{MaxConnsPerPID: 3, MaxConns: 20}}, apitest.NewOrin(t, 0))
+		serveAt(t, sock, server.Config{Limits: server.Limits{MaxConnsPerPID: 3, MaxConns: 20}}, apitest.NewOrin(t, 0))
 		var held []net.Conn
 		for i := range 3 {
 			c, code, body := dialStatus(t, sock)
@@ -205,7 +206,7 @@ func TestConnectionLimits(t *testing.T) {
 	})
 	t.Run("reserve", func(t *testing.T) {
 		sock := filepath.Join(dir, "total.sock")
-		serveAt(t, sock, api.Config{SocketMode: 0o666, Limits: api.Limits{MaxConns: 4, ReservedConns: 1, MaxConnsPerPID: 10, MaxConnsPerUID: 10}}, apitest.NewOrin(t, 0))
+		serveAt(t, sock, server.Config{SocketMode: 0o666, Limits: server.Limits{MaxConns: 4, ReservedConns: 1, MaxConnsPerPID: 10, MaxConnsPerUID: 10}}, apitest.NewOrin(t, 0))
 		for i := range 3 {
 			if _, code, body := dialStatus(t, sock); code != http.StatusOK {
 				t.Fatalf("connection %d: %d %s", i+1, code, body)
@@ -225,7 +226,7 @@ func TestConnectionLimits(t *testing.T) {
 // that says to close one or poll; polling still works; a closed stream frees its place.
 func TestFollowStreamLimit(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	sock := apitest.Serve(t, api.Config{Limits: api.Limits{MaxFollowStreams: 2, MaxFollowPerUID: 2}}, fake)
+	sock := apitest.Serve(t, server.Config{Limits: server.Limits{MaxFollowStreams: 2, MaxFollowPerUID: 2}}, fake)
 	follow := func() (*http.Response, func()) {
 		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
@@ -277,8 +278,8 @@ func TestFollowStreamLimit(t *testing.T) {
 // the body timeout; a normal client is served meanwhile.
 func TestSlowClientsAreClosed(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	lim := api.Limits{ReadHeaderTimeout: 200 * time.Millisecond, BodyTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}
-	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil }), Limits: lim}, fake)
+	lim := server.Limits{ReadHeaderTimeout: 200 * time.Millisecond, BodyTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}
+	sock := apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil }), Limits: lim}, fake)
 	// closed reads from c until the server closes it (or 30 s pass: then it is open).
 	closed := func(c net.Conn) (string, bool) {
 		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -371,8 +372,8 @@ func TestCredentialsTakenAtAccept(t *testing.T) {
 			procRoot := t.TempDir()
 			fake := apitest.NewOrin(t, 0)
 			sock := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".sock")
-			serveAt(t, sock, api.Config{SocketMode: 0o666, ProcRoot: procRoot,
-				Policy: api.GroupPolicy{GID: fulcrumGID, GroupName: "fulcrum"}}, fake)
+			serveAt(t, sock, server.Config{SocketMode: 0o666, ProcRoot: procRoot,
+				Policy: server.GroupPolicy{GID: fulcrumGID, GroupName: "fulcrum"}}, fake)
 			cmd := peerCmd(bin, sock, "hold", &syscall.Credential{Uid: 65534, Gid: 65534, Groups: tc.groups})
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
@@ -434,7 +435,7 @@ func TestCredentialsTakenAtAccept(t *testing.T) {
 // echoes the input (a 20 MB workload name once came back whole); nothing is stored.
 func TestImportErrorDoesNotEchoInput(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake)
+	sock := apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, fake)
 	name := strings.Repeat("x", 8<<20)
 	for _, body := range []string{
 		`{"schema_version": 1, "profiles": [{"board": "agx-orin-64gb", "workload": "` + name + `"}]}`,

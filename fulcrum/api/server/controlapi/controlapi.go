@@ -1,4 +1,9 @@
-package control
+// Package controlapi serves fulcrumd's controller (fulcrum/control) on the control API:
+// API implements server.Controller by reading the controller and converting its state
+// into the wire types of fulcrum/api. It lives on the server's side so that the
+// dependency points from the API to the controller, never back (fulcrum/api's
+// deps_test.go holds the controller free of the API).
+package controlapi
 
 import (
 	"context"
@@ -13,15 +18,17 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
-// API adapts a Controller to the control API's api.Controller.
+// API adapts a Controller to the control API's server.Controller.
 type API struct {
-	C *Controller
+	C *control.Controller
 	// Version is fulcrumd's build version; BoardSpec how the board was configured
 	// ("auto", "sim:NAME", "none").
 	Version   string
@@ -31,7 +38,7 @@ type API struct {
 	faults faults // optional parts that failed (health.go)
 }
 
-var _ api.Controller = (*API)(nil)
+var _ server.Controller = (*API)(nil)
 
 // toAPIBudgets is the budgets in force in the API's wire form; where the rate is auto,
 // the measured rate is reported of the one stream planned for, none with several (each
@@ -42,12 +49,12 @@ func (a *API) toAPIBudgets(b plan.Budgets) api.Budgets {
 
 // budgetsOf is toAPIBudgets with the streams of one status, so that the rate the budgets
 // report is the one the streams and workloads of the same status show.
-func (a *API) budgetsOf(b plan.Budgets, streams []StreamStatus) api.Budgets {
+func (a *API) budgetsOf(b plan.Budgets, streams []control.StreamStatus) api.Budgets {
 	measured := 0.0
 	if b.RateRPS == 0 && len(streams) == 1 {
 		measured = streams[0].MeasuredRateRPS
 	}
-	out := api.BudgetsFrom(b, measured)
+	out := server.BudgetsFrom(b, measured)
 	ts := a.C.StreamTargets()
 	for _, w := range slices.Sorted(maps.Keys(ts)) {
 		out.Streams = append(out.Streams, api.StreamBudgets{Workload: w, LatencyMS: ts[w].LatencyMS, RateRPS: ts[w].RateRPS, TrainWeight: ts[w].TrainWeight})
@@ -55,38 +62,38 @@ func (a *API) budgetsOf(b plan.Budgets, streams []StreamStatus) api.Budgets {
 	return out
 }
 
-// Status implements api.Controller.
+// Status implements server.Controller.
 func (a *API) Status(ctx context.Context) (api.Status, error) {
 	c := a.C
 	st := c.Status()
-	snap := c.sched.Snapshot()
+	snap := c.Snapshot()
 	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.budgetsOf(st.Budgets, st.Streams), ModeHeld: c.Held(),
-		Workers: api.WorkersFrom(snap.Workers), Workloads: api.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
+		Workers: server.WorkersFrom(snap.Workers), Workloads: server.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
 		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
-		UptimeS: c.clock.Now().Sub(a.Started).Seconds()}
+		UptimeS: c.Now().Sub(a.Started).Seconds()}
 	if s.Board == "" {
 		s.Board = "none"
 	}
 	s.Notices = st.Notices
-	if n, err := c.store.Count(); err == nil {
+	if n, err := c.Store().Count(); err == nil {
 		s.Profiles = n
 	}
-	if err := c.store.Damaged(); err != nil {
+	if err := c.Store().Damaged(); err != nil {
 		s.Notices = append(s.Notices, fmt.Sprintf("%v (found while running); profiles cannot be read or stored: restart fulcrumd, which moves the file aside and starts on a fresh store", err))
 	}
 	s.Nvpmodel, s.StoodDown = a.nvpmodelMode(), c.StoodDown()
-	if c.board != nil {
-		if m, err := c.board.Current(ctx); err == nil {
+	if c.Board() != nil {
+		if m, err := c.Board().Current(ctx); err == nil {
 			s.Mode = m
 		} else {
 			s.ModeError = modeReadError(err)
 			s.Degraded = true
 			s.DegradedReason = strings.TrimPrefix(s.DegradedReason+"; "+s.ModeError, "; ")
 		}
-		if r, err := c.board.Power(ctx); err == nil {
+		if r, err := c.Board().Power(ctx); err == nil {
 			// The average now, with or without workers (the controller's own figure is
 			// updated only while it plans for a pair).
-			avg, n := c.power.Average(c.clock.Now(), c.cfg.PowerWindow)
+			avg, n := c.PowerAverage()
 			p := &api.Power{TotalMW: r.TotalMW, Avg1sMW: avg, Avg1sSamples: n, At: r.At}
 			for _, x := range r.Rails {
 				p.Rails = append(p.Rails, api.Rail{Name: x.Name, PowerMW: x.PowerMW})
@@ -94,7 +101,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 			s.Power = p
 		}
 	}
-	s.Heat = st.Heat
+	s.Heat = toAPIHeat(st.Heat)
 	// One measured rate per stream on one status (issue 34): the controller's meter, the
 	// rate it plans with, also in the workloads' rows (the scheduler's mean over its
 	// window is another figure, and differs from it while the rate changes).
@@ -102,7 +109,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 		if wl.Role != string(proto.RoleInfer) {
 			continue
 		}
-		if j := slices.IndexFunc(st.Streams, func(x StreamStatus) bool { return x.Workload == wl.Workload }); j >= 0 {
+		if j := slices.IndexFunc(st.Streams, func(x control.StreamStatus) bool { return x.Workload == wl.Workload }); j >= 0 {
 			s.Workloads[i].ArrivalRateHz = st.Streams[j].MeasuredRateRPS
 		}
 	}
@@ -129,7 +136,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 // names, with the figures it was judged on (predicted with training running) beside what
 // the board does now, so that "power budget" at 9.7 W measured against 30 W is not left
 // unexplained (issue 34), and what to do.
-func infeasibleWhy(p *api.Plan, st Status, power *api.Power, paused bool) string {
+func infeasibleWhy(p *api.Plan, st control.Status, power *api.Power, paused bool) string {
 	b := st.Budgets.WithDefaults()
 	fig := ""
 	switch p.Binding {
@@ -179,10 +186,10 @@ func (a *API) plan() *api.Plan {
 		PredLatencyMS: ch.Predicted.LatencyMS, PredPowerMW: ch.Predicted.PowerMW,
 		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles",
 		ApplyError: st.ApplyError}
-	evs := a.C.events.List(0)
+	evs := a.C.Events().List(0)
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
-		if e.Kind == KindApply && e.Caller == nil && (e.Err == "" || st.Wanted != nil) {
+		if e.Kind == control.KindApply && e.Caller == nil && (e.Err == "" || st.Wanted != nil) {
 			continue
 		}
 		if e.Mode != nil && *e.Mode == ch.Mode {
@@ -190,7 +197,7 @@ func (a *API) plan() *api.Plan {
 			switch {
 			case a.C.Held():
 				p.Source = "operator"
-			case st.LastSearch != nil && e.Kind == KindPlan:
+			case st.LastSearch != nil && e.Kind == control.KindPlan:
 				p.Source = "search"
 			}
 			break
@@ -208,13 +215,13 @@ func (a *API) plan() *api.Plan {
 	return p
 }
 
-func (a *API) binding(ch *Choice) (string, bool) {
+func (a *API) binding(ch *control.Choice) (string, bool) {
 	b := a.C.Budgets().WithDefaults()
 	// First the budgets themselves; then latency with the room the scheduler's admission
 	// test needs (see admissionBudgets), which the decision keeps.
 	for _, lim := range []struct{ latencyMS, powerMW, rho float64 }{
 		{b.LatencyMS, b.PowerMW, b.RhoMax},
-		{a.C.admissionBudgets(plan.Budgets{LatencyMS: b.LatencyMS}).LatencyMS, b.PowerMW, b.RhoMax},
+		{a.C.AdmissionLatencyMS(b.LatencyMS), b.PowerMW, b.RhoMax},
 	} {
 		switch {
 		case ch.Predicted.LatencyMS > lim.latencyMS:
@@ -228,37 +235,37 @@ func (a *API) binding(ch *Choice) (string, bool) {
 	return "", false
 }
 
-// Budgets implements api.Controller.
+// Budgets implements server.Controller.
 func (a *API) Budgets(context.Context) (api.Budgets, error) {
 	return a.toAPIBudgets(a.C.Budgets()), nil
 }
 
-// SetBudgets implements api.Controller.
+// SetBudgets implements server.Controller.
 func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) (api.Budgets, error) {
 	// Apply against the budgets held now; a concurrent update between reading and
 	// setting is resolved last-writer-wins, like two PUTs in a row.
 	cur := a.toAPIBudgets(a.C.Budgets())
-	nb, err := u.Apply(cur)
+	nb, err := server.ApplyUpdate(u, cur)
 	if err != nil {
 		return cur, err
 	}
 	if u.Workload != "" {
 		sb := nb.StreamOf(u.Workload)
-		if err := a.C.SetStreamTarget(u.Workload, StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS, TrainWeight: sb.TrainWeight}, &by); err != nil {
+		if err := a.C.SetStreamTarget(u.Workload, control.StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS, TrainWeight: sb.TrainWeight}, fromAPICaller(by)); err != nil {
 			return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "workload", "%v", err)
 		}
-		a.C.persistSettings()
+		a.C.SaveSettings()
 		return a.toAPIBudgets(a.C.Budgets()), nil
 	}
-	if err := a.C.SetBudgetsBy(nb.Plan(), &by); err != nil {
+	if err := a.C.SetBudgetsBy(server.PlanBudgets(nb), fromAPICaller(by)); err != nil {
 		return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "", "%v", err)
 	}
 	return a.toAPIBudgets(a.C.Budgets()), nil
 }
 
-// Workers implements api.Controller.
+// Workers implements server.Controller.
 func (a *API) Workers(context.Context) ([]api.Worker, error) {
-	return api.WorkersFrom(a.C.sched.Snapshot().Workers), nil
+	return server.WorkersFrom(a.C.Snapshot().Workers), nil
 }
 
 // modeReadError words a failed read of the board's mode for an operator.
@@ -266,19 +273,19 @@ func modeReadError(err error) string {
 	return fmt.Sprintf("the board's mode could not be read: %v; check that the board's mode files (CPU online and cpufreq, the GPU's devfreq, the EMC clock in debugfs) exist and are readable by fulcrumd (fulcrumctl board info reads them too)", err)
 }
 
-// Mode implements api.Controller.
+// Mode implements server.Controller.
 func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 	c := a.C
-	if c.board == nil {
-		return api.ModeInfo{Board: "none"}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
+	if c.Board() == nil {
+		return api.ModeInfo{Board: "none"}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", control.ErrNoBoard)
 	}
-	cur, err := c.board.Current(ctx)
+	cur, err := c.Board().Current(ctx)
 	if err != nil {
 		// The board's files, not the daemon, are at fault: 503 with what to check.
-		return api.ModeInfo{Board: c.board.Info().Name}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%s", modeReadError(err))
+		return api.ModeInfo{Board: c.Board().Info().Name}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%s", modeReadError(err))
 	}
-	mi := api.ModeInfo{Board: c.board.Info().Name, Current: cur, Held: c.Held()}
-	if n, ok := c.board.(interface{ Nvpmodel() string }); ok {
+	mi := api.ModeInfo{Board: c.Board().Info().Name, Current: cur, Held: c.Held()}
+	if n, ok := c.Board().(interface{ Nvpmodel() string }); ok {
 		mi.Nvpmodel = n.Nvpmodel()
 	}
 	if n := a.nvpmodelMode(); n != nil && n.Name != "" {
@@ -288,20 +295,20 @@ func (a *API) Mode(ctx context.Context) (api.ModeInfo, error) {
 		m := st.Current.Mode
 		mi.Planned = &m
 	}
-	if sp := c.board.Space(); sp != nil {
+	if sp := c.Board().Space(); sp != nil {
 		l := sp.Levels()
 		mi.Levels = api.Levels{Cores: l.Cores, CPUKHz: l.CPUKHz, GPUHz: l.GPUHz, EMCHz: l.EMCHz}
 	}
 	return mi, nil
 }
 
-// ApplyMode implements api.Controller.
+// ApplyMode implements server.Controller.
 func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (api.ModeInfo, error) {
 	c := a.C
-	if c.board == nil {
-		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
+	if c.Board() == nil {
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", control.ErrNoBoard)
 	}
-	if sp := c.board.Space(); sp != nil {
+	if sp := c.Board().Space(); sp != nil {
 		if err := sp.Check(m); err != nil { // names the knob and its nearest levels, as board apply does
 			return api.ModeInfo{}, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "mode", "%v (fulcrumctl mode lists the board's levels)", err)
 		}
@@ -311,15 +318,15 @@ func (a *API) ApplyMode(ctx context.Context, m powermode.Mode, by api.Caller) (a
 		// daemon cannot do it now, which is not a bug of the daemon's (500).
 		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v; fix the cause the board names (fulcrumctl board info shows what it runs) and apply again", err)
 	}
-	c.events.Add(Event{Kind: KindApply, Reason: "operator applied mode " + m.Human(), Mode: &m, Caller: &by})
-	c.persistSettings() // the held mode, kept across a restart
+	c.Events().Add(control.Event{Kind: control.KindApply, Reason: "operator applied mode " + m.Human(), Mode: &m, Caller: fromAPICaller(by)})
+	c.SaveSettings() // the held mode, kept across a restart
 	return a.Mode(ctx)
 }
 
 // nvpmodelMode is the board's running nvpmodel mode (daemon.Board reads its status file
 // again), nil where it has none.
 func (a *API) nvpmodelMode() *api.NvpmodelMode {
-	n, ok := a.C.board.(interface{ NvpmodelMode() (int, string, bool) })
+	n, ok := a.C.Board().(interface{ NvpmodelMode() (int, string, bool) })
 	if !ok {
 		return nil
 	}
@@ -330,9 +337,9 @@ func (a *API) nvpmodelMode() *api.NvpmodelMode {
 	return &api.NvpmodelMode{ID: id, Name: name}
 }
 
-// ResolvePreset implements api.PresetResolver: a live nvpmodel preset's mode.
+// ResolvePreset implements server.PresetResolver: a live nvpmodel preset's mode.
 func (a *API) ResolvePreset(_ context.Context, nameOrID string) (powermode.Mode, error) {
-	pb, ok := a.C.board.(interface {
+	pb, ok := a.C.Board().(interface {
 		Preset(nameOrID string) (powermode.Mode, string, error)
 	})
 	if !ok {
@@ -345,13 +352,13 @@ func (a *API) ResolvePreset(_ context.Context, nameOrID string) (powermode.Mode,
 	return m, nil
 }
 
-// Resume implements api.Resumer.
+// Resume implements server.Resumer.
 func (a *API) Resume(ctx context.Context, by api.Caller) (api.ModeInfo, error) {
-	if a.C.board == nil {
-		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", ErrNoBoard)
+	if a.C.Board() == nil {
+		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", control.ErrNoBoard)
 	}
-	if _, err := a.C.Resume(ctx, &by); err != nil {
-		if errors.Is(err, ErrNotStoodDown) {
+	if _, err := a.C.Resume(ctx, fromAPICaller(by)); err != nil {
+		if errors.Is(err, control.ErrNotStoodDown) {
 			return api.ModeInfo{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
 		}
 		return api.ModeInfo{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
@@ -359,41 +366,41 @@ func (a *API) Resume(ctx context.Context, by api.Caller) (api.ModeInfo, error) {
 	return a.Mode(ctx)
 }
 
-// Profiles implements api.Controller.
+// Profiles implements server.Controller.
 func (a *API) Profiles(_ context.Context, f store.Filter) ([]store.Profile, error) {
-	return a.C.store.List(f)
+	return a.C.Store().List(f)
 }
 
-// ExportProfiles implements api.Controller.
+// ExportProfiles implements server.Controller.
 func (a *API) ExportProfiles(_ context.Context, w io.Writer, format store.Format, f store.Filter) error {
-	return a.C.store.Export(w, format, f)
+	return a.C.Store().Export(w, format, f)
 }
 
-// ImportProfiles implements api.Controller.
+// ImportProfiles implements server.Controller.
 func (a *API) ImportProfiles(_ context.Context, r io.Reader, opts store.ImportOptions, by api.Caller) (store.ImportResult, error) {
 	// A profile of fulcrumd's own board must be at one of the board's modes.
-	if b := a.C.board; b != nil {
+	if b := a.C.Board(); b != nil {
 		opts.Spaces = map[string]*powermode.Space{b.Info().Name: b.Space()}
 	}
-	res, err := a.C.store.Import(r, opts)
+	res, err := a.C.Store().Import(r, opts)
 	if err != nil {
 		return res, err
 	}
-	a.C.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("profiles imported: %d added, %d unchanged, %d replaced", res.Added, res.Unchanged, res.Replaced), Caller: &by})
+	a.C.Events().Add(control.Event{Kind: control.KindProfile, Reason: fmt.Sprintf("profiles imported: %d added, %d unchanged, %d replaced", res.Added, res.Unchanged, res.Replaced), Caller: fromAPICaller(by)})
 	return res, nil
 }
 
-// Optimize implements api.Controller.
+// Optimize implements server.Controller.
 func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Caller) (api.OptimizeResult, error) {
 	if req.Method != api.OptimizeGMD && req.Method != api.OptimizeALS {
 		return api.OptimizeResult{}, api.Errorf(http.StatusBadRequest, api.CodeBadMethod, "method", "method %q: want gmd or als", req.Method)
 	}
-	a.C.events.Add(Event{Kind: KindProfile, Reason: "optimize requested: " + req.Method, Caller: &by})
+	a.C.Events().Add(control.Event{Kind: control.KindProfile, Reason: "optimize requested: " + req.Method, Caller: fromAPICaller(by)})
 	out, err := a.C.Optimize(ctx, req.Method, req.MaxProfiles)
 	switch {
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, control.ErrBusy):
 		return api.OptimizeResult{}, api.Errorf(http.StatusConflict, api.CodeNotStoodDown, "", "%v", err)
-	case errors.Is(err, ErrNoBoard), errors.Is(err, ErrNoPair), errors.Is(err, ErrNoProfiles):
+	case errors.Is(err, control.ErrNoBoard), errors.Is(err, control.ErrNoPair), errors.Is(err, control.ErrNoProfiles):
 		return api.OptimizeResult{}, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "%v", err)
 	case err != nil:
 		return api.OptimizeResult{}, err
@@ -408,14 +415,14 @@ func (a *API) Optimize(ctx context.Context, req api.OptimizeRequest, by api.Call
 }
 
 // toAPIEvent converts an event: Kind as is, Message its reason, Data the rest.
-func toAPIEvent(e Event) api.Event {
-	out := api.Event{Seq: e.Seq, Time: e.Time, Kind: string(e.Kind), Message: e.Reason, Caller: e.Caller}
+func toAPIEvent(e control.Event) api.Event {
+	out := api.Event{Seq: e.Seq, Time: e.Time, Kind: string(e.Kind), Message: e.Reason, Caller: toAPICaller(e.Caller)}
 	data := struct {
-		Mode      *powermode.Mode `json:"mode,omitempty"`
-		Batch     int             `json:"batch,omitempty"`
-		Predicted *Prediction     `json:"predicted,omitempty"`
-		Measured  *Measured       `json:"measured,omitempty"`
-		Err       string          `json:"error,omitempty"`
+		Mode      *powermode.Mode     `json:"mode,omitempty"`
+		Batch     int                 `json:"batch,omitempty"`
+		Predicted *control.Prediction `json:"predicted,omitempty"`
+		Measured  *control.Measured   `json:"measured,omitempty"`
+		Err       string              `json:"error,omitempty"`
 	}{e.Mode, e.Batch, e.Predicted, e.Measured, e.Err}
 	if raw, err := json.Marshal(data); err == nil && string(raw) != "{}" {
 		out.Data = raw
@@ -423,9 +430,9 @@ func toAPIEvent(e Event) api.Event {
 	return out
 }
 
-// Events implements api.Controller.
+// Events implements server.Controller.
 func (a *API) Events(_ context.Context, since uint64) ([]api.Event, error) {
-	evs := a.C.events.List(since)
+	evs := a.C.Events().List(since)
 	out := make([]api.Event, len(evs))
 	for i, e := range evs {
 		out[i] = toAPIEvent(e)
@@ -433,9 +440,9 @@ func (a *API) Events(_ context.Context, since uint64) ([]api.Event, error) {
 	return out, nil
 }
 
-// Subscribe implements api.Controller.
+// Subscribe implements server.Controller.
 func (a *API) Subscribe(ctx context.Context) (<-chan api.Event, func()) {
-	in, cancelIn := a.C.events.Subscribe(256)
+	in, cancelIn := a.C.Events().Subscribe(256)
 	out := make(chan api.Event, 256)
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
@@ -457,4 +464,30 @@ func (a *API) Subscribe(ctx context.Context) (<-chan api.Event, func()) {
 		}
 	}()
 	return out, cancel
+}
+
+// fromAPICaller is the API's caller as the controller records it.
+func fromAPICaller(c api.Caller) *control.Caller {
+	return &control.Caller{UID: c.UID, GID: c.GID, PID: c.PID, Comm: c.Comm, Groups: c.Groups}
+}
+
+// toAPICaller is the controller's caller in the API's wire form (nil stays nil).
+func toAPICaller(c *control.Caller) *api.Caller {
+	if c == nil {
+		return nil
+	}
+	return &api.Caller{UID: c.UID, GID: c.GID, PID: c.PID, Comm: c.Comm, Groups: c.Groups}
+}
+
+// toAPIHeat is the controller's heat in the API's wire form (nil stays nil).
+func toAPIHeat(h *control.Heat) *api.Heat {
+	if h == nil {
+		return nil
+	}
+	out := &api.Heat{At: h.At, GPULoad: h.GPULoad, GPUHz: h.GPUHz, GPUFloorHz: h.GPUFloorHz, CPUKHz: h.CPUKHz, CPUFloorKHz: h.CPUFloorKHz,
+		Throttled: h.Throttled, ThrottleReason: h.ThrottleReason, ThrottledSince: h.ThrottledSince, CapGPUHz: h.CapGPUHz, CapCPUKHz: h.CapCPUKHz}
+	for _, z := range h.Zones {
+		out.Zones = append(out.Zones, api.ThermalZone{Zone: z.Zone, Celsius: z.Celsius, TripC: z.TripC, Error: z.Error})
+	}
+	return out
 }

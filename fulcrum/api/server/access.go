@@ -1,9 +1,10 @@
-package api
+package server
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"net"
 	"os"
 	"os/user"
@@ -19,14 +20,14 @@ import (
 // whoever can open the socket; the socket's mode and group decide that.
 type Policy interface {
 	// Allow returns nil, or an error saying why not and what to do.
-	Allow(c Caller) error
+	Allow(c api.Caller) error
 }
 
 // PolicyFunc adapts a function to Policy.
-type PolicyFunc func(Caller) error
+type PolicyFunc func(api.Caller) error
 
 // Allow calls f.
-func (f PolicyFunc) Allow(c Caller) error { return f(c) }
+func (f PolicyFunc) Allow(c api.Caller) error { return f(c) }
 
 // GroupPolicy is the default policy: root, members of the group with GID (primary or
 // supplementary), and the configured extra uids and gids may change things.
@@ -38,7 +39,7 @@ type GroupPolicy struct {
 }
 
 // Allow implements Policy.
-func (p GroupPolicy) Allow(c Caller) error {
+func (p GroupPolicy) Allow(c api.Caller) error {
 	if c.UID == 0 || slices.Contains(p.AllowUIDs, c.UID) {
 		return nil
 	}
@@ -84,10 +85,10 @@ func lookupGroup(name string) (int, error) {
 // so a later reuse of the pid cannot lend its groups to this connection; the command name
 // (for logs and events) is read there too. A caller that already exited keeps only its
 // primary gid.
-func peerCredentials(uc *net.UnixConn, procRoot string) (Caller, error) {
+func peerCredentials(uc *net.UnixConn, procRoot string) (api.Caller, error) {
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return Caller{}, err
+		return api.Caller{}, err
 	}
 	var cred *unix.Ucred
 	var groups []int
@@ -98,12 +99,12 @@ func peerCredentials(uc *net.UnixConn, procRoot string) (Caller, error) {
 			groups, gerr = peerGroups(int(fd))
 		}
 	}); err != nil {
-		return Caller{}, err
+		return api.Caller{}, err
 	}
 	if serr != nil {
-		return Caller{}, fmt.Errorf("SO_PEERCRED: %w", serr)
+		return api.Caller{}, fmt.Errorf("SO_PEERCRED: %w", serr)
 	}
-	c := Caller{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid), Groups: groups}
+	c := api.Caller{UID: int(cred.Uid), GID: int(cred.Gid), PID: int(cred.Pid), Groups: groups}
 	if gerr != nil {
 		c.Groups = procGroups(procRoot, c.PID)
 	}

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"io"
 	"log/slog"
 	"net"
@@ -61,13 +62,13 @@ type Server struct {
 	counts *connCounts
 }
 
-// NewServer prepares a server for ctl; Listen takes the socket.
-func NewServer(cfg Config, ctl Controller) *Server {
+// New prepares a server for ctl; Listen takes the socket.
+func New(cfg Config, ctl Controller) *Server {
 	if cfg.SocketMode == 0 {
 		cfg.SocketMode = 0o660
 	}
 	if cfg.Group == "" {
-		cfg.Group = GroupName
+		cfg.Group = api.GroupName
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 64 << 10
@@ -214,15 +215,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := routes[strings.TrimSuffix(r.URL.Path, "/")]; ok {
 			w.Header().Set("Allow", allow)
-			writeError(w, Errorf(http.StatusMethodNotAllowed, CodeMethod, "", "%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
+			writeError(w, api.Errorf(http.StatusMethodNotAllowed, api.CodeMethod, "", "%s %s: method not allowed; use %s", r.Method, r.URL.Path, allow))
 			return
 		}
-		writeError(w, Errorf(http.StatusNotFound, CodeNotFound, "", "no endpoint %s; see docs/api.md (paths start with /%s/)", r.URL.Path, Version))
+		writeError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "", "no endpoint %s; see docs/api.md (paths start with /%s/)", r.URL.Path, api.Version))
 	})
 	return mux
 }
 
-type handlerFunc func(w http.ResponseWriter, r *http.Request, by Caller)
+type handlerFunc func(w http.ResponseWriter, r *http.Request, by api.Caller)
 
 // mutating checks the caller may change things, then logs what it did and the outcome.
 func (s *Server) mutating(h handlerFunc) http.HandlerFunc {
@@ -230,13 +231,13 @@ func (s *Server) mutating(h handlerFunc) http.HandlerFunc {
 		c, ok := callerFrom(r.Context())
 		if !ok {
 			s.log.Warn("refused a change from a caller without peer credentials", "method", r.Method, "path", r.URL.Path)
-			writeError(w, Errorf(http.StatusForbidden, CodeForbidden, "", "fulcrumd cannot tell who you are (no peer credentials); connect over the unix socket"))
+			writeError(w, api.Errorf(http.StatusForbidden, api.CodeForbidden, "", "fulcrumd cannot tell who you are (no peer credentials); connect over the unix socket"))
 			return
 		}
 		log := s.log.With("method", r.Method, "path", r.URL.Path, "uid", c.UID, "gid", c.GID, "pid", c.PID, "comm", c.Comm)
 		if err := s.policy.Allow(c); err != nil {
 			log.Warn("refused a change", "reason", err)
-			writeError(w, Errorf(http.StatusForbidden, CodeForbidden, "", "%v", err))
+			writeError(w, api.Errorf(http.StatusForbidden, api.CodeForbidden, "", "%v", err))
 			return
 		}
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
@@ -259,7 +260,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		writeError(w, Errorf(http.StatusInternalServerError, CodeInternal, "", "encode the answer: %v", err))
+		writeError(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "", "encode the answer: %v", err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -271,7 +272,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // import's 20 MB name once came back whole in a 400).
 const maxErrorMessage = 1024
 
-func writeError(w http.ResponseWriter, e *Error) {
+func writeError(w http.ResponseWriter, e *api.Error) {
 	if len(e.Message) > maxErrorMessage {
 		cut := maxErrorMessage
 		for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
@@ -281,30 +282,30 @@ func writeError(w http.ResponseWriter, e *Error) {
 		c.Message = fmt.Sprintf("%s… (message of %d bytes truncated)", e.Message[:cut], len(e.Message))
 		e = &c
 	}
-	b, _ := json.Marshal(errorBody{Error: e})
+	b, _ := json.Marshal(api.ErrorBody{Error: e})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// fail answers err: an *Error as it is, a body over the limit as 413, anything else 500.
+// fail answers err: an *api.Error as it is, a body over the limit as 413, anything else 500.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		writeError(w, Errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "", "request body over %d bytes; send less (split an import into several files)", tooBig.Limit))
+		writeError(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "", "request body over %d bytes; send less (split an import into several files)", tooBig.Limit))
 		return
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The body did not arrive in time (Limits.BodyTimeout); the connection is closed.
 		w.Header().Set("Connection", "close")
-		writeError(w, Errorf(http.StatusRequestTimeout, CodeBadRequest, "", "request body not received in time; send the whole body at once"))
+		writeError(w, api.Errorf(http.StatusRequestTimeout, api.CodeBadRequest, "", "request body not received in time; send the whole body at once"))
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away; nobody reads the answer
 	}
-	e := AsError(err)
+	e := api.AsError(err)
 	if e.Status >= 500 && e.Status != http.StatusServiceUnavailable {
 		s.log.Error("control call failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
@@ -330,23 +331,23 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return err
 		}
 		if errors.Is(err, io.EOF) {
-			return Errorf(http.StatusBadRequest, CodeBadRequest, "", "empty body: send a JSON object (see docs/api.md)")
+			return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "", "empty body: send a JSON object (see docs/api.md)")
 		}
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			f = strings.Trim(f, `"`)
-			return Errorf(http.StatusBadRequest, CodeBadRequest, f, "unknown field %q (see docs/api.md for the fields)", f)
+			return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, f, "unknown field %q (see docs/api.md for the fields)", f)
 		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return Errorf(http.StatusBadRequest, CodeBadRequest, te.Field, "field %q: want a %s, got a JSON %s", te.Field, te.Type, te.Value)
+			return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, te.Field, "field %q: want a %s, got a JSON %s", te.Field, te.Type, te.Value)
 		}
-		return Errorf(http.StatusBadRequest, CodeBadRequest, "", "malformed JSON body: %v", err)
+		return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "", "malformed JSON body: %v", err)
 	}
 	if dec.More() {
-		return Errorf(http.StatusBadRequest, CodeBadRequest, "", "trailing data after the JSON object; send exactly one object")
+		return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "", "trailing data after the JSON object; send exactly one object")
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Errorf(http.StatusBadRequest, CodeBadRequest, "", "trailing data after the JSON object; send exactly one object")
+		return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "", "trailing data after the JSON object; send exactly one object")
 	}
 	return nil
 }
@@ -369,14 +370,14 @@ func (s *Server) getBudgets(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, b)
 }
 
-func (s *Server) putBudgets(w http.ResponseWriter, r *http.Request, by Caller) {
-	var u BudgetsUpdate
+func (s *Server) putBudgets(w http.ResponseWriter, r *http.Request, by api.Caller) {
+	var u api.BudgetsUpdate
 	if err := s.decode(w, r, &u); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if u.Empty() {
-		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadBudget, "", "no budget given: set at least one of latency_ms, power_mw, rate_rps, rate_auto, quantile, rho_max (with workload: latency_ms, rate_rps, rate_auto or shared)"))
+		s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "", "no budget given: set at least one of latency_ms, power_mw, rate_rps, rate_auto, quantile, rho_max (with workload: latency_ms, rate_rps, rate_auto or shared)"))
 		return
 	}
 	cur, err := s.ctl.Budgets(r.Context())
@@ -385,7 +386,7 @@ func (s *Server) putBudgets(w http.ResponseWriter, r *http.Request, by Caller) {
 		return
 	}
 	// Check ranges here so every controller rejects the same way and changes nothing.
-	if _, err := u.Apply(cur); err != nil {
+	if _, err := ApplyUpdate(u, cur); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -403,11 +404,6 @@ func (s *Server) putBudgets(w http.ResponseWriter, r *http.Request, by Caller) {
 	writeJSON(w, http.StatusOK, b)
 }
 
-// WorkersResponse is GET /v1/workers.
-type WorkersResponse struct {
-	Workers []Worker `json:"workers"`
-}
-
 func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
 	ws, err := s.ctl.Workers(r.Context())
 	if err != nil {
@@ -415,9 +411,9 @@ func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ws == nil {
-		ws = []Worker{}
+		ws = []api.Worker{}
 	}
-	writeJSON(w, http.StatusOK, WorkersResponse{Workers: ws})
+	writeJSON(w, http.StatusOK, api.WorkersResponse{Workers: ws})
 }
 
 func (s *Server) getMode(w http.ResponseWriter, r *http.Request) {
@@ -429,20 +425,20 @@ func (s *Server) getMode(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m)
 }
 
-func (s *Server) putMode(w http.ResponseWriter, r *http.Request, by Caller) {
-	var req ModeRequest
+func (s *Server) putMode(w http.ResponseWriter, r *http.Request, by api.Caller) {
+	var req api.ModeRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if req.Preset != "" {
 		if req.Mode != (powermode.Mode{}) {
-			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "preset", "give a mode or a preset, not both"))
+			s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "preset", "give a mode or a preset, not both"))
 			return
 		}
 		pr, ok := s.ctl.(PresetResolver)
 		if !ok {
-			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "preset", "this board has no nvpmodel presets; give a mode"))
+			s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "preset", "this board has no nvpmodel presets; give a mode"))
 			return
 		}
 		m, err := pr.ResolvePreset(r.Context(), req.Preset)
@@ -453,7 +449,7 @@ func (s *Server) putMode(w http.ResponseWriter, r *http.Request, by Caller) {
 		req.Mode = m
 	}
 	if err := req.Mode.Validate(); err != nil {
-		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMode, "mode", "%v: give all four knobs (cores, cpu_khz, gpu_hz, emc_hz); GET /v1/mode lists the board's levels", err))
+		s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadMode, "mode", "%v: give all four knobs (cores, cpu_khz, gpu_hz, emc_hz); GET /v1/mode lists the board's levels", err))
 		return
 	}
 	m, err := s.ctl.ApplyMode(r.Context(), req.Mode, by)
@@ -466,10 +462,10 @@ func (s *Server) putMode(w http.ResponseWriter, r *http.Request, by Caller) {
 
 // resumeMode is POST /v1/mode/resume: fulcrumd takes the board back after standing down
 // for another tool's change.
-func (s *Server) resumeMode(w http.ResponseWriter, r *http.Request, by Caller) {
+func (s *Server) resumeMode(w http.ResponseWriter, r *http.Request, by api.Caller) {
 	rs, ok := s.ctl.(Resumer)
 	if !ok {
-		s.fail(w, r, Errorf(http.StatusServiceUnavailable, CodeUnavailable, "", "this fulcrumd drives no board it could resume"))
+		s.fail(w, r, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "", "this fulcrumd drives no board it could resume"))
 		return
 	}
 	m, err := rs.Resume(r.Context(), by)
@@ -480,19 +476,13 @@ func (s *Server) resumeMode(w http.ResponseWriter, r *http.Request, by Caller) {
 	writeJSON(w, http.StatusOK, m)
 }
 
-// ProfilesResponse is GET /v1/profiles.
-type ProfilesResponse struct {
-	Count    int             `json:"count"`
-	Profiles []store.Profile `json:"profiles"`
-}
-
 func filterFrom(r *http.Request) (store.Filter, error) {
 	q := r.URL.Query()
 	f := store.Filter{Board: q.Get("board"), Workload: q.Get("workload")}
 	if role := q.Get("role"); role != "" {
 		rl, err := truth.ParseRole(role)
 		if err != nil {
-			return f, Errorf(http.StatusBadRequest, CodeBadRequest, "role", "role %q: want train or infer", role)
+			return f, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "role", "role %q: want train or infer", role)
 		}
 		f.Role = rl
 	}
@@ -510,10 +500,11 @@ func (s *Server) getProfiles(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if ps == nil {
-		ps = []store.Profile{}
+	out := make([]api.Profile, len(ps))
+	for i, p := range ps {
+		out[i] = ProfileFrom(p)
 	}
-	writeJSON(w, http.StatusOK, ProfilesResponse{Count: len(ps), Profiles: ps})
+	writeJSON(w, http.StatusOK, api.ProfilesResponse{Count: len(out), Profiles: out})
 }
 
 func formatFrom(r *http.Request, dflt store.Format) (store.Format, error) {
@@ -523,7 +514,7 @@ func formatFrom(r *http.Request, dflt store.Format) (store.Format, error) {
 	}
 	f, err := store.ParseFormat(v)
 	if err != nil {
-		return "", Errorf(http.StatusBadRequest, CodeBadRequest, "format", "format %q: want csv or json", v)
+		return "", api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "format", "format %q: want csv or json", v)
 	}
 	return f, nil
 }
@@ -556,7 +547,7 @@ func (s *Server) exportProfiles(w http.ResponseWriter, r *http.Request) {
 	_, _ = buf.WriteTo(w)
 }
 
-func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Caller) {
+func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by api.Caller) {
 	format, err := formatFrom(r, "")
 	if err != nil {
 		s.fail(w, r, err)
@@ -569,7 +560,7 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 	case "1", "true":
 		opts.Overwrite = true
 	default:
-		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "overwrite", "overwrite %q: want 1 or 0", ov))
+		s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "overwrite", "overwrite %q: want 1 or 0", ov))
 		return
 	}
 	// An import's body may take longer than an ordinary call's (Limits.ImportTimeout).
@@ -588,8 +579,8 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 		// A body that is not a profile file (garbage, a bad row, a conflict) is the
 		// caller's to fix: a 400 saying what is wrong, not a 500.
 		var bad *store.InputError
-		if errors.As(err, &bad) && AsError(err).Status >= 500 {
-			err = Errorf(http.StatusBadRequest, CodeBadRequest, "", "%v", err)
+		if errors.As(err, &bad) && api.AsError(err).Status >= 500 {
+			err = api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "", "%v", err)
 		}
 		s.fail(w, r, err)
 		return
@@ -597,18 +588,18 @@ func (s *Server) importProfiles(w http.ResponseWriter, r *http.Request, by Calle
 	writeJSON(w, http.StatusOK, ImportResponseFrom(res))
 }
 
-func (s *Server) optimize(w http.ResponseWriter, r *http.Request, by Caller) {
-	var req OptimizeRequest
+func (s *Server) optimize(w http.ResponseWriter, r *http.Request, by api.Caller) {
+	var req api.OptimizeRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if req.Method != OptimizeGMD && req.Method != OptimizeALS {
-		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadMethod, "method", "method %q: want gmd (about 15 profiled modes) or als (up to 50, reusable)", req.Method))
+	if req.Method != api.OptimizeGMD && req.Method != api.OptimizeALS {
+		s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadMethod, "method", "method %q: want gmd (about 15 profiled modes) or als (up to 50, reusable)", req.Method))
 		return
 	}
 	if req.MaxProfiles < 0 || req.MaxProfiles > 10000 {
-		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "max_profiles", "max_profiles = %d is out of range: want 0 (the method's default) to 10000", req.MaxProfiles))
+		s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "max_profiles", "max_profiles = %d is out of range: want 0 (the method's default) to 10000", req.MaxProfiles))
 		return
 	}
 	res, err := s.ctl.Optimize(r.Context(), req, by)
@@ -619,20 +610,13 @@ func (s *Server) optimize(w http.ResponseWriter, r *http.Request, by Caller) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// EventsResponse is GET /v1/events without follow.
-type EventsResponse struct {
-	Events []Event `json:"events"`
-	// Last is the Seq of the last event returned (or since): pass it as since next time.
-	Last uint64 `json:"last"`
-}
-
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var since uint64
 	if v := q.Get("since"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "since", "since %q: want an event seq (a non-negative integer)", v))
+			s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "since", "since %q: want an event seq (a non-negative integer)", v))
 			return
 		}
 		since = n
@@ -643,7 +627,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	case "1", "true":
 		follow = true
 	default:
-		s.fail(w, r, Errorf(http.StatusBadRequest, CodeBadRequest, "follow", "follow %q: want 1 or 0", v))
+		s.fail(w, r, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "follow", "follow %q: want 1 or 0", v))
 		return
 	}
 	if !follow {
@@ -656,9 +640,9 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 		if len(evs) > 0 {
 			last = evs[len(evs)-1].Seq
 		} else {
-			evs = []Event{}
+			evs = []api.Event{}
 		}
-		writeJSON(w, http.StatusOK, EventsResponse{Events: evs, Last: last})
+		writeJSON(w, http.StatusOK, api.EventsResponse{Events: evs, Last: last})
 		return
 	}
 	s.follow(w, r, since)
@@ -671,12 +655,12 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, since uint64) {
 	ctx := r.Context()
 	c, ok := callerFrom(ctx)
 	if !ok {
-		c = Caller{UID: -1, PID: -1}
+		c = api.Caller{UID: -1, PID: -1}
 	}
 	release, err := s.counts.startFollow(c)
 	if err != nil {
 		s.log.Warn("refused an event stream", "reason", err, "uid", c.UID, "pid", c.PID)
-		s.fail(w, r, Errorf(http.StatusServiceUnavailable, CodeBusy, "", "%v", err))
+		s.fail(w, r, api.Errorf(http.StatusServiceUnavailable, api.CodeBusy, "", "%v", err))
 		return
 	}
 	defer release()
@@ -692,7 +676,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request, since uint64) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	last := since
-	send := func(e Event) bool {
+	send := func(e api.Event) bool {
 		if e.Seq != 0 && e.Seq <= last {
 			return true // already sent from the backlog
 		}

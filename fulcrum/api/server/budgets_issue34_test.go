@@ -1,4 +1,4 @@
-package api_test
+package server_test
 
 import (
 	"context"
@@ -9,13 +9,15 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 )
 
 // An empty or null workload used to set the shared (global) budgets: it is refused and
 // the budgets in force are kept.
 func TestBudgetsEmptyWorkloadRefused(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake)
+	sock := apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, fake)
 	for _, body := range []string{`{"workload": "", "latency_ms": 50}`, `{"workload": null, "latency_ms": 50}`} {
 		code, b := rawDo(t, sock, http.MethodPut, "/v1/budgets", body)
 		if code != http.StatusBadRequest {
@@ -36,12 +38,12 @@ func TestBudgetsEmptyWorkloadRefused(t *testing.T) {
 func TestTrainWeightBounds(t *testing.T) {
 	cur := api.Budgets{LatencyMS: 100, Quantile: 0.99, RhoMax: 0.95, RateAuto: true}
 	for _, w := range []float64{5e-324, 0.001, 0.0099, -1, 1000.5} {
-		if _, err := (api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(w)}).Apply(cur); err == nil {
+		if _, err := server.ApplyUpdate(api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(w)}, cur); err == nil {
 			t.Errorf("train_weight %v accepted", w)
 		}
 	}
 	for _, w := range []float64{0.01, 0.5, 1000} {
-		if _, err := (api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(w)}).Apply(cur); err != nil {
+		if _, err := server.ApplyUpdate(api.BudgetsUpdate{Workload: "trainer", TrainWeight: ptr(w)}, cur); err != nil {
 			t.Errorf("train_weight %v: %v", w, err)
 		}
 	}
@@ -56,7 +58,7 @@ func TestBudgetsWarnings(t *testing.T) {
 		{ID: "w1", Role: "infer", Workload: "yolo-infer"},
 		{ID: "w2", Role: "train", Workload: "resnet-train"},
 	}, nil, nil)
-	c := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake))
+	c := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, fake))
 	defer c.Close()
 	ctx := context.Background()
 	for _, tc := range []struct {

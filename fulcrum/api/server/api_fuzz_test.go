@@ -1,4 +1,4 @@
-package api_test
+package server_test
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 )
 
 // fuzzRig is a real control API on a unix socket in front of the fake AGX Orin
@@ -28,7 +30,7 @@ type fuzzRig struct {
 func newFuzzRig(f *testing.F) *fuzzRig {
 	f.Helper()
 	fake := apitest.NewOrin(f, 0)
-	sock := apitest.Serve(f, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake)
+	sock := apitest.Serve(f, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, fake)
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -99,7 +101,7 @@ func FuzzPutBudgets(f *testing.F) {
 		if status != http.StatusOK {
 			t.Fatalf("PUT %q: status %d", body, status)
 		}
-		if err := after.Validate(); err != nil {
+		if err := server.ValidateBudgets(after); err != nil {
 			t.Fatalf("accepted PUT %q left invalid budgets %+v: %v", body, after, err)
 		}
 	})
@@ -171,8 +173,8 @@ func contains[T comparable](s []T, v T) bool {
 // they were.
 func TestImpossibleBudgetsNameTheFieldAndChangeNothing(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake)
-	c := api.NewClient(sock)
+	sock := apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, fake)
+	c := client.New(sock)
 	defer c.Close()
 	ctx := context.Background()
 	before, err := c.Budgets(ctx)

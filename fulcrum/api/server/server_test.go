@@ -1,4 +1,4 @@
-package api_test
+package server_test
 
 import (
 	"bytes"
@@ -20,6 +20,8 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
@@ -60,7 +62,7 @@ func errorOf(t *testing.T, b []byte) api.Error {
 func TestBudgetsRoundTrip(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
 	var logBuf syncBuffer
-	c := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil }),
+	c := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil }),
 		Log: slog.New(slog.NewTextHandler(&logBuf, nil))}, fake))
 	defer c.Close()
 	ctx := context.Background()
@@ -105,7 +107,7 @@ func TestBudgetsRoundTrip(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	sock := apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil }), MaxBodyBytes: 256}, fake)
+	sock := apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil }), MaxBodyBytes: 256}, fake)
 	cases := []struct {
 		name, method, path, body string
 		status                   int
@@ -160,14 +162,14 @@ func TestPolicyRefusesChanges(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
 	var logBuf syncBuffer
 	me := os.Getuid()
-	policy := api.PolicyFunc(func(c api.Caller) error {
+	policy := server.PolicyFunc(func(c api.Caller) error {
 		if c.UID == me {
 			return fmt.Errorf("uid %d is outside by configuration", c.UID)
 		}
 		return nil
 	})
-	sock := apitest.Serve(t, api.Config{Policy: policy, Log: slog.New(slog.NewTextHandler(&logBuf, nil))}, fake)
-	c := api.NewClient(sock)
+	sock := apitest.Serve(t, server.Config{Policy: policy, Log: slog.New(slog.NewTextHandler(&logBuf, nil))}, fake)
+	c := client.New(sock)
 	defer c.Close()
 	ctx := context.Background()
 	_, err := c.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: ptr(50.0)})
@@ -179,7 +181,7 @@ func TestPolicyRefusesChanges(t *testing.T) {
 		func() error { _, err := c.ApplyMode(ctx, apitest.Mode30W); return err },
 		func() error { _, err := c.Optimize(ctx, api.OptimizeRequest{Method: api.OptimizeGMD}); return err },
 		func() error {
-			_, err := c.ImportProfiles(ctx, strings.NewReader("{}"), store.ImportOptions{})
+			_, err := c.ImportProfiles(ctx, strings.NewReader("{}"), api.ImportOptions{})
 			return err
 		},
 	} {
@@ -203,7 +205,7 @@ func TestPolicyRefusesChanges(t *testing.T) {
 }
 
 func TestDefaultPolicy(t *testing.T) {
-	p := api.GroupPolicy{GID: 990, GroupName: "fulcrum", AllowUIDs: []int{1001}, AllowGIDs: []int{2000}}
+	p := server.GroupPolicy{GID: 990, GroupName: "fulcrum", AllowUIDs: []int{1001}, AllowGIDs: []int{2000}}
 	cases := []struct {
 		c  api.Caller
 		ok bool
@@ -225,12 +227,12 @@ func TestDefaultPolicy(t *testing.T) {
 			t.Errorf("refusal does not say what to do: %v", err)
 		}
 	}
-	if err := (api.GroupPolicy{GID: -1, GroupName: "fulcrum"}).Allow(api.Caller{UID: 1000, GID: 1000}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if err := (server.GroupPolicy{GID: -1, GroupName: "fulcrum"}).Allow(api.Caller{UID: 1000, GID: 1000}); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("no group: %v", err)
 	}
 	// control.group "-" (none) is a choice, not a missing group: the refusal names the
 	// allow lists rather than asking to create a group called "-".
-	err := (api.GroupPolicy{GID: -1, GroupName: "-"}).Allow(api.Caller{UID: 1000, GID: 1000})
+	err := (server.GroupPolicy{GID: -1, GroupName: "-"}).Allow(api.Caller{UID: 1000, GID: 1000})
 	if err == nil || strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "control.allow_uids") {
 		t.Errorf("group \"-\": %v", err)
 	}
@@ -238,7 +240,7 @@ func TestDefaultPolicy(t *testing.T) {
 
 func TestSocketFile(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	sock := apitest.Serve(t, api.Config{Group: "no-such-group-fulcrum-test"}, fake)
+	sock := apitest.Serve(t, server.Config{Group: "no-such-group-fulcrum-test"}, fake)
 	fi, err := os.Stat(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +249,7 @@ func TestSocketFile(t *testing.T) {
 		t.Fatalf("socket mode %v, want a socket with 0660", fi.Mode())
 	}
 	// A second server on the same live socket refuses; a stale file is replaced.
-	srv := api.NewServer(api.Config{SocketPath: sock}, fake)
+	srv := server.New(server.Config{SocketPath: sock}, fake)
 	if err := srv.Listen(); err == nil || !strings.Contains(err.Error(), "answers") {
 		t.Fatalf("second Listen on a live socket: %v", err)
 	}
@@ -258,7 +260,7 @@ func TestSocketFile(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	srv = api.NewServer(api.Config{SocketPath: stale}, fake)
+	srv = server.New(server.Config{SocketPath: stale}, fake)
 	if err := srv.Listen(); err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
@@ -273,28 +275,28 @@ func TestSocketFile(t *testing.T) {
 }
 
 func TestNoDaemon(t *testing.T) {
-	c := api.NewClient(filepath.Join(t.TempDir(), "control.sock"))
+	c := client.New(filepath.Join(t.TempDir(), "control.sock"))
 	_, err := c.Status(context.Background())
-	if !errors.Is(err, api.ErrNoDaemon) || !strings.Contains(err.Error(), "is fulcrumd running? (systemctl status fulcrumd)") || !strings.Contains(err.Error(), "--socket") {
+	if !errors.Is(err, client.ErrNoDaemon) || !strings.Contains(err.Error(), "is fulcrumd running? (systemctl status fulcrumd)") || !strings.Contains(err.Error(), "--socket") {
 		t.Fatalf("missing socket: %v", err)
 	}
 }
 
 func TestProfilesExportImport(t *testing.T) {
 	src := apitest.NewOrin(t, 7)
-	c := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, src))
+	c := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, src))
 	defer c.Close()
 	ctx := context.Background()
-	ps, err := c.Profiles(ctx, store.Filter{Workload: "resnet18"})
+	ps, err := c.Profiles(ctx, api.ProfileFilter{Workload: "resnet18"})
 	if err != nil || len(ps) != 7 {
 		t.Fatalf("profiles: %d, %v", len(ps), err)
 	}
-	if ps, _ := c.Profiles(ctx, store.Filter{Workload: "other"}); len(ps) != 0 {
+	if ps, _ := c.Profiles(ctx, api.ProfileFilter{Workload: "other"}); len(ps) != 0 {
 		t.Fatalf("filter ignored: %d", len(ps))
 	}
 	for _, format := range []store.Format{store.CSV, store.JSON} {
 		var got, want bytes.Buffer
-		if err := c.ExportProfiles(ctx, &got, format, store.Filter{}); err != nil {
+		if err := c.ExportProfiles(ctx, &got, string(format), api.ProfileFilter{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := src.Store.Export(&want, format, store.Filter{}); err != nil {
@@ -304,12 +306,12 @@ func TestProfilesExportImport(t *testing.T) {
 			t.Fatalf("%s export differs from the store's", format)
 		}
 		dst := apitest.NewOrin(t, 0)
-		dc := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, dst))
-		res, err := dc.ImportProfiles(ctx, bytes.NewReader(got.Bytes()), store.ImportOptions{Format: format})
+		dc := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, dst))
+		res, err := dc.ImportProfiles(ctx, bytes.NewReader(got.Bytes()), api.ImportOptions{Format: string(format)})
 		if err != nil || res.Added != 7 {
 			t.Fatalf("import %s: %+v %v", format, res, err)
 		}
-		res, err = dc.ImportProfiles(ctx, bytes.NewReader(got.Bytes()), store.ImportOptions{})
+		res, err = dc.ImportProfiles(ctx, bytes.NewReader(got.Bytes()), api.ImportOptions{})
 		if err != nil || res.Unchanged != 7 {
 			t.Fatalf("re-import %s (format sniffed): %+v %v", format, res, err)
 		}
@@ -317,11 +319,11 @@ func TestProfilesExportImport(t *testing.T) {
 	}
 	// An import over the limit is refused whole.
 	dst := apitest.NewOrin(t, 0)
-	dc := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil }), MaxImportBytes: 100}, dst))
+	dc := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil }), MaxImportBytes: 100}, dst))
 	defer dc.Close()
 	var csv bytes.Buffer
 	_ = src.Store.Export(&csv, store.CSV, store.Filter{})
-	_, err = dc.ImportProfiles(ctx, &csv, store.ImportOptions{Format: store.CSV})
+	_, err = dc.ImportProfiles(ctx, &csv, api.ImportOptions{Format: api.FormatCSV})
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("oversized import: %v", err)
@@ -330,7 +332,7 @@ func TestProfilesExportImport(t *testing.T) {
 		t.Fatalf("oversized import stored %d profiles", n)
 	}
 	// A body that is not a profile file is a 400 saying what is wrong, not a 500.
-	gc := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, dst))
+	gc := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, dst))
 	defer gc.Close()
 	for _, tc := range []struct {
 		body   string
@@ -342,7 +344,7 @@ func TestProfilesExportImport(t *testing.T) {
 		{`{"schema_version": 1, "profiles": [{"board": 5}]}`, store.JSON, "json: profile 1"},
 		{`{"profiles": []}`, store.JSON, "schema_version 0"},
 	} {
-		_, err := gc.ImportProfiles(ctx, strings.NewReader(tc.body), store.ImportOptions{Format: tc.format})
+		_, err := gc.ImportProfiles(ctx, strings.NewReader(tc.body), api.ImportOptions{Format: string(tc.format)})
 		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, tc.want) {
 			t.Errorf("import %q: %v, want a 400 containing %q", tc.body, err, tc.want)
 		}
@@ -354,7 +356,7 @@ func TestProfilesExportImport(t *testing.T) {
 
 func TestModeAndOptimize(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	c := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake))
+	c := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, fake))
 	defer c.Close()
 	ctx := context.Background()
 	m := powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}
@@ -382,7 +384,7 @@ func TestModeAndOptimize(t *testing.T) {
 		res, oerr = c.Optimize(ctx, api.OptimizeRequest{Method: api.OptimizeALS, MaxProfiles: 12})
 	}()
 	<-started
-	c2 := api.NewClient(c.Socket())
+	c2 := client.New(c.Socket())
 	defer c2.Close()
 	_, err = c2.Optimize(ctx, api.OptimizeRequest{Method: api.OptimizeGMD})
 	var ae *api.Error
@@ -404,7 +406,7 @@ func TestModeAndOptimize(t *testing.T) {
 
 func TestOptimizeCancelledWhenClientGoes(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	c := api.NewClient(apitest.Serve(t, api.Config{Policy: api.PolicyFunc(func(api.Caller) error { return nil })}, fake))
+	c := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, fake))
 	defer c.Close()
 	started, aborted := make(chan struct{}), make(chan error, 1)
 	fake.OptimizeFunc = func(ctx context.Context, _ api.OptimizeRequest) (api.OptimizeResult, error) {
@@ -425,7 +427,7 @@ func TestOptimizeCancelledWhenClientGoes(t *testing.T) {
 
 func TestEventsFollow(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	c := api.NewClient(apitest.Serve(t, api.Config{}, fake))
+	c := client.New(apitest.Serve(t, server.Config{}, fake))
 	defer c.Close()
 	for i := 1; i <= 3; i++ {
 		fake.Publish(api.EventPlan, fmt.Sprintf("plan %d", i), nil, nil)

@@ -1,4 +1,4 @@
-package api_test
+package server_test
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api/apitest"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/client"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api/server"
 )
 
 // GET /v1/healthz answers 200 when ready and 503 when not, the checks in the body
 // either way, to any caller (a probe needs no rights); other methods are 405.
 func TestHealthzStatusCodes(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
-	refuseAll := api.PolicyFunc(func(api.Caller) error { return errors.New("nobody may change things") })
-	sock := apitest.Serve(t, api.Config{Policy: refuseAll}, fake)
+	refuseAll := server.PolicyFunc(func(api.Caller) error { return errors.New("nobody may change things") })
+	sock := apitest.Serve(t, server.Config{Policy: refuseAll}, fake)
 	h := api.Health{Ready: true, Checks: []api.HealthCheck{{Name: "store", OK: true}}}
 	fake.HealthFunc = func() api.Health { return h }
 	for _, tc := range []struct {
@@ -42,17 +44,17 @@ func TestHealthzStatusCodes(t *testing.T) {
 func TestBudgetsResetNeedsRights(t *testing.T) {
 	fake := apitest.NewOrin(t, 0)
 	var allow atomic.Bool
-	policy := api.PolicyFunc(func(api.Caller) error {
+	policy := server.PolicyFunc(func(api.Caller) error {
 		if !allow.Load() {
 			return fmt.Errorf("refused")
 		}
 		return nil
 	})
-	sock := apitest.Serve(t, api.Config{Policy: policy}, fake)
+	sock := apitest.Serve(t, server.Config{Policy: policy}, fake)
 	ctx := context.Background()
 	start, _ := fake.Budgets(ctx)
 	allow.Store(true)
-	c := api.NewClient(sock)
+	c := client.New(sock)
 	defer c.Close()
 	if _, err := c.SetBudgets(ctx, api.BudgetsUpdate{LatencyMS: ptr(42.0)}); err != nil {
 		t.Fatal(err)

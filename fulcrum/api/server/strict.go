@@ -1,10 +1,11 @@
-package api
+package server
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"io"
 	"net/http"
 	"reflect"
@@ -22,7 +23,7 @@ func checkKeys(body []byte, t reflect.Type) error {
 	if err == nil || errors.Is(err, io.EOF) {
 		return nil // a syntax error is reported by the decoding that follows
 	}
-	var ae *Error
+	var ae *api.Error
 	if errors.As(err, &ae) {
 		return err
 	}
@@ -105,7 +106,7 @@ func walkValue(dec *json.Decoder, t reflect.Type, path string) error {
 				kpath = path + "." + key
 			}
 			if seen[key] {
-				return Errorf(http.StatusBadRequest, CodeBadRequest, kpath, "key %q appears twice; give each key once", kpath)
+				return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, kpath, "key %q appears twice; give each key once", kpath)
 			}
 			seen[key] = true
 			vt := elem
@@ -114,10 +115,10 @@ func walkValue(dec *json.Decoder, t reflect.Type, path string) error {
 				if !ok {
 					for name := range fields {
 						if strings.EqualFold(name, key) {
-							return Errorf(http.StatusBadRequest, CodeBadRequest, kpath, "key %q: keys are case-sensitive; did you mean %q? (see docs/api.md)", kpath, name)
+							return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, kpath, "key %q: keys are case-sensitive; did you mean %q? (see docs/api.md)", kpath, name)
 						}
 					}
-					return Errorf(http.StatusBadRequest, CodeBadRequest, kpath, "unknown field %q (see docs/api.md for the fields)", kpath)
+					return api.Errorf(http.StatusBadRequest, api.CodeBadRequest, kpath, "unknown field %q (see docs/api.md for the fields)", kpath)
 				}
 				vt = ft
 			}
