@@ -125,6 +125,44 @@ func (t *Table) Lookup(k Key) (Row, bool) {
 	return t.Rows[i], true
 }
 
+// maxBatchGap bounds how far LookupBetween looks for a table batch on either side.
+const maxBatchGap = 64
+
+// LookupBetween returns the row for k, or, when the table has no row at k.Batch but
+// has rows at the same workload, role, mode and micro-batch for a smaller and a larger batch (the
+// nearest on each side, at most maxBatchGap away), their linear interpolation in the
+// batch size: time and power of a batch the table skips (a table generated at 1, 2, 4,
+// 6, … answers an inference batch of 3, the partial batch the scheduler grants when 3
+// requests are queued). A batch outside the table's range is not answered.
+func (t *Table) LookupBetween(k Key) (Row, bool) {
+	if r, ok := t.Lookup(k); ok {
+		return r, true
+	}
+	near := func(step int) (Row, bool) {
+		for d := 1; d <= maxBatchGap; d++ {
+			b := k.Batch + step*d
+			if b < 1 {
+				break
+			}
+			if r, ok := t.Lookup(Key{k.Workload, k.Role, k.Mode, b, k.MicroBatch}); ok {
+				return r, true
+			}
+		}
+		return Row{}, false
+	}
+	lo, okLo := near(-1)
+	hi, okHi := near(+1)
+	if !okLo || !okHi {
+		return Row{}, false
+	}
+	f := float64(k.Batch-lo.Batch) / float64(hi.Batch-lo.Batch)
+	r := lo
+	r.Batch = k.Batch
+	r.TimeMS = lo.TimeMS + f*(hi.TimeMS-lo.TimeMS)
+	r.PowerMW = lo.PowerMW + f*(hi.PowerMW-lo.PowerMW)
+	return r, true
+}
+
 // Workloads lists the distinct workload names of a role, sorted.
 func (t *Table) Workloads(role Role) []string {
 	var out []string

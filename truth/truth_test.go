@@ -64,6 +64,54 @@ func TestColumnsInAnyOrder(t *testing.T) {
 	}
 }
 
+// TestLookupBetween: a batch the table skips (an inference batch of 3 in a table of 2
+// and 4, the partial batch the scheduler grants with 3 requests queued) is answered by
+// the two nearest table batches at the same mode (and micro-batch), interpolated; a table batch is its
+// own row; a batch outside the table's range, or at a mode with a row on one side only,
+// is not answered.
+func TestLookupBetween(t *testing.T) {
+	m := powermode.Mode{Cores: 4, CPUKHz: 1000, GPUHz: 500, EMCHz: 600}
+	other := powermode.Mode{Cores: 2, CPUKHz: 1000, GPUHz: 500, EMCHz: 600}
+	tab, err := NewTable([]Row{
+		{Workload: "w", Role: Infer, Mode: m, Batch: 2, TimeMS: 10, PowerMW: 8000},
+		{Workload: "w", Role: Infer, Mode: m, Batch: 4, TimeMS: 16, PowerMW: 9000},
+		{Workload: "w", Role: Infer, Mode: m, Batch: 8, TimeMS: 30, PowerMW: 11000},
+		{Workload: "w", Role: Infer, Mode: other, Batch: 2, TimeMS: 12, PowerMW: 7000},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tab.Lookup(Key{Workload: "w", Role: Infer, Mode: m, Batch: 3}); ok {
+		t.Fatal("Lookup answered a batch the table does not have")
+	}
+	cases := []struct {
+		batch           int
+		ok              bool
+		timeMS, powerMW float64
+	}{
+		{3, true, 13, 8500},
+		{4, true, 16, 9000},
+		{6, true, 23, 10000},
+		{1, false, 0, 0},
+		{9, false, 0, 0},
+	}
+	for _, c := range cases {
+		r, ok := tab.LookupBetween(Key{Workload: "w", Role: Infer, Mode: m, Batch: c.batch})
+		if ok != c.ok {
+			t.Fatalf("batch %d: answered %v, want %v", c.batch, ok, c.ok)
+		}
+		if ok && (r.Batch != c.batch || r.TimeMS != c.timeMS || r.PowerMW != c.powerMW || r.Mode != m) {
+			t.Errorf("batch %d: got %+v, want %g ms, %g mW at %s", c.batch, r, c.timeMS, c.powerMW, m)
+		}
+	}
+	if _, ok := tab.LookupBetween(Key{Workload: "w", Role: Infer, Mode: other, Batch: 3}); ok {
+		t.Error("a mode with a row below the batch only answered it")
+	}
+	if _, ok := tab.LookupBetween(Key{Workload: "w", Role: Train, Mode: m, Batch: 3}); ok {
+		t.Error("another role's rows answered the batch")
+	}
+}
+
 // Issue 32: training rows at micro-batch sizes round-trip through the optional
 // micro_batch column; a table without it is written exactly as before (no column), and an
 // old table (no column) reads with every row whole.
