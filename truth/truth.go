@@ -41,10 +41,17 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("role %q: want train or infer", s)
 }
 
-// Header returns the column order Write uses; Read finds columns by name, in any order.
+// Header returns the required columns, in the order Write uses; Read finds columns by
+// name, in any order.
 func Header() []string {
 	return []string{"workload", "role", "cores", "cpu_khz", "gpu_hz", "emc_hz", "batch", "time_ms", "power_mw"}
 }
+
+// MicroColumn is the optional column of a training row run as a micro-batch turn
+// (issue 32): the turn's samples, batch staying the minibatch B_T. Empty or 0: the row
+// is the whole minibatch. Tables without it read as before, and Write adds it only when
+// a row has a micro-batch, so such tables are written as before.
+const MicroColumn = "micro_batch"
 
 // Row is one line of a ground-truth table.
 type Row struct {
@@ -52,20 +59,24 @@ type Row struct {
 	Role     Role
 	Mode     powermode.Mode
 	Batch    int
-	TimeMS   float64
-	PowerMW  float64
+	// MicroBatch is, for a training row, the samples of one micro-batch turn of the
+	// minibatch Batch (TimeMS and PowerMW are that turn's); 0: the whole minibatch.
+	MicroBatch int
+	TimeMS     float64
+	PowerMW    float64
 }
 
 // Key identifies what a row measures.
 type Key struct {
-	Workload string
-	Role     Role
-	Mode     powermode.Mode
-	Batch    int
+	Workload   string
+	Role       Role
+	Mode       powermode.Mode
+	Batch      int
+	MicroBatch int // 0: the whole minibatch (every inference row)
 }
 
 // Key returns the row's identity.
-func (r Row) Key() Key { return Key{r.Workload, r.Role, r.Mode, r.Batch} }
+func (r Row) Key() Key { return Key{r.Workload, r.Role, r.Mode, r.Batch, r.MicroBatch} }
 
 // Table is a ground-truth table with an index by Key.
 type Table struct {
@@ -78,11 +89,31 @@ func NewTable(rows []Row) (*Table, error) {
 	t := &Table{Rows: rows, index: make(map[Key]int, len(rows))}
 	for i, r := range rows {
 		if j, dup := t.index[r.Key()]; dup {
-			return nil, fmt.Errorf("ground truth: rows %d and %d both give %s %s at %s batch %d", j+1, i+1, r.Workload, r.Role, r.Mode, r.Batch)
+			return nil, fmt.Errorf("ground truth: rows %d and %d both give %s %s at %s batch %d%s", j+1, i+1, r.Workload, r.Role, r.Mode, r.Batch, microWords(r.MicroBatch))
 		}
 		t.index[r.Key()] = i
 	}
 	return t, nil
+}
+
+func microWords(micro int) string {
+	if micro == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" micro-batch %d", micro)
+}
+
+// MicroBatches lists the distinct micro-batch sizes of a training workload at minibatch
+// batch, ascending (none for a table without micro-batch rows).
+func (t *Table) MicroBatches(workload string, batch int) []int {
+	var out []int
+	for _, r := range t.Rows {
+		if r.Workload == workload && r.Role == Train && r.Batch == batch && r.MicroBatch > 0 && !slices.Contains(out, r.MicroBatch) {
+			out = append(out, r.MicroBatch)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Lookup returns the row for k.
@@ -92,6 +123,44 @@ func (t *Table) Lookup(k Key) (Row, bool) {
 		return Row{}, false
 	}
 	return t.Rows[i], true
+}
+
+// maxBatchGap bounds how far LookupBetween looks for a table batch on either side.
+const maxBatchGap = 64
+
+// LookupBetween returns the row for k, or, when the table has no row at k.Batch but
+// has rows at the same workload, role, mode and micro-batch for a smaller and a larger batch (the
+// nearest on each side, at most maxBatchGap away), their linear interpolation in the
+// batch size: time and power of a batch the table skips (a table generated at 1, 2, 4,
+// 6, … answers an inference batch of 3, the partial batch the scheduler grants when 3
+// requests are queued). A batch outside the table's range is not answered.
+func (t *Table) LookupBetween(k Key) (Row, bool) {
+	if r, ok := t.Lookup(k); ok {
+		return r, true
+	}
+	near := func(step int) (Row, bool) {
+		for d := 1; d <= maxBatchGap; d++ {
+			b := k.Batch + step*d
+			if b < 1 {
+				break
+			}
+			if r, ok := t.Lookup(Key{k.Workload, k.Role, k.Mode, b, k.MicroBatch}); ok {
+				return r, true
+			}
+		}
+		return Row{}, false
+	}
+	lo, okLo := near(-1)
+	hi, okHi := near(+1)
+	if !okLo || !okHi {
+		return Row{}, false
+	}
+	f := float64(k.Batch-lo.Batch) / float64(hi.Batch-lo.Batch)
+	r := lo
+	r.Batch = k.Batch
+	r.TimeMS = lo.TimeMS + f*(hi.TimeMS-lo.TimeMS)
+	r.PowerMW = lo.PowerMW + f*(hi.PowerMW-lo.PowerMW)
+	return r, true
 }
 
 // Workloads lists the distinct workload names of a role, sorted.
@@ -214,6 +283,19 @@ func parseRow(rec []string, col map[string]int) (Row, error) {
 	}
 	r.Mode = powermode.Mode{Cores: int(v[0]), CPUKHz: v[1], GPUHz: v[2], EMCHz: v[3]}
 	r.Batch = int(v[4])
+	if _, ok := col[MicroColumn]; ok && get(MicroColumn) != "" && get(MicroColumn) != "0" {
+		mb, err := integer(MicroColumn)
+		if err != nil {
+			return r, err
+		}
+		switch {
+		case r.Role != Train:
+			return r, fmt.Errorf("column %s: %d on an inference row: only training rows run as micro-batches; leave it empty", MicroColumn, mb)
+		case mb >= int64(r.Batch) || int64(r.Batch)%mb != 0:
+			return r, fmt.Errorf("column %s: %d is not a divisor of the minibatch %d below it: a micro-batch is B/k samples for k ≥ 2", MicroColumn, mb, r.Batch)
+		}
+		r.MicroBatch = int(mb)
+	}
 	if r.TimeMS, err = real("time_ms"); err != nil {
 		return r, err
 	}
@@ -227,7 +309,12 @@ func parseRow(rec []string, col map[string]int) (Row, error) {
 // round-trip exactly.
 func Write(w io.Writer, rows []Row) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(Header()); err != nil {
+	micro := slices.ContainsFunc(rows, func(r Row) bool { return r.MicroBatch != 0 })
+	head := Header()
+	if micro {
+		head = append(head, MicroColumn)
+	}
+	if err := cw.Write(head); err != nil {
 		return err
 	}
 	for _, r := range rows {
@@ -237,6 +324,9 @@ func Write(w io.Writer, rows []Row) error {
 			strconv.FormatInt(r.Mode.GPUHz, 10), strconv.FormatInt(r.Mode.EMCHz, 10),
 			strconv.Itoa(r.Batch),
 			strconv.FormatFloat(r.TimeMS, 'g', -1, 64), strconv.FormatFloat(r.PowerMW, 'g', -1, 64),
+		}
+		if micro {
+			rec = append(rec, strconv.Itoa(r.MicroBatch))
 		}
 		if err := cw.Write(rec); err != nil {
 			return err

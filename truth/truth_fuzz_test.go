@@ -47,7 +47,8 @@ func FuzzRead(f *testing.F) {
 
 func seedRows() []Row {
 	return []Row{
-		{"resnet18", Train, powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}, 32, 101.3456789, 49876.25},
-		{"mobilenetv3", Infer, powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}, 8, 12.5, 14000},
+		{"resnet18", Train, powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}, 32, 0, 101.3456789, 49876.25},
+		{"resnet18", Train, powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}, 32, 8, 30.125, 48000.5},
+		{"mobilenetv3", Infer, powermode.Mode{Cores: 4, CPUKHz: 1113600, GPUHz: 408000000, EMCHz: 2133000000}, 8, 0, 12.5, 14000},
 	}
 }

@@ -88,6 +88,7 @@ same with every set of m training workloads sharing the training time equally.
 	quiet := f.Bool("quiet", false, "no progress lines on stderr")
 	streams := f.Int("streams", 1, "inference streams planned together: 1 sweeps training × inference pairs; k ≥ 2 every training workload with every set of k inference workloads")
 	jobs := f.Int("jobs", 1, "training jobs planned together: m ≥ 2 sweeps every set of m training workloads (equal time shares) with every set of --streams inference workloads")
+	micro := f.Bool("micro", true, "let the decision and the oracles run training as micro-batch turns where the truth has micro_batch rows (issue 32); --micro=false scores whole minibatches only (k = 1)")
 	plot := newBenchPlotFlag(f) // plot.go
 	life := newLifetimeFlags(f) // benchlife.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -118,7 +119,7 @@ same with every set of m training workloads sharing the training time equally.
 			return runLifetimeBench(cmd, life, benchSweepFlags{truthPath: *truthPath, board: *board, format: *format, pairs: *pairs, rates: *rates, lats: *lats, pows: *powers,
 				noise: *noise, seed: *seed, parallel: *parallel, streams: *streams, jobs: *jobs, quiet: *quiet})
 		}
-		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams, Jobs: *jobs}
+		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams, Jobs: *jobs, Micro: *micro}
 		var err error
 		if spec.Rules, err = benchRules(*noise, *decisionNoise, *confidence, *admMargin, *devK); err != nil {
 			return err
@@ -310,17 +311,21 @@ func writeBench(w io.Writer, format string, rep *bench.BenchReport) error {
 	case rep.Streams > 1:
 		sets = fmt.Sprintf("%d sets of a trainer and %d inference streams, each stream at the rate and latency budget", rep.Pairs, rep.Streams)
 	}
-	fmt.Fprintf(w, "%d configurations (%s), %d the oracle cannot satisfy; noise %g, seed %d, wall %.1fs\n",
-		rep.ConfigsTotal, sets, rep.ConfigsOracleInfeasible, rep.Noise, rep.Seed, rep.WallS)
+	micro := "whole minibatches only (k = 1)"
+	if rep.Micro {
+		micro = "training micro-batches on"
+	}
+	fmt.Fprintf(w, "%d configurations (%s), %d the oracle cannot satisfy; noise %g, seed %d, %s, wall %.1fs\n",
+		rep.ConfigsTotal, sets, rep.ConfigsOracleInfeasible, rep.Noise, rep.Seed, micro, rep.WallS)
 	r := rep.Rules
 	fmt.Fprintf(w, "decided as fulcrumd decides: P(within budgets) ≥ %g at %g%% noise per measurement, admission room %g ms + %g%% of the turn times\n",
 		r.Confidence, 100*r.NoiseRel, r.Admission.MarginMS, 100*r.Admission.DevRel)
 	fmt.Fprintf(w, "within / violation / no answer %% and ratios: over the %d satisfiable configurations; false claim %%: over the %d unsatisfiable\n\n",
 		rep.ConfigsTotal-rep.ConfigsOracleInfeasible, rep.ConfigsOracleInfeasible)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "searcher\twithin %\tviolation %\tno answer %\tfalse claim %\tmean opt\tp5 opt\tmean profiles\tmax profiles\tsearch s\terrors\t")
+	fmt.Fprintln(tw, "searcher\twithin\twithin %\tviolation %\tno answer %\tfalse claim %\tmean opt\tp5 opt\tmean profiles\tmax profiles\tsearch s\terrors\t")
 	for _, s := range rep.Searchers {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t%.1f\t%d\t\n", s.Name, s.WithinBudgetPct, s.ViolationPct, s.NoAnswerPct, s.FalseClaimPct, s.MeanOptRatio, s.P5OptRatio, s.MeanProfiles, s.MaxProfiles, s.WallS, s.Errors)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.1f\t%d\t%.1f\t%d\t\n", s.Name, s.WithinBudget, s.WithinBudgetPct, s.ViolationPct, s.NoAnswerPct, s.FalseClaimPct, s.MeanOptRatio, s.P5OptRatio, s.MeanProfiles, s.MaxProfiles, s.WallS, s.Errors)
 	}
 	return tw.Flush()
 }

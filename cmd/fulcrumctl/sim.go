@@ -63,7 +63,9 @@ workload,role,cores,cpu_khz,gpu_hz,emc_hz,batch,time_ms,power_mw.
 
 The modes are every CPU, GPU and EMC level of the board at the given core counts
 (default 2, 4, … up to the board's cores). Training rows are at the workload's
-minibatch size B_T, inference rows at each batch size. Values are noise-free unless
+minibatch size B_T, plus one micro-batch turn of B_T/k samples for each k of
+--micro-splits that divides B_T (column micro_batch; --micro-splits none leaves them
+out and writes the table of before), inference rows at each batch size. Values are noise-free unless
 --noise is given: "workload" applies each workload's documented run-to-run spread, a
 number applies that log-normal sigma to times and half of it to powers.`,
 		Args: cobra.NoArgs,
@@ -76,6 +78,8 @@ number applies that log-normal sigma to times and half of it to powers.`,
 	noise := cmd.Flags().String("noise", "0", `run-to-run noise: 0 (none), "workload" (each model's sigma) or a sigma such as 0.03`)
 	seed := cmd.Flags().Uint64("seed", 1, "random seed for --noise")
 	models := cmd.Flags().String("models", "", "directory of workload model *.yaml to use instead of the built-in ones")
+	splits := cmd.Flags().String("micro-splits", "2,4,8", `training micro-batch rows: turns k per minibatch (rows at B_T/k samples), e.g. 2,4,8, or "none"`)
+	turnCost := cmd.Flags().Float64("micro-turn-cost", 0, "per-turn fixed cost of a micro-batch as a share of the minibatch's time (0: the workload model alone; real PyTorch on the CPU measured 0.18 to 0.49, docs/simulator.md)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *out == "" {
 			return errors.New("--out is required: a CSV file path, or - for stdout")
@@ -88,7 +92,16 @@ number applies that log-normal sigma to times and half of it to powers.`,
 		if err != nil {
 			return err
 		}
-		opt := sim.TruthOptions{Workloads: *wl, Cores: *cores, Batches: *batches}
+		opt := sim.TruthOptions{Workloads: *wl, Cores: *cores, Batches: *batches, MicroTurnCostRel: *turnCost}
+		if n := strings.TrimSpace(*splits); n != "" && n != "none" && n != "0" {
+			for _, f := range strings.Split(n, ",") {
+				k, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || k < 2 {
+					return fmt.Errorf("--micro-splits %q: want turns per minibatch k ≥ 2, comma-separated (e.g. 2,4,8), or none", n)
+				}
+				opt.MicroSplits = append(opt.MicroSplits, k)
+			}
+		}
 		switch n := strings.TrimSpace(*noise); n {
 		case "", "0", "none":
 		case "workload", "auto":

@@ -41,8 +41,20 @@ func TestSimTruthWritesReadableTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	modes := 3 * 29 * 11 * 4
-	if got, want := len(tab.Rows), modes*(1+2); got != want {
-		t.Errorf("%d rows, want %d (%d modes x (1 train + 2 infer batches))", got, want, modes)
+	if got, want := len(tab.Rows), modes*(1+3+2); got != want {
+		t.Errorf("%d rows, want %d (%d modes x (1 train + 3 micro-batches + 2 infer batches))", got, want, modes)
+	}
+	if mb := tab.MicroBatches("resnet18-train", 32); len(mb) != 3 || mb[0] != 4 || mb[2] != 16 {
+		t.Errorf("micro-batches %v, want [4 8 16] (--micro-splits 2,4,8 by default)", mb)
+	}
+	// --micro-splits none writes the table of before: no micro-batch rows, no column.
+	old := filepath.Join(t.TempDir(), "old.csv")
+	if _, _, err := simExec(context.Background(), "sim", "truth", "--board", "agx-orin-64gb",
+		"--workloads", "resnet18-train,mobilenetv3-infer", "--cores", "4", "--batches", "1", "--micro-splits", "none", "--out", old); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(old); strings.Contains(string(b), "micro_batch") || strings.Count(string(b), "\n") != 1+29*11*4*2 {
+		t.Errorf("--micro-splits none: %d lines, micro_batch column %v", strings.Count(string(b), "\n"), strings.Contains(string(b), "micro_batch"))
 	}
 	if got := len(tab.Modes()); got != modes {
 		t.Errorf("%d distinct modes, want %d", got, modes)
@@ -95,9 +107,10 @@ func TestSimTruthDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perMode := len(ws["lstm-train"].BatchSizes()) + len(ws["bert-base-infer"].BatchSizes())
+	// lstm-train's minibatch of 20 splits into micro-batches of 10 and 5 (k = 2, 4).
+	perMode := len(ws["lstm-train"].BatchSizes()) + 2 + len(ws["bert-base-infer"].BatchSizes())
 	modes := 6 * 29 * 11 * 4 // cores 2,4,…,12
-	if perMode != 7 || len(tab.Rows) != modes*perMode {
+	if perMode != 9 || len(tab.Rows) != modes*perMode {
 		t.Errorf("%d rows, want %d", len(tab.Rows), modes*perMode)
 	}
 }

@@ -69,6 +69,10 @@ type BenchSpec struct {
 	// every set of m training workloads (equal time shares) with every set of Streams
 	// inference workloads.
 	Jobs int
+	// Micro lets the decision and the oracles run training as micro-batch turns where
+	// the truth has micro-batch rows (issue 32); false scores whole minibatches only
+	// (k = 1), as before. Tables without micro-batch rows score the same either way.
+	Micro bool
 	// Progress, when set, is called (from the workers, concurrently) each time a
 	// searcher's answer to a configuration is scored, with the number scored and the
 	// total.
@@ -82,6 +86,9 @@ type SearcherStats struct {
 	// WithinBudgetPct: the searcher claimed a feasible choice and it meets every budget
 	// on the noise-free truth.
 	WithinBudgetPct float64 `json:"within_budget_pct"`
+	// WithinBudget counts those configurations (the percentage's base, the satisfiable
+	// configurations, moves with what the oracle may run; the count does not).
+	WithinBudget int `json:"within_budget"`
 	// ViolationPct: claimed feasible, but the truth violates a budget.
 	ViolationPct float64 `json:"violation_pct"`
 	// NoAnswerPct: no choice, or the decision claimed nothing it saw meets the budgets
@@ -113,6 +120,7 @@ type BenchReport struct {
 	Jobs                    int             `json:"jobs,omitempty"`    // training jobs per set, 0 for pairs
 	Noise                   float64         `json:"noise"`
 	Seed                    uint64          `json:"seed"`
+	Micro                   bool            `json:"micro"` // training micro-batches scored: BenchSpec.Micro and the truth has them
 	Rules                   plan.Rules      `json:"rules"` // the decision's
 	Searchers               []SearcherStats `json:"searchers"`
 	WallS                   float64         `json:"wall_s"`
@@ -206,6 +214,9 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: pair %s: %w", p, err)
 		}
+		if !spec.Micro {
+			pt = pt.WithoutMicro()
+		}
 		pts[i] = pt
 		for _, m := range spec.Presets {
 			presets[i] = append(presets[i], pt.Space.Snap(m))
@@ -249,7 +260,8 @@ func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: oracle: %w", err)
 	}
-	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(pairs), Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules}
+	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(pairs), Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules,
+		Micro: slices.ContainsFunc(pts, func(pt *truthprof.PairTruth) bool { return len(pt.MicroBatches) > 0 })}
 	for _, c := range cfgs {
 		if !c.oracle.Feasible {
 			rep.ConfigsOracleInfeasible++
@@ -417,9 +429,9 @@ func score(p Pair, pt *truthprof.PairTruth, c *benchConfig, res search.Result, e
 	case err != nil || !res.Found || !res.Feasible:
 		o.Status = "no_answer"
 	default:
-		e, ok := pt.Score(c.model, res.Choice.Mode, res.Choice.Batch)
+		e, ok := pt.Score(c.model, res.Choice.Mode, res.Choice.Batch, res.Choice.MicroBatch)
 		if !ok {
-			o.Status, o.Err = "no_answer", fmt.Errorf("choice %s batch %d is not in the ground truth", res.Choice.Mode, res.Choice.Batch)
+			o.Status, o.Err = "no_answer", fmt.Errorf("choice %s batch %d micro-batch %d is not in the ground truth", res.Choice.Mode, res.Choice.Batch, res.Choice.MicroBatch)
 			break
 		}
 		o.Choice = e
@@ -466,6 +478,7 @@ func summarise(name string, outs []Outcome) SearcherStats {
 		}
 		ratios = append(ratios, o.Ratio)
 	}
+	st.WithinBudget = within
 	if n := float64(len(ratios)); n > 0 {
 		st.WithinBudgetPct = 100 * float64(within) / n
 		st.ViolationPct = 100 * float64(viol) / n
@@ -502,6 +515,7 @@ func oracleRow(n int, at func(i int) (modes int, feasible bool)) SearcherStats {
 			feasible++
 		}
 	}
+	st.WithinBudget = feasible
 	if feasible > 0 {
 		st.WithinBudgetPct, st.MeanOptRatio, st.P5OptRatio = 100, 1, 1
 	}

@@ -49,7 +49,7 @@ func (c *lifeConfig) held(choice any, ph lifePhase, q float64) (sps float64, lat
 		if err != nil {
 			return 0, false, false, err
 		}
-		now, ok := c.pt.Score(model, e.Mode, e.Batch)
+		now, ok := c.pt.Score(model, e.Mode, e.Batch, e.MicroBatch)
 		if !ok {
 			return 0, false, false, fmt.Errorf("mode %s batch %d is not in the truth", e.Mode, e.Batch)
 		}

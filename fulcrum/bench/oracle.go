@@ -17,7 +17,7 @@ import (
 type oracleRate struct {
 	pt                *truthprof.PairTruth
 	rate, q           float64
-	lat, pow, thr, rh []float64 // index i*len(Batches)+j
+	lat, pow, thr, rh []float64 // index (i*TrainChoices()+c)*len(Batches)+j
 }
 
 func newOracleRate(pt *truthprof.PairTruth, rateRPS, quantile float64) (*oracleRate, error) {
@@ -26,18 +26,30 @@ func newOracleRate(pt *truthprof.PairTruth, rateRPS, quantile float64) (*oracleR
 	if err != nil {
 		return nil, err
 	}
-	nb := len(pt.Batches)
-	n := pt.Len() * nb
+	nb, nc := len(pt.Batches), pt.TrainChoices()
+	n := pt.Len() * nc * nb
 	o := &oracleRate{pt: pt, rate: rateRPS, q: m.Budgets().Quantile, lat: make([]float64, n), pow: make([]float64, n), thr: make([]float64, n), rh: make([]float64, n)}
 	for i := range pt.Len() {
-		t, infer := pt.Points(i)
-		for j := range nb {
-			e := m.Evaluate(pt.ModeAt(i), t, infer[j])
-			k := i*nb + j
-			o.lat[k], o.pow[k], o.thr[k], o.rh[k] = e.LatencyMS, e.PowerMW, e.ThroughputSPS, e.Rho
+		_, infer := pt.Points(i)
+		for c := range nc {
+			t := pt.TrainAt(i, c)
+			for j := range nb {
+				e := m.Evaluate(pt.ModeAt(i), t, infer[j])
+				k := (i*nc+c)*nb + j
+				o.lat[k], o.pow[k], o.thr[k], o.rh[k] = e.LatencyMS, e.PowerMW, e.ThroughputSPS, e.Rho
+			}
 		}
 	}
 	return o, nil
+}
+
+// at returns the configuration of flat index k: its mode, training turn and
+// inference point.
+func (o *oracleRate) at(k int) (int, plan.TrainPoint, plan.InferPoint) {
+	nb, nc := len(o.pt.Batches), o.pt.TrainChoices()
+	i, c := k/nb/nc, k/nb%nc
+	_, infer := o.pt.Points(i)
+	return i, o.pt.TrainAt(i, c), infer[k%nb]
 }
 
 // best returns the optimum under model's budgets (whose rate and quantile must be the
@@ -58,10 +70,8 @@ func (o *oracleRate) best(model *plan.Model) (plan.Eval, bool) {
 	if bestK < 0 {
 		return plan.Eval{}, false
 	}
-	nb := len(o.pt.Batches)
-	i := bestK / nb
-	t, infer := o.pt.Points(i)
-	return model.Evaluate(o.pt.ModeAt(i), t, infer[bestK%nb]), true
+	i, t, ip := o.at(bestK)
+	return model.Evaluate(o.pt.ModeAt(i), t, ip), true
 }
 
 // Oracle is the exhaustive baseline: the optimum over the noise-free truth of a pair.
@@ -84,19 +94,17 @@ func (o *oracleRate) answer(model *plan.Model) search.Result {
 		return search.Result{Choice: e, Found: true, Feasible: true, Stop: "exhaustive"}
 	}
 	best := plan.Eval{Violation: math.Inf(1)}
-	nb := len(o.pt.Batches)
-	for i := range o.pt.Len() {
-		t, infer := o.pt.Points(i)
-		for j := range nb {
-			if e := model.Evaluate(o.pt.ModeAt(i), t, infer[j]); e.Better(best) {
-				best = e
-			}
+	for k := range o.thr {
+		i, t, ip := o.at(k)
+		if e := model.Evaluate(o.pt.ModeAt(i), t, ip); e.Better(best) {
+			best = e
 		}
 	}
 	return search.Result{Choice: best, Found: true, Feasible: false, Stop: "exhaustive: nothing meets the budgets"}
 }
 
-// MarginOracle is the oracle with a safety margin: it is given the noise-free truth of
+// MarginOracle is the oracle with a safety margin (over every training micro-batch the
+// pair's truth has, as the decision chooses among them): it is given the noise-free truth of
 // the pair at construction (only the benchmark has it) and claims only configurations
 // that still fit with every time and power raised by MarginRel. It profiles nothing: the
 // profiler it is handed is ignored. It measures what a margin alone costs, whatever the
@@ -140,19 +148,22 @@ func (o *MarginOracle) Search(ctx context.Context, p search.Problem, _ search.Pr
 	// Over the truth's flat slices, as the oracle scans: no profile is copied per mode.
 	for i := range pt.Len() {
 		m := pt.ModeAt(i)
-		tt, infer := pt.Points(i)
-		t := tt
-		t.TimeMS, t.PowerMW = t.TimeMS*up, t.PowerMW*up
-		for _, ip := range infer {
-			raised := ip
-			raised.TimeMS, raised.PowerMW = ip.TimeMS*up, ip.PowerMW*up
-			re := model.Evaluate(m, t, raised)
-			if !re.Feasible || o.Admission.LatencyMS(model.Budgets().LatencyMS, re.LatencyMS-t.TimeMS-raised.TimeMS, t.TimeMS, raised.TimeMS) > model.Budgets().LatencyMS {
-				continue
-			}
-			// Ranked by the true throughput, as the plain oracle ranks.
-			if e := model.Evaluate(m, tt, ip); !found || e.Better(best) {
-				best, found = e, true
+		_, infer := pt.Points(i)
+		for c := range pt.TrainChoices() {
+			tt := pt.TrainAt(i, c)
+			t := tt
+			t.TimeMS, t.PowerMW = t.TimeMS*up, t.PowerMW*up
+			for _, ip := range infer {
+				raised := ip
+				raised.TimeMS, raised.PowerMW = ip.TimeMS*up, ip.PowerMW*up
+				re := model.Evaluate(m, t, raised)
+				if !re.Feasible || o.Admission.LatencyMS(model.Budgets().LatencyMS, re.LatencyMS-t.TimeMS-raised.TimeMS, t.TimeMS, raised.TimeMS) > model.Budgets().LatencyMS {
+					continue
+				}
+				// Ranked by the true throughput, as the plain oracle ranks.
+				if e := model.Evaluate(m, tt, ip); !found || e.Better(best) {
+					best, found = e, true
+				}
 			}
 		}
 	}

@@ -43,6 +43,9 @@ type Scenario struct {
 	// every mode of Board's space the run reaches must have rows) instead of the
 	// physics simulator's models, with the per-minibatch noise on times and the same
 	// noise on each step's power; the board then starts at the table's highest clocks.
+	// A batch the table skips between two of its batches (an inference batch of 3 the
+	// scheduler grants with 3 requests queued, in a table of 1, 2, 4, 6, …) is their
+	// linear interpolation (truth.Table.LookupBetween).
 	// Board must still name the catalog board the table is of (its tree, presets, space).
 	Truth *truth.Table
 	// Train are the training workloads (one job each), e.g. {"resnet18-train"}.
@@ -297,7 +300,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	if sc.Truth != nil {
 		prng := rand.New(rand.NewPCG(uint64(sc.Seed), 300))
 		simOpts.PowerMW = func(m powermode.Mode, a sim.Activity) (float64, bool) {
-			r, ok := sc.Truth.Lookup(truth.Key{Workload: a.Workload, Role: truth.Role(a.Role), Mode: m, Batch: a.Batch})
+			r, ok := sc.Truth.LookupBetween(truth.Key{Workload: a.Workload, Role: truth.Role(a.Role), Mode: m, Batch: a.Batch})
 			if !ok {
 				return 0, false
 			}

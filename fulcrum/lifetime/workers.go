@@ -74,7 +74,7 @@ func (g *gpu) turnTime(w *sim.Workload, batch int, rng *rand.Rand, noise float64
 	sec, ok := g.tau[k]
 	if !ok {
 		if g.truth != nil {
-			r, found := g.truth.Lookup(truth.Key{Workload: w.Name, Role: w.Role, Mode: m, Batch: batch})
+			r, found := g.truth.LookupBetween(truth.Key{Workload: w.Name, Role: w.Role, Mode: m, Batch: batch})
 			if !found {
 				return 0, fmt.Errorf("the truth table has no row for %s %s at %s batch %d (the run moved the board where the table has no answer; give a table covering the board's whole mode space)", w.Name, w.Role, m, batch)
 			}

@@ -129,5 +129,9 @@ func PairOf(mp MultiProfile) ModeProfile {
 
 // MultiOf is a pair's profile as a profile of one training job and one stream.
 func MultiOf(p ModeProfile) MultiProfile {
-	return MultiProfile{Mode: p.Mode, Train: []TrainPoint{p.Train}, Infer: [][]InferPoint{p.Infer}, Repeats: p.Repeats}
+	out := MultiProfile{Mode: p.Mode, Train: []TrainPoint{p.Train}, Infer: [][]InferPoint{p.Infer}, Repeats: p.Repeats}
+	if len(p.Micro) > 0 {
+		out.Micro = [][]TrainPoint{p.Micro} // the job's micro-batch turns (issue 32)
+	}
+	return out
 }

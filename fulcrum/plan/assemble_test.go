@@ -30,7 +30,7 @@ func TestAssemble(t *testing.T) {
 	if len(got) != 2 || got[0].Mode != m2 || got[1].Mode != m1 {
 		t.Fatalf("assembled %+v, want m2 then m1 (the order of their first points)", got)
 	}
-	if p := got[0]; p.Train[0] != (TrainPoint{16, 200, 200000}) || len(p.Infer[0]) != 2 || p.Infer[0][0].Batch != 1 || p.Infer[0][1].TimeMS != 40 || p.Repeats != 1 {
+	if p := got[0]; p.Train[0] != (TrainPoint{Batch: 16, TimeMS: 200, PowerMW: 200000}) || len(p.Infer[0]) != 2 || p.Infer[0][0].Batch != 1 || p.Infer[0][1].TimeMS != 40 || p.Repeats != 1 {
 		t.Errorf("m2: %+v (want the training point, batches 1 and 4 ascending, the least repeats: 1)", p)
 	}
 	if p := PairOf(got[1]); p.Train.TimeMS != 100 || len(p.Infer) != 1 || p.Repeats != 4 {

@@ -164,26 +164,28 @@ func edgeScale(edge, measured float64) float64 {
 	return edge / measured
 }
 
-// Score scores one configuration: inference point ip at the mode of p.
-func (d Decider) score(m *Model, p ModeProfile, ip InferPoint) Scored {
+// Score scores one configuration: training turn t (the whole minibatch or a micro-batch)
+// and inference point ip at the mode of p.
+func (d Decider) score(m *Model, p ModeProfile, t TrainPoint, ip InferPoint) Scored {
 	b := m.Budgets()
-	e := m.Evaluate(p.Mode, p.Train, ip)
+	e := m.Evaluate(p.Mode, t, ip)
 	s := Scored{Eval: e}
 	n := float64(max(p.Repeats, 1))
 	sd := d.NoiseRel / math.Sqrt(n) // relative σ of each profiled mean
 	g := 1 + d.Admission.DevRel
 	fill := m.fill(ip.Batch)
-	s.LatencyAdmMS = d.Admission.LatencyMS(b.LatencyMS, fill, p.Train.TimeMS, ip.TimeMS)
+	// The admission room counts the turn that runs: a micro-batch's, when t is one.
+	s.LatencyAdmMS = d.Admission.LatencyMS(b.LatencyMS, fill, t.TimeMS, ip.TimeMS)
 	// The training and inference times are measured independently: their errors add as
 	// variances. The fill quantile and the margin are computed, not measured. Each σ is
 	// taken where the measured part would sit exactly on its budget (the test of "the
 	// truth is at the edge"): σ from the measured value itself is smaller whenever the
 	// measurement came out low, which let optimistic draws through (1.4% claims at the
 	// edge for a 99% confidence, TestDecideCalibratedAtTheEdge).
-	measLat := g * (p.Train.TimeMS + ip.TimeMS)
-	sdLat := g * sd * math.Hypot(p.Train.TimeMS, ip.TimeMS) * edgeScale(b.LatencyMS-(s.LatencyAdmMS-measLat), measLat)
+	measLat := g * (t.TimeMS + ip.TimeMS)
+	sdLat := g * sd * math.Hypot(t.TimeMS, ip.TimeMS) * edgeScale(b.LatencyMS-(s.LatencyAdmMS-measLat), measLat)
 	share := min(e.Rho, 1)
-	sdPow := sd * math.Hypot(share*ip.PowerMW, (1-share)*p.Train.PowerMW) * edgeScale(b.PowerMW, e.PowerMW)
+	sdPow := sd * math.Hypot(share*ip.PowerMW, (1-share)*t.PowerMW) * edgeScale(b.PowerMW, e.PowerMW)
 	sdRho := sd * b.RhoMax
 	pl := phi(b.LatencyMS-s.LatencyAdmMS, sdLat)
 	pp := phi(b.PowerMW-e.PowerMW, sdPow)
@@ -222,8 +224,10 @@ func (d Decider) ScoreAll(profiles []ModeProfile) ([]Scored, error) {
 	}
 	var out []Scored
 	for _, p := range profiles {
-		for _, ip := range p.Infer {
-			out = append(out, d.score(m, p, ip))
+		for _, t := range p.TrainChoices() {
+			for _, ip := range p.Infer {
+				out = append(out, d.score(m, p, t, ip))
+			}
 		}
 	}
 	return out, nil

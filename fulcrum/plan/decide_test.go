@@ -137,3 +137,50 @@ func TestDeciderValidate(t *testing.T) {
 		t.Error("no profiles: decided without an error")
 	}
 }
+
+// Issue 32: a latency budget shorter than one training minibatch. Model v1 at k = 1 has
+// no answer (training paused); with micro-batch points the decision runs the minibatch
+// as 4 turns of 8, the admission room counting the 30 ms turn, at the throughput of k
+// turns per minibatch; micro-batch 16 (55 ms turns) does not fit the room.
+func TestDecideMicroBatchUnderATightBudget(t *testing.T) {
+	b := Budgets{RateRPS: 10, LatencyMS: 60, PowerMW: 50000}.WithDefaults()
+	r := Rules{NoiseRel: 0.01, Admission: Admission{MarginMS: 5, DevRel: 0.06}}
+	p := ModeProfile{
+		Mode:  powermode.Mode{Cores: 8, CPUKHz: 2000000, GPUHz: 900000000, EMCHz: 3199000000},
+		Train: TrainPoint{Batch: 32, TimeMS: 100, PowerMW: 30000},
+		Infer: []InferPoint{{Batch: 1, TimeMS: 5, PowerMW: 25000}},
+	}
+	whole, err := r.For(b, []int{1}).Decide([]ModeProfile{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.Feasible || whole.Binding != ConstraintLatency {
+		t.Fatalf("k = 1: %+v, want latency-bound and not claimed", whole)
+	}
+	p.Micro = []TrainPoint{{Batch: 16, TimeMS: 55, PowerMW: 29000}, {Batch: 8, TimeMS: 30, PowerMW: 28000}}
+	dec, err := r.For(b, []int{1}).Decide([]ModeProfile{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dec.Feasible || dec.Best.MicroBatch != 8 || dec.Best.Batch != 1 {
+		t.Fatalf("with micro-batches: %+v, want micro-batch 8 claimed", dec)
+	}
+	if want := 5 + 1.06*(30+5); math.Abs(dec.LatencyAdmMS-want) > 1e-9 {
+		t.Fatalf("latency with the room %v ms, want %v (the 30 ms turn)", dec.LatencyAdmMS, want)
+	}
+	if want := (1 - 10*0.005) * 8 / 0.030; math.Abs(dec.Best.ThroughputSPS-want) > 1e-9 {
+		t.Fatalf("throughput %v samples/s, want %v: 4 turns of 30 ms per minibatch of 32", dec.Best.ThroughputSPS, want)
+	}
+	if !strings.Contains(dec.Explain(b), "training micro-batch 8") {
+		t.Fatalf("explanation does not say the micro-batch: %s", dec.Explain(b))
+	}
+	// Model v1 alone (no room) fits the 55 ms turn exactly (0 + 55 + 5 = 60 ms) and its
+	// higher throughput wins; a micro-batch that does not divide the minibatch, or is the
+	// whole of it, is never chosen.
+	p.Micro = append(p.Micro, TrainPoint{Batch: 5, TimeMS: 1, PowerMW: 1}, TrainPoint{Batch: 32, TimeMS: 1, PowerMW: 1})
+	m, _ := NewModel(b, []int{1})
+	pl, err := m.Choose([]ModeProfile{p})
+	if err != nil || pl.Best.MicroBatch != 16 || !pl.Feasible {
+		t.Fatalf("planner: %+v %v, want micro-batch 16", pl, err)
+	}
+}

@@ -90,8 +90,21 @@ type MultiProfile struct {
 	Mode  powermode.Mode `json:"mode"`
 	Train []TrainPoint   `json:"train"` // one per training job
 	Infer [][]InferPoint `json:"infer"` // per stream (the order of MultiBudgets.Streams), per batch size
+	// Micro is, per training job (the order of Train), the job at micro-batch sizes
+	// (ModeProfile.Micro); missing or empty: that job runs whole minibatches only.
+	Micro [][]TrainPoint `json:"micro,omitempty"`
 	// Repeats is how many measurements each value is the mean of (0 means 1).
 	Repeats int `json:"repeats,omitempty"`
+}
+
+// TrainChoices returns job j's training turns at this mode: its whole minibatch first,
+// then each usable micro-batch (ModeProfile.TrainChoices).
+func (p MultiProfile) TrainChoices(j int) []TrainPoint {
+	mp := ModeProfile{Train: p.Train[j]}
+	if j < len(p.Micro) {
+		mp.Micro = p.Micro[j]
+	}
+	return mp.TrainChoices()
 }
 
 // MultiBinding names a constraint and, for a latency budget, its stream.
@@ -120,6 +133,9 @@ type MultiEval struct {
 	// TrainShares are the jobs' shares of training time s_j; TrainSPS their throughputs θ_j.
 	TrainShares []float64 `json:"train_shares"`
 	TrainSPS    []float64 `json:"train_sps"`
+	// MicroBatches is each job's training micro-batch size (0: whole minibatches), set
+	// only when some job runs micro-batches (issue 32).
+	MicroBatches []int `json:"micro_batches,omitempty"`
 	// ObjectiveSPS is Θ = Π θ_j^{s_j}, the s-weighted geometric mean of TrainSPS (θ with
 	// one job).
 	ObjectiveSPS float64 `json:"objective_sps"`
@@ -279,18 +295,49 @@ func (m *MultiModel) Evaluate(p MultiProfile, batches []int) (MultiEval, error) 
 	return m.evaluate(p.Mode, p.Train, m.shares(len(p.Train)), pts), nil
 }
 
+// EvaluateMicro is Evaluate with each job's training micro-batch size (one per job, in
+// job order; 0 the whole minibatch): each job's turn is its profiled micro-batch point.
+func (m *MultiModel) EvaluateMicro(p MultiProfile, batches, micro []int) (MultiEval, error) {
+	if len(micro) != len(p.Train) {
+		return MultiEval{}, fmt.Errorf("evaluate at mode %s: %d micro-batch sizes for %d training jobs: give one per job (0: the whole minibatch)", p.Mode.Human(), len(micro), len(p.Train))
+	}
+	q := p
+	q.Train = slices.Clone(p.Train)
+	for j, mb := range micro {
+		if mb == 0 {
+			continue
+		}
+		i := slices.IndexFunc(p.TrainChoices(j), func(t TrainPoint) bool { return t.MicroBatch() == mb })
+		if i < 0 {
+			return MultiEval{}, fmt.Errorf("evaluate at mode %s: training job %d has no profile at micro-batch %d: profile it there or pick a profiled size", p.Mode.Human(), j, mb)
+		}
+		q.Train[j] = p.TrainChoices(j)[i]
+	}
+	return m.Evaluate(q, batches)
+}
+
 // evaluate is the model itself; the order of every operation keeps it identical to
 // Model.Evaluate with one stream and one job.
 func (m *MultiModel) evaluate(mode powermode.Mode, train []TrainPoint, shares []float64, pts []InferPoint) MultiEval {
 	b := m.b
 	e := MultiEval{Mode: mode, Streams: make([]StreamEval, len(pts)), TrainShares: shares, TrainSPS: make([]float64, len(train))}
+	for j, t := range train {
+		if t.MicroBatch() != 0 {
+			if e.MicroBatches == nil {
+				e.MicroBatches = make([]int, len(train))
+			}
+			e.MicroBatches[j] = t.MicroBatch()
+		}
+	}
 	for i, ip := range pts {
 		rho := b.Streams[i].RateRPS * (ip.TimeMS / 1000) / float64(ip.Batch)
 		e.Streams[i] = StreamEval{Name: b.Streams[i].Name, Batch: ip.Batch, Rho: rho, FillMS: m.fill(i, ip.Batch)}
 		e.Rho += rho
 	}
 	// The longest turn that can be running when a stream's batch becomes ready: any
-	// training minibatch, or another stream's batch (EDF, no preemption).
+	// training turn (a minibatch, or one micro-batch of it), or another stream's batch
+	// (EDF, no preemption). A micro-batch turn's throughput is the minibatch's: k turns
+	// of B/k samples, so B/(k·τ(B/k)) = (B/k)/τ(B/k) below.
 	var longestTrain float64
 	for _, t := range train {
 		longestTrain = max(longestTrain, t.TimeMS)
@@ -365,9 +412,10 @@ func (m *MultiModel) BestAtMode(p MultiProfile) (MultiEval, error) {
 	shares := m.shares(len(p.Train))
 	var best MultiEval
 	n := 0
-	err := m.eachCombo(p, func(pts []InferPoint) {
-		if e := m.evaluate(p.Mode, p.Train, shares, pts); n == 0 || e.Better(best) {
+	err := m.eachTrainCombo(p, func(train []TrainPoint, pts []InferPoint) {
+		if e := m.evaluate(p.Mode, train, shares, pts); n == 0 || e.Better(best) {
 			best = e
+			best.MicroBatches = slices.Clone(e.MicroBatches)
 		}
 		n++
 	})
@@ -425,8 +473,53 @@ func (m *MultiModel) eachCombo(p MultiProfile, f func(pts []InferPoint)) error {
 	return nil
 }
 
-// Choose returns the best configuration over the profiled modes: every mode and every
-// batch vector, jointly.
+// eachTrainCombo calls f with every combination of the jobs' training turns (each job's
+// TrainChoices) and every batch combination (eachCombo): the decision chooses the
+// micro-batches and the batches jointly. Whole minibatches come first, so without
+// micro-batch points it is eachCombo exactly. f must keep neither slice.
+func (m *MultiModel) eachTrainCombo(p MultiProfile, f func(train []TrainPoint, pts []InferPoint)) error {
+	if err := m.CheckProfile(p); err != nil {
+		return err
+	}
+	choices := make([][]TrainPoint, len(p.Train))
+	trainCombos, combos := 1, 1
+	for j := range p.Train {
+		choices[j] = p.TrainChoices(j)
+		trainCombos *= len(choices[j])
+	}
+	combos = trainCombos
+	for _, pts := range p.Infer {
+		if combos *= max(len(pts), 1); combos > MaxMultiCombos {
+			return fmt.Errorf("profile at mode %s: more than %d combinations of batch and micro-batch sizes: profile fewer sizes", p.Mode.Human(), MaxMultiCombos)
+		}
+	}
+	if trainCombos == 1 {
+		return m.eachCombo(p, func(pts []InferPoint) { f(p.Train, pts) })
+	}
+	idx := make([]int, len(p.Train))
+	train := make([]TrainPoint, len(p.Train))
+	for {
+		for j := range train {
+			train[j] = choices[j][idx[j]]
+		}
+		if err := m.eachCombo(p, func(pts []InferPoint) { f(train, pts) }); err != nil {
+			return err
+		}
+		j := 0
+		for ; j < len(idx); j++ {
+			if idx[j]++; idx[j] < len(choices[j]) {
+				break
+			}
+			idx[j] = 0
+		}
+		if j == len(idx) {
+			return nil
+		}
+	}
+}
+
+// Choose returns the best configuration over the profiled modes: every mode, every
+// batch vector and every training micro-batch, jointly.
 func (m *MultiModel) Choose(profiles []MultiProfile) (MultiPlan, error) {
 	if len(profiles) == 0 {
 		return MultiPlan{}, errNoProfiles

@@ -85,11 +85,12 @@ func (d MultiDecider) confidence() float64 {
 // Streams' latencies share measured terms (the training minibatch ahead of every one),
 // so their events are positively correlated and the product of their probabilities is a
 // lower bound of P(all): the claim errs on the safe side.
-func (d MultiDecider) score(m *MultiModel, p MultiProfile, shares []float64, pts []InferPoint) MultiScored {
+func (d MultiDecider) score(m *MultiModel, p MultiProfile, train []TrainPoint, shares []float64, pts []InferPoint) MultiScored {
 	b := m.b
-	e := m.evaluate(p.Mode, p.Train, shares, pts)
+	e := m.evaluate(p.Mode, train, shares, pts)
 	e.Streams = slices.Clone(e.Streams)
 	e.TrainSPS = slices.Clone(e.TrainSPS)
+	e.MicroBatches = slices.Clone(e.MicroBatches)
 	e.TrainShares = slices.Clone(shares)
 	s := MultiScored{MultiEval: e, LatencyAdmMS: make([]float64, len(pts)), PStreams: make([]float64, len(pts))}
 	sd := d.NoiseRel / math.Sqrt(float64(max(p.Repeats, 1)))
@@ -124,7 +125,7 @@ func (d MultiDecider) score(m *MultiModel, p MultiProfile, shares []float64, pts
 		}
 		mix = math.Hypot(mix, ri*ip.PowerMW)
 	}
-	for j, t := range p.Train {
+	for j, t := range train {
 		mix = math.Hypot(mix, (1-share)*shares[j]*t.PowerMW)
 	}
 	pp := phi(b.PowerMW-e.PowerMW, sd*mix*edgeScale(b.PowerMW, e.PowerMW))
@@ -170,8 +171,8 @@ func (d MultiDecider) Decide(profiles []MultiProfile) (MultiDecision, error) {
 	n, claimable := 0, 0
 	for _, p := range profiles {
 		shares := m.shares(len(p.Train))
-		err := m.eachCombo(p, func(pts []InferPoint) {
-			s := d.score(m, p, shares, pts)
+		err := m.eachTrainCombo(p, func(train []TrainPoint, pts []InferPoint) {
+			s := d.score(m, p, train, shares, pts)
 			if d.Claims(s) {
 				claimable++
 			}

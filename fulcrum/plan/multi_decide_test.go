@@ -12,7 +12,7 @@ func TestMultiDecideIsDecider(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 2))
 	batches := DefaultInferBatches()
 	uni := func(lo, hi float64) float64 { return lo + (hi-lo)*rng.Float64() }
-	claimed := map[bool]int{}
+	claimed, micro := map[bool]int{}, map[bool]int{}
 	for trial := range 300 {
 		b := Budgets{RateRPS: uni(1, 60), LatencyMS: uni(30, 600), PowerMW: uni(8000, 40000)}.WithDefaults()
 		r := Rules{NoiseRel: uni(0, 0.08), Confidence: uni(0.5, 0.999), Admission: Admission{MarginMS: uni(0, 10), DevRel: uni(0, 0.1)}}
@@ -28,8 +28,13 @@ func TestMultiDecideIsDecider(t *testing.T) {
 			for _, n := range batches[:1+rng.IntN(len(batches))] {
 				p.Infer = append(p.Infer, InferPoint{Batch: n, TimeMS: uni(1, 15) * float64(1+n/4), PowerMW: uni(4000, 45000)})
 			}
+			p.Micro = randomMicro(rng, trial, p.Train)
 			pair = append(pair, p)
-			multi = append(multi, MultiProfile{Mode: p.Mode, Train: []TrainPoint{p.Train}, Infer: [][]InferPoint{p.Infer}, Repeats: p.Repeats})
+			mp := MultiProfile{Mode: p.Mode, Train: []TrainPoint{p.Train}, Infer: [][]InferPoint{p.Infer}, Repeats: p.Repeats}
+			if p.Micro != nil {
+				mp.Micro = [][]TrainPoint{p.Micro}
+			}
+			multi = append(multi, mp)
 		}
 		want, err := r.For(b, batches).Decide(pair)
 		if err != nil {
@@ -45,10 +50,17 @@ func TestMultiDecideIsDecider(t *testing.T) {
 			g.ObjectiveSPS != want.Best.ThroughputSPS || got.Binding.Constraint != want.Binding {
 			t.Fatalf("trial %d:\nmulti %+v\npair  %+v", trial, got, want)
 		}
+		if mb := want.Best.MicroBatch; mb != 0 && (len(g.MicroBatches) != 1 || g.MicroBatches[0] != mb) || mb == 0 && g.MicroBatches != nil {
+			t.Fatalf("trial %d: micro-batches %v, pair %d", trial, g.MicroBatches, mb)
+		}
+		micro[want.Best.MicroBatch != 0]++
 		claimed[want.Feasible]++
 	}
 	if claimed[true] < 30 || claimed[false] < 30 {
 		t.Fatalf("claimed/not %d/%d: the trials should reach both often", claimed[true], claimed[false])
+	}
+	if micro[true] < 20 || micro[false] < 20 {
+		t.Fatalf("micro-batch/whole decisions %d/%d: the trials should reach both often", micro[true], micro[false])
 	}
 }
 

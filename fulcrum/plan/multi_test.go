@@ -13,8 +13,25 @@ func multiMode(g int64) powermode.Mode {
 	return powermode.Mode{Cores: 8, CPUKHz: 2000000, GPUHz: g, EMCHz: 3199000000}
 }
 
+// randomMicro gives half the trials' profiles training micro-batch points (issue 32):
+// each divisor B/2, B/4, B/8 at a per-sample cost 1 to 1.6 times the minibatch's, plus
+// points the decision must ignore (the whole minibatch again, a non-divisor).
+func randomMicro(rng *rand.Rand, trial int, train TrainPoint) []TrainPoint {
+	if trial%2 == 0 {
+		return nil
+	}
+	var out []TrainPoint
+	for _, k := range []int{2, 4, 8} {
+		if train.Batch%k == 0 {
+			out = append(out, TrainPoint{Batch: train.Batch / k, TimeMS: train.TimeMS / float64(k) * (1 + 0.6*rng.Float64()), PowerMW: train.PowerMW * (0.8 + 0.2*rng.Float64())})
+		}
+	}
+	return append(out, TrainPoint{Batch: train.Batch, TimeMS: 1, PowerMW: 1}, TrainPoint{Batch: train.Batch - 1, TimeMS: 1, PowerMW: 1})
+}
+
 // With one stream and one job every figure is model v1's, to the bit, on random budgets
-// and profiles (equal weights and a single explicit weight alike).
+// and profiles (equal weights and a single explicit weight alike), training micro-batches
+// included.
 func TestMultiReducesToModelV1(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 1))
 	batches := DefaultInferBatches()
@@ -47,17 +64,24 @@ func TestMultiReducesToModelV1(t *testing.T) {
 			for _, n := range batches[:1+rng.IntN(len(batches))] {
 				p.Infer = append(p.Infer, InferPoint{Batch: n, TimeMS: uni(1, 20) * math.Sqrt(float64(n)), PowerMW: uni(4000, 60000)})
 			}
+			p.Micro = randomMicro(rng, trial, p.Train)
 			v1 = append(v1, p)
-			multi = append(multi, MultiProfile{Mode: p.Mode, Train: []TrainPoint{p.Train}, Infer: [][]InferPoint{p.Infer}})
+			mp := MultiProfile{Mode: p.Mode, Train: []TrainPoint{p.Train}, Infer: [][]InferPoint{p.Infer}}
+			if p.Micro != nil {
+				mp.Micro = [][]TrainPoint{p.Micro}
+			}
+			multi = append(multi, mp)
 		}
 		for k, p := range v1 {
-			for _, ip := range p.Infer {
-				want := m1.Evaluate(p.Mode, p.Train, ip)
-				got, err := mm.Evaluate(multi[k], []int{ip.Batch})
-				if err != nil {
-					t.Fatal(err)
+			for _, tp := range p.TrainChoices() {
+				for _, ip := range p.Infer {
+					want := m1.Evaluate(p.Mode, tp, ip)
+					got, err := mm.EvaluateMicro(multi[k], []int{ip.Batch}, []int{tp.MicroBatch()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					sameAsV1(t, got, want)
 				}
-				sameAsV1(t, got, want)
 			}
 		}
 		want, err := m1.Choose(v1)
@@ -87,6 +111,9 @@ func sameAsV1(t *testing.T, got MultiEval, want Eval) {
 		got.TrainSPS[0] != want.ThroughputSPS || got.ObjectiveSPS != want.ThroughputSPS ||
 		got.Feasible != want.Feasible || got.Violation != want.Violation || got.Binding.Constraint != want.Binding {
 		t.Fatalf("multi %+v\nv1    %+v", got, want)
+	}
+	if micro := 0; len(got.MicroBatches) > 0 && got.MicroBatches[0] != want.MicroBatch || len(got.MicroBatches) == 0 && want.MicroBatch != micro {
+		t.Fatalf("micro-batches %v, v1 %d", got.MicroBatches, want.MicroBatch)
 	}
 	if got.TrainShares[0] != 1 || got.Binding.Stream != "" && got.Binding.Stream != s.Name {
 		t.Fatalf("shares %v binding %+v", got.TrainShares, got.Binding)

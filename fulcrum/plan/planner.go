@@ -24,11 +24,25 @@ const (
 // DefaultInferBatches are the inference batch sizes 𝔅 considered by default.
 func DefaultInferBatches() []int { return []int{1, 2, 4, 8, 16, 32} }
 
-// TrainPoint is a training workload's profile at one mode: τ_T and π_T at its fixed B_T.
+// TrainPoint is a training workload's profile at one mode: τ_T and π_T at its fixed B_T,
+// or (Minibatch set) one micro-batch turn of Batch samples of a minibatch of Minibatch
+// samples run as Minibatch/Batch turns with gradient accumulation (issue 32).
 type TrainPoint struct {
 	Batch   int     `json:"batch"`
 	TimeMS  float64 `json:"time_ms"`
 	PowerMW float64 `json:"power_mw"`
+	// Minibatch is the minibatch B_T this point is a micro-batch of; 0 (or Batch) when
+	// Batch is the whole minibatch.
+	Minibatch int `json:"minibatch,omitempty"`
+}
+
+// MicroBatch is the point's micro-batch size when it is one turn of several per
+// minibatch, 0 when it is the whole minibatch.
+func (t TrainPoint) MicroBatch() int {
+	if t.Minibatch > t.Batch {
+		return t.Batch
+	}
+	return 0
 }
 
 // InferPoint is an inference workload's profile at one mode and batch size.
@@ -43,9 +57,34 @@ type ModeProfile struct {
 	Mode  powermode.Mode `json:"mode"`
 	Train TrainPoint     `json:"train"`
 	Infer []InferPoint   `json:"infer"`
+	// Micro is the training workload at micro-batch sizes (issue 32): each point one turn
+	// of Batch samples, Minibatch = Train.Batch, Batch a divisor of it below it. The
+	// decision chooses among Train and these (TrainChoices); empty: k = 1 only.
+	Micro []TrainPoint `json:"micro,omitempty"`
 	// Repeats is how many measurements each value is the mean of (0 means 1): a mode
 	// measured again to confirm it is known more precisely (Decider).
 	Repeats int `json:"repeats,omitempty"`
+}
+
+// TrainChoices returns the training turns the decision may run at this mode: the whole
+// minibatch first, then every micro-batch point that divides it (others are ignored).
+// Without micro-batch points it is Train alone, so every choice is model v1's exactly.
+func (p ModeProfile) TrainChoices() []TrainPoint {
+	out := make([]TrainPoint, 1, 1+len(p.Micro))
+	out[0] = p.Train
+	for _, t := range p.Micro {
+		if UsableMicro(p.Train.Batch, t) {
+			t.Minibatch = p.Train.Batch
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// UsableMicro reports whether t can be a micro-batch turn of a minibatch of whole
+// samples: a positive size below it that divides it, with a positive, finite time.
+func UsableMicro(whole int, t TrainPoint) bool {
+	return t.Batch >= 1 && t.Batch < whole && whole%t.Batch == 0 && t.TimeMS > 0 && !math.IsInf(t.TimeMS, 0) && !math.IsNaN(t.PowerMW)
 }
 
 // Constraint names a budget.
@@ -61,13 +100,16 @@ const (
 
 // Eval is one configuration (mode, inference batch) scored by model v1.
 type Eval struct {
-	Mode          powermode.Mode `json:"mode"`
-	Batch         int            `json:"batch"`
-	Rho           float64        `json:"rho"`
-	LatencyMS     float64        `json:"latency_ms"`
-	PowerMW       float64        `json:"power_mw"`
-	ThroughputSPS float64        `json:"throughput_sps"` // training samples per second
-	Feasible      bool           `json:"feasible"`
+	Mode  powermode.Mode `json:"mode"`
+	Batch int            `json:"batch"`
+	// MicroBatch is the training micro-batch size when each minibatch runs as several
+	// turns (issue 32); 0 when it runs as one turn (k = 1).
+	MicroBatch    int     `json:"micro_batch,omitempty"`
+	Rho           float64 `json:"rho"`
+	LatencyMS     float64 `json:"latency_ms"`
+	PowerMW       float64 `json:"power_mw"`
+	ThroughputSPS float64 `json:"throughput_sps"` // training samples per second
+	Feasible      bool    `json:"feasible"`
 	// Violation is the sum of relative excesses over the budgets (0 when feasible).
 	Violation float64 `json:"violation"`
 	// Binding is the constraint with the largest relative excess (infeasible), or the one
@@ -136,11 +178,14 @@ func (m *Model) fill(b int) float64 {
 	return FillQuantileMS(b, m.b.RateRPS, m.b.Quantile)
 }
 
-// Evaluate scores inference batch point ip at the mode of train point t.
+// Evaluate scores inference batch point ip at the mode of train point t. A micro-batch
+// point t (Minibatch set) is one turn of t.Batch samples: the request waits for that
+// shorter turn, and a minibatch of B samples takes B/t.Batch of them, so the training
+// throughput (1−ρ)·B/(k·τ_T(B/k)) is (1−ρ)·t.Batch/τ_T(t.Batch), the same expression.
 func (m *Model) Evaluate(mode powermode.Mode, t TrainPoint, ip InferPoint) Eval {
 	b := m.b
 	rho := b.RateRPS * (ip.TimeMS / 1000) / float64(ip.Batch)
-	e := Eval{Mode: mode, Batch: ip.Batch, Rho: rho}
+	e := Eval{Mode: mode, Batch: ip.Batch, MicroBatch: t.MicroBatch(), Rho: rho}
 	e.LatencyMS = m.fill(ip.Batch) + t.TimeMS + ip.TimeMS
 	share := min(rho, 1)
 	e.PowerMW = share*ip.PowerMW + (1-share)*t.PowerMW
@@ -163,14 +208,17 @@ func (m *Model) Evaluate(mode powermode.Mode, t TrainPoint, ip InferPoint) Eval 
 	return e
 }
 
-// BestAtMode returns the best inference batch size at a profiled mode.
+// BestAtMode returns the best inference batch size and training micro-batch at a
+// profiled mode, chosen jointly.
 func (m *Model) BestAtMode(p ModeProfile) (Eval, bool) {
 	var best Eval
 	found := false
-	for _, ip := range p.Infer {
-		e := m.Evaluate(p.Mode, p.Train, ip)
-		if !found || e.Better(best) {
-			best, found = e, true
+	for _, t := range p.TrainChoices() {
+		for _, ip := range p.Infer {
+			e := m.Evaluate(p.Mode, t, ip)
+			if !found || e.Better(best) {
+				best, found = e, true
+			}
 		}
 	}
 	return best, found
@@ -213,8 +261,8 @@ func (m *Model) Choose(profiles []ModeProfile) (Plan, error) {
 func (p Plan) Explain(b Budgets) string {
 	e := p.Best
 	if p.Feasible {
-		return fmt.Sprintf("mode %s, inference batch %d: training %.1f samples/s, p%g latency %.1f ms ≤ %.0f ms, power %.1f W ≤ %.1f W, GPU share for inference %.0f%%",
-			e.Mode.Human(), e.Batch, e.ThroughputSPS, b.Quantile*100, e.LatencyMS, b.LatencyMS, e.PowerMW/1000, b.PowerMW/1000, e.Rho*100)
+		return fmt.Sprintf("mode %s, inference batch %d%s: training %.1f samples/s, p%g latency %.1f ms ≤ %.0f ms, power %.1f W ≤ %.1f W, GPU share for inference %.0f%%",
+			e.Mode.Human(), e.Batch, e.microWords(), e.ThroughputSPS, b.Quantile*100, e.LatencyMS, b.LatencyMS, e.PowerMW/1000, b.PowerMW/1000, e.Rho*100)
 	}
 	var what string
 	switch p.Binding {
@@ -225,7 +273,16 @@ func (p Plan) Explain(b Budgets) string {
 	default:
 		what = fmt.Sprintf("arrival rate: inference alone would take %.0f%% of the GPU (cap %.0f%%)", e.Rho*100, b.RhoMax*100)
 	}
-	return fmt.Sprintf("no profiled configuration meets the budgets; binding constraint is %s. Least-violating: mode %s, inference batch %d", what, e.Mode.Human(), e.Batch)
+	return fmt.Sprintf("no profiled configuration meets the budgets; binding constraint is %s. Least-violating: mode %s, inference batch %d%s", what, e.Mode.Human(), e.Batch, e.microWords())
+}
+
+// microWords says the training micro-batch in a plan's explanation ("" for k = 1, so
+// explanations without micro-batches read as before).
+func (e Eval) microWords() string {
+	if e.MicroBatch == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", training micro-batch %d", e.MicroBatch)
 }
 
 // SortedBatches returns the batch sizes of a profile, ascending.
@@ -241,5 +298,6 @@ func (p ModeProfile) SortedBatches() []int {
 // Clone returns a copy of p that shares no memory with it.
 func (p ModeProfile) Clone() ModeProfile {
 	p.Infer = slices.Clone(p.Infer)
+	p.Micro = slices.Clone(p.Micro)
 	return p
 }

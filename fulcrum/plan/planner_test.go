@@ -102,7 +102,7 @@ func TestChooseBestAndInfeasible(t *testing.T) {
 
 func TestTiesGoToLowerPower(t *testing.T) {
 	m, _ := NewModel(Budgets{RateRPS: 1, LatencyMS: 1000, PowerMW: 50000}, []int{1})
-	a := ModeProfile{Mode: powermode.Mode{Cores: 1, CPUKHz: 1, GPUHz: 1, EMCHz: 2}, Train: TrainPoint{32, 100, 30000}, Infer: []InferPoint{{1, 10, 30000}}}
+	a := ModeProfile{Mode: powermode.Mode{Cores: 1, CPUKHz: 1, GPUHz: 1, EMCHz: 2}, Train: TrainPoint{Batch: 32, TimeMS: 100, PowerMW: 30000}, Infer: []InferPoint{{1, 10, 30000}}}
 	b := a
 	b.Mode.EMCHz = 1
 	b.Train.PowerMW, b.Infer[0].PowerMW = 20000, 20000

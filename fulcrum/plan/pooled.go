@@ -23,6 +23,11 @@ func PooledPair(p MultiProfile, rates, weights []float64) ModeProfile {
 	if len(p.Train) > 0 {
 		out.Train = p.Train[0]
 	}
+	// One job's micro-batch turns carry over (issue 32); several jobs' pooled minibatch
+	// has none (their turns differ per job; the joint decision chooses them).
+	if len(p.Train) == 1 && len(p.Micro) > 0 {
+		out.Micro = slices.Clone(p.Micro[0])
+	}
 	if len(p.Train) > 1 && (weights == nil || len(weights) == len(p.Train)) {
 		var sum, logG, pw float64
 		for j := range p.Train {

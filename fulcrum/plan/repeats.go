@@ -14,13 +14,18 @@ import "slices"
 // shape (batch sizes, in order) of the first measurement added.
 func AddRepeat(sum *ModeProfile, mp ModeProfile) {
 	if sum.Repeats == 0 {
-		*sum = ModeProfile{Mode: mp.Mode, Train: mp.Train, Infer: slices.Clone(mp.Infer), Repeats: 1}
+		*sum = ModeProfile{Mode: mp.Mode, Train: mp.Train, Infer: slices.Clone(mp.Infer), Micro: slices.Clone(mp.Micro), Repeats: 1}
 		return
 	}
 	sum.Repeats++
 	sum.Train.TimeMS += mp.Train.TimeMS
 	sum.Train.PowerMW += mp.Train.PowerMW
 	addInfer(sum.Infer, mp.Infer)
+	// The micro-batch turns (issue 32), by position as every repeat has the same sizes.
+	for c := range min(len(sum.Micro), len(mp.Micro)) {
+		sum.Micro[c].TimeMS += mp.Micro[c].TimeMS
+		sum.Micro[c].PowerMW += mp.Micro[c].PowerMW
+	}
 }
 
 // RepeatMean is the mean of the repeats summed in sum (AddRepeat), with Repeats set.
@@ -30,6 +35,10 @@ func RepeatMean(sum ModeProfile) ModeProfile {
 	out.Train.TimeMS /= n
 	out.Train.PowerMW /= n
 	divInfer(out.Infer, n)
+	for c := range out.Micro {
+		out.Micro[c].TimeMS /= n
+		out.Micro[c].PowerMW /= n
+	}
 	return out
 }
 

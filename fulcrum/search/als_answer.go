@@ -148,8 +148,57 @@ const alsMaxRepeats = 4
 // first measurement, which was picked for looking good). Ties go to the shorter plan.
 // Only the first profile is taken: the next call plans again with what it measured.
 // ok is false when no plan is expected to gain.
+// microTurn is a training micro-batch size as the confirmation planner predicts it: its
+// samples and its time and power relative to the minibatch's at the same mode.
+type microTurn struct {
+	samples         int
+	timeRel, powRel float64
+}
+
+// microTurns estimates each micro-batch size's time and power relative to the
+// minibatch from the profiles (the median ratio over them; issue 32). The Gaussian
+// processes model the minibatch only, so the planner predicts a micro-batch turn at an
+// unprofiled mode as the minibatch's prediction times these ratios; the decision itself
+// uses the measured turns.
+func microTurns(known []plan.ModeProfile) []microTurn {
+	var sizes []int
+	for _, mp := range known {
+		for _, t := range mp.TrainChoices()[1:] {
+			if !slices.Contains(sizes, t.Batch) {
+				sizes = append(sizes, t.Batch)
+			}
+		}
+	}
+	var out []microTurn
+	for _, b := range sizes {
+		var rt, rp []float64
+		for _, mp := range known {
+			for _, t := range mp.TrainChoices()[1:] {
+				if t.Batch == b && mp.Train.TimeMS > 0 && mp.Train.PowerMW > 0 {
+					rt, rp = append(rt, t.TimeMS/mp.Train.TimeMS), append(rp, t.PowerMW/mp.Train.PowerMW)
+				}
+			}
+		}
+		slices.Sort(rt)
+		slices.Sort(rp)
+		out = append(out, microTurn{samples: b, timeRel: rt[len(rt)/2], powRel: rp[len(rp)/2]})
+	}
+	return out
+}
+
+// microAt returns the measured turn of the given samples in mp, if it has one.
+func microAt(mp plan.ModeProfile, samples int) (plan.TrainPoint, bool) {
+	for _, t := range mp.TrainChoices()[1:] {
+		if t.Batch == samples {
+			return t, true
+		}
+	}
+	return plan.TrainPoint{}, false
+}
+
 func (m *ALSModel) nextConfirm(model *plan.Model, dec plan.Decider, known []plan.ModeProfile, measured map[int]bool, post map[int]posterior, claimSPS float64, left int, canRepeat bool) (confirmAction, bool) {
 	no, nb := m.nOut(), len(m.batches)
+	micro := microTurns(known)
 	bud := model.Budgets()
 	noise := m.noiseRel
 	cp := claimParams{
@@ -173,17 +222,34 @@ func (m *ALSModel) nextConfirm(model *plan.Model, dec plan.Decider, known []plan
 	// A gain below this is noise in the ranking, not worth a profile.
 	minGain := 1e-3 * claimSPS
 	vals, spread := make([]float64, no), make([]float64, no)
+	// kp is the pooled profile a repeat's values come from (nil: predicted values),
+	// whose measured micro-batch turns replace the ratios' estimate.
+	var kp *plan.ModeProfile
 	consider := func(pos int, repeat bool, k int, decSD float64) {
 		g := 0.0
-		for j := range m.batches {
-			t := cp.throughput(m.batches[j], vals[0], vals[2+j])
-			if t <= claimSPS {
-				continue
+		// The minibatch (u = B_T), then each micro-batch turn (issue 32).
+		for c := -1; c < len(micro); c++ {
+			samples, tT, pT := m.trainBatch, vals[0], vals[1]
+			if c >= 0 {
+				samples, tT, pT = micro[c].samples, vals[0]*micro[c].timeRel, vals[1]*micro[c].powRel
+				if kp != nil {
+					t, ok := microAt(*kp, samples)
+					if !ok {
+						continue
+					}
+					tT, pT = t.TimeMS, t.PowerMW
+				}
 			}
-			p := cp.claimProb(j, m.batches[j], vals[0], vals[1], vals[2+j], vals[2+nb+j],
-				spread[0], spread[1], spread[2+j], spread[2+nb+j], decSD)
-			if p >= alsMinClaimProb {
-				g = max(g, (t-claimSPS)*p)
+			for j := range m.batches {
+				t := cp.throughputOf(samples, m.batches[j], tT, vals[2+j])
+				if t <= claimSPS {
+					continue
+				}
+				p := cp.claimProb(j, m.batches[j], tT, pT, vals[2+j], vals[2+nb+j],
+					spread[0], spread[1], spread[2+j], spread[2+nb+j], decSD)
+				if p >= alsMinClaimProb {
+					g = max(g, (t-claimSPS)*p)
+				}
 			}
 		}
 		if g > minGain && (!found || g > best.gain*(1+1e-9) || (g >= best.gain*(1-1e-9) && k < best.steps)) {
@@ -193,10 +259,16 @@ func (m *ALSModel) nextConfirm(model *plan.Model, dec plan.Decider, known []plan
 	for i := range m.modes {
 		mu, sd := m.at(i, post)
 		if !measured[i] {
-			// Cheap bound first: at the predicted mean, can any batch beat the claim?
-			if !cp.anyAbove(m.batches, math.Exp(mu[0]), mu[2:2+nb], claimSPS) {
+			// Cheap bound first: at the predicted mean, can any batch beat the claim (with
+			// the minibatch or a micro-batch turn)?
+			above := cp.anyAbove(m.batches, math.Exp(mu[0]), mu[2:2+nb], claimSPS)
+			for _, u := range micro {
+				above = above || cp.anyAbove(m.batches, math.Exp(mu[0])*u.timeRel*float64(m.trainBatch)/float64(u.samples), mu[2:2+nb], claimSPS)
+			}
+			if !above {
 				continue
 			}
+			kp = nil
 			// A first profile, then up to left−1 repeats, which replace it.
 			for k := 1; k <= left; k++ {
 				n := float64(max(1, k-1))
@@ -219,14 +291,16 @@ func (m *ALSModel) nextConfirm(model *plan.Model, dec plan.Decider, known []plan
 			if r == 0 {
 				// k fresh repeats replace the first measurement: centred on the
 				// posterior, spread by its sd and the mean of k measurements' noise.
+				kp = nil
 				for o := range vals {
 					vals[o] = math.Exp(mu[o])
 					spread[o] = math.Hypot(sd[o], noise/math.Sqrt(float64(k)))
 				}
 			} else {
 				// The pooled mean of r repeats moves by the k new ones' share.
-				kp := knownAt[i]
-				fillLinear(vals, kp, m.batches)
+				at := knownAt[i]
+				kp = &at
+				fillLinear(vals, at, m.batches)
 				s := noise * math.Sqrt(float64(k)/float64(r*(r+k)))
 				for o := range spread {
 					spread[o] = s
@@ -271,7 +345,13 @@ func (c claimParams) rho(batch int, tI float64) float64 {
 
 // throughput is model v1's training throughput, samples/s.
 func (c claimParams) throughput(batch int, tT, tI float64) float64 {
-	return max(0, 1-c.rho(batch, tI)) * float64(c.trainBatch) / (tT / 1000)
+	return c.throughputOf(c.trainBatch, batch, tT, tI)
+}
+
+// throughputOf is throughput with a training turn of samples (a micro-batch: k turns a
+// minibatch, so samples per turn time is the minibatch's rate).
+func (c claimParams) throughputOf(samples, batch int, tT, tI float64) float64 {
+	return max(0, 1-c.rho(batch, tI)) * float64(samples) / (tT / 1000)
 }
 
 // anyAbove reports whether some batch's throughput at train time tT and log inference

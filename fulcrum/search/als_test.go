@@ -157,7 +157,7 @@ func TestALSNearOptimalWithNoiseAndFewConfirms(t *testing.T) {
 		}
 		opt := alsOracle(t, pt, b)
 		model, _ := plan.NewModel(b, pt.Batches)
-		got, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch)
+		got, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch, res.Choice.MicroBatch)
 		if !ok || !res.Found {
 			t.Fatalf("budget %d: choice %+v not in the truth", k, res.Choice)
 		}

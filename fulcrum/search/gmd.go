@@ -171,7 +171,7 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	}
 	if found {
 		res.Found, res.Feasible = true, best.Feasible
-		res.Choice, _ = evalAt(model, best.Mode, w.known, best.Batch)
+		res.Choice, _ = evalAt(model, best.Mode, w.known, best.Batch, best.MicroBatch)
 	}
 	return res, nil
 }
@@ -204,9 +204,11 @@ func (w *walk) bestScaled(smooth bool, scale float64) (plan.Eval, bool) {
 	var best plan.Eval
 	found := false
 	for i, mp := range profiles {
-		for _, ip := range mp.Infer {
-			if e := w.robustEvalM(mp, ip, mT[i], mP[i]); !found || e.Better(best) {
-				best, found = e, true
+		for _, t := range mp.TrainChoices() {
+			for _, ip := range mp.Infer {
+				if e := w.robustEvalM(mp, t, ip, mT[i], mP[i]); !found || e.Better(best) {
+					best, found = e, true
+				}
 			}
 		}
 	}
@@ -267,22 +269,21 @@ func (w *walk) isKnown(idx powermode.Index) bool {
 	return slices.ContainsFunc(w.known, func(k plan.ModeProfile) bool { return k.Mode == m })
 }
 
-// robustEval scores (mode, batch) with the planner, its feasibility judged with every
+// robustEval scores (mode, training turn t, batch) with the planner, its feasibility judged with every
 // measured time and power raised by the margin (the measurement may be optimistic by
 // that much), its throughput as measured. Raising the times rather than shrinking the
 // latency budget leaves the batch-fill part of the latency, which is not measured,
 // without a margin.
-func (w *walk) robustEval(mp plan.ModeProfile, ip plan.InferPoint) plan.Eval {
-	return w.robustEvalM(mp, ip, w.margin, w.margin)
+func (w *walk) robustEval(mp plan.ModeProfile, t plan.TrainPoint, ip plan.InferPoint) plan.Eval {
+	return w.robustEvalM(mp, t, ip, w.margin, w.margin)
 }
 
 // robustEvalM is robustEval with separate margins for times and powers.
-func (w *walk) robustEvalM(mp plan.ModeProfile, ip plan.InferPoint, marginT, marginP float64) plan.Eval {
-	e := w.model.Evaluate(mp.Mode, mp.Train, ip)
+func (w *walk) robustEvalM(mp plan.ModeProfile, t plan.TrainPoint, ip plan.InferPoint, marginT, marginP float64) plan.Eval {
+	e := w.model.Evaluate(mp.Mode, t, ip)
 	if marginT <= 0 && marginP <= 0 {
 		return e
 	}
-	t := mp.Train
 	t.TimeMS, t.PowerMW = t.TimeMS*(1+marginT), t.PowerMW*(1+marginP)
 	ip.TimeMS, ip.PowerMW = ip.TimeMS*(1+marginT), ip.PowerMW*(1+marginP)
 	r := w.model.Evaluate(mp.Mode, t, ip)
@@ -300,9 +301,11 @@ func (w *walk) objective(mp plan.ModeProfile) float64 {
 		return w.objectiveBy(*w.dec, mp)
 	}
 	s := math.Inf(-1)
-	for _, ip := range mp.Infer {
-		e := w.robustEval(mp, ip)
-		s = math.Max(s, e.ThroughputSPS/w.thetaRef-w.penalty*e.Violation)
+	for _, t := range mp.TrainChoices() {
+		for _, ip := range mp.Infer {
+			e := w.robustEval(mp, t, ip)
+			s = math.Max(s, e.ThroughputSPS/w.thetaRef-w.penalty*e.Violation)
+		}
 	}
 	return s
 }
@@ -325,10 +328,11 @@ func (w *walk) objectivesBy(d plan.Decider, mps []plan.ModeProfile) []float64 {
 	if err != nil {
 		return out
 	}
-	// ScoreAll returns the configurations profile by profile, in order.
+	// ScoreAll returns the configurations profile by profile, in order: each
+	// profile's training turns × its batches.
 	i, j := 0, 0
 	for _, sc := range scored {
-		for j >= len(mps[i].Infer) {
+		for j >= len(mps[i].TrainChoices())*len(mps[i].Infer) {
 			i, j = i+1, 0
 		}
 		out[i] = math.Max(out[i], sc.ThroughputSPS/w.thetaRef*sc.PFeasible-w.penalty*sc.ViolationAdm)
@@ -556,16 +560,42 @@ func cmpF(a, b float64) int {
 	return 0
 }
 
-// evalAt evaluates the configuration (mode, batch) from the profile of mode among
-// profiles. ok is false when the mode or the batch is not there.
-func evalAt(m *plan.Model, mode powermode.Mode, profiles []plan.ModeProfile, batch int) (plan.Eval, bool) {
+// config is one configuration at a profiled mode: a training turn and an inference
+// point.
+type config struct {
+	t  plan.TrainPoint
+	ip plan.InferPoint
+}
+
+// configsOf lists a profile's configurations: every training turn (the minibatch, then
+// each micro-batch) with every inference batch, in ScoreAll's order.
+func configsOf(mp plan.ModeProfile) []config {
+	ts := mp.TrainChoices()
+	out := make([]config, 0, len(ts)*len(mp.Infer))
+	for _, t := range ts {
+		for _, ip := range mp.Infer {
+			out = append(out, config{t, ip})
+		}
+	}
+	return out
+}
+
+// evalAt evaluates the configuration (mode, batch, training micro-batch: 0 the whole
+// minibatch) from the profile of mode among profiles. ok is false when the mode, the
+// batch or the micro-batch is not there.
+func evalAt(m *plan.Model, mode powermode.Mode, profiles []plan.ModeProfile, batch, micro int) (plan.Eval, bool) {
 	for _, p := range profiles {
 		if p.Mode != mode {
 			continue
 		}
-		for _, ip := range p.Infer {
-			if ip.Batch == batch {
-				return m.Evaluate(mode, p.Train, ip), true
+		for _, t := range p.TrainChoices() {
+			if t.MicroBatch() != micro {
+				continue
+			}
+			for _, ip := range p.Infer {
+				if ip.Batch == batch {
+					return m.Evaluate(mode, t, ip), true
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -43,9 +44,11 @@ func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
 		need := 0
 		haveBest, haveCand := false, false
 		for i, mp := range profiles {
-			for _, ip := range mp.Infer {
-				if e := w.robustEvalM(mp, ip, mT[i], mP[i]); e.Feasible && (!haveBest || e.Better(best)) {
-					best, haveBest = e, true
+			for _, t := range mp.TrainChoices() {
+				for _, ip := range mp.Infer {
+					if e := w.robustEvalM(mp, t, ip, mT[i], mP[i]); e.Feasible && (!haveBest || e.Better(best)) {
+						best, haveBest = e, true
+					}
 				}
 			}
 		}
@@ -53,8 +56,9 @@ func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
 			if tried[mp.Mode] || w.repeats(mp.Mode) > 1 {
 				continue
 			}
-			for _, ip := range mp.Infer {
-				e := w.model.Evaluate(mp.Mode, mp.Train, ip)
+			for _, cfg := range configsOf(mp) {
+				t, ip := cfg.t, cfg.ip
+				e := w.model.Evaluate(mp.Mode, t, ip)
 				if !e.Feasible || (haveCand && !e.Better(cand)) || (haveBest && !e.Better(best)) {
 					continue
 				}
@@ -62,7 +66,7 @@ func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
 				lo, hi := 0.0, 1.0
 				for range 20 {
 					mid := (lo + hi) / 2
-					if w.robustEvalM(mp, ip, mid*mT[i], mid*mP[i]).Feasible {
+					if w.robustEvalM(mp, t, ip, mid*mT[i], mid*mP[i]).Feasible {
 						lo = mid
 					} else {
 						hi = mid
@@ -126,8 +130,8 @@ func (w *walk) retreat(total int, smooth bool) (int, error) {
 		}
 		strict := func(mp plan.ModeProfile) float64 {
 			s := math.Inf(-1)
-			for _, ip := range mp.Infer {
-				if e := w.robustEvalM(mp, ip, 1.5*w.margin, 1.5*w.margin); e.Feasible {
+			for _, cfg := range configsOf(mp) {
+				if e := w.robustEvalM(mp, cfg.t, cfg.ip, 1.5*w.margin, 1.5*w.margin); e.Feasible {
 					s = math.Max(s, e.ThroughputSPS/w.thetaRef)
 				}
 			}
@@ -141,8 +145,8 @@ func (w *walk) retreat(total int, smooth bool) (int, error) {
 			// ties), rather than stop with profiles unspent and nothing to claim.
 			closest := func(mp plan.ModeProfile) float64 {
 				s := math.Inf(-1)
-				for _, ip := range mp.Infer {
-					e := w.robustEvalM(mp, ip, w.margin, w.margin)
+				for _, cfg := range configsOf(mp) {
+					e := w.robustEvalM(mp, cfg.t, cfg.ip, w.margin, w.margin)
 					s = math.Max(s, -e.Violation+1e-3*e.ThroughputSPS/w.thetaRef)
 				}
 				return s
@@ -287,8 +291,14 @@ func (w *walk) confirmCandidate(left int) (powermode.Mode, int, bool, error) {
 					c.Infer = append(c.Infer, ip)
 				}
 			}
+			// The one training turn s runs (micro-batch or whole minibatch).
+			c.Micro = slices.DeleteFunc(c.Micro, func(t plan.TrainPoint) bool { return t.Batch != s.MicroBatch })
 			rs, err := w.dec.ScoreAll([]plan.ModeProfile{c})
-			if err != nil || len(rs) != 1 {
+			if err != nil {
+				break
+			}
+			rs = slices.DeleteFunc(rs, func(r plan.Scored) bool { return r.MicroBatch != s.MicroBatch })
+			if len(rs) != 1 {
 				break
 			}
 			if w.dec.Claims(rs[0]) {

@@ -119,7 +119,7 @@ func TestGMDGlobalPickIsArgmax(t *testing.T) {
 		if w.isKnown(idx) {
 			continue
 		}
-		pr := f.predict(m, cp.Infer)
+		pr := f.predict(m, cp)
 		pr.Train.Batch = cp.Train.Batch
 		sc, err := w.pdec.ScoreAll([]plan.ModeProfile{pr})
 		if err != nil {
@@ -169,7 +169,7 @@ func TestGMDConfirmsForTheDecision(t *testing.T) {
 				continue
 			}
 			claimed[name]++
-			e, ok := pt.Score(model, d.Best.Mode, d.Best.Batch)
+			e, ok := pt.Score(model, d.Best.Mode, d.Best.Batch, d.Best.MicroBatch)
 			if !ok || !e.Feasible {
 				if name == "confirm" {
 					violations++

@@ -42,7 +42,7 @@ func (w *walk) smooth(sigma float64) ([]plan.ModeProfile, []float64, []float64) 
 		if !ok {
 			continue
 		}
-		pr := f.predict(mp.Mode, mp.Infer)
+		pr := f.predict(mp.Mode, mp)
 		preds[i] = &pr
 		// Residuals beyond what the (averaged) measurement's own noise explains.
 		ex := s2 / n
@@ -54,6 +54,12 @@ func (w *walk) smooth(sigma float64) ([]plan.ModeProfile, []float64, []float64) 
 			d = math.Log(ip.TimeMS / pr.Infer[j].TimeMS)
 			rT, nT = rT+d*d-ex, nT+1
 			d = ip.PowerMW/pr.Infer[j].PowerMW - 1
+			rP, nP = rP+d*d-ex, nP+1
+		}
+		for c, t := range mp.Micro {
+			d = math.Log(t.TimeMS / pr.Micro[c].TimeMS)
+			rT, nT = rT+d*d-ex, nT+1
+			d = t.PowerMW/pr.Micro[c].PowerMW - 1
 			rP, nP = rP+d*d-ex, nP+1
 		}
 	}
@@ -85,6 +91,10 @@ func (w *walk) smooth(sigma float64) ([]plan.ModeProfile, []float64, []float64) 
 			o.Infer[j].TimeMS = blendT(o.Infer[j].TimeMS, pr.Infer[j].TimeMS)
 			o.Infer[j].PowerMW = blendP(o.Infer[j].PowerMW, pr.Infer[j].PowerMW)
 		}
+		for c := range o.Micro {
+			o.Micro[c].TimeMS = blendT(o.Micro[c].TimeMS, pr.Micro[c].TimeMS)
+			o.Micro[c].PowerMW = blendP(o.Micro[c].PowerMW, pr.Micro[c].PowerMW)
+		}
 		mT[i], mP[i] = DefaultGMDMarginSigmas*ct, DefaultGMDMarginSigmas*cp
 	}
 	return out, mT, mP
@@ -111,6 +121,9 @@ type localFit struct {
 	tc, pc     [powermode.NumKnobs]float64 // feature centres (the current mode)
 	time, powr [][]float64                 // per quantity: intercept then one slope per knob
 	nb         int
+	// nm is the number of training micro-batch sizes fitted (issue 32): quantities
+	// 1+nb … nb+nm, after the training minibatch (0) and the inference batches.
+	nm int
 }
 
 // wls solves the ridge-regularised weighted least squares of ys on xs (rows with a
@@ -163,12 +176,12 @@ func (w *walk) fit(cur powermode.Index, step powermode.Index, curP plan.ModeProf
 // fitAround is fit; loo leaves the centre's own profile out and does not anchor the
 // model there (a leave-one-out prediction of it).
 func (w *walk) fitAround(cur powermode.Index, step powermode.Index, curP plan.ModeProfile, loo bool) (*localFit, bool) {
-	f := &localFit{w: w, tc: w.timeFeatures(curP.Mode), pc: w.powerFeatures(curP.Mode), nb: len(curP.Infer)}
+	f := &localFit{w: w, tc: w.timeFeatures(curP.Mode), pc: w.powerFeatures(curP.Mode), nb: len(curP.Infer), nm: len(curP.Micro)}
 	var xt, xp [][nFeat]float64
 	var yt, yp [][]float64
 	var wts []float64
 	for _, mp := range w.known {
-		if len(mp.Infer) != f.nb || (loo && mp.Mode == curP.Mode) {
+		if len(mp.Infer) != f.nb || len(mp.Micro) != f.nm || (loo && mp.Mode == curP.Mode) {
 			continue
 		}
 		idx, ok := w.sp.Index(mp.Mode)
@@ -191,6 +204,11 @@ func (w *walk) fitAround(cur powermode.Index, step powermode.Index, curP plan.Mo
 		for _, ip := range mp.Infer {
 			qt, qp = append(qt, math.Log(ip.TimeMS)), append(qp, ip.PowerMW)
 		}
+		// Each training micro-batch size is one more quantity, fitted like the others:
+		// the walk then predicts where a micro-batch fits at modes not profiled yet.
+		for _, t := range mp.Micro {
+			qt, qp = append(qt, math.Log(t.TimeMS)), append(qp, t.PowerMW)
+		}
 		yt, yp = append(yt, qt), append(yp, qp)
 	}
 	if len(wts) < 2 || (loo && len(wts) < nFeat+1) {
@@ -212,6 +230,9 @@ func (w *walk) fitAround(cur powermode.Index, step powermode.Index, curP plan.Mo
 	for j, ip := range curP.Infer {
 		f.time[1+j][0], f.powr[1+j][0] = math.Log(ip.TimeMS), ip.PowerMW
 	}
+	for c, t := range curP.Micro {
+		f.time[1+f.nb+c][0], f.powr[1+f.nb+c][0] = math.Log(t.TimeMS), t.PowerMW
+	}
 	return f, true
 }
 
@@ -224,15 +245,23 @@ func (f *localFit) lin(c []float64, x, ctr [powermode.NumKnobs]float64) float64 
 	return v
 }
 
-// predict returns the profile the local model expects at mode m.
-func (f *localFit) predict(m powermode.Mode, batches []plan.InferPoint) plan.ModeProfile {
+// predict returns the profile the local model expects at mode m, with the batch and
+// micro-batch sizes of tmpl (a profile the model was fitted on).
+func (f *localFit) predict(m powermode.Mode, tmpl plan.ModeProfile) plan.ModeProfile {
 	t, p := f.w.timeFeatures(m), f.w.powerFeatures(m)
 	lin := f.lin
 	// Power cannot fall below a small floor however far the line is extrapolated.
 	pw := func(q int) float64 { return math.Max(lin(f.powr[q], p, f.pc), 100) }
-	out := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{TimeMS: math.Exp(lin(f.time[0], t, f.tc)), PowerMW: pw(0)}, Infer: make([]plan.InferPoint, f.nb)}
+	out := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: tmpl.Train.Batch, TimeMS: math.Exp(lin(f.time[0], t, f.tc)), PowerMW: pw(0)}, Infer: make([]plan.InferPoint, f.nb)}
 	for j := range f.nb {
-		out.Infer[j] = plan.InferPoint{Batch: batches[j].Batch, TimeMS: math.Exp(lin(f.time[1+j], t, f.tc)), PowerMW: pw(1 + j)}
+		out.Infer[j] = plan.InferPoint{Batch: tmpl.Infer[j].Batch, TimeMS: math.Exp(lin(f.time[1+j], t, f.tc)), PowerMW: pw(1 + j)}
+	}
+	if f.nm > 0 {
+		out.Micro = make([]plan.TrainPoint, f.nm)
+		for c := range f.nm {
+			q := 1 + f.nb + c
+			out.Micro[c] = plan.TrainPoint{Batch: tmpl.Micro[c].Batch, Minibatch: tmpl.Micro[c].Minibatch, TimeMS: math.Exp(lin(f.time[q], t, f.tc)), PowerMW: pw(q)}
+		}
 	}
 	return out
 }
@@ -300,8 +329,7 @@ func (w *walk) predictBestBy(cur, step powermode.Index, floor float64, objective
 	cands = append(cands, w.edgeMoves(f, cur, curP, step, seen)...)
 	preds := make([]plan.ModeProfile, len(cands))
 	for i, idx := range cands {
-		preds[i] = f.predict(w.sp.Mode(idx), curP.Infer)
-		preds[i].Train.Batch = curP.Train.Batch
+		preds[i] = f.predict(w.sp.Mode(idx), curP)
 	}
 	for i, s := range objective(preds) {
 		if s > bestS {

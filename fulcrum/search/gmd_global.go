@@ -81,16 +81,15 @@ func (w *walk) globalPick(centre powermode.Index, floor float64) (powermode.Inde
 		part := cs[lo:min(lo+chunk, len(cs))]
 		preds := make([]plan.ModeProfile, len(part))
 		for i, c := range part {
-			preds[i] = f.predict(c.m, cp.Infer)
-			preds[i].Train.Batch = cp.Train.Batch
+			preds[i] = f.predict(c.m, cp)
 		}
 		scored, err := w.pdec.ScoreAll(preds)
 		if err != nil {
 			return centre, 0, false
 		}
 		// ScoreAll returns the configurations profile by profile, each profile with
-		// as many batches as cp.
-		nb := len(cp.Infer)
+		// as many (training turn, batch) configurations as cp.
+		nb := len(cp.TrainChoices()) * len(cp.Infer)
 		for i, s := range scored {
 			if v := s.ThroughputSPS * s.PFeasible; v > bestV {
 				best, bestV, found = part[i/nb].idx, v, true
@@ -116,9 +115,11 @@ func (w *walk) claimedFloor() float64 {
 		}
 	}
 	for _, mp := range w.known {
-		for _, ip := range mp.Infer {
-			if e := w.robustEval(mp, ip); e.Feasible {
-				floor = math.Max(floor, e.ThroughputSPS)
+		for _, t := range mp.TrainChoices() {
+			for _, ip := range mp.Infer {
+				if e := w.robustEval(mp, t, ip); e.Feasible {
+					floor = math.Max(floor, e.ThroughputSPS)
+				}
 			}
 		}
 	}

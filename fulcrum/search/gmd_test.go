@@ -115,7 +115,7 @@ func TestGMDMarginAvoidsEdgeViolations(t *testing.T) {
 			if !res.Found || !res.Feasible {
 				continue
 			}
-			if e, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch); !ok || !e.Feasible {
+			if e, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch, res.Choice.MicroBatch); !ok || !e.Feasible {
 				violations[g.name]++
 			}
 		}
@@ -300,7 +300,7 @@ func TestGMDConfirmRepeatsNearTheEdge(t *testing.T) {
 			if !res.Found || !res.Feasible {
 				continue
 			}
-			e, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch)
+			e, ok := pt.Score(model, res.Choice.Mode, res.Choice.Batch, res.Choice.MicroBatch)
 			if !ok || !e.Feasible {
 				tl.violations++
 				continue
@@ -415,7 +415,7 @@ func TestGMDPowerModelIsConvex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := f.predict(m, want.Infer).Train.PowerMW
+		got := f.predict(m, want).Train.PowerMW
 		if rel := got/want.Train.PowerMW - 1; rel < -0.03 {
 			t.Errorf("GPU %d MHz: predicted %.0f mW, truth %.0f mW (%.1f%%): the model is not convex in the clock", m.GPUHz/1_000_000, got, want.Train.PowerMW, 100*rel)
 		}

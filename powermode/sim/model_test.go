@@ -311,3 +311,97 @@ func TestV1OptimumIsNotAPreset(t *testing.T) {
 		t.Errorf("only %d of %d feasible optima differ from every preset (incl. MAXN)", notPreset, feasible)
 	}
 }
+
+// Issue 32: TruthRows with MicroSplits adds, per training workload and mode, one row per
+// micro-batch B_T/k (k dividing B_T) whose time and power are the model's at B_T/k
+// samples; inference rows and the whole-minibatch rows are unchanged, and a micro-batch
+// turn never costs less per sample than the whole minibatch.
+func TestTruthRowsMicroBatches(t *testing.T) {
+	spec := testboard.Spec(t, "agx-orin-64gb")
+	ws := testboard.Workloads(t)
+	base := sim.TruthOptions{Workloads: []string{"lstm-train", "resnet18-train", "resnet50-infer"}, Cores: []int{4, 12}}
+	before, err := sim.TruthRows(spec, ws, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := base
+	opt.MicroSplits = []int{2, 4, 8}
+	rows, err := sim.TruthRows(spec, ws, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := map[truth.Key]truth.Row{}
+	for _, r := range before {
+		whole[r.Key()] = r
+	}
+	micros := map[string]map[int]bool{}
+	for _, r := range rows {
+		if r.MicroBatch == 0 {
+			if whole[r.Key()] != r {
+				t.Fatalf("row %+v changed: was %+v", r, whole[r.Key()])
+			}
+			continue
+		}
+		w := ws[r.Workload]
+		if r.Role != truth.Train || r.Batch != w.Batch || w.Batch%r.MicroBatch != 0 {
+			t.Fatalf("micro-batch row %+v", r)
+		}
+		if want := w.TimeMS(spec, r.Mode, r.MicroBatch); r.TimeMS != want {
+			t.Fatalf("%s micro-batch %d at %s: %v ms, want the model's %v", r.Workload, r.MicroBatch, r.Mode, r.TimeMS, want)
+		}
+		full := whole[truth.Key{Workload: r.Workload, Role: r.Role, Mode: r.Mode, Batch: r.Batch}]
+		if perSample := r.TimeMS / float64(r.MicroBatch); perSample < full.TimeMS/float64(full.Batch) {
+			t.Fatalf("%s micro-batch %d at %s: %v ms a sample, below the minibatch's %v", r.Workload, r.MicroBatch, r.Mode, perSample, full.TimeMS/float64(full.Batch))
+		}
+		if micros[r.Workload] == nil {
+			micros[r.Workload] = map[int]bool{}
+		}
+		micros[r.Workload][r.MicroBatch] = true
+	}
+	// resnet18: B_T 32 → 16, 8, 4; lstm: B_T 20 → 10 and 5 (8 does not divide 20).
+	if len(micros["resnet18-train"]) != 3 || !micros["resnet18-train"][4] || len(micros["lstm-train"]) != 2 || !micros["lstm-train"][5] {
+		t.Fatalf("micro-batch sizes %v", micros)
+	}
+	modes := 0
+	for _, r := range before {
+		if r.Workload == "resnet18-train" {
+			modes++
+		}
+	}
+	if added := len(rows) - len(before); added != modes*(3+2) {
+		t.Fatalf("%d micro-batch rows over %d modes, want 5 a mode", added, modes)
+	}
+	if _, err := sim.TruthRows(spec, ws, sim.TruthOptions{MicroSplits: []int{1}}); err == nil {
+		t.Fatal("a split of 1 was accepted")
+	}
+	// The per-turn cost fitted to real PyTorch: every micro-batch turn costs at least
+	// 1 + c·(B_T/b − 1) times the minibatch per sample, the whole minibatch is unchanged.
+	opt.MicroTurnCostRel = 0.18
+	cal, err := sim.TruthRows(spec, ws, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raised := 0
+	for i, r := range cal {
+		if r.MicroBatch == 0 {
+			if r != rows[i] {
+				t.Fatalf("whole row %+v changed by the turn cost: %+v", rows[i], r)
+			}
+			continue
+		}
+		full := whole[truth.Key{Workload: r.Workload, Role: r.Role, Mode: r.Mode, Batch: r.Batch}]
+		floor := full.TimeMS * (0.18 + 0.82*float64(r.MicroBatch)/float64(r.Batch))
+		if r.TimeMS < floor*(1-1e-12) || r.TimeMS < rows[i].TimeMS {
+			t.Fatalf("%+v: below the turn-cost floor %v or the model's %v", r, floor, rows[i].TimeMS)
+		}
+		if r.TimeMS > rows[i].TimeMS {
+			raised++
+		}
+	}
+	if raised == 0 {
+		t.Fatal("the turn cost raised no micro-batch turn")
+	}
+	if _, err := sim.TruthRows(spec, ws, sim.TruthOptions{MicroTurnCostRel: 1}); err == nil {
+		t.Fatal("a turn cost of the whole minibatch was accepted")
+	}
+}

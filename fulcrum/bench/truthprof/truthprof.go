@@ -28,11 +28,16 @@ type PairTruth struct {
 	// Space is the pair's search space: the table's modes at which the training batch
 	// and every inference batch have a row.
 	Space *powermode.Space
+	// MicroBatches are the training micro-batch sizes the table has at every mode of
+	// the space (issue 32), descending; none for a table without micro-batch rows or a
+	// pair made WithoutMicro.
+	MicroBatches []int
 
 	dense []int32           // Space grid ordinal -> dense number, -1 when not a member
 	modes []powermode.Mode  // dense number -> mode
 	train []plan.TrainPoint // dense number -> training point
 	infer []plan.InferPoint // dense*len(Batches)+j -> inference point at Batches[j]
+	micro []plan.TrainPoint // dense*len(MicroBatches)+c -> training turn at MicroBatches[c]
 }
 
 // NewPairTruth extracts a pair from a table. trainBatch 0 takes the training
@@ -64,6 +69,16 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	sh := plan.PairShape(train, trainBatch, infer, batches)
 	sh.EveryBatch = true
 	byMode := map[powermode.Mode]plan.MultiProfile{}
+	// The training workload's micro-batch turns (issue 32), by mode and size.
+	microBy := map[powermode.Mode]map[int]plan.TrainPoint{}
+	for _, r := range tab.Rows {
+		if r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch && r.MicroBatch > 0 {
+			if microBy[r.Mode] == nil {
+				microBy[r.Mode] = map[int]plan.TrainPoint{}
+			}
+			microBy[r.Mode][r.MicroBatch] = plan.TrainPoint{Batch: r.MicroBatch, TimeMS: r.TimeMS, PowerMW: r.PowerMW, Minibatch: r.Batch}
+		}
+	}
 	var modes []powermode.Mode
 	for _, mp := range plan.Assemble(sh, rowsOf(tab, sh)) {
 		byMode[mp.Mode] = mp
@@ -76,7 +91,18 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	if err != nil {
 		return nil, fmt.Errorf("pair %s:%s: %w", train, infer, err)
 	}
-	pt := &PairTruth{Train: train, Infer: infer, TrainBatch: trainBatch, Batches: batches, Space: sp}
+	// The micro-batch sizes every mode has (a size missing at one mode is left out).
+	micros := tab.MicroBatches(train, trainBatch)
+	slices.Reverse(micros)
+	micros = slices.DeleteFunc(micros, func(mb int) bool {
+		for _, m := range modes {
+			if _, ok := microBy[m][mb]; !ok {
+				return true
+			}
+		}
+		return false
+	})
+	pt := &PairTruth{Train: train, Infer: infer, TrainBatch: trainBatch, Batches: batches, Space: sp, MicroBatches: micros}
 	pt.dense = make([]int32, sp.GridSize())
 	for i := range pt.dense {
 		pt.dense[i] = -1
@@ -87,8 +113,39 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 		mp := byMode[m]
 		pt.train = append(pt.train, mp.Train[0])
 		pt.infer = append(pt.infer, mp.Infer[0]...)
+		for _, mb := range micros {
+			pt.micro = append(pt.micro, microBy[m][mb])
+		}
 	}
 	return pt, nil
+}
+
+// WithoutMicro returns the pair without its micro-batch rows: every training turn a
+// whole minibatch (k = 1), as before issue 32. It shares the rest with pt.
+func (pt *PairTruth) WithoutMicro() *PairTruth {
+	out := *pt
+	out.MicroBatches, out.micro = nil, nil
+	return &out
+}
+
+// TrainChoices is the number of training turns a mode offers: the whole minibatch and
+// each micro-batch size (TrainAt's c ranges over them).
+func (pt *PairTruth) TrainChoices() int { return 1 + len(pt.MicroBatches) }
+
+// TrainAt returns dense mode i's noise-free training turn c: 0 the whole minibatch, c ≥ 1
+// the micro-batch MicroBatches[c-1].
+func (pt *PairTruth) TrainAt(i, c int) plan.TrainPoint {
+	if c == 0 {
+		return pt.train[i]
+	}
+	return pt.micro[i*len(pt.MicroBatches)+c-1]
+}
+
+// Micro returns the noise-free micro-batch turns of dense mode i, one per MicroBatches
+// entry (Minibatch set). The slice is the truth itself: read it, never write it.
+func (pt *PairTruth) Micro(i int) []plan.TrainPoint {
+	nm := len(pt.MicroBatches)
+	return pt.micro[i*nm : (i+1)*nm : (i+1)*nm]
 }
 
 // rowsOf is the table's rows of the workloads sh names, as the points plan.Assemble
@@ -100,7 +157,9 @@ func rowsOf(tab *truth.Table, sh plan.Shape) []plan.Measured {
 		if r.Role == truth.Train {
 			ws = sh.Train
 		}
-		if slices.ContainsFunc(ws, func(w plan.Wanted) bool { return w.Workload == r.Workload }) {
+		// Micro-batch rows are a training turn's, not the minibatch's (issue 32):
+		// NewPairTruth reads them itself.
+		if r.MicroBatch == 0 && slices.ContainsFunc(ws, func(w plan.Wanted) bool { return w.Workload == r.Workload }) {
 			out = append(out, plan.Measured{Row: r})
 		}
 	}
@@ -125,12 +184,17 @@ func (pt *PairTruth) DenseOf(m powermode.Mode) (int, bool) {
 // ProfileAt returns the noise-free profile of dense mode i.
 func (pt *PairTruth) ProfileAt(i int) plan.ModeProfile {
 	nb := len(pt.Batches)
-	return plan.ModeProfile{Mode: pt.modes[i], Train: pt.train[i], Infer: slices.Clone(pt.infer[i*nb : (i+1)*nb])}
+	mp := plan.ModeProfile{Mode: pt.modes[i], Train: pt.train[i], Infer: slices.Clone(pt.infer[i*nb : (i+1)*nb])}
+	if len(pt.MicroBatches) > 0 {
+		mp.Micro = slices.Clone(pt.Micro(i))
+	}
+	return mp
 }
 
-// Score re-evaluates a configuration (mode, inference batch) on the noise-free truth
-// with model. ok is false when the mode or batch is not in the truth.
-func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch int) (e plan.Eval, ok bool) {
+// Score re-evaluates a configuration (mode, inference batch, training micro-batch: 0
+// the whole minibatch) on the noise-free truth with model. ok is false when the mode,
+// batch or micro-batch is not in the truth.
+func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch, micro int) (e plan.Eval, ok bool) {
 	i, ok := pt.DenseOf(m)
 	if !ok {
 		return plan.Eval{}, false
@@ -139,7 +203,15 @@ func (pt *PairTruth) Score(model *plan.Model, m powermode.Mode, batch int) (e pl
 	if !ok {
 		return plan.Eval{}, false
 	}
-	return model.Evaluate(m, pt.train[i], pt.infer[i*len(pt.Batches)+j]), true
+	t := pt.train[i]
+	if micro != 0 {
+		c := slices.Index(pt.MicroBatches, micro)
+		if c < 0 {
+			return plan.Eval{}, false
+		}
+		t = pt.Micro(i)[c]
+	}
+	return model.Evaluate(m, t, pt.infer[i*len(pt.Batches)+j]), true
 }
 
 // Points returns the noise-free training point of dense mode i and its inference
@@ -266,6 +338,12 @@ func (p *TruthProfiler) measure(i int) plan.ModeProfile {
 	for j := range mp.Infer {
 		mp.Infer[j].TimeMS = jitter(mp.Infer[j].TimeMS)
 		mp.Infer[j].PowerMW = jitter(mp.Infer[j].PowerMW)
+	}
+	// The micro-batch turns are drawn after everything else, so a table without them
+	// gives every other value the noise it had before issue 32.
+	for c := range mp.Micro {
+		mp.Micro[c].TimeMS = jitter(mp.Micro[c].TimeMS)
+		mp.Micro[c].PowerMW = jitter(mp.Micro[c].PowerMW)
 	}
 	return mp
 }

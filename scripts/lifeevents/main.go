@@ -1,0 +1,97 @@
+// Command lifeevents runs one configuration of the lifetime benchmark (fulcrum/lifetime:
+// fulcrumd's own code on virtual time, the board answering from a truth table) and prints
+// the controller's event log and what the run did: the way to read why a run of
+// `fulcrumctl bench --lifetime` trained what it did (docs/benchmarks.md, "Why GMD pauses
+// at 20 W").
+//
+//	go run ./scripts/lifeevents --truth /tmp/agx4.csv --board agx-orin-64gb --searcher gmd \
+//	    --train resnet18-train --infer mobilenetv3-infer --rate 10 --latency-ms 200 --power-w 20 \
+//	    --duration 30m --seed 3368749347194225895
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
+	"github.com/fulcrum-edge/fulcrum/internal/vclock"
+	"github.com/fulcrum-edge/fulcrum/truth"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "lifeevents:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	truthPath := flag.String("truth", "", "ground-truth table (fulcrumctl sim truth --out)")
+	board := flag.String("board", "agx-orin-64gb", "catalog board the table is of")
+	searcher := flag.String("searcher", "gmd", "gmd, als or preset")
+	train := flag.String("train", "resnet18-train", "training workloads, comma-separated")
+	infer := flag.String("infer", "mobilenetv3-infer", "inference workloads, comma-separated")
+	rateRPS := flag.Float64("rate", 10, "each stream's arrival rate, req/s")
+	latencyMS := flag.Float64("latency-ms", 200, "each stream's p99 latency budget, ms")
+	powerW := flag.Float64("power-w", 20, "power budget, W (0: none)")
+	duration := flag.Duration("duration", 30*time.Minute, "virtual time run")
+	seed := flag.Int64("seed", 1, "run seed (fulcrumctl bench --lifetime derives one per configuration)")
+	boardInterval := flag.Duration("board-interval", 0, "the simulated board's physics step (0: lifetime.DefaultBoardInterval)")
+	maxProfiles := flag.Int("max-profiles", 0, "the controller's max_profiles (0: fulcrumd's default)")
+	logPath := flag.String("log", "", "write fulcrumd's debug log here")
+	flag.Parse()
+	if *truthPath == "" {
+		return fmt.Errorf("--truth is required: make one with fulcrumctl sim truth --board %s --out FILE", *board)
+	}
+	f, err := os.Open(*truthPath)
+	if err != nil {
+		return fmt.Errorf("open the truth table: %w", err)
+	}
+	tb, err := truth.Read(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("read the truth table %s: %w", *truthPath, err)
+	}
+	sc := lifetime.Scenario{Board: *board, Truth: tb, Train: strings.Split(*train, ","), PowerBudgetMW: *powerW * 1000,
+		Searcher: *searcher, Duration: *duration, Seed: *seed, BoardInterval: *boardInterval}
+	if *maxProfiles > 0 {
+		sc.Configure = func(o *daemon.Options) { o.Control.MaxProfiles = *maxProfiles }
+	}
+	for _, w := range strings.Split(*infer, ",") {
+		sc.Infer = append(sc.Infer, lifetime.Stream{Workload: w, RateRPS: *rateRPS, LatencyMS: *latencyMS})
+	}
+	if *logPath != "" {
+		lf, err := os.Create(*logPath)
+		if err != nil {
+			return fmt.Errorf("create the log: %w", err)
+		}
+		defer lf.Close()
+		sc.Log = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	res, err := lifetime.Run(context.Background(), sc)
+	if err != nil {
+		return err
+	}
+	for _, e := range res.Events {
+		s := fmt.Sprintf("%7.1fs %-10s %s", e.Time.Sub(vclock.Epoch).Seconds(), e.Kind, e.Reason)
+		if p := e.Predicted; p != nil {
+			s += fmt.Sprintf(" | predicted: %.1f samples/s, p99 %.1f ms, %.1f W, feasible %v", p.ThroughputSPS, p.LatencyMS, p.PowerMW/1000, p.Feasible)
+		}
+		if m := e.Measured; m != nil {
+			s += fmt.Sprintf(" | measured: %.2f req/s, p99 %.1f ms, %.1f W (1 s)", m.RateRPS, m.LatencyP99MS, m.PowerMW/1000)
+		}
+		fmt.Println(s)
+	}
+	fmt.Printf("trained %v samples; first plan %.1f s; %d profiles; search %.0f s; training paused %.0f s; latency broken %.0f s; power broken %.1f s; mean power %.1f W; final mode %s\n",
+		res.TrainSamples, res.FirstPlanS, res.ProfilesTaken, res.SearchS, res.TrainPausedS, res.LatencyBrokenS, res.PowerBrokenS, res.MeanPowerMW/1000, res.FinalMode)
+	for _, s := range res.Streams {
+		fmt.Printf("stream %s: %d served, %d late, p99 %.1f ms (after the first plan %.1f ms)\n", s.Workload, s.Served, s.Late, s.P99MS, s.P99AfterPlanMS)
+	}
+	return nil
+}
