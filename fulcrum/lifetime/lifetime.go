@@ -68,6 +68,13 @@ type Scenario struct {
 	// ratio × longer, on top of NoiseFrac (the body), from a seeded generator of its own —
 	// as fulcrumctl sim worker --tail does on real time.
 	Tail string
+	// MicroBatches makes every training worker declare micro-batches (issue 32,
+	// docs/runtime.md "Micro-batched training turns"): the divisors of its minibatch down
+	// to an eighth of it (32: 4, 8 and 16; k ≤ 8 turns a minibatch, the smallest a
+	// BatchNorm network trains well with). A grant's micro_batch then runs that many
+	// samples, timed by the model's batch curve at that size, and the minibatch counts
+	// once, after its last turn. False: none declared, k = 1.
+	MicroBatches bool
 	// NoiseFrac is the per-minibatch noise (log-normal sigma); 0 takes 0.03.
 	NoiseFrac float64
 	// Configure, when set, changes fulcrumd's options after daemon.DefaultOptions() and
@@ -142,6 +149,15 @@ type Result struct {
 	Events []control.Event `json:"events"`
 	// TrainSamples are the samples trained, by training workload.
 	TrainSamples map[string]float64 `json:"train_samples"`
+	// TrainMinibatches are the minibatches trained, by training workload (a minibatch
+	// run as micro-batches counts once, after its last turn); MicroTurns the training
+	// turns that ran a micro-batch (Scenario.MicroBatches).
+	TrainMinibatches map[string]int `json:"train_minibatches"`
+	MicroTurns       int            `json:"micro_turns,omitempty"`
+	// TrainSamplesAfterPlan are the samples trained after the first plan was applied,
+	// by training workload: what training gets once the controller decided (a paused
+	// job's stays 0).
+	TrainSamplesAfterPlan map[string]float64 `json:"train_samples_after_plan"`
 	// FirstPlanS is when the first plan was applied (s since start); -1: never.
 	FirstPlanS float64 `json:"first_plan_s"`
 	// ProfilesTaken counts profile runs measured live (control.LiveCounts.Profiled) and
@@ -368,7 +384,11 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	// Workers register, the streams start.
 	for i, n := range sc.Train {
 		w := models[n]
-		wk, err := h.register(proto.RoleTrain, w, w.Batch, nil, uint64(100+i))
+		var micro []int
+		if sc.MicroBatches {
+			micro = microSizes(w.Batch)
+		}
+		wk, err := h.register(proto.RoleTrain, w, w.Batch, nil, micro, uint64(100+i))
 		if err != nil {
 			return Result{}, fmt.Errorf("lifetime: %w", err)
 		}
@@ -376,7 +396,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	}
 	for i, s := range sc.Infer {
 		w := models[s.Workload]
-		wk, err := h.register(proto.RoleInfer, w, 1, w.BatchSizes(), uint64(200+i))
+		wk, err := h.register(proto.RoleInfer, w, 1, w.BatchSizes(), nil, uint64(200+i))
 		if err != nil {
 			return Result{}, fmt.Errorf("lifetime: %w", err)
 		}
@@ -638,9 +658,21 @@ func (h *harness) collect(start time.Time) {
 			break
 		}
 	}
-	h.res.TrainSamples = map[string]float64{}
+	h.res.TrainSamples, h.res.TrainMinibatches, h.res.TrainSamplesAfterPlan = map[string]float64{}, map[string]int{}, map[string]float64{}
 	for _, wk := range h.trainers {
 		h.res.TrainSamples[wk.w.Name] += wk.samples
+		h.res.TrainMinibatches[wk.w.Name] += wk.batches
+		h.res.MicroTurns += wk.microTurns
+		if h.res.FirstPlanS >= 0 {
+			planAt := start.Add(time.Duration(h.res.FirstPlanS * float64(time.Second)))
+			n := 0.0
+			for _, tt := range wk.trained {
+				if tt.at.After(planAt) {
+					n += float64(tt.samples)
+				}
+			}
+			h.res.TrainSamplesAfterPlan[wk.w.Name] += n
+		}
 		h.res.ProfileBatches += wk.profiles
 	}
 	for i, wk := range h.streams {

@@ -3,6 +3,7 @@ package lifetime_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -92,11 +93,13 @@ func TestTailRoomCutsLateRequests(t *testing.T) {
 // BenchmarkTailTable prints issue 28's simulated-target table (docs/runtime.md): for
 // each seed, the pair and the two streams, with the same workers without tails and with
 // the PyTorch tails, the learned room off and on. FULCRUM_TAIL_SEEDS (default 10),
-// FULCRUM_TAIL_MIN (virtual minutes per run, default 10):
+// FULCRUM_TAIL_MIN (virtual minutes per run, default 10), FULCRUM_TAIL_MICRO=1 (the
+// trainers declare micro-batches, Scenario.MicroBatches, in both columns):
 //
 //	go test -run '^$' -bench TailTable -benchtime 1x -v ./fulcrum/lifetime/
 func BenchmarkTailTable(b *testing.B) {
 	seeds, mins := envInt("FULCRUM_TAIL_SEEDS", 10), envInt("FULCRUM_TAIL_MIN", 10)
+	micro := envInt("FULCRUM_TAIL_MICRO", 0) == 1
 	d := time.Duration(mins) * time.Minute
 	for b.Loop() {
 		for _, sn := range []struct {
@@ -105,29 +108,42 @@ func BenchmarkTailTable(b *testing.B) {
 		}{{"pair", func(d time.Duration, s int64) lifetime.Scenario { return pair("gmd", d, s) }}, {"two streams", twoStreams}} {
 			for _, room := range []float64{0, tailRoomMaxFrac} {
 				var out strings.Builder
-				fmt.Fprintf(&out, "\n%s, %s of virtual time, room_max_frac %g\n", sn.name, d, room)
-				fmt.Fprintf(&out, "| seed | p99 after plan ms (no tail / tail) | late after plan (tail) | training samples (no tail / tail) | tail ÷ no tail | paused s (no tail / tail) | replans (no tail / tail) | step-downs (no tail / tail) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+				fmt.Fprintf(&out, "\n%s, %s of virtual time, room_max_frac %g, micro-batches %v\n", sn.name, d, room, micro)
+				within, lateMax, lateSum, ratioMin, ratioMax := 0, 0.0, 0.0, math.Inf(1), 0.0
+				fmt.Fprintf(&out, "| seed | p99 after plan ms (no tail / tail) | late after plan (tail) | training samples (no tail / tail) | tail ÷ no tail | paused s (no tail / tail) | replans (no tail / tail) | step-downs (no tail / tail) | micro-batch turns (no tail / tail) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 				for seed := int64(1); seed <= int64(seeds); seed++ {
 					var r [2]lifetime.Result
 					for i, tail := range []string{"", "pytorch-cpu"} {
-						res, err := lifetime.Run(context.Background(), withTail(sn.sc(d, seed), tail, room))
+						sc := withTail(sn.sc(d, seed), tail, room)
+						sc.MicroBatches = micro
+						res, err := lifetime.Run(context.Background(), sc)
 						if err != nil {
 							b.Fatal(err)
 						}
 						r[i] = res
 					}
 					var p99, late []string
+					ok := true
 					for i := range r[1].Streams {
 						a, t := r[0].Streams[i], r[1].Streams[i]
 						p99 = append(p99, fmt.Sprintf("%.0f / %.0f", a.P99AfterPlanMS, t.P99AfterPlanMS))
-						late = append(late, fmt.Sprintf("%.2f %%", 100*float64(t.LateAfterPlan)/max(float64(t.ServedAfterPlan), 1)))
+						lf := 100 * float64(t.LateAfterPlan) / max(float64(t.ServedAfterPlan), 1)
+						late = append(late, fmt.Sprintf("%.2f %%", lf))
+						ok = ok && t.ServedAfterPlan > 0 && t.P99AfterPlanMS <= t.LatencyMS
+						lateMax, lateSum = max(lateMax, lf), lateSum+lf/float64(len(r[1].Streams))
+					}
+					if ok {
+						within++
 					}
 					n0, n1 := totalSamples(r[0]), totalSamples(r[1])
-					fmt.Fprintf(&out, "| %d | %s | %s | %.0f / %.0f | %.2f | %.0f / %.0f | %d / %d | %d / %d |\n", seed,
+					ratioMin, ratioMax = min(ratioMin, n1/max(n0, 1)), max(ratioMax, n1/max(n0, 1))
+					fmt.Fprintf(&out, "| %d | %s | %s | %.0f / %.0f | %.2f | %.0f / %.0f | %d / %d | %d / %d | %d / %d |\n", seed,
 						strings.Join(p99, "; "), strings.Join(late, "; "), n0, n1, n1/max(n0, 1), r[0].TrainPausedS, r[1].TrainPausedS,
 						countEvents(r[0], control.KindReplan), countEvents(r[1], control.KindReplan),
-						countEvents(r[0], control.KindStepDown), countEvents(r[1], control.KindStepDown))
+						countEvents(r[0], control.KindStepDown), countEvents(r[1], control.KindStepDown), r[0].MicroTurns, r[1].MicroTurns)
 				}
+				fmt.Fprintf(&out, "with tails: every stream's p99 after the plan within its budget in %d of %d seeds; late after the plan mean %.2f %%, max %.2f %%; training tail ÷ no tail %.2f–%.2f\n",
+					within, seeds, lateSum/float64(seeds), lateMax, ratioMin, ratioMax)
 				b.Log(out.String())
 			}
 		}

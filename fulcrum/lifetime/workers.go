@@ -148,7 +148,10 @@ type worker struct {
 	seq   uint64
 
 	// training
-	samples float64
+	samples    float64
+	acc        int // samples of the minibatch in progress run as micro-batches
+	microTurns int
+	trained    []trainedTurn
 	// inference
 	stream   int
 	arrived  map[string]time.Time
@@ -164,11 +167,29 @@ type worker struct {
 	batches  int
 }
 
-func (h *harness) register(role string, w *sim.Workload, batch int, sizes []int, seed uint64) (*worker, error) {
+// trainedTurn is a training turn's end and samples (Result.TrainSamplesAfterPlan).
+type trainedTurn struct {
+	at      time.Time
+	samples int
+}
+
+// microSizes are the micro-batches a training worker of minibatch batch declares under
+// Scenario.MicroBatches: its divisors below it down to batch/8.
+func microSizes(batch int) []int {
+	var out []int
+	for m := max(batch/8, 1); m < batch; m++ {
+		if batch%m == 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (h *harness) register(role string, w *sim.Workload, batch int, sizes, micro []int, seed uint64) (*worker, error) {
 	wk := &worker{h: h, role: role, w: w, batch: batch, rng: rand.New(rand.NewPCG(uint64(h.sc.Seed), seed)), arrived: map[string]time.Time{}}
 	// Each worker is its own process (the scheduler's probation after a turn taken back
 	// is per process).
-	wk.spec = sched.WorkerSpec{Role: role, Workload: w.Name, Batch: batch, BatchSizes: sizes, PID: int(seed)}
+	wk.spec = sched.WorkerSpec{Role: role, Workload: w.Name, Batch: batch, BatchSizes: sizes, MicroBatches: micro, PID: int(seed)}
 	id, _, err := h.sched.Register(wk.spec, wk.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("register the simulated %s worker %s: %w", role, w.Name, err)
@@ -195,13 +216,21 @@ func (wk *worker) deliver(g sched.Grant) {
 	if h.stopped {
 		return
 	}
-	tau, err := h.gpu.turnTime(wk.w, g.Batch, wk.rng, h.sc.NoiseFrac)
+	// A micro-batch grant (issue 32) runs micro_batch samples, one of k turns of the
+	// minibatch (gradient accumulation), timed by the model's batch curve at that size
+	// (sim.Workload.Time, what the real-time simulated worker's sim.Runner runs).
+	micro := g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch
+	n := g.Batch
+	if micro {
+		n = g.MicroBatch
+	}
+	tau, err := h.gpu.turnTime(wk.w, n, wk.rng, h.sc.NoiseFrac)
 	if err != nil {
 		h.fail(err)
 		return
 	}
 	tau = wk.tail.stretch(tau)
-	h.gpu.start(wk.w, wk.role, g.Batch)
+	h.gpu.start(wk.w, wk.role, n)
 	h.clock.AfterFunc(tau, func() {
 		h.gpu.stop()
 		if h.stopped {
@@ -213,9 +242,20 @@ func (wk *worker) deliver(g sched.Grant) {
 		case proto.KindProfile:
 			wk.profiles++
 		case proto.KindTrain:
-			samples = g.Batch
-			wk.samples += float64(g.Batch)
-			wk.batches++
+			samples = n
+			wk.samples += float64(n)
+			wk.trained = append(wk.trained, trainedTurn{at: now, samples: n})
+			if micro {
+				// The minibatch counts once, after its last micro-batch.
+				wk.microTurns++
+				if wk.acc += n; wk.acc >= g.Batch {
+					wk.acc = 0
+					wk.batches++
+				}
+			} else {
+				wk.acc = 0
+				wk.batches++
+			}
 		case proto.KindInfer:
 			wk.batches++
 			for _, id := range g.RequestIDs {
@@ -256,6 +296,7 @@ func (wk *worker) reregister() {
 		return
 	}
 	wk.id, wk.seq = id, 0
+	wk.acc = 0 // a minibatch in progress is lost with the connection
 	wk.acquire()
 }
 

@@ -1,0 +1,105 @@
+package lifetime_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
+	"github.com/fulcrum-edge/fulcrum/internal/testboard"
+)
+
+// microPair is issue 32's simulated target on virtual time: resnet18-train at batch 32
+// on the simulated AGX Orin beside a 25 req/s camera stream (mobilenetv3, batch 1) with
+// a budget of budgetMS, the power unbounded; micro makes the trainer declare
+// micro-batches (Scenario.MicroBatches: 4, 8, 16).
+func microPair(budgetMS float64, d time.Duration, seed int64, micro bool) lifetime.Scenario {
+	return lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train"},
+		Infer:    []lifetime.Stream{{Workload: "mobilenetv3-infer", RateRPS: 25, LatencyMS: budgetMS}},
+		Searcher: "gmd", Duration: d, Seed: seed, MicroBatches: micro}
+}
+
+// microBudgetMS is a budget no mode meets at k = 1 with training running: a resnet18
+// minibatch of 32 takes ≥ 99 ms at the AGX's fastest modes, the decision's best
+// reachable p99 with it is ~104 ms.
+const microBudgetMS = 60
+
+// TestMicroBatchesKeepTrainingOnVirtualTime: issue 32's simulated target, deterministic.
+// With k = 1 the search finds no configuration that meets the 60 ms budget with
+// training, and the controller pauses training: 0 samples after the first plan. With
+// micro-batches declared the same run keeps training after the plan (the controller's
+// latency-only infeasibility is answered by micro-batch turns), every request is
+// answered, the p99 after the plan is within the budget, and a minibatch of micro-batch
+// turns counts once.
+func TestMicroBatchesKeepTrainingOnVirtualTime(t *testing.T) {
+	d := 6 * time.Minute
+	whole := run(t, microPair(microBudgetMS, d, 1, false))
+	micro := run(t, microPair(microBudgetMS, d, 1, true))
+	for _, x := range []struct {
+		name string
+		r    lifetime.Result
+	}{{"k = 1", whole}, {"micro-batches", micro}} {
+		s := x.r.Streams[0]
+		t.Logf("%s: first plan %.0f s, training %v samples (%v after the plan), %v minibatches, %d micro-batch turns, paused %.0f s; %d requests, %d served, %d refused, p99 after the plan %.1f ms, %d of %d late after the plan",
+			x.name, x.r.FirstPlanS, x.r.TrainSamples, x.r.TrainSamplesAfterPlan, x.r.TrainMinibatches, x.r.MicroTurns, x.r.TrainPausedS,
+			s.Requests, s.Served, s.Refused, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
+		if x.r.FirstPlanS < 0 {
+			t.Fatalf("%s: no plan applied in %s", x.name, d)
+		}
+	}
+	if n := whole.TrainSamplesAfterPlan["resnet18-train"]; n != 0 || whole.MicroTurns != 0 {
+		t.Fatalf("k = 1: %v samples after the plan, %d micro-batch turns: the %d ms budget must pause whole minibatches (pick a tighter one)", n, whole.MicroTurns, microBudgetMS)
+	}
+	s := micro.Streams[0]
+	if n := micro.TrainSamplesAfterPlan["resnet18-train"]; n <= 0 || micro.MicroTurns == 0 {
+		t.Fatalf("micro-batches: %v samples after the plan, %d micro-batch turns: training must continue in micro-batches", n, micro.MicroTurns)
+	}
+	// The requests still queued when the run stops (arrived within the last turns) are
+	// the only ones unanswered.
+	if s.Refused != 0 || s.Served < s.Requests-5 {
+		t.Errorf("micro-batches: %d requests, %d served, %d refused: every request must be answered", s.Requests, s.Served, s.Refused)
+	}
+	if s.ServedAfterPlan == 0 || s.P99AfterPlanMS > microBudgetMS || float64(s.LateAfterPlan) > 0.01*float64(s.ServedAfterPlan) {
+		t.Errorf("micro-batches: p99 after the plan %.1f ms (%d of %d late) against the %d ms budget", s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan, microBudgetMS)
+	}
+	samples, mb := micro.TrainSamples["resnet18-train"], micro.TrainMinibatches["resnet18-train"]
+	if float64(32*mb) > samples || samples >= float64(32*(mb+1)) {
+		t.Errorf("micro-batches: %v samples in %d minibatches of 32: each minibatch of micro-batch turns must count once", samples, mb)
+	}
+}
+
+// BenchmarkMicroTable prints issue 32's simulated target on virtual time (docs/runtime.md
+// "Micro-batched training turns"): for each seed and budget, k = 1 against micro-batches
+// declared. FULCRUM_MICRO_SEEDS (default 5), FULCRUM_MICRO_MIN (virtual minutes per run,
+// default 10), budgets 60 and 40 ms:
+//
+//	go test -run '^$' -bench MicroTable -benchtime 1x -v ./fulcrum/lifetime/
+func BenchmarkMicroTable(b *testing.B) {
+	seeds, mins := envInt("FULCRUM_MICRO_SEEDS", 5), envInt("FULCRUM_MICRO_MIN", 10)
+	d := time.Duration(mins) * time.Minute
+	for b.Loop() {
+		var out strings.Builder
+		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | training samples after the plan | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
+		for _, budget := range []float64{60, 40} {
+			for seed := int64(1); seed <= int64(seeds); seed++ {
+				for _, micro := range []bool{false, true} {
+					r, err := lifetime.Run(context.Background(), microPair(budget, d, seed, micro))
+					if err != nil {
+						b.Fatal(err)
+					}
+					name := "k = 1"
+					if micro {
+						name = "micro-batches 4/8/16"
+					}
+					s := r.Streams[0]
+					fmt.Fprintf(&out, "| %.0f | %d | %s | %.0f | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name,
+						r.TrainSamplesAfterPlan["resnet18-train"], r.TrainMinibatches["resnet18-train"], r.MicroTurns, r.TrainPausedS,
+						s.Served, s.Requests, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
+				}
+			}
+		}
+		b.Log(out.String())
+	}
+}
