@@ -33,8 +33,11 @@ type Config struct {
 	// could then keep every other waiting that long.
 	HoldMax time.Duration `mapstructure:"hold_max_ms"`
 	// OnHoldExpired, when set, is called (without the scheduler's lock) for every turn
-	// taken back by the hold limit.
-	OnHoldExpired func(worker string, grant uint64, held, limit time.Duration)
+	// taken back by the hold limit. began is when the turn was granted, on the
+	// scheduler's clock: the daemon compares it with when connections last spoke, and
+	// "now minus held" taken later (the call is deferred past the lock) drifts by the
+	// delay under load.
+	OnHoldExpired func(worker string, grant uint64, began time.Time, held, limit time.Duration)
 	// TrustReportedDurations takes released durations as reported even when they exceed
 	// the time the turn was held. Only for in-process drivers whose durations are modeled
 	// rather than spent (the controller's tests); fulcrumd never sets it, since a worker

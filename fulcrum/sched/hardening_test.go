@@ -59,7 +59,9 @@ func TestHoldLimitTakesTheTurnBack(t *testing.T) {
 		held, limit time.Duration
 	}
 	var got []expiry
-	c.OnHoldExpired = func(w string, _ uint64, held, limit time.Duration) { got = append(got, expiry{w, held, limit}) }
+	c.OnHoldExpired = func(w string, _ uint64, _ time.Time, held, limit time.Duration) {
+		got = append(got, expiry{w, held, limit})
+	}
 	h := newHarness(t, c)
 	hog := h.register(proto.RoleInfer, "yolo", 2)
 	other := h.register(proto.RoleTrain, "resnet", 8)
@@ -99,7 +101,7 @@ func TestHoldLimitScalesWithExpectedTime(t *testing.T) {
 	c := cfg(100*msec, 50*msec, 10*msec)
 	c.HoldFactor, c.HoldMin = 10, 200*msec
 	var limits []time.Duration
-	c.OnHoldExpired = func(_ string, _ uint64, _, limit time.Duration) { limits = append(limits, limit) }
+	c.OnHoldExpired = func(_ string, _ uint64, _ time.Time, _, limit time.Duration) { limits = append(limits, limit) }
 	h := newHarness(t, c)
 	tr := h.register(proto.RoleTrain, "resnet", 8)
 	h.must(h.s.Acquire(tr, 1))
@@ -204,7 +206,9 @@ func TestHoldLimitCannotRatchetPastCeiling(t *testing.T) {
 		held, limit time.Duration
 	}
 	var got []expiry
-	c.OnHoldExpired = func(w string, _ uint64, held, limit time.Duration) { got = append(got, expiry{w, held, limit}) }
+	c.OnHoldExpired = func(w string, _ uint64, _ time.Time, held, limit time.Duration) {
+		got = append(got, expiry{w, held, limit})
+	}
 	h := newHarness(t, c)
 	big := h.register(proto.RoleTrain, "ratchet", 8)
 	other := h.register(proto.RoleTrain, "victim", 8)
@@ -281,7 +285,9 @@ func TestUnderReportedDurationsDoNotTakeTheShare(t *testing.T) {
 func TestProcessThatLetATurnExpireIsOnProbation(t *testing.T) {
 	c := DefaultConfig()
 	var limits []string
-	c.OnHoldExpired = func(w string, _ uint64, held, _ time.Duration) { limits = append(limits, fmt.Sprint(w, " ", held)) }
+	c.OnHoldExpired = func(w string, _ uint64, _ time.Time, held, _ time.Duration) {
+		limits = append(limits, fmt.Sprint(w, " ", held))
+	}
 	h := newHarness(t, c)
 	reg := func(pid int) string {
 		id, _, err := h.s.Register(WorkerSpec{Role: proto.RoleTrain, Workload: "w" + fmt.Sprint(pid), Batch: 8, PID: pid}, func(g Grant) {

@@ -127,8 +127,8 @@ func (s *Scheduler) expireHold(t *turn) {
 		"expected_ms", ms(t.expected))
 	s.endTurn(now)
 	if f := s.cfg.OnHoldExpired; f != nil {
-		id, gid, lim := w.id, t.grant.ID, t.hold
-		s.out = append(s.out, pendingDelivery{fn: func() { f(id, gid, held, lim) }})
+		id, gid, began, lim := w.id, t.grant.ID, t.start, t.hold
+		s.out = append(s.out, pendingDelivery{fn: func() { f(id, gid, began, held, lim) }})
 	}
 	s.schedule()
 }
