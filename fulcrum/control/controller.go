@@ -57,6 +57,13 @@ type Config struct {
 	// ExternalChange is what a mode change made outside fulcrumd leads to:
 	// ExternalStandDown (default), ExternalReapply or ExternalAdopt (external.go).
 	ExternalChange string `mapstructure:"external_change"`
+	// ResearchHold: while training is paused because no known configuration meets the
+	// budgets, or after a search failed, the controller searches again after this hold,
+	// doubling with each re-search up to ResearchBackoffMax times it (research.go);
+	// ResearchOff switches that off (the pause then lasts until a budget or rate changes).
+	ResearchHold       time.Duration `mapstructure:"research_hold_ms"`
+	ResearchBackoffMax int           `mapstructure:"research_backoff_max"`
+	ResearchOff        bool          `mapstructure:"research_off"`
 }
 
 // DefaultConfig is what fulcrumd uses when the configuration says nothing.
@@ -69,6 +76,7 @@ func DefaultConfig() Config {
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
+		ResearchHold: 50 * time.Second, ResearchBackoffMax: 16,
 	}
 }
 func (c Config) withDefaults() Config {
@@ -77,7 +85,7 @@ func (c Config) withDefaults() Config {
 		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
 		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
 		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown},
-		{&c.PowerFail, &d.PowerFail},
+		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold},
 	}
 	for _, x := range durs {
 		if *x.v <= 0 {
@@ -110,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ExternalChange == "" {
 		c.ExternalChange = d.ExternalChange
+	}
+	if c.ResearchBackoffMax <= 0 {
+		c.ResearchBackoffMax = d.ResearchBackoffMax
 	}
 	return c
 }
@@ -229,6 +240,8 @@ type Controller struct {
 	lastSearch *search.Result
 	violations map[string]uint64 // budget violations acted on, by budget
 	heat       heatState         // temperatures, throttling and the thermal cap (heat.go)
+
+	research researchState // the controller's own re-searches and their back-off (research.go)
 
 	declined []string // workloads whose workers all decline profile batches (decline.go)
 	notices  []string // what the operator must act on, kept until restart (Notice)
@@ -523,6 +536,11 @@ func (c *Controller) Step(ctx context.Context) {
 		if c.want == nil {
 			c.needPlan = "the board accepts mode changes again"
 		}
+		return
+	}
+	// Training paused by an infeasible plan, or a failed search: search again after a
+	// backed-off hold (research.go).
+	if c.maybeResearch(snap, now) {
 		return
 	}
 	if c.grp != nil {
