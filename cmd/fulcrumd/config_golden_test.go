@@ -81,6 +81,7 @@ controller:
   research_hold_ms: 20000
   research_backoff_max: 8
   research_off: true
+  research_paused_als: true
   noise_rel: 0.05
   events: 50
   infer_batches: [1, 4, 16]

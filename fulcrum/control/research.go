@@ -95,7 +95,8 @@ func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 	case c.cfg.ResearchOff || c.board == nil || c.pair == nil || c.held || c.job || c.needPlan != "":
 	case c.research.failed != "":
 		why = "the last search failed (" + c.research.failed + ")"
-	case c.cur != nil && !c.cur.Predicted.Feasible && snap.TrainingPaused && len(c.latRatio) == 0:
+	case c.cur != nil && !c.cur.Predicted.Feasible && snap.TrainingPaused && len(c.latRatio) == 0 &&
+		(c.cfg.Searcher != "als" || c.cfg.ResearchPausedALS):
 		// (Learned latency ratios have their own way back: easeRatios.)
 		why = fmt.Sprintf("training is paused: no known configuration meets the budgets (%s binds)", cmp.Or(c.cur.Predicted.Binding, "a budget"))
 	}

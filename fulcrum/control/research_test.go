@@ -87,3 +87,23 @@ func TestResearchOff(t *testing.T) {
 		t.Fatalf("%d re-searches with research_off", n)
 	}
 }
+
+// TestPausedALSNotSearchedAgainByDefault: with ALS, training paused by an infeasible plan
+// is not searched again unless research_paused_als is set (its campaign re-samples modes
+// where inference saturates); GMD would be (TestPausedTrainingSearchesAgain,
+// fulcrum/lifetime).
+func TestPausedALSNotSearchedAgainByDefault(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	// 1 ms p99 with training running is impossible on any stored mode.
+	c := e.controller(Config{Searcher: "als"}, plan.Budgets{LatencyMS: 1, PowerMW: 35000, RateRPS: 20})
+	e.board.set(20000, nil)
+	e.register(nil)
+	runFor(t, e, c, 5*time.Minute)
+	if !e.sched.Snapshot().TrainingPaused {
+		t.Fatal("training runs although no configuration meets the budgets")
+	}
+	if n := countKind(c.Events().List(0), KindSearch); n != 0 {
+		t.Fatalf("%d re-searches of ALS while paused without research_paused_als", n)
+	}
+}
