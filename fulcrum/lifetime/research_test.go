@@ -84,12 +84,18 @@ func TestPausedTrainingSearchesAgain(t *testing.T) {
 
 // TestPausedSearchesBackOff: "Why GMD pauses at 20 W" itself (10 req/s). Re-searches
 // run while training is paused, each profiling modes the store did not hold, and they
-// back off: no re-search storm, whatever they find.
+// back off: no re-search storm, whatever they find. A run with re-searches is as
+// deterministic as any: the searcher is handed what it knows in a fixed order (the live
+// profiler's over-budget records were a map's random order, and two runs of the same
+// seed parted at the third re-search).
 func TestPausedSearchesBackOff(t *testing.T) {
 	d := 30 * time.Minute
 	off := pausedAt20W(t, 10, seed10RPS, d)
 	off.Configure = func(o *daemon.Options) { o.Control.ResearchOff = true }
 	roff, ron := run(t, off), run(t, pausedAt20W(t, 10, seed10RPS, d))
+	if again := run(t, pausedAt20W(t, 10, seed10RPS, d)); eventLog(t, again.Events) != eventLog(t, ron.Events) {
+		t.Errorf("the same seed twice: %d and %d events, %v and %v samples", len(ron.Events), len(again.Events), ron.TrainSamples, again.TrainSamples)
+	}
 	rs := checkResearches(t, ron, d)
 	if len(rs) < 2 {
 		t.Fatalf("%d re-searches in %s with training paused %.0f s: want it searched again", len(rs), d, ron.TrainPausedS)
