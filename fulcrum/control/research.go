@@ -80,7 +80,8 @@ func (c *Controller) searchFailed(err error) {
 }
 
 // maybeResearch starts a search of the configured searcher when one is due: training has
-// stayed paused by an infeasible plan, or the last search failed, for the hold
+// stayed paused by an infeasible plan, or the last search failed and left no plan that
+// meets the budgets, for the hold
 // (researchHold). It reports whether it started one. A feasible plan, a budget change or
 // a rate change resets the back-off. Called with c.mu held from Step, after the degraded,
 // external-change and refused-write checks and before the step rules; a broken budget
@@ -93,6 +94,11 @@ func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 	why := ""
 	switch {
 	case c.cfg.ResearchOff || c.board == nil || c.pair == nil || c.held || c.job || c.needPlan != "":
+	case c.research.failed != "" && c.cur != nil && c.cur.Predicted.Feasible:
+		// The failed search left a plan that meets the budgets in force (planned from
+		// what was stored): nothing to retry for. Measured: retrying ALS there paused
+		// training for its whole campaign (docs/benchmarks.md).
+		c.research.failed = ""
 	case c.research.failed != "":
 		why = "the last search failed (" + c.research.failed + ")"
 	case c.cur != nil && !c.cur.Predicted.Feasible && snap.TrainingPaused && len(c.latRatio) == 0 &&

@@ -107,3 +107,34 @@ func TestPausedALSNotSearchedAgainByDefault(t *testing.T) {
 		t.Fatalf("%d re-searches of ALS while paused without research_paused_als", n)
 	}
 }
+
+// TestFailedSearchNotRetriedUnderAFeasiblePlan: a search that fails while a plan meeting
+// the budgets is in force (an operator's optimize, here refused by the board) is not
+// searched again: the controller goes back to the plan, and training keeps running.
+func TestFailedSearchNotRetriedUnderAFeasiblePlan(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	e.board.set(20000, nil)
+	e.register(nil)
+	runFor(t, e, c, time.Second)
+	if st := c.Status(); st.Current == nil || !st.Current.Predicted.Feasible {
+		t.Fatalf("plan %+v: want a feasible plan from the stored profiles", st.Current)
+	}
+	e.board.mu.Lock()
+	e.board.applyErr = errors.New("permission denied")
+	e.board.mu.Unlock()
+	if _, err := c.Optimize(context.Background(), "gmd", 0); err == nil {
+		t.Fatal("optimize succeeded on a board that refuses every mode change")
+	}
+	e.board.mu.Lock()
+	e.board.applyErr = nil
+	e.board.mu.Unlock()
+	runFor(t, e, c, 10*time.Minute)
+	if n := countKind(c.Events().List(0), KindSearch); n != 0 {
+		t.Fatalf("%d re-searches after a failed optimize under a feasible plan", n)
+	}
+	if e.sched.Snapshot().TrainingPaused {
+		t.Fatal("training paused under a feasible plan")
+	}
+}
