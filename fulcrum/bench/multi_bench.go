@@ -54,49 +54,14 @@ type multiShape struct {
 func newMultiShape(spec BenchSpec, r roster) (*multiShape, error) {
 	k, m := max(spec.Streams, 1), max(spec.Jobs, 1)
 	sh := &multiShape{spec: spec, r: r, k: k, m: m, listers: make([]search.ModeLister, len(r.names)), pooled: make([]bool, len(r.names))}
-	for i, n := range r.names {
-		if n == "oracle" {
-			continue
-		}
-		if r.parseErr[i] != nil {
-			return nil, fmt.Errorf("bench: %w", r.parseErr[i])
-		}
-		switch r.kinds[i] {
-		case search.KindMarginOracle:
-			continue
-		case search.KindGMD, search.KindALS:
-			sh.pooled[i] = true
-			continue
-		}
-		ml, ok := r.built[i].(search.ModeLister)
-		if !ok {
-			return nil, fmt.Errorf("bench: searcher %q: with %d streams use oracle, oracle-m<percent>, gmd, als, preset, maxn or random-<K>", n, k)
-		}
-		sh.listers[i] = ml
+	if err := sh.classify(); err != nil {
+		return nil, err
 	}
 	if len(spec.Pairs) > 0 {
 		return nil, errors.New("bench: pairs and several streams: choose the workloads by --streams alone (every training workload with every set of that many inference workloads)")
 	}
-	infers, trains := spec.Truth.Workloads(truth.Infer), spec.Truth.Workloads(truth.Train)
-	if len(infers) < k {
-		return nil, fmt.Errorf("bench: %d streams but the ground truth has %d inference workloads (%v)", k, len(infers), infers)
-	}
-	if len(trains) < m {
-		return nil, fmt.Errorf("bench: %d training jobs but the ground truth has %d training workloads (%v)", m, len(trains), trains)
-	}
-	for _, ts := range combinations(trains, m) {
-		for _, comb := range combinations(infers, k) {
-			mt, err := truthprof.NewMultiTruth(spec.Truth, ts, comb, nil)
-			if err != nil {
-				return nil, fmt.Errorf("bench: %v with %v: %w", ts, comb, err)
-			}
-			var snapped []powermode.Mode
-			for _, p := range spec.Presets {
-				snapped = append(snapped, mt.Space().Snap(p))
-			}
-			sh.wsets = append(sh.wsets, multiSet{strings.Join(ts, "+") + ":" + strings.Join(comb, "+"), mt})
-			sh.presets = append(sh.presets, snapped)
-		}
+	if err := sh.buildSets(); err != nil {
+		return nil, err
 	}
 	err := eachConfig(spec, len(sh.wsets), func(si int, r, l, pw float64) error {
 		b := plan.MultiBudgets{PowerMW: pw, Quantile: spec.Quantile}
@@ -120,6 +85,59 @@ func newMultiShape(spec BenchSpec, r roster) (*multiShape, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	return sh, nil
+}
+
+// classify sorts the searchers: the margin oracles (in the roster), GMD and ALS (run on
+// the pooled pair), and the baselines, which must list their modes (search.ModeLister).
+func (sh *multiShape) classify() error {
+	for i, n := range sh.r.names {
+		if n == "oracle" {
+			continue
+		}
+		if err := sh.r.parseErr[i]; err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		switch sh.r.kinds[i] {
+		case search.KindMarginOracle:
+			continue
+		case search.KindGMD, search.KindALS:
+			sh.pooled[i] = true
+			continue
+		}
+		ml, ok := sh.r.built[i].(search.ModeLister)
+		if !ok {
+			return fmt.Errorf("bench: searcher %q: with %d streams use oracle, oracle-m<percent>, gmd, als, preset, maxn or random-<K>", n, sh.k)
+		}
+		sh.listers[i] = ml
+	}
+	return nil
+}
+
+// buildSets makes every set of sh.m training workloads with every set of sh.k inference
+// workloads of the table, with the presets snapped into each set's space.
+func (sh *multiShape) buildSets() error {
+	infers, trains := sh.spec.Truth.Workloads(truth.Infer), sh.spec.Truth.Workloads(truth.Train)
+	if len(infers) < sh.k {
+		return fmt.Errorf("bench: %d streams but the ground truth has %d inference workloads (%v)", sh.k, len(infers), infers)
+	}
+	if len(trains) < sh.m {
+		return fmt.Errorf("bench: %d training jobs but the ground truth has %d training workloads (%v)", sh.m, len(trains), trains)
+	}
+	for _, ts := range combinations(trains, sh.m) {
+		for _, comb := range combinations(infers, sh.k) {
+			mt, err := truthprof.NewMultiTruth(sh.spec.Truth, ts, comb, nil)
+			if err != nil {
+				return fmt.Errorf("bench: %v with %v: %w", ts, comb, err)
+			}
+			var snapped []powermode.Mode
+			for _, p := range sh.spec.Presets {
+				snapped = append(snapped, mt.Space().Snap(p))
+			}
+			sh.wsets = append(sh.wsets, multiSet{strings.Join(ts, "+") + ":" + strings.Join(comb, "+"), mt})
+			sh.presets = append(sh.presets, snapped)
+		}
+	}
+	return nil
 }
 
 func (sh *multiShape) sets() int       { return len(sh.wsets) }

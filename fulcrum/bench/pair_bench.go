@@ -36,30 +36,9 @@ type pairShape struct {
 }
 
 func newPairShape(spec BenchSpec, r roster) (*pairShape, error) {
-	sh := &pairShape{spec: spec, r: r, pairs: spec.Pairs}
-	if sh.pairs == nil {
-		for _, t := range spec.Truth.Workloads(truth.Train) {
-			for _, i := range spec.Truth.Workloads(truth.Infer) {
-				sh.pairs = append(sh.pairs, Pair{t, i})
-			}
-		}
-	}
-	if len(sh.pairs) == 0 {
-		return nil, errors.New("bench: the ground truth has no training × inference pair")
-	}
-	for _, p := range sh.pairs {
-		pt, err := truthprof.NewPairTruth(spec.Truth, p.Train, p.Infer, 0, nil)
-		if err != nil {
-			return nil, fmt.Errorf("bench: pair %s: %w", p, err)
-		}
-		if !spec.Micro {
-			pt = pt.WithoutMicro()
-		}
-		var snapped []powermode.Mode
-		for _, m := range spec.Presets {
-			snapped = append(snapped, pt.Space.Snap(m))
-		}
-		sh.pts, sh.presets = append(sh.pts, pt), append(sh.presets, snapped)
+	sh := &pairShape{spec: spec, r: r}
+	if err := sh.buildPairs(); err != nil {
+		return nil, err
 	}
 	err := eachConfig(spec, len(sh.pairs), func(pi int, r, l, pw float64) error {
 		b := plan.Budgets{RateRPS: r, LatencyMS: l, PowerMW: pw, Quantile: spec.Quantile}.WithDefaults()
@@ -76,6 +55,38 @@ func newPairShape(spec BenchSpec, r roster) (*pairShape, error) {
 		return nil, fmt.Errorf("bench: decision rules: %w", err)
 	}
 	return sh, nil
+}
+
+// buildPairs makes spec.Pairs (or every training × inference pair of the table) with
+// each pair's truth (its micro-batch rows only with spec.Micro) and the presets snapped
+// into its space.
+func (sh *pairShape) buildPairs() error {
+	sh.pairs = sh.spec.Pairs
+	if sh.pairs == nil {
+		for _, t := range sh.spec.Truth.Workloads(truth.Train) {
+			for _, i := range sh.spec.Truth.Workloads(truth.Infer) {
+				sh.pairs = append(sh.pairs, Pair{t, i})
+			}
+		}
+	}
+	if len(sh.pairs) == 0 {
+		return errors.New("bench: the ground truth has no training × inference pair")
+	}
+	for _, p := range sh.pairs {
+		pt, err := truthprof.NewPairTruth(sh.spec.Truth, p.Train, p.Infer, 0, nil)
+		if err != nil {
+			return fmt.Errorf("bench: pair %s: %w", p, err)
+		}
+		if !sh.spec.Micro {
+			pt = pt.WithoutMicro()
+		}
+		var snapped []powermode.Mode
+		for _, m := range sh.spec.Presets {
+			snapped = append(snapped, pt.Space.Snap(m))
+		}
+		sh.pts, sh.presets = append(sh.pts, pt), append(sh.presets, snapped)
+	}
+	return nil
 }
 
 func (sh *pairShape) sets() int       { return len(sh.pairs) }

@@ -2,10 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -69,6 +72,66 @@ func TestPairIsOneStreamOneJob(t *testing.T) {
 				t.Errorf("%s, configuration %d (%+v): pair %s ratio %v profiles %d+%d (%v); multi %s ratio %v profiles %d+%d (%v)",
 					name, c, po.Budgets, po.Status, po.Ratio, po.Campaign, po.Profiles, po.Err, mo.Status, mo.Ratio, mo.Campaign, mo.Profiles, mo.Err)
 			}
+		}
+	}
+}
+
+// failingLearner is a pair learner whose campaign fails after one profile.
+type failingLearner struct{}
+
+func (failingLearner) Name() string { return "als" }
+func (failingLearner) Search(context.Context, search.Problem, search.Profiler) (search.Result, error) {
+	return search.Result{}, errors.New("failingLearner: Search is not used")
+}
+func (failingLearner) Learn(ctx context.Context, p search.Problem, prof search.Profiler) (search.Answerer, error) {
+	if _, err := prof.Profile(ctx, p.Space.Modes()[0]); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("campaign failed")
+}
+
+// A failed campaign is scored alike whatever the shape: no answer where the oracle can
+// satisfy the budgets, oracle_infeasible where it cannot (before, several streams counted
+// every configuration of a failed campaign as no answer, unsatisfiable ones included,
+// which moved the within and no-answer percentages' base).
+func TestFailedCampaignScoredAlike(t *testing.T) {
+	build := func(name string) (search.Searcher, error) {
+		if name == "als" {
+			return failingLearner{}, nil
+		}
+		return nil, fmt.Errorf("no %s", name)
+	}
+	spec := BenchSpec{Truth: streamsTable(t), Streams: 2, RatesRPS: []float64{5, 20}, LatenciesMS: []float64{40, 400}, PowersMW: []float64{9000, 30000},
+		Searchers: []string{"als"}, Seed: 3, Parallel: 2, Build: build}
+	rep, err := RunBench(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ConfigsOracleInfeasible == 0 || rep.ConfigsOracleInfeasible == rep.ConfigsTotal {
+		t.Fatalf("%d of %d configurations unsatisfiable: the sweep should have both kinds", rep.ConfigsOracleInfeasible, rep.ConfigsTotal)
+	}
+	unsat := 0
+	for c, o := range rep.Outcomes[0] {
+		if o.Status == "oracle_infeasible" {
+			unsat++
+		} else if o.Status != "no_answer" {
+			t.Errorf("configuration %d: status %s after a failed campaign, want no_answer or oracle_infeasible", c, o.Status)
+		}
+		if o.Err == nil || o.Campaign == 0 || o.Profiles != 0 {
+			t.Errorf("configuration %d: err %v, campaign %d, profiles %d; want the campaign's error, its profile and none after", c, o.Err, o.Campaign, o.Profiles)
+		}
+	}
+	if unsat != rep.ConfigsOracleInfeasible {
+		t.Errorf("%d outcomes oracle_infeasible, the oracle cannot satisfy %d", unsat, rep.ConfigsOracleInfeasible)
+	}
+	if st := rep.Searchers[0]; st.NoAnswerPct != 100 || st.Errors != rep.ConfigsTotal {
+		t.Errorf("row %+v: want 100%% no answer over the satisfiable configurations and an error each", st)
+	}
+	spec.Streams, spec.Jobs = 1, 1
+	pair, multi := runShape(t, spec, false), runShape(t, spec, true)
+	for c := range pair.Outcomes[0] {
+		if p, m := pair.Outcomes[0][c], multi.Outcomes[0][c]; p.Status != m.Status || p.Campaign != m.Campaign || p.Profiles != m.Profiles {
+			t.Errorf("configuration %d: pair %s %d+%d, multi %s %d+%d", c, p.Status, p.Campaign, p.Profiles, m.Status, m.Campaign, m.Profiles)
 		}
 	}
 }
