@@ -61,14 +61,7 @@ func newPairShape(spec BenchSpec, r roster) (*pairShape, error) {
 // each pair's truth (its micro-batch rows only with spec.Micro) and the presets snapped
 // into its space.
 func (sh *pairShape) buildPairs() error {
-	sh.pairs = sh.spec.Pairs
-	if sh.pairs == nil {
-		for _, t := range sh.spec.Truth.Workloads(truth.Train) {
-			for _, i := range sh.spec.Truth.Workloads(truth.Infer) {
-				sh.pairs = append(sh.pairs, Pair{t, i})
-			}
-		}
-	}
+	sh.pairs = pairsOf(sh.spec.Truth, sh.spec.Pairs)
 	if len(sh.pairs) == 0 {
 		return errors.New("bench: the ground truth has no training × inference pair")
 	}
@@ -250,4 +243,18 @@ func score(p Pair, pt *truthprof.PairTruth, c *benchConfig, res search.Result, e
 		}
 	}
 	return o
+}
+
+// pairsOf is pairs, or, when nil, every training × inference pair of the table (the
+// one-shot and the lifetime sweeps both).
+func pairsOf(tab *truth.Table, pairs []Pair) []Pair {
+	if pairs != nil {
+		return pairs
+	}
+	for _, t := range tab.Workloads(truth.Train) {
+		for _, i := range tab.Workloads(truth.Infer) {
+			pairs = append(pairs, Pair{t, i})
+		}
+	}
+	return pairs
 }
