@@ -35,24 +35,24 @@ type PowerStats struct {
 // Profile is one measurement: a workload in one role, at one mode and batch size, on one
 // board. It is stored as JSON exactly as tagged here; the field names carry the units.
 type Profile struct {
-	Board        string         `json:"board"`
-	Workload     string         `json:"workload"`
-	Role         truth.Role     `json:"role"`
-	Mode         powermode.Mode `json:"mode"`
-	Batch        int            `json:"batch"`
+	Board    string         `json:"board"`
+	Workload string         `json:"workload"`
+	Role     truth.Role     `json:"role"`
+	Mode     powermode.Mode `json:"mode"`
+	Batch    int            `json:"batch"`
 	// MicroBatch is, for a training profile, the samples of one micro-batch turn of the
 	// minibatch Batch (issue 32: Batch/MicroBatch turns with gradient accumulation); 0
 	// (absent, as in every store written before it existed) is the whole minibatch.
-	MicroBatch int            `json:"micro_batch,omitempty"`
-	TimeMS       TimeStats      `json:"time_ms"`
-	PowerMW      PowerStats     `json:"power_mw"`
-	Samples      int            `json:"samples"`       // measured minibatches (time samples)
-	PowerSamples int            `json:"power_samples"` // board power readings taken while they ran
-	Warmup       int            `json:"warmup"`        // minibatches run and discarded first
-	StartedAt    time.Time      `json:"started_at"`    // UTC
-	FinishedAt   time.Time      `json:"finished_at"`   // UTC
-	RSE          float64        `json:"rse"`           // achieved relative standard error of TimeMS.Mean
-	Source       string         `json:"source"`        // SourceSim, SourceTegra or SourceImport
+	MicroBatch   int        `json:"micro_batch,omitempty"`
+	TimeMS       TimeStats  `json:"time_ms"`
+	PowerMW      PowerStats `json:"power_mw"`
+	Samples      int        `json:"samples"`       // measured minibatches (time samples)
+	PowerSamples int        `json:"power_samples"` // board power readings taken while they ran
+	Warmup       int        `json:"warmup"`        // minibatches run and discarded first
+	StartedAt    time.Time  `json:"started_at"`    // UTC
+	FinishedAt   time.Time  `json:"finished_at"`   // UTC
+	RSE          float64    `json:"rse"`           // achieved relative standard error of TimeMS.Mean
+	Source       string     `json:"source"`        // SourceSim, SourceTegra or SourceImport
 	// Repeats is how many separate measurements (runs) the values pool; 0 means one. A
 	// searcher measures a mode again to confirm it, and the decision trusts the pooled
 	// values more (plan.Decider).
