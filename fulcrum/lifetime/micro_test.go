@@ -3,12 +3,17 @@ package lifetime_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 // microPair is issue 32's simulated target on virtual time: resnet18-train at batch 32
@@ -67,6 +72,91 @@ func TestMicroBatchesKeepTrainingOnVirtualTime(t *testing.T) {
 	samples, mb := micro.TrainSamples["resnet18-train"], micro.TrainMinibatches["resnet18-train"]
 	if float64(32*mb) > samples || samples >= float64(32*(mb+1)) {
 		t.Errorf("micro-batches: %v samples in %d minibatches of 32: each minibatch of micro-batch turns must count once", samples, mb)
+	}
+}
+
+// TestDecisionChoosesMicroBatchFromLiveProfiles: issue 32 joined end to end in fulcrumd
+// on virtual time. The trainer declares micro-batches 4/8/16 beside a 60 ms budget no
+// mode meets with whole minibatches: the live profiler stores, at every mode it
+// measures, the training turn at each declared micro-batch size (source live), the
+// controller's plan picks mode, inference batch and micro-batch from those profiles
+// (its prediction is the model's at the stored micro-batch row), the plan is feasible,
+// the scheduler runs the plan's micro-batch and training is not paused.
+func TestDecisionChoosesMicroBatchFromLiveProfiles(t *testing.T) {
+	d := 6 * time.Minute
+	sc := microPair(microBudgetMS, d, 1, true)
+	type seen struct {
+		cur      *control.Choice
+		profiles []store.Profile
+		snap     sched.Snapshot
+	}
+	var at seen
+	sc.Probes = []lifetime.Probe{{At: d - 5*time.Second, Do: func(in *lifetime.Instant) {
+		st := in.Status()
+		at.cur = st.Current
+		at.snap = in.Snapshot()
+		ps, err := in.Profiles()
+		if err != nil {
+			t.Errorf("read the store: %v", err)
+		}
+		at.profiles = ps
+	}}}
+	r := run(t, sc)
+	if at.cur == nil {
+		t.Fatalf("no plan in force at %s", d-5*time.Second)
+	}
+	// The live profiler's training rows: every mode measured has its minibatch and each
+	// declared micro-batch.
+	rows := map[powermode.Mode]map[int]store.Profile{}
+	for _, p := range at.profiles {
+		if p.Workload != "resnet18-train" || p.Batch != 32 {
+			continue
+		}
+		if p.Source != store.SourceLive {
+			t.Errorf("%s: source %q, want live", p.Key(), p.Source)
+		}
+		if rows[p.Mode] == nil {
+			rows[p.Mode] = map[int]store.Profile{}
+		}
+		rows[p.Mode][p.MicroBatch] = p
+	}
+	if len(rows) == 0 {
+		t.Fatal("no training profile stored")
+	}
+	for m, byMicro := range rows {
+		for _, mb := range []int{0, 4, 8, 16} {
+			if _, ok := byMicro[mb]; !ok {
+				t.Errorf("mode %s: no stored training profile at micro-batch %d (have %d rows): the live profiler must measure every declared size", m.Human(), mb, len(byMicro))
+			}
+		}
+	}
+	cur := *at.cur
+	t.Logf("%d modes profiled; plan: mode %s, inference batch %d, micro-batch %d, predicted %.1f samples/s, p99 %.1f ms, feasible %v; training after the plan %v samples, paused %.0f s, %d micro-batch turns",
+		len(rows), cur.Mode.Human(), cur.Batch, cur.MicroBatch, cur.Predicted.ThroughputSPS, cur.Predicted.LatencyMS, cur.Predicted.Feasible,
+		r.TrainSamplesAfterPlan["resnet18-train"], r.TrainPausedS, r.MicroTurns)
+	if cur.MicroBatch == 0 || !cur.Predicted.Feasible {
+		t.Fatalf("plan %+v: want a feasible plan with a training micro-batch (the minibatch breaks the %d ms budget at every mode)", cur, microBudgetMS)
+	}
+	mp, ok := rows[cur.Mode][cur.MicroBatch]
+	if !ok {
+		t.Fatalf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch, cur.Mode.Human())
+	}
+	// The prediction is the model's at the stored row: θ = (1−ρ)·u/τ_T(m,u).
+	want := (1 - cur.Predicted.Rho) * float64(cur.MicroBatch) / (mp.TimeMS.Mean / 1000)
+	if math.Abs(cur.Predicted.ThroughputSPS-want) > 1e-6*want {
+		t.Errorf("predicted %.3f samples/s, but the stored micro-batch %d at %s (%.2f ms) gives %.3f: the plan's micro-batch must come from the stored profile",
+			cur.Predicted.ThroughputSPS, cur.MicroBatch, cur.Mode.Human(), mp.TimeMS.Mean, want)
+	}
+	if at.snap.TrainingPaused {
+		t.Error("training paused under a feasible micro-batch plan")
+	}
+	for _, w := range at.snap.Workers {
+		if w.Workload == "resnet18-train" && w.MicroBatch != 0 && w.MicroBatch != cur.MicroBatch {
+			t.Errorf("the trainer runs micro-batch %d, the plan chose %d", w.MicroBatch, cur.MicroBatch)
+		}
+	}
+	if n := r.TrainSamplesAfterPlan["resnet18-train"]; n <= 0 || r.MicroTurns == 0 {
+		t.Errorf("training after the plan: %v samples, %d micro-batch turns: it must continue in micro-batches", n, r.MicroTurns)
 	}
 }
 

@@ -105,6 +105,15 @@ type Key struct {
 // Key returns the profile's identity.
 func (p Profile) Key() Key { return Key{p.Board, p.Workload, p.Role, p.Mode, p.Batch, p.MicroBatch} }
 
+// Turn is the samples one measured batch of k runs: the micro-batch's when k is one,
+// else the batch's.
+func (k Key) Turn() int {
+	if k.MicroBatch > 0 {
+		return k.MicroBatch
+	}
+	return k.Batch
+}
+
 func (k Key) String() string {
 	if k.MicroBatch > 0 {
 		return fmt.Sprintf("%s/%s/%s/%s/batch %d micro-batch %d", k.Board, k.Workload, k.Role, k.Mode, k.Batch, k.MicroBatch)
