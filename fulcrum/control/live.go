@@ -310,9 +310,12 @@ func (p *LiveProfiler) OverBudgetModes() []OverBudget {
 }
 
 // Known implements search.Profiler: every stored complete profile of the pair, plus
-// the estimated profiles of modes abandoned as over the present budget.
+// the estimated profiles of modes abandoned as over the present budget. A mode stored
+// without one of the trainer's micro-batch sizes is not known: a searcher that visits
+// it has Profile measure the missing sizes (docs/design.md §9 "Micro-batches profiled
+// live").
 func (p *LiveProfiler) Known() []plan.ModeProfile {
-	out, err := StoredProfiles(p.Store, p.board(), p.Pair)
+	out, err := storedProfiles(p.Store, p.board(), p.Pair, false)
 	if err != nil {
 		p.logger().Warn("reading stored profiles", "err", err)
 	}
@@ -333,10 +336,17 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 }
 
 // StoredProfiles returns the complete profiles of pair on board: modes with a training
-// profile at B_T (and at every one of pair.MicroBatches, which become the profile's
-// Micro turns) and an inference profile at one or more of the batch sizes, in the
-// store's order of the training profiles (plan.Assemble).
+// profile at B_T and an inference profile at one or more of the batch sizes, in the
+// store's order of the training profiles (plan.Assemble). The training points stored
+// at any of pair.MicroBatches become each profile's Micro turns: a mode stored before
+// the trainer declared them offers whole minibatches alone.
 func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfile, error) {
+	return storedProfiles(st, board, pair, true)
+}
+
+// storedProfiles is StoredProfiles; without microOptional a mode is complete only with
+// every one of pair.MicroBatches (what a searcher may take as known).
+func storedProfiles(st *store.Store, board string, pair Pair, microOptional bool) ([]plan.ModeProfile, error) {
 	tr, err := st.List(store.Filter{Board: board, Workload: pair.Train, Role: truth.Train})
 	if err != nil {
 		return nil, err
@@ -346,7 +356,9 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfil
 		return nil, err
 	}
 	var out []plan.ModeProfile
-	for _, mp := range plan.Assemble(pair.shape(), measured(tr, inf)) {
+	sh := pair.shape()
+	sh.MicroOptional = microOptional
+	for _, mp := range plan.Assemble(sh, measured(tr, inf)) {
 		out = append(out, plan.PairOf(mp))
 	}
 	return out, nil

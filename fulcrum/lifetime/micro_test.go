@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,93 @@ func BenchmarkMicroTable(b *testing.B) {
 						s.Served, s.Requests, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
 				}
 			}
+		}
+		b.Log(out.String())
+	}
+}
+
+// BenchmarkMicroFit measures, with the simulated workers on virtual time, whether a
+// per-mode fit from two micro-batch sizes could replace measuring each declared size
+// live (docs/design.md §9 "Micro-batches profiled live"): for every mode the live
+// profiler measured (the trainer declaring 4/8/16 of 32), the training turn at 16 and 8
+// predicted by a line through the measured 32 and 4, against the measured 16 and 8, and
+// the measurements' own relative standard error. FULCRUM_MICRO_SEEDS (default 5); 6
+// virtual minutes a run, budgets 60 and 150 ms:
+//
+//	go test -run '^$' -bench MicroFit -benchtime 1x -v ./fulcrum/lifetime/
+func BenchmarkMicroFit(b *testing.B) {
+	seeds := envInt("FULCRUM_MICRO_SEEDS", 5)
+	d := 6 * time.Minute
+	for b.Loop() {
+		errT := map[int][]float64{} // |fit − measured| / measured, by size
+		errP := map[int][]float64{}
+		rse := map[int][]float64{}
+		modes := 0
+		for _, budget := range []float64{60, 150} {
+			for seed := int64(1); seed <= int64(seeds); seed++ {
+				sc := microPair(budget, d, seed, true)
+				var ps []store.Profile
+				sc.Probes = []lifetime.Probe{{At: d - time.Second, Do: func(in *lifetime.Instant) {
+					var err error
+					if ps, err = in.Profiles(); err != nil {
+						b.Error(err)
+					}
+				}}}
+				if _, err := lifetime.Run(context.Background(), sc); err != nil {
+					b.Fatal(err)
+				}
+				rows := map[powermode.Mode]map[int]store.Profile{}
+				for _, p := range ps {
+					if p.Workload == "resnet18-train" && p.Batch == 32 {
+						if rows[p.Mode] == nil {
+							rows[p.Mode] = map[int]store.Profile{}
+						}
+						u := p.Key().Turn()
+						rows[p.Mode][u] = p
+					}
+				}
+				for _, byU := range rows {
+					hi, okHi := byU[32]
+					lo, okLo := byU[4]
+					if !okHi || !okLo {
+						continue
+					}
+					modes++
+					line := func(y4, y32 float64, u int) float64 { return y4 + (y32-y4)*float64(u-4)/28 }
+					for _, u := range []int{16, 8} {
+						x, ok := byU[u]
+						if !ok {
+							continue
+						}
+						errT[u] = append(errT[u], math.Abs(line(lo.TimeMS.Mean, hi.TimeMS.Mean, u)-x.TimeMS.Mean)/x.TimeMS.Mean)
+						errP[u] = append(errP[u], math.Abs(line(lo.PowerMW.Mean, hi.PowerMW.Mean, u)-x.PowerMW.Mean)/x.PowerMW.Mean)
+					}
+					for u, x := range byU {
+						rse[u] = append(rse[u], x.RSE)
+					}
+				}
+			}
+		}
+		var out strings.Builder
+		fmt.Fprintf(&out, "\n%d modes measured live (%d seeds × budgets 60, 150 ms; %s each)\n| micro-batch | fit time error mean | p95 | max | fit power error mean | p95 | measured time RSE median |\n| --- | --- | --- | --- | --- | --- | --- |\n", modes, seeds, d)
+		q := func(xs []float64, f float64) float64 {
+			s := slices.Clone(xs)
+			slices.Sort(s)
+			if len(s) == 0 {
+				return math.NaN()
+			}
+			return s[min(len(s)-1, int(f*float64(len(s))))]
+		}
+		mean := func(xs []float64) float64 {
+			t := 0.0
+			for _, x := range xs {
+				t += x
+			}
+			return t / float64(max(len(xs), 1))
+		}
+		for _, u := range []int{16, 8} {
+			fmt.Fprintf(&out, "| %d | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.2f %% |\n", u,
+				100*mean(errT[u]), 100*q(errT[u], 0.95), 100*q(errT[u], 1), 100*mean(errP[u]), 100*q(errP[u], 0.95), 100*q(rse[u], 0.5))
 		}
 		b.Log(out.String())
 	}

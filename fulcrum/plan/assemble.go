@@ -25,9 +25,9 @@ type Wanted struct {
 	Batches  []int
 	// Micro (a training job) are the micro-batch sizes its worker accepts (issue 32):
 	// the job's points at those sizes (truth.Row.MicroBatch) become MultiProfile.Micro,
-	// and a mode is complete only with every one of them, so that the decision compares
-	// the same training turns at every mode. Empty: whole minibatches only, and
-	// micro-batch points are left out.
+	// and a mode is complete only with every one of them (unless Shape.MicroOptional),
+	// so that a searcher measures them where they are missing. Empty: whole minibatches
+	// only, and micro-batch points are left out.
 	Micro []int
 }
 
@@ -39,6 +39,11 @@ type Shape struct {
 	// ground-truth table has them all); otherwise one or more per stream is enough (a
 	// store, where a mode may have been measured at some sizes only).
 	EveryBatch bool
+	// MicroOptional: a mode is complete without its training jobs' micro-batch points
+	// (Wanted.Micro), using those it has — the daemon's planning over a store filled
+	// before the worker declared micro-batches, where such a mode still offers whole
+	// minibatches.
+	MicroOptional bool
 }
 
 // PairShape is the Shape of one training job (batch trainBatch) and one stream.
@@ -118,7 +123,7 @@ func AssembleMode(sh Shape, m powermode.Mode, pts []Measured) (mp MultiProfile, 
 		if mp.Micro != nil {
 			// Largest first, as the benchmark's truth gives them (truthprof).
 			slices.SortFunc(mp.Micro[j], func(a, b TrainPoint) int { return b.Batch - a.Batch })
-			ok = ok && len(mp.Micro[j]) == len(sh.Train[j].Micro)
+			ok = ok && (sh.MicroOptional || len(mp.Micro[j]) == len(sh.Train[j].Micro))
 		}
 	}
 	for i, pts := range mp.Infer {

@@ -99,4 +99,8 @@ func TestAssembleMicroBatches(t *testing.T) {
 	if mp, ok := AssembleMode(sh, m2, pts); ok || len(mp.Micro[0]) != 1 {
 		t.Errorf("m2 lacks micro-batch 16: ok %v, %+v", ok, mp)
 	}
+	sh.MicroOptional = true
+	if got := Assemble(sh, pts); len(got) != 2 || len(got[1].Micro[0]) != 1 || got[1].Micro[0][0].Batch != 8 {
+		t.Errorf("micro-batches optional: %+v, want both modes, m2 with its micro-batch 8 alone", got)
+	}
 }
