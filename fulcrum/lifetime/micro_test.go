@@ -172,11 +172,18 @@ func BenchmarkMicroTable(b *testing.B) {
 	d := time.Duration(mins) * time.Minute
 	for b.Loop() {
 		var out strings.Builder
-		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | training samples after the plan | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
+		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | plan at the end: micro-batch, feasible | training samples after the plan | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
 		for _, budget := range []float64{60, 40} {
 			for seed := int64(1); seed <= int64(seeds); seed++ {
 				for _, micro := range []bool{false, true} {
-					r, err := lifetime.Run(context.Background(), microPair(budget, d, seed, micro))
+					sc := microPair(budget, d, seed, micro)
+					planned := "no plan"
+					sc.Probes = []lifetime.Probe{{At: d - time.Second, Do: func(in *lifetime.Instant) {
+						if cur := in.Status().Current; cur != nil {
+							planned = fmt.Sprintf("%d, %v", cur.MicroBatch, cur.Predicted.Feasible)
+						}
+					}}}
+					r, err := lifetime.Run(context.Background(), sc)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -185,7 +192,7 @@ func BenchmarkMicroTable(b *testing.B) {
 						name = "micro-batches 4/8/16"
 					}
 					s := r.Streams[0]
-					fmt.Fprintf(&out, "| %.0f | %d | %s | %.0f | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name,
+					fmt.Fprintf(&out, "| %.0f | %d | %s | %s | %.0f | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name, planned,
 						r.TrainSamplesAfterPlan["resnet18-train"], r.TrainMinibatches["resnet18-train"], r.MicroTurns, r.TrainPausedS,
 						s.Served, s.Requests, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
 				}
