@@ -172,7 +172,7 @@ func BenchmarkMicroTable(b *testing.B) {
 	d := time.Duration(mins) * time.Minute
 	for b.Loop() {
 		var out strings.Builder
-		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | plan at the end: micro-batch, feasible | training samples after the plan | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
+		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | plan at the end: micro-batch, feasible | first plan s | training samples after the plan (per s) | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
 		for _, budget := range []float64{60, 40} {
 			for seed := int64(1); seed <= int64(seeds); seed++ {
 				for _, micro := range []bool{false, true} {
@@ -192,8 +192,8 @@ func BenchmarkMicroTable(b *testing.B) {
 						name = "micro-batches 4/8/16"
 					}
 					s := r.Streams[0]
-					fmt.Fprintf(&out, "| %.0f | %d | %s | %s | %.0f | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name, planned,
-						r.TrainSamplesAfterPlan["resnet18-train"], r.TrainMinibatches["resnet18-train"], r.MicroTurns, r.TrainPausedS,
+					fmt.Fprintf(&out, "| %.0f | %d | %s | %s | %.0f | %.0f (%.0f) | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name, planned, r.FirstPlanS,
+						r.TrainSamplesAfterPlan["resnet18-train"], r.TrainSamplesAfterPlan["resnet18-train"]/max(d.Seconds()-r.FirstPlanS, 1), r.TrainMinibatches["resnet18-train"], r.MicroTurns, r.TrainPausedS,
 						s.Served, s.Requests, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
 				}
 			}
