@@ -289,6 +289,13 @@ const (
 	// EventExternal: another tool (jetson_clocks, nvpmodel) changed the board's mode and
 	// what fulcrumd did (controller.external_change), or fulcrumd took the board back.
 	EventExternal = "external_change"
+	// Live refinement (docs/controller.md "Live refinement"): a better-ranked neighbour
+	// tried for a bounded time; a configuration confirmed by its live evidence (the one
+	// in force, or a trial kept); a trial abandoned (a budget broke, or it was not
+	// confirmed in time), back to the confirmed configuration.
+	EventTrial   = "trial"
+	EventConfirm = "confirm"
+	EventAbandon = "abandon"
 )
 
 // Event is one entry of the controller's event log.
