@@ -321,7 +321,9 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 			c.abandon(ctx, fmt.Sprintf("not confirmed within %s", o.TrialMax), now, rate)
 			return true
 		}
-		return true // on trial: the step rules wait for its end
+		// The other rules still run on trial: a drift re-plan ends it like a plan does
+		// (power and latency violations ended it above, before rules 2 and 4).
+		return false
 	}
 	if !closed || c.needPlan != "" || c.want != nil || c.held || c.ext != nil {
 		return false
