@@ -582,7 +582,7 @@ func (c *Controller) refineWhy(s plan.Scored) string {
 }
 
 func ptrMode(m powermode.Mode) *powermode.Mode { return &m }
-func ptrMeasured(m Measured) *Measured        { return &m }
+func ptrMeasured(m Measured) *Measured         { return &m }
 func predPtr(e plan.Eval, rate float64) *Prediction {
 	p := predictionOf(e, rate)
 	return &p
