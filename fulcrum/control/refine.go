@@ -145,7 +145,14 @@ func poolRatio(samples []float64, n0 int, noise float64) (ratio, repeats float64
 // the pooled ratio. Every inference batch of the mode takes the ratio measured at the
 // batch that ran (the mode's speed). The profile counts for the fewest repeats any of
 // the three quantities is worth, within [p.Repeats, maxRepeats].
-func poolEvidence(p plan.ModeProfile, ws []liveWindow, noise float64, maxRepeats int) (plan.ModeProfile, Pooled) {
+//
+// powerFloor (0: none) bounds the pooled power ratio from below: where the mode broke
+// the power budget live and carries a learned correction (rule 2), its power is already
+// the measured draw at the moment it broke, and a mean that sits under the budget does
+// not make the 1 s averages the budget is judged on stay under it (found on the AGX
+// lifetime sweep: the pooled mean, 3 % under a 40 W budget, brought step_up back to the
+// mode every few minutes and each time power broke again).
+func poolEvidence(p plan.ModeProfile, ws []liveWindow, noise float64, maxRepeats int, powerFloor float64) (plan.ModeProfile, Pooled) {
 	var rt, ri, rp []float64
 	for _, w := range ws {
 		if w.TrainMS > 0 && p.Train.TimeMS > 0 {
@@ -166,6 +173,7 @@ func poolEvidence(p plan.ModeProfile, ws []liveWindow, noise float64, maxRepeats
 	kt, nt := poolRatio(rt, n0, noise)
 	ki, ni := poolRatio(ri, n0, noise)
 	kp, np := poolRatio(rp, n0, noise)
+	kp = max(kp, powerFloor)
 	out := p.Clone()
 	out.Train.TimeMS *= kt
 	out.Train.PowerMW *= kp
@@ -265,10 +273,19 @@ func (c *Controller) refined(ps []plan.ModeProfile) []plan.ModeProfile {
 	}
 	for i := range ps {
 		if ws := c.ref.evidence[ps[i].Mode]; len(ws) > 0 {
-			ps[i], _ = poolEvidence(ps[i], ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats)
+			ps[i], _ = poolEvidence(ps[i], ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(ps[i].Mode))
 		}
 	}
 	return ps
+}
+
+// powerFloor is the least pooled power ratio at m: 1 where m carries a learned power
+// correction (it broke the power budget live), else none.
+func (c *Controller) powerFloor(m powermode.Mode) float64 {
+	if c.corrP[m] > 1 {
+		return 1
+	}
+	return 0
 }
 
 // refineStep is live refinement's part of the pair's Step, before the budget checks:
@@ -477,7 +494,7 @@ func (c *Controller) scoreKey(key cfgKey, rate float64) (plan.Scored, bool) {
 			// The status figures: the same pooling profiles() applied, recomputed on the
 			// stored profile for its ratios.
 			if raw, err := c.storedAt(key.m); err == nil {
-				_, pooled = poolEvidence(raw, ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats)
+				_, pooled = poolEvidence(raw, ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(key.m))
 			}
 		}
 		if c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch}) {

@@ -52,7 +52,7 @@ func TestPoolEvidence(t *testing.T) {
 	// reads 17.1 W (0.9×), the turns run 10 % slower.
 	w := liveWindow{TrainMS: 110, InferMS: 11, InferBatch: 1, PowerMW: 17100, RateRPS: 10}
 	ws := []liveWindow{w, w, w}
-	got, pooled := poolEvidence(p, ws, 0.03, 30)
+	got, pooled := poolEvidence(p, ws, 0.03, 30, 0)
 	if pooled.Repeats != 4 || pooled.Windows != 3 {
 		t.Fatalf("three windows on one repeat: %+v, want 4 repeats", pooled)
 	}
@@ -68,15 +68,20 @@ func TestPoolEvidence(t *testing.T) {
 	}
 	// A window without an inference measurement leaves the inference ratio unmeasured:
 	// the profile counts no more repeats than the stored one.
-	got, pooled = poolEvidence(p, []liveWindow{{TrainMS: 110, PowerMW: 17100, RateRPS: 10, InferBatch: 1}}, 0.03, 30)
+	got, pooled = poolEvidence(p, []liveWindow{{TrainMS: 110, PowerMW: 17100, RateRPS: 10, InferBatch: 1}}, 0.03, 30, 0)
 	if pooled.Repeats != 1 || got.Infer[0].TimeMS != 10 {
 		t.Errorf("no inference evidence: %+v, inference time %v", pooled, got.Infer[0].TimeMS)
+	}
+	// A mode that broke the power budget live keeps its learned correction: the pooled
+	// power never goes under it.
+	if got, _ := poolEvidence(p, ws, 0.03, 30, 1); got.Train.PowerMW != 20000 || got.Infer[0].PowerMW != 10000 {
+		t.Errorf("power floor 1: power %v, %v; want the stored 20000, 10000", got.Train.PowerMW, got.Infer[0].PowerMW)
 	}
 	many := make([]liveWindow, 100)
 	for i := range many {
 		many[i] = w
 	}
-	if _, pooled = poolEvidence(p, many, 0.03, 30); pooled.Repeats != 30 {
+	if _, pooled = poolEvidence(p, many, 0.03, 30, 0); pooled.Repeats != 30 {
 		t.Errorf("100 windows with max_repeats 30: %d repeats", pooled.Repeats)
 	}
 }
@@ -105,7 +110,7 @@ func TestPooledEvidenceTightensTheDecision(t *testing.T) {
 	var ws []liveWindow
 	for k := 1; k <= 12; k++ {
 		ws = append(ws, w)
-		mp, _ := poolEvidence(p, ws, 0.03, 30)
+		mp, _ := poolEvidence(p, ws, 0.03, 30, 0)
 		if got := pOf(mp); got <= prev {
 			t.Fatalf("after %d windows P %.5f, not above %.5f", k, got, prev)
 		} else {
