@@ -32,9 +32,15 @@ func campaignDaemonOptions(dir string) Options {
 	cfg := control.DefaultConfig()
 	cfg.MaxProfiles = 4
 	cfg.Live = control.LiveOptions{Samples: 2, MinTime: time.Millisecond}
+	// fulcrumd's scheduler defaults, as it ships: a literal sched.Config left
+	// profile_wait_ms at 0, which disables both the overdue grant of a profile batch and
+	// its refusal when inference crowds it out, so under load (inference turns stretched,
+	// a request always queued) the first training profile batch waited for admission
+	// forever and the search never ended (the 240 s failures of this test).
+	sc := sched.DefaultConfig()
+	sc.LatencyBudget, sc.DefaultTrain, sc.DefaultInfer, sc.Margin = 400*time.Millisecond, 150*time.Millisecond, 30*time.Millisecond, 20*time.Millisecond
 	return Options{
-		Server: Config{RuntimeDir: filepath.Join(dir, "run"),
-			Sched: sched.Config{LatencyBudget: 400 * time.Millisecond, DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, Margin: 20 * time.Millisecond}},
+		Server:   Config{RuntimeDir: filepath.Join(dir, "run"), Sched: sc},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"),
 		Control: cfg, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20},
 		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
@@ -83,6 +89,7 @@ func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
 
 	// start runs a fulcrumd process and a training and an inference sim worker; stop
 	// SIGKILLs (or, kill false, SIGTERMs) the daemon and waits for the workers.
+	var curCmd *exec.Cmd
 	start := func() (cl *client.Client, stop func(kill bool)) {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestReliabilityCampaignDaemonProcess$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envCampaignDir+"="+dir)
@@ -90,6 +97,7 @@ func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		curCmd = cmd
 		cl = client.New(filepath.Join(o.Server.RuntimeDir, api.SocketName))
 		ready := false
 		for end := time.Now().Add(20 * time.Second); time.Now().Before(end) && !ready; time.Sleep(20 * time.Millisecond) {
@@ -135,6 +143,9 @@ func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
 				return st
 			}
 		}
+		// The daemon's goroutines on stderr say where it waits (SIGQUIT: Go dumps them).
+		_ = curCmd.Process.Signal(syscall.SIGQUIT)
+		time.Sleep(2 * time.Second)
 		t.Fatalf("never %s; status %+v (%v)", what, st, err)
 		return st
 	}
