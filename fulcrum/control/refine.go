@@ -419,6 +419,17 @@ func (c *Controller) trialCandidate(d plan.Decider, cur plan.Scored, rate float6
 	if err != nil {
 		return plan.Scored{}, false
 	}
+	// Like with like: a neighbour without live evidence is compared with the confirmed
+	// configuration as stored, not as refined — the live turns run a few per cent slower
+	// than profiled ones everywhere (scheduling), and a refined point against unmeasured
+	// neighbours made trials go down a level and back up (docs/benchmarks.md "Live
+	// refinement").
+	curRaw := cur
+	if raw, err := c.unrefinedProfiles(); err == nil {
+		if s, ok := scoreIn(d, raw, cfgKey{cur.Mode, cur.Batch}); ok {
+			curRaw = s
+		}
+	}
 	sp := c.board.Space()
 	var best plan.Scored
 	found := false
@@ -430,13 +441,37 @@ func (c *Controller) trialCandidate(d plan.Decider, cur plan.Scored, rate float6
 		if f := c.ref.failed[key]; f != nil && now.Before(f.retryAt) {
 			continue
 		}
-		if !s.Feasible || s.ViolationAdm > 0 || s.PFeasible < o.TrialMinP || s.ThroughputSPS < cur.ThroughputSPS*(1+o.TrialGain) {
+		base := cur.ThroughputSPS
+		if len(c.ref.evidence[s.Mode]) == 0 {
+			base = curRaw.ThroughputSPS
+		}
+		if !s.Feasible || s.ViolationAdm > 0 || s.PFeasible < o.TrialMinP || s.ThroughputSPS < base*(1+o.TrialGain) {
 			continue
 		}
 		if modeSteps(sp, cur.Mode, s.Mode) > o.TrialSteps {
 			continue
 		}
 		if !found || s.PFeasible*s.ThroughputSPS > best.PFeasible*best.ThroughputSPS {
+			best, found = s, true
+		}
+	}
+	return best, found
+}
+
+// scoreIn is the configuration key scored by d over ps (its best-P training turn).
+func scoreIn(d plan.Decider, ps []plan.ModeProfile, key cfgKey) (plan.Scored, bool) {
+	i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == key.m })
+	if i < 0 {
+		return plan.Scored{}, false
+	}
+	all, err := d.ScoreAll(ps[i : i+1])
+	if err != nil {
+		return plan.Scored{}, false
+	}
+	var best plan.Scored
+	found := false
+	for _, s := range all {
+		if s.Batch == key.b && (!found || s.PFeasible > best.PFeasible) {
 			best, found = s, true
 		}
 	}
@@ -473,21 +508,7 @@ func (c *Controller) scoreKey(key cfgKey, rate float64) (plan.Scored, bool) {
 		return plan.Scored{}, false
 	}
 	i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == key.m })
-	if i < 0 {
-		return plan.Scored{}, false
-	}
-	d := c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
-	all, err := d.ScoreAll(ps[i : i+1])
-	if err != nil {
-		return plan.Scored{}, false
-	}
-	var best plan.Scored
-	found := false
-	for _, s := range all {
-		if s.Batch == key.b && (!found || s.PFeasible > best.PFeasible) {
-			best, found = s, true
-		}
-	}
+	best, found := scoreIn(c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches), ps, key)
 	if found {
 		pooled := Pooled{Windows: len(c.ref.evidence[key.m]), TrainRatio: 1, InferRatio: 1, PowerRatio: 1, Repeats: max(ps[i].Repeats, 1)}
 		if ws := c.ref.evidence[key.m]; len(ws) > 0 && c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch}) {
