@@ -247,11 +247,17 @@ type RefineStatus struct {
 	PFeasible float64        `json:"p_feasible"`
 	// Confirmed is the configuration confirmed (nil: none yet); Trial the neighbour
 	// on trial and TrialUntil when it goes back unless confirmed.
-	Confirmed  *Choice   `json:"confirmed,omitempty"`
-	Trial      *Choice   `json:"trial,omitempty"`
-	TrialUntil time.Time `json:"trial_until,omitzero"`
+	Confirmed  *RefineConfig `json:"confirmed,omitempty"`
+	Trial      *RefineConfig `json:"trial,omitempty"`
+	TrialUntil time.Time     `json:"trial_until,omitzero"`
 	// Failed are the neighbours whose trials failed, and until when each is left alone.
 	Failed []RefineFailure `json:"failed,omitempty"`
+}
+
+// RefineConfig is a configuration live refinement confirmed or tries.
+type RefineConfig struct {
+	Mode  powermode.Mode `json:"mode"`
+	Batch int            `json:"batch"`
 }
 
 // RefineFailure is a neighbour whose trial failed.
@@ -585,10 +591,10 @@ func (c *Controller) refineStatus() *RefineStatus {
 	}
 	s := *c.ref.last
 	if p := c.ref.confirmed; p != nil {
-		s.Confirmed = &Choice{Mode: p.key.m, Batch: p.key.b, Predicted: predictionOf(p.eval, c.planRateOr())}
+		s.Confirmed = &RefineConfig{Mode: p.key.m, Batch: p.key.b}
 	}
 	if t := c.ref.trial; t != nil {
-		s.Trial = &Choice{Mode: t.key.m, Batch: t.key.b}
+		s.Trial = &RefineConfig{Mode: t.key.m, Batch: t.key.b}
 		s.TrialUntil = t.deadline
 	}
 	for k, f := range c.ref.failed {
