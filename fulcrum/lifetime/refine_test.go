@@ -288,3 +288,23 @@ func TestRefineTrialConfirmedIsKept(t *testing.T) {
 		t.Errorf("final mode %s, want the confirmed GPU 1020 MHz kept", res.FinalMode.Human())
 	}
 }
+
+// TestRefineOffByConfig: controller.refine.enabled false is the controller without live
+// refinement — the trial scenario plans 918 MHz and holds it: no trial, confirm or
+// abandon, and no refine figures in the status.
+func TestRefineOffByConfig(t *testing.T) {
+	sc, _ := refTrialScenario(t, 3*time.Minute)
+	sc.Configure = func(o *daemon.Options) { o.Control.Refine.Enabled = false }
+	var st *control.RefineStatus
+	sc.Probes = []lifetime.Probe{{At: 2 * time.Minute, Do: func(in *lifetime.Instant) { st = in.Status().Refine }}}
+	res := run(t, sc)
+	if evs := refEvents(res, control.KindTrial, control.KindConfirm, control.KindAbandon); len(evs) > 0 {
+		t.Errorf("refinement off, yet %d refinement events, the first %s: %s", len(evs), evs[0].Kind, evs[0].Reason)
+	}
+	if st != nil {
+		t.Errorf("refinement off, yet the status has %+v", *st)
+	}
+	if res.FinalMode != refMode(918e6) {
+		t.Errorf("final mode %s, want the plan's GPU 918 MHz held", res.FinalMode.Human())
+	}
+}
