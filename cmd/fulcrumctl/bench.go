@@ -115,9 +115,10 @@ same with every set of m training workloads sharing the training time equally.
 		if (*streams > 1 || *jobs > 1) && len(*pairs) > 0 {
 			return errors.New("--pairs and --streams 2 or more: give one (with several streams every training workload is run with every set of inference workloads)")
 		}
+		sw := benchSweepFlags{truthPath: *truthPath, board: *board, format: *format, pairs: *pairs, rates: *rates, lats: *lats, pows: *powers,
+			noise: *noise, seed: *seed, parallel: *parallel, streams: *streams, jobs: *jobs, quiet: *quiet}
 		if *life.duration > 0 {
-			return runLifetimeBench(cmd, life, benchSweepFlags{truthPath: *truthPath, board: *board, format: *format, pairs: *pairs, rates: *rates, lats: *lats, pows: *powers,
-				noise: *noise, seed: *seed, parallel: *parallel, streams: *streams, jobs: *jobs, quiet: *quiet})
+			return runLifetimeBench(cmd, life, sw)
 		}
 		spec := bench.BenchSpec{Searchers: *searchers, Noise: *noise, Seed: *seed, Parallel: *parallel, MaxProfiles: *maxProfiles, Quantile: *quantile, Streams: *streams, Jobs: *jobs, Micro: *micro}
 		var err error
@@ -127,59 +128,90 @@ same with every set of m training workloads sharing the training time equally.
 		if !*quiet {
 			spec.Progress = newProgress(cmd.ErrOrStderr(), time.Now, 3*time.Second)
 		}
-		if spec.RatesRPS, err = parseList(*rates, "--rates", parseRate); err != nil {
-			return err
-		}
-		if spec.LatenciesMS, err = parseList(*lats, "--latency", parseLatencyMS); err != nil {
-			return err
-		}
-		if spec.PowersMW, err = parseList(*powers, "--power", parsePowerMW); err != nil {
-			return err
-		}
-		for _, p := range *pairs {
-			t, i, ok := strings.Cut(p, ":")
-			if !ok || t == "" || i == "" {
-				return fmt.Errorf("--pairs %q: want train:infer, e.g. resnet18-train:mobilenetv3-infer", p)
-			}
-			spec.Pairs = append(spec.Pairs, bench.Pair{Train: t, Infer: i})
-		}
-		for _, s := range spec.Searchers {
-			if _, err := search.Parse(s); err != nil {
-				return fmt.Errorf("--searchers: %w", err)
-			}
-		}
-		cat, err := powermode.LoadCatalog(configs.FS, "boards")
-		if err != nil {
-			return err
-		}
-		bs, err := cat.Board(*board)
-		if err != nil {
-			return fmt.Errorf("--board: %w", err)
-		}
-		for _, p := range bs.NVP.Presets {
-			spec.Presets = append(spec.Presets, bs.PresetMode(p))
-			spec.PresetNames = append(spec.PresetNames, p.Name)
-		}
-		fh, err := os.Open(*truthPath)
-		if err != nil {
-			return fmt.Errorf("--truth: %w", err)
-		}
-		tab, err := truth.Read(fh)
-		fh.Close()
-		if err != nil {
-			return fmt.Errorf("--truth %s: %w", *truthPath, err)
-		}
-		spec.Truth = tab
-		rep, err := bench.RunBench(cmd.Context(), spec)
-		if err != nil {
-			return err
-		}
-		if err := plot.draw(cmd.ErrOrStderr(), rep); err != nil {
-			return err
-		}
-		return writeBench(cmd.OutOrStdout(), *format, rep)
+		return runOneShotBench(cmd, sw, spec, plot)
 	}
 	return cmd
+}
+
+// runOneShotBench is bench without --lifetime: spec (searchers, rules, progress) with
+// the sweep of sw, scored by bench.RunBench, drawn (--plot) and written.
+func runOneShotBench(cmd *cobra.Command, sw benchSweepFlags, spec bench.BenchSpec, plot benchPlot) error {
+	var err error
+	if spec.RatesRPS, spec.LatenciesMS, spec.PowersMW, err = sw.budgets(); err != nil {
+		return err
+	}
+	if spec.Pairs, err = parsePairs(sw.pairs); err != nil {
+		return err
+	}
+	for _, s := range spec.Searchers {
+		if _, err := search.Parse(s); err != nil {
+			return fmt.Errorf("--searchers: %w", err)
+		}
+	}
+	cat, err := powermode.LoadCatalog(configs.FS, "boards")
+	if err != nil {
+		return err
+	}
+	bs, err := cat.Board(sw.board)
+	if err != nil {
+		return fmt.Errorf("--board: %w", err)
+	}
+	for _, p := range bs.NVP.Presets {
+		spec.Presets = append(spec.Presets, bs.PresetMode(p))
+		spec.PresetNames = append(spec.PresetNames, p.Name)
+	}
+	if spec.Truth, err = readTruthFile(sw.truthPath); err != nil {
+		return err
+	}
+	rep, err := bench.RunBench(cmd.Context(), spec)
+	if err != nil {
+		return err
+	}
+	if err := plot.draw(cmd.ErrOrStderr(), rep); err != nil {
+		return err
+	}
+	return writeBench(cmd.OutOrStdout(), sw.format, rep)
+}
+
+// budgets parses the sweep's rates, latency and power budgets.
+func (sw benchSweepFlags) budgets() (ratesRPS, latenciesMS, powersMW []float64, err error) {
+	if ratesRPS, err = parseList(sw.rates, "--rates", parseRate); err != nil {
+		return nil, nil, nil, err
+	}
+	if latenciesMS, err = parseList(sw.lats, "--latency", parseLatencyMS); err != nil {
+		return nil, nil, nil, err
+	}
+	if powersMW, err = parseList(sw.pows, "--power", parsePowerMW); err != nil {
+		return nil, nil, nil, err
+	}
+	return ratesRPS, latenciesMS, powersMW, nil
+}
+
+// parsePairs reads --pairs (train:infer each); none gives nil (every pair).
+func parsePairs(in []string) ([]bench.Pair, error) {
+	var out []bench.Pair
+	for _, p := range in {
+		t, i, ok := strings.Cut(p, ":")
+		if !ok || t == "" || i == "" {
+			return nil, fmt.Errorf("--pairs %q: want train:infer, e.g. resnet18-train:mobilenetv3-infer", p)
+		}
+		out = append(out, bench.Pair{Train: t, Infer: i})
+	}
+	return out, nil
+}
+
+// readTruthFile reads the --truth table.
+func readTruthFile(path string) (*truth.Table, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--truth: %w", err)
+	}
+	tab, err := truth.Read(fh)
+	fh.Close()
+	if err != nil {
+		return nil, fmt.Errorf("--truth %s: %w", path, err)
+	}
+	return tab, nil
 }
 
 // benchRules are the decision rules bench decides by: fulcrumd's (control.DecisionRules)

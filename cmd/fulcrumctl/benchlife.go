@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -167,24 +166,14 @@ func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) 
 		return fmt.Errorf("--noise %v: want a relative standard deviation from 0 to 1 (0.03 = 3%%)", sw.noise)
 	}
 	var err error
-	if spec.RatesRPS, err = parseList(sw.rates, "--rates", parseRate); err != nil {
-		return err
-	}
-	if spec.LatenciesMS, err = parseList(sw.lats, "--latency", parseLatencyMS); err != nil {
-		return err
-	}
-	if spec.PowersMW, err = parseList(sw.pows, "--power", parsePowerMW); err != nil {
+	if spec.RatesRPS, spec.LatenciesMS, spec.PowersMW, err = sw.budgets(); err != nil {
 		return err
 	}
 	if spec.Changes, err = lf.changes(cmd.Flags(), spec.PowersMW); err != nil {
 		return err
 	}
-	for _, p := range sw.pairs {
-		t, i, ok := strings.Cut(p, ":")
-		if !ok || t == "" || i == "" {
-			return fmt.Errorf("--pairs %q: want train:infer, e.g. resnet18-train:mobilenetv3-infer", p)
-		}
-		spec.Pairs = append(spec.Pairs, bench.Pair{Train: t, Infer: i})
+	if spec.Pairs, err = parsePairs(sw.pairs); err != nil {
+		return err
 	}
 	// The room the daemon's scheduler keeps with its defaults: the denominator's.
 	spec.Admission = control.DecisionRules(control.DefaultConfig(), sched.DefaultConfig()).Admission
@@ -197,14 +186,9 @@ func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) 
 			return err
 		}
 	}
-	fh, err := os.Open(sw.truthPath)
+	tab, err := readTruthFile(sw.truthPath)
 	if err != nil {
-		return fmt.Errorf("--truth: %w", err)
-	}
-	tab, err := truth.Read(fh)
-	fh.Close()
-	if err != nil {
-		return fmt.Errorf("--truth %s: %w", sw.truthPath, err)
+		return err
 	}
 	spec.Truth = tab
 	if harness {

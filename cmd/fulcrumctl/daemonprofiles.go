@@ -175,7 +175,7 @@ func remoteFilterFlags(cmd *cobra.Command) func() (store.Filter, error) {
 func storeProfiles(ps []api.Profile) []store.Profile {
 	out := make([]store.Profile, len(ps))
 	for i, p := range ps {
-		out[i] = store.Profile{Board: p.Board, Workload: p.Workload, Role: truth.Role(p.Role), Mode: p.Mode, Batch: p.Batch,
+		out[i] = store.Profile{Board: p.Board, Workload: p.Workload, Role: truth.Role(p.Role), Mode: p.Mode, Batch: p.Batch, MicroBatch: p.MicroBatch,
 			TimeMS:  store.TimeStats{Mean: p.TimeMS.Mean, P50: p.TimeMS.P50, P95: p.TimeMS.P95, Stddev: p.TimeMS.Stddev},
 			PowerMW: store.PowerStats{Mean: p.PowerMW.Mean, Stddev: p.PowerMW.Stddev},
 			Samples: p.Samples, PowerSamples: p.PowerSamples, Warmup: p.Warmup, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,

@@ -239,6 +239,9 @@ func writeStatus(w io.Writer, st api.Status) error {
 		if p.InferBatch > 0 {
 			batch = strconv.Itoa(p.InferBatch)
 		}
+		if p.TrainMicroBatch > 0 {
+			batch += fmt.Sprintf(", training micro-batch %d", p.TrainMicroBatch)
+		}
 		if p.ApplyError != "" {
 			feas += ", NOT IN FORCE (the board refused the mode change: " + shown(p.ApplyError) + ")"
 		}

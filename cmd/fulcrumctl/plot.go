@@ -150,7 +150,7 @@ func selectPlotPoints(ps []store.Profile, batch int) ([]fplot.Point, string, int
 	}
 	var pts []fplot.Point
 	for _, p := range ps {
-		if p.Batch == batch {
+		if p.Batch == batch && p.MicroBatch == 0 { // a micro-batch turn (issue 32) is not the minibatch's point
 			pts = append(pts, fplot.Point{Mode: p.Mode, TimeMS: p.TimeMS.Mean, PowerMW: p.PowerMW.Mean})
 		}
 	}

@@ -543,8 +543,12 @@ func printProfiles(out io.Writer, ps []store.Profile, format string) error {
 		if p.Throttled != nil {
 			src += " (throttled)" // measured while the board ran slower than the mode: docs/profiler.md
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
-			shown(p.Board), shown(p.Workload), shown(string(p.Role)), p.Mode, p.Batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, src)
+		batch := strconv.Itoa(p.Batch)
+		if p.MicroBatch > 0 { // one micro-batch turn of the minibatch (issue 32), as fulcrumctl workers shows it
+			batch = fmt.Sprintf("%d (micro %d ×%d)", p.Batch, p.MicroBatch, p.Batch/p.MicroBatch)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%d\t%.4f\t%s\n",
+			shown(p.Board), shown(p.Workload), shown(string(p.Role)), p.Mode, batch, p.TimeMS.Mean, p.TimeMS.P95, p.PowerMW.Mean, p.Samples, p.RSE, src)
 	}
 	return tw.Flush()
 }

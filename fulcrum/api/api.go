@@ -139,6 +139,9 @@ type Power struct {
 type Plan struct {
 	Mode       Mode `json:"mode"`
 	InferBatch int  `json:"infer_batch"`
+	// TrainMicroBatch is the training micro-batch the plan runs each minibatch in (issue
+	// 32: k = minibatch/size turns); absent: whole minibatches.
+	TrainMicroBatch int `json:"train_micro_batch,omitempty"`
 	// Feasible is false when no known configuration meets every budget; Binding then
 	// names the constraint (latency, power, gpu_share) and training is paused.
 	Feasible                  bool      `json:"feasible"`

@@ -6,11 +6,14 @@ import "time"
 // role (train or infer), at one mode and batch size, on one board. Its JSON is the
 // profile store's own (server.ProfileFrom copies it field by field).
 type Profile struct {
-	Board        string     `json:"board"`
-	Workload     string     `json:"workload"`
-	Role         string     `json:"role"`
-	Mode         Mode       `json:"mode"`
-	Batch        int        `json:"batch"`
+	Board    string `json:"board"`
+	Workload string `json:"workload"`
+	Role     string `json:"role"`
+	Mode     Mode   `json:"mode"`
+	Batch    int    `json:"batch"`
+	// MicroBatch is, for a training profile, one micro-batch turn's samples of the
+	// minibatch Batch (issue 32); absent: the whole minibatch.
+	MicroBatch   int        `json:"micro_batch,omitempty"`
 	TimeMS       TimeStats  `json:"time_ms"`
 	PowerMW      PowerStats `json:"power_mw"`
 	Samples      int        `json:"samples"`       // measured minibatches (time samples)

@@ -10,15 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"gonum.org/v1/gonum/stat"
-
-	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -145,384 +140,234 @@ type Outcome struct {
 	Err      error
 }
 
-type benchConfig struct {
-	pair    int
-	budgets plan.Budgets
-	oracle  search.Result
-	model   *plan.Model
-}
-
 // RunBench runs every searcher on every configuration and scores the answers on the
 // noise-free truth. Results depend only on the spec (and Seed), not on scheduling.
+//
+// One path serves every shape: the pair (one trainer, one stream) and several streams
+// or training jobs (spec.Streams, spec.Jobs) differ only in their shape (pairShape,
+// multiShape: the workload sets, their budgets and oracle, how a searcher's answer is
+// decided and scored); run generates the sweep's jobs, runs them and aggregates the
+// report for both.
 func RunBench(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
 	start := time.Now()
-	if spec.Truth == nil {
-		return nil, errors.New("bench: no ground truth given")
+	if err := checkSpec(spec); err != nil {
+		return nil, err
 	}
-	if len(spec.Searchers) == 0 {
-		return nil, errors.New("bench: no searchers given")
+	r, err := newRoster(spec)
+	if err != nil {
+		return nil, err
 	}
-	if len(spec.RatesRPS) == 0 || len(spec.LatenciesMS) == 0 || len(spec.PowersMW) == 0 {
-		return nil, errors.New("bench: give at least one rate, latency and power budget")
-	}
-	if spec.Streams < 0 || spec.Jobs < 0 {
-		return nil, fmt.Errorf("bench: %d streams, %d training jobs: want 1 (pairs) or more", spec.Streams, spec.Jobs)
-	}
+	var sh shape
 	if spec.Streams >= 2 || spec.Jobs >= 2 {
-		return runMulti(ctx, spec)
+		sh, err = newMultiShape(spec, r)
+	} else {
+		sh, err = newPairShape(spec, r)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return run(ctx, spec, sh, start)
+}
+
+// checkSpec refuses a spec no shape can run.
+func checkSpec(spec BenchSpec) error {
+	switch {
+	case spec.Truth == nil:
+		return errors.New("bench: no ground truth given")
+	case len(spec.Searchers) == 0:
+		return errors.New("bench: no searchers given")
+	case len(spec.RatesRPS) == 0 || len(spec.LatenciesMS) == 0 || len(spec.PowersMW) == 0:
+		return errors.New("bench: give at least one rate, latency and power budget")
+	case spec.Streams < 0 || spec.Jobs < 0:
+		return fmt.Errorf("bench: %d streams, %d training jobs: want 1 (pairs) or more", spec.Streams, spec.Jobs)
+	}
+	return nil
+}
+
+// shape is what differs between the pair sweep (one trainer, one stream) and the sweep of
+// several streams or training jobs (issue 19). Configurations are numbered set-major,
+// then rate, latency and power (eachConfig); their numbers seed the noise.
+type shape interface {
+	// sets and configs count the workload sets and the configurations; setOf(c) is
+	// configuration c's set.
+	sets() int
+	configs() int
+	setOf(c int) int
+	// oracle finds every configuration's optimum on the noise-free truth; oracleAt(c)
+	// says how many modes it scanned for c and whether anything meets c's budgets.
+	oracle(ctx context.Context, workers int) error
+	oracleAt(c int) (modes int, feasible bool)
+	// role says how searcher s (an index of spec.Searchers) runs.
+	role(s int) role
+	// evaluate runs searcher s (perConfig) on configuration c and scores the decision
+	// over what it profiled; the caller checks the context afterwards.
+	evaluate(ctx context.Context, s, c int) Outcome
+	// learn runs pair learner s (perSet) once on set, answers each of the set's
+	// configurations and hands each scored answer to scored. An error stops the bench.
+	learn(ctx context.Context, s, set int, scored func(c int, o Outcome)) error
+	// describe fills the report's account of the sweep (sets, streams, jobs, micro).
+	describe(rep *BenchReport)
+}
+
+// role is how a searcher runs in the sweep.
+type role int
+
+const (
+	roleNone      role = iota // the oracle's own row: computed, not run
+	rolePerConfig             // one search per configuration (baselines, GMD, the margin oracles)
+	rolePerSet                // a pair learner (ALS): one campaign per set, an answer per configuration
+)
+
+// roster is the searchers of a spec, built once: built[i] is spec.Searchers[i]'s
+// searcher (nil for the oracle and the margin oracles, which the shapes build from the
+// truth), kinds[i] its parsed kind where the name parses, margins the margin oracles'
+// margins by index.
+type roster struct {
+	names    []string
+	built    []search.Searcher
+	kinds    []search.Kind
+	parseErr []error
+	margins  map[int]float64
+}
+
+func newRoster(spec BenchSpec) (roster, error) {
 	build := spec.Build
 	if build == nil {
 		build = func(name string) (search.Searcher, error) { return search.New(name, search.Env{}) }
 	}
-	searchers := make([]search.Searcher, len(spec.Searchers))
-	// margins holds the margin oracles (by searcher index): each is built per pair from
-	// that pair's truth, given to it explicitly.
-	margins := map[int]float64{}
-	for i, n := range spec.Searchers {
-		if n == "oracle" {
+	n := len(spec.Searchers)
+	r := roster{names: spec.Searchers, built: make([]search.Searcher, n), kinds: make([]search.Kind, n), parseErr: make([]error, n), margins: map[int]float64{}}
+	for i, name := range spec.Searchers {
+		if name == "oracle" {
 			continue
 		}
-		if sp, err := search.Parse(n); err == nil && sp.Kind == search.KindMarginOracle {
-			margins[i] = sp.MarginRel
-			continue
-		}
-		s, err := build(n)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		searchers[i] = s
-	}
-	pairs := spec.Pairs
-	if pairs == nil {
-		for _, t := range spec.Truth.Workloads(truth.Train) {
-			for _, i := range spec.Truth.Workloads(truth.Infer) {
-				pairs = append(pairs, Pair{t, i})
+		sp, err := search.Parse(name)
+		r.parseErr[i] = err
+		if err == nil {
+			r.kinds[i] = sp.Kind
+			if sp.Kind == search.KindMarginOracle {
+				r.margins[i] = sp.MarginRel
+				continue
 			}
 		}
-	}
-	if len(pairs) == 0 {
-		return nil, errors.New("bench: the ground truth has no training × inference pair")
-	}
-	workers := max(1, spec.Parallel)
-
-	// Phase 1: each pair's truth, and the oracle of every configuration.
-	pts := make([]*truthprof.PairTruth, len(pairs))
-	presets := make([][]powermode.Mode, len(pairs))
-	for i, p := range pairs {
-		pt, err := truthprof.NewPairTruth(spec.Truth, p.Train, p.Infer, 0, nil)
+		s, err := build(name)
 		if err != nil {
-			return nil, fmt.Errorf("bench: pair %s: %w", p, err)
+			return roster{}, fmt.Errorf("bench: %w", err)
 		}
-		if !spec.Micro {
-			pt = pt.WithoutMicro()
-		}
-		pts[i] = pt
-		for _, m := range spec.Presets {
-			presets[i] = append(presets[i], pt.Space.Snap(m))
-		}
+		r.built[i] = s
 	}
-	var cfgs []benchConfig
-	type rateKey struct{ pair, rate int }
-	var rateJobs []rateKey
-	for pi := range pairs {
-		for ri, r := range spec.RatesRPS {
-			rateJobs = append(rateJobs, rateKey{pi, ri})
+	return r, nil
+}
+
+// eachConfig calls fn for every configuration of a sweep over sets workload sets, in
+// the order configurations are numbered: set-major, then rate, latency and power.
+func eachConfig(spec BenchSpec, sets int, fn func(set int, rateRPS, latencyMS, powerMW float64) error) error {
+	for set := range sets {
+		for _, r := range spec.RatesRPS {
 			for _, l := range spec.LatenciesMS {
 				for _, pw := range spec.PowersMW {
-					b := plan.Budgets{RateRPS: r, LatencyMS: l, PowerMW: pw, Quantile: spec.Quantile}.WithDefaults()
-					if err := b.Validate(); err != nil {
-						return nil, fmt.Errorf("bench: budgets rate %g latency %g ms power %g mW: %w", r, l, pw, err)
+					if err := fn(set, r, l, pw); err != nil {
+						return fmt.Errorf("bench: budgets rate %g latency %g ms power %g mW: %w", r, l, pw, err)
 					}
-					cfgs = append(cfgs, benchConfig{pair: pi, budgets: b})
 				}
 			}
 		}
 	}
-	perRate := len(spec.LatenciesMS) * len(spec.PowersMW)
-	err := forEach(ctx, workers, len(rateJobs), func(j int) error {
-		rk := rateJobs[j]
-		o, err := newOracleRate(pts[rk.pair], spec.RatesRPS[rk.rate], plan.Budgets{Quantile: spec.Quantile}.WithDefaults().Quantile)
-		if err != nil {
+	return nil
+}
+
+// job is one unit of work: searcher s on configuration cfg, or (cfg < 0) a pair
+// learner's campaign on set.
+type job struct{ s, cfg, set int }
+
+// planJobs lists the sweep's jobs, searcher by searcher, and the number of answers
+// they will score.
+func planJobs(sh shape, searchers int) (jobs []job, answers int) {
+	for s := range searchers {
+		switch sh.role(s) {
+		case rolePerSet:
+			for set := range sh.sets() {
+				jobs = append(jobs, job{s, -1, set})
+			}
+			answers += sh.configs()
+		case rolePerConfig:
+			for c := range sh.configs() {
+				jobs = append(jobs, job{s, c, sh.setOf(c)})
+			}
+			answers += sh.configs()
+		}
+	}
+	return jobs, answers
+}
+
+// run is the one bench path: the oracle of every configuration, every searcher's jobs
+// on spec.Parallel workers, then the report.
+func run(ctx context.Context, spec BenchSpec, sh shape, start time.Time) (*BenchReport, error) {
+	workers := max(1, spec.Parallel)
+	if err := sh.oracle(ctx, workers); err != nil {
+		return nil, fmt.Errorf("bench: oracle: %w", err)
+	}
+	jobs, answers := planJobs(sh, len(spec.Searchers))
+	outcomes := make([][]Outcome, len(spec.Searchers))
+	for i := range outcomes {
+		outcomes[i] = make([]Outcome, sh.configs())
+	}
+	wall := make([]time.Duration, len(jobs))
+	var done atomic.Int64
+	record := func(s, c int, o Outcome) {
+		outcomes[s][c] = o
+		if spec.Progress != nil {
+			spec.Progress(int(done.Add(1)), answers)
+		}
+	}
+	err := forEach(ctx, workers, len(jobs), func(ji int) error {
+		jb := jobs[ji]
+		t0 := time.Now()
+		defer func() { wall[ji] = time.Since(t0) }()
+		if jb.cfg < 0 {
+			return sh.learn(ctx, jb.s, jb.set, func(c int, o Outcome) { record(jb.s, c, o) })
+		}
+		o := sh.evaluate(ctx, jb.s, jb.cfg)
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		base := j * perRate // configurations are laid out pair-major, then rate
-		for c := base; c < base+perRate; c++ {
-			m, err := plan.NewModel(cfgs[c].budgets, pts[rk.pair].Batches)
-			if err != nil {
-				return err
-			}
-			cfgs[c].model = m
-			cfgs[c].oracle = o.answer(m)
-		}
+		record(jb.s, jb.cfg, o)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bench: oracle: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(pairs), Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules,
-		Micro: slices.ContainsFunc(pts, func(pt *truthprof.PairTruth) bool { return len(pt.MicroBatches) > 0 })}
-	for _, c := range cfgs {
-		if !c.oracle.Feasible {
+	rep := report(spec, sh, outcomes, jobs, wall)
+	rep.WallS = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// report aggregates the outcomes into the report: a row per searcher, the oracle's
+// computed from the configurations.
+func report(spec BenchSpec, sh shape, outcomes [][]Outcome, jobs []job, wall []time.Duration) *BenchReport {
+	rep := &BenchReport{ConfigsTotal: sh.configs(), Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules}
+	sh.describe(rep)
+	for c := range sh.configs() {
+		if _, ok := sh.oracleAt(c); !ok {
 			rep.ConfigsOracleInfeasible++
 		}
 	}
-
-	// Phase 2: the searchers. A job is one configuration of a plain searcher, or one
-	// pair (campaign and all its configurations) of a pair learner.
-	type job struct{ s, pair, cfg int } // cfg < 0: a pair-learner job
-	var jobs []job
-	for si, s := range searchers {
-		_, margin := margins[si]
-		// A pair learner (ALS) learns each pair once and answers its configurations.
-		if _, ok := s.(search.PairLearner); ok {
-			for pi := range pairs {
-				jobs = append(jobs, job{si, pi, -1})
-			}
-		} else if s != nil || margin {
-			for ci := range cfgs {
-				jobs = append(jobs, job{si, cfgs[ci].pair, ci})
-			}
-		}
-	}
-	outcomes := make([][]Outcome, len(searchers))
-	for i := range outcomes {
-		outcomes[i] = make([]Outcome, len(cfgs))
-	}
-	wall := make([][]time.Duration, len(searchers))
-	for i := range wall {
-		wall[i] = make([]time.Duration, len(jobs))
-	}
-	problem := func(pi int, b plan.Budgets, seed uint64) search.Problem {
-		p := problemOf(pts[pi])
-		p.Budgets, p.Presets, p.PresetNames, p.MaxProfiles, p.Seed = b, presets[pi], spec.PresetNames, spec.MaxProfiles, seed
-		p.NoiseRel = spec.Noise
-		p.Rules = spec.Rules
-		return p
-	}
-	profiler := func(pi int, seed uint64) *truthprof.TruthProfiler {
-		// Noise was validated when the first profiler was built (below, before the run).
-		tp, _ := truthprof.NewPairProfiler(pts[pi], spec.Noise, rand.New(rand.NewPCG(seed, seed^0xda942042e4dd58b5)))
-		return tp
-	}
-	if _, err := truthprof.NewPairProfiler(pts[0], spec.Noise, rand.New(rand.NewPCG(1, 2))); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	if err := spec.Rules.For(cfgs[0].budgets, pts[0].Batches).Validate(); err != nil {
-		return nil, fmt.Errorf("bench: decision rules: %w", err)
-	}
-	var done atomic.Int64
-	total := 0
-	for _, jb := range jobs {
-		if jb.cfg >= 0 {
-			total++
-		} else {
-			total += len(cfgs) / len(pairs)
-		}
-	}
-	// judge decides over what the searcher profiled, as the daemon does after a search,
-	// and scores that decision on the truth. The margin oracles profile nothing and are
-	// scored on their own answer.
-	judge := func(pi int, c *benchConfig, res search.Result, err error, prof *truthprof.TruthProfiler, oracle bool) Outcome {
-		var d plan.Decision
-		decided := res
-		if err == nil && !oracle {
-			d, err = spec.Rules.For(c.budgets, pts[pi].Batches).Decide(prof.Known())
-			if err != nil {
-				err = fmt.Errorf("decide: %w", err)
-			}
-			decided = search.Result{Choice: d.Best, Found: err == nil, Feasible: err == nil && d.Feasible}
-		}
-		o := score(pairs[pi], pts[pi], c, decided, err, prof.Count())
-		o.Decision, o.Searcher = d, res
-		if spec.Progress != nil {
-			spec.Progress(int(done.Add(1)), total)
-		}
-		return o
-	}
-	err = forEach(ctx, workers, len(jobs), func(ji int) error {
-		jb := jobs[ji]
-		t0 := time.Now()
-		defer func() { wall[jb.s][ji] = time.Since(t0) }()
-		name := spec.Searchers[jb.s]
-		if jb.cfg >= 0 {
-			c := &cfgs[jb.cfg]
-			seed := deriveSeed(spec.Seed, name, "config", uint64(jb.cfg))
-			prof := profiler(jb.pair, deriveSeed(spec.Seed, "", "config", uint64(jb.cfg)))
-			s := searchers[jb.s]
-			m, oracle := margins[jb.s]
-			if oracle {
-				s = &MarginOracle{pt: pts[jb.pair], MarginRel: m, Admission: spec.Rules.Admission}
-			}
-			res, err := s.Search(ctx, problem(jb.pair, c.budgets, seed), prof)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			outcomes[jb.s][jb.cfg] = judge(jb.pair, c, res, err, prof, oracle)
-			return nil
-		}
-		pl := searchers[jb.s].(search.PairLearner) // jobs holds pair-learner jobs for these only
-		seed := deriveSeed(spec.Seed, name, "pair", uint64(jb.pair))
-		camp := profiler(jb.pair, deriveSeed(spec.Seed, "", "pair", uint64(jb.pair)))
-		ans, lerr := pl.Learn(ctx, problem(jb.pair, plan.Budgets{}, seed), camp)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		for ci := range cfgs {
-			c := &cfgs[ci]
-			if c.pair != jb.pair {
-				continue
-			}
-			if lerr != nil {
-				o := judge(jb.pair, c, search.Result{}, fmt.Errorf("learn: %w", lerr), camp, false)
-				o.Profiles = 0
-				o.Campaign = camp.Count()
-				outcomes[jb.s][ci] = o
-				continue
-			}
-			cseed := deriveSeed(spec.Seed, "", "config", uint64(ci))
-			prof := camp.Fork(rand.New(rand.NewPCG(cseed, cseed^0xda942042e4dd58b5)))
-			res, err := ans.Answer(ctx, c.budgets, prof)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			o := judge(jb.pair, c, res, err, prof, false)
-			o.Campaign = camp.Count()
-			outcomes[jb.s][ci] = o
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
 	for si, name := range spec.Searchers {
-		var st SearcherStats
 		if name == "oracle" {
-			st = oracleStats(cfgs, pts)
+			rep.Searchers = append(rep.Searchers, oracleRow(sh.configs(), sh.oracleAt))
 			outcomes[si] = nil
-		} else {
-			st = summarise(name, outcomes[si])
-			for _, d := range wall[si] {
-				st.WallS += d.Seconds()
+			continue
+		}
+		st := summarise(name, outcomes[si])
+		for ji, jb := range jobs {
+			if jb.s == si {
+				st.WallS += wall[ji].Seconds()
 			}
 		}
 		rep.Searchers = append(rep.Searchers, st)
 	}
 	rep.Outcomes = outcomes
-	rep.WallS = time.Since(start).Seconds()
-	return rep, nil
-}
-
-// problemOf is the pair's problem without budgets: space, workloads, batch sizes.
-func problemOf(pt *truthprof.PairTruth) search.Problem {
-	return search.Problem{Space: pt.Space, Train: pt.Train, Infer: pt.Infer, TrainBatch: pt.TrainBatch, InferBatches: slices.Clone(pt.Batches)}
-}
-
-// score re-evaluates an answer on the noise-free truth.
-func score(p Pair, pt *truthprof.PairTruth, c *benchConfig, res search.Result, err error, profiles int) Outcome {
-	o := Outcome{Pair: p, Budgets: c.budgets, Profiles: profiles, Err: err}
-	switch {
-	case !c.oracle.Feasible && err == nil && res.Found && res.Feasible:
-		o.Status = "false_claim"
-	case !c.oracle.Feasible:
-		o.Status = "oracle_infeasible"
-	case err != nil || !res.Found || !res.Feasible:
-		o.Status = "no_answer"
-	default:
-		e, ok := pt.Score(c.model, res.Choice.Mode, res.Choice.Batch, res.Choice.MicroBatch)
-		if !ok {
-			o.Status, o.Err = "no_answer", fmt.Errorf("choice %s batch %d micro-batch %d is not in the ground truth", res.Choice.Mode, res.Choice.Batch, res.Choice.MicroBatch)
-			break
-		}
-		o.Choice = e
-		if e.Feasible {
-			o.Status = "within"
-			o.Ratio = e.ThroughputSPS / c.oracle.Choice.ThroughputSPS
-		} else {
-			o.Status = "violation"
-		}
-	}
-	return o
-}
-
-func summarise(name string, outs []Outcome) SearcherStats {
-	st := SearcherStats{Name: name}
-	var ratios []float64
-	var within, viol, none, profiles, unsat, false_ int
-	campaignSeen := map[Pair]bool{}
-	for _, o := range outs {
-		if o.Err != nil {
-			st.Errors++
-		}
-		// A pair learner's campaign counts once per pair.
-		if o.Campaign > 0 && !campaignSeen[o.Pair] {
-			campaignSeen[o.Pair] = true
-			profiles += o.Campaign
-		}
-		profiles += o.Profiles
-		st.MaxProfiles = max(st.MaxProfiles, o.Campaign+o.Profiles)
-		switch o.Status {
-		case "oracle_infeasible":
-			unsat++
-			continue
-		case "false_claim":
-			unsat++
-			false_++
-			continue
-		case "within":
-			within++
-		case "violation":
-			viol++
-		default:
-			none++
-		}
-		ratios = append(ratios, o.Ratio)
-	}
-	st.WithinBudget = within
-	if n := float64(len(ratios)); n > 0 {
-		st.WithinBudgetPct = 100 * float64(within) / n
-		st.ViolationPct = 100 * float64(viol) / n
-		st.NoAnswerPct = 100 * float64(none) / n
-		st.MeanOptRatio = stat.Mean(ratios, nil)
-		slices.Sort(ratios)
-		st.P5OptRatio = stat.Quantile(0.05, stat.Empirical, ratios, nil)
-	}
-	if unsat > 0 {
-		st.FalseClaimPct = 100 * float64(false_) / float64(unsat)
-	}
-	if len(outs) > 0 {
-		st.MeanProfiles = float64(profiles) / float64(len(outs))
-	}
-	return st
-}
-
-// oracleStats is the oracle's row: it always answers optimally where anything is
-// feasible, having looked at every mode of the pair.
-func oracleStats(cfgs []benchConfig, pts []*truthprof.PairTruth) SearcherStats {
-	return oracleRow(len(cfgs), func(i int) (int, bool) { return pts[cfgs[i].pair].Len(), cfgs[i].oracle.Feasible })
-}
-
-// oracleRow is the oracle's row over n configurations; at(i) says how many modes the
-// oracle scanned for configuration i and whether anything was feasible there.
-func oracleRow(n int, at func(i int) (modes int, feasible bool)) SearcherStats {
-	st := SearcherStats{Name: "oracle"}
-	feasible, modes := 0, 0
-	for i := range n {
-		m, ok := at(i)
-		modes += m
-		st.MaxProfiles = max(st.MaxProfiles, m)
-		if ok {
-			feasible++
-		}
-	}
-	st.WithinBudget = feasible
-	if feasible > 0 {
-		st.WithinBudgetPct, st.MeanOptRatio, st.P5OptRatio = 100, 1, 1
-	}
-	if n > 0 {
-		st.MeanProfiles = float64(modes) / float64(n)
-	}
-	return st
+	return rep
 }
 
 // deriveSeed gives every (searcher, kind, number) its own reproducible seed. The

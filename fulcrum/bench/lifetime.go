@@ -452,15 +452,7 @@ func lifeConfigs(spec LifetimeSpec) ([]lifeConfig, int, error) {
 	}
 	var sets []set
 	if k == 1 && m == 1 {
-		pairs := spec.Pairs
-		if pairs == nil {
-			for _, t := range spec.Truth.Workloads(truth.Train) {
-				for _, i := range spec.Truth.Workloads(truth.Infer) {
-					pairs = append(pairs, Pair{t, i})
-				}
-			}
-		}
-		for _, p := range pairs {
+		for _, p := range pairsOf(spec.Truth, spec.Pairs) {
 			pt, err := truthprof.NewPairTruth(spec.Truth, p.Train, p.Infer, 0, nil)
 			if err != nil {
 				return nil, 0, fmt.Errorf("lifetime: pair %s: %w", p, err)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/truthprof"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -23,256 +21,233 @@ type multiConfig struct {
 	oracle  plan.MultiPlan
 }
 
-// runMulti is RunBench for spec.Streams ≥ 2 inference streams or spec.Jobs ≥ 2 training
-// jobs (issue 19): every set of spec.Jobs training workloads (equal time shares) with every
-// set of spec.Streams inference workloads of the table, each stream at the same rate and
-// latency budget, × power budgets. The baselines (preset, maxn,
-// random-<K>) profile their modes with noise, plan.MultiDecider (spec.Rules) decides over
-// them, and the decision is scored on the truth against MultiOracle; the margin oracles
-// (oracle-m<percent>, MultiMarginOracle) keep the decision's admission room.
+// multiSet is one set of training and inference workloads of a several-stream sweep.
+type multiSet struct {
+	name string // train+train:infer+infer, the outcomes' Pair.Train
+	mt   *truthprof.MultiTruth
+}
+
+// multiShape is the sweep of spec.Streams ≥ 2 inference streams or spec.Jobs ≥ 2
+// training jobs (issue 19): every set of spec.Jobs training workloads (equal time
+// shares) with every set of spec.Streams inference workloads of the table, each stream
+// at the same rate and latency budget, × power budgets. The baselines (preset, maxn,
+// random-<K>) profile their modes with noise, plan.MultiDecider (spec.Rules) decides
+// over them, and the decision is scored on the truth against MultiOracle; the margin
+// oracles (oracle-m<percent>, MultiMarginOracle) keep the decision's admission room.
 //
 // GMD and ALS run as fulcrumd runs them with several streams (docs/controller.md
 // "Several streams and training jobs"): the searcher walks the pooled pair
 // (plan.PooledPair: the first training job and one stream standing for all of them, at
 // plan.PooledBudgets) while every workload is measured at each mode it asks for
 // (truthprof.PooledProfiler); the decision is plan.MultiDecider over those measurements.
-func runMulti(ctx context.Context, spec BenchSpec) (*BenchReport, error) {
-	start := time.Now()
+type multiShape struct {
+	spec    BenchSpec
+	r       roster
+	k, m    int
+	listers []search.ModeLister // the baselines, by searcher index
+	pooled  []bool              // GMD and ALS (in r.built), by searcher index
+	wsets   []multiSet
+	presets [][]powermode.Mode // spec.Presets snapped into each set's space
+	cfgs    []multiConfig
+}
+
+func newMultiShape(spec BenchSpec, r roster) (*multiShape, error) {
 	k, m := max(spec.Streams, 1), max(spec.Jobs, 1)
-	listers := make([]search.ModeLister, len(spec.Searchers))
-	pairSearch := make([]search.Searcher, len(spec.Searchers)) // GMD and ALS, by searcher index
-	margins := map[int]float64{}                               // the margin oracles, by searcher index
-	build := spec.Build
-	if build == nil {
-		build = func(name string) (search.Searcher, error) { return search.New(name, search.Env{}) }
-	}
-	for i, n := range spec.Searchers {
-		if n == "oracle" {
-			continue
-		}
-		sp, err := search.Parse(n)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		if sp.Kind == search.KindMarginOracle {
-			margins[i] = sp.MarginRel
-			continue
-		}
-		s, err := build(n)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		if sp.Kind == search.KindGMD || sp.Kind == search.KindALS {
-			pairSearch[i] = s
-			continue
-		}
-		ml, ok := s.(search.ModeLister)
-		if !ok {
-			return nil, fmt.Errorf("bench: searcher %q: with %d streams use oracle, oracle-m<percent>, gmd, als, preset, maxn or random-<K>", n, k)
-		}
-		listers[i] = ml
+	sh := &multiShape{spec: spec, r: r, k: k, m: m, listers: make([]search.ModeLister, len(r.names)), pooled: make([]bool, len(r.names))}
+	if err := sh.classify(); err != nil {
+		return nil, err
 	}
 	if len(spec.Pairs) > 0 {
 		return nil, errors.New("bench: pairs and several streams: choose the workloads by --streams alone (every training workload with every set of that many inference workloads)")
 	}
-	infers, trains := spec.Truth.Workloads(truth.Infer), spec.Truth.Workloads(truth.Train)
-	if len(infers) < k {
-		return nil, fmt.Errorf("bench: %d streams but the ground truth has %d inference workloads (%v)", k, len(infers), infers)
+	if err := sh.buildSets(); err != nil {
+		return nil, err
 	}
-	if len(trains) < m {
-		return nil, fmt.Errorf("bench: %d training jobs but the ground truth has %d training workloads (%v)", m, len(trains), trains)
-	}
-	type set struct {
-		name string
-		mt   *truthprof.MultiTruth
-	}
-	var sets []set
-	for _, ts := range combinations(trains, m) {
-		for _, comb := range combinations(infers, k) {
-			mt, err := truthprof.NewMultiTruth(spec.Truth, ts, comb, nil)
-			if err != nil {
-				return nil, fmt.Errorf("bench: %v with %v: %w", ts, comb, err)
-			}
-			sets = append(sets, set{strings.Join(ts, "+") + ":" + strings.Join(comb, "+"), mt})
+	err := eachConfig(spec, len(sh.wsets), func(si int, r, l, pw float64) error {
+		b := plan.MultiBudgets{PowerMW: pw, Quantile: spec.Quantile}
+		for _, name := range sh.wsets[si].mt.Infers {
+			b.Streams = append(b.Streams, plan.StreamBudget{Name: name, RateRPS: r, LatencyMS: l})
 		}
-	}
-	var cfgs []multiConfig
-	for si, s := range sets {
-		for _, r := range spec.RatesRPS {
-			for _, l := range spec.LatenciesMS {
-				for _, pw := range spec.PowersMW {
-					b := plan.MultiBudgets{PowerMW: pw, Quantile: spec.Quantile}
-					for _, name := range s.mt.Infers {
-						b.Streams = append(b.Streams, plan.StreamBudget{Name: name, RateRPS: r, LatencyMS: l})
-					}
-					if err := b.WithDefaults().Validate(); err != nil {
-						return nil, fmt.Errorf("bench: budgets rate %g latency %g ms power %g mW: %w", r, l, pw, err)
-					}
-					cfgs = append(cfgs, multiConfig{set: si, budgets: b})
-				}
-			}
-		}
-	}
-	if len(cfgs) == 0 {
-		return nil, errors.New("bench: the ground truth has no training workload")
-	}
-	if err := spec.Rules.ForMulti(cfgs[0].budgets, nil).Validate(); err != nil {
-		return nil, fmt.Errorf("bench: decision rules: %w", err)
-	}
-	if _, err := sets[0].mt.Measure(sets[0].mt.Profiles()[0].Mode, spec.Noise, 0); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	workers := max(1, spec.Parallel)
-	if err := forEach(ctx, workers, len(cfgs), func(c int) error {
-		pl, err := MultiOracle(sets[cfgs[c].set].mt, cfgs[c].budgets)
-		cfgs[c].oracle = pl
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("bench: oracle: %w", err)
-	}
-	rep := &BenchReport{ConfigsTotal: len(cfgs), Pairs: len(sets), Streams: k, Jobs: m, Noise: spec.Noise, Seed: spec.Seed, Rules: spec.Rules}
-	for _, c := range cfgs {
-		if !c.oracle.Feasible {
-			rep.ConfigsOracleInfeasible++
-		}
-	}
-	// Each set's presets, snapped into its space, as the pair bench snaps them.
-	presets := make([][]powermode.Mode, len(sets))
-	for i, s := range sets {
-		for _, m := range spec.Presets {
-			presets[i] = append(presets[i], s.mt.Space().Snap(m))
-		}
-	}
-	outcomes := make([][]Outcome, len(spec.Searchers))
-	wall := make([][]time.Duration, len(spec.Searchers))
-	for i := range outcomes {
-		outcomes[i], wall[i] = make([]Outcome, len(cfgs)), make([]time.Duration, len(cfgs))
-	}
-	// A job is one configuration (cfg ≥ 0), or, for a pair learner (ALS), one set: its
-	// campaign, then an answer per configuration of the set.
-	type job struct{ s, cfg, set int }
-	var jobs []job
-	total := 0
-	for si := range spec.Searchers {
-		_, margin := margins[si]
-		if _, learner := pairSearch[si].(search.PairLearner); learner {
-			for i := range sets {
-				jobs = append(jobs, job{si, -1, i})
-			}
-			total += len(cfgs)
-			continue
-		}
-		if listers[si] != nil || margin || pairSearch[si] != nil {
-			for ci := range cfgs {
-				jobs = append(jobs, job{si, ci, cfgs[ci].set})
-			}
-			total += len(cfgs)
-		}
-	}
-	// pooledProblem is the search problem over set si's pooled pair (plan.PooledPair): every
-	// workload's space, the first job, the batch sizes every stream has, and b's pooled
-	// budgets (nil for a campaign, which is for every budget).
-	pooledProblem := func(si int, b *plan.MultiBudgets, seed uint64) search.Problem {
-		mt := sets[si].mt
-		p := search.Problem{Space: mt.Space(), Train: mt.Trains[0], TrainBatch: mt.Profiles()[0].Train[0].Batch,
-			Infer: "pooled:" + strings.Join(mt.Infers, "+"), InferBatches: commonBatches(mt.Batches),
-			Presets: presets[si], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles, Seed: seed, NoiseRel: spec.Noise, Rules: spec.Rules}
-		if b != nil {
-			p.Budgets = plan.PooledBudgets(*b)
-		}
-		return p
-	}
-	var done atomic.Int64
-	progress := func() {
-		if spec.Progress != nil {
-			spec.Progress(int(done.Add(1)), total)
-		}
-	}
-	err := forEach(ctx, workers, len(jobs), func(ji int) error {
-		jb := jobs[ji]
-		t0 := time.Now()
-		s := sets[jb.set]
-		if jb.cfg < 0 { // ALS: one campaign for the set's pooled pair, an answer per configuration
-			pl := pairSearch[jb.s].(search.PairLearner)
-			// Every stream runs at the swept rate, so the pooled pair depends on no
-			// configuration's rates: equal weights serve the whole campaign.
-			ones := make([]float64, len(s.mt.Infers))
-			for i := range ones {
-				ones[i] = 1
-			}
-			camp, err := truthprof.NewPooledProfiler(s.mt, spec.Noise, deriveSeed(spec.Seed, "", "pair", uint64(jb.set)), ones)
-			if err != nil {
-				return err
-			}
-			ans, lerr := pl.Learn(ctx, pooledProblem(jb.set, nil, deriveSeed(spec.Seed, spec.Searchers[jb.s], "pair", uint64(jb.set))), camp)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			for ci := range cfgs {
-				c := &cfgs[ci]
-				if c.set != jb.set {
-					continue
-				}
-				t1 := time.Now()
-				var o Outcome
-				if lerr != nil {
-					o = Outcome{Pair: Pair{Train: s.name}, Status: "no_answer", Err: fmt.Errorf("learn: %w", lerr)}
-				} else {
-					prof := camp.Fork(deriveSeed(spec.Seed, "", "config", uint64(ci)))
-					_, aerr := ans.Answer(ctx, plan.PooledBudgets(c.budgets), prof)
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-					o = scoreMultiProfiles(s.name, s.mt, c, prof.Multi(), aerr, spec)
-					o.Profiles = prof.Count()
-				}
-				o.Campaign = camp.Count()
-				outcomes[jb.s][ci] = o
-				wall[jb.s][ci] = time.Since(t1)
-				progress()
-			}
-			wall[jb.s][firstCfg(cfgs, jb.set)] += time.Since(t0)
-			return nil
-		}
-		c := &cfgs[jb.cfg]
-		noiseBase := deriveSeed(spec.Seed, "", "config", uint64(jb.cfg))
-		var o Outcome
-		switch mr, margin := margins[jb.s]; {
-		case margin:
-			o = scoreMarginMulti(s.name, s.mt, c, mr, spec.Rules.Admission)
-		case pairSearch[jb.s] != nil:
-			o = scorePooled(ctx, s.name, s.mt, c, pairSearch[jb.s], pooledProblem(c.set, &c.budgets, deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))), spec, noiseBase)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-		default:
-			p := search.Problem{Space: s.mt.Space(), Presets: presets[c.set], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles,
-				Seed: deriveSeed(spec.Seed, spec.Searchers[jb.s], "config", uint64(jb.cfg))}
-			o = scoreMulti(s.name, s.mt, c, listers[jb.s], p, spec, noiseBase)
-		}
-		outcomes[jb.s][jb.cfg] = o
-		wall[jb.s][jb.cfg] = time.Since(t0)
-		progress()
-		return ctx.Err()
+		sh.cfgs = append(sh.cfgs, multiConfig{set: si, budgets: b})
+		return b.WithDefaults().Validate()
 	})
 	if err != nil {
+		return nil, err
+	}
+	if len(sh.cfgs) == 0 {
+		return nil, errors.New("bench: the ground truth has no training workload")
+	}
+	if err := spec.Rules.ForMulti(sh.cfgs[0].budgets, nil).Validate(); err != nil {
+		return nil, fmt.Errorf("bench: decision rules: %w", err)
+	}
+	first := sh.wsets[0].mt
+	if _, err := first.Measure(first.Profiles()[0].Mode, spec.Noise, 0); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	for si, name := range spec.Searchers {
-		var st SearcherStats
-		if name == "oracle" {
-			st = oracleRow(len(cfgs), func(i int) (int, bool) { return sets[cfgs[i].set].mt.Len(), cfgs[i].oracle.Feasible })
-		} else {
-			st = summarise(name, outcomes[si])
+	return sh, nil
+}
+
+// classify sorts the searchers: the margin oracles (in the roster), GMD and ALS (run on
+// the pooled pair), and the baselines, which must list their modes (search.ModeLister).
+func (sh *multiShape) classify() error {
+	for i, n := range sh.r.names {
+		if n == "oracle" {
+			continue
 		}
-		for _, d := range wall[si] {
-			st.WallS += d.Seconds()
+		if err := sh.r.parseErr[i]; err != nil {
+			return fmt.Errorf("bench: %w", err)
 		}
-		rep.Searchers = append(rep.Searchers, st)
+		switch sh.r.kinds[i] {
+		case search.KindMarginOracle:
+			continue
+		case search.KindGMD, search.KindALS:
+			sh.pooled[i] = true
+			continue
+		}
+		ml, ok := sh.r.built[i].(search.ModeLister)
+		if !ok {
+			return fmt.Errorf("bench: searcher %q: with %d streams use oracle, oracle-m<percent>, gmd, als, preset, maxn or random-<K>", n, sh.k)
+		}
+		sh.listers[i] = ml
 	}
-	rep.Outcomes = outcomes
-	rep.WallS = time.Since(start).Seconds()
-	return rep, nil
+	return nil
+}
+
+// buildSets makes every set of sh.m training workloads with every set of sh.k inference
+// workloads of the table, with the presets snapped into each set's space.
+func (sh *multiShape) buildSets() error {
+	infers, trains := sh.spec.Truth.Workloads(truth.Infer), sh.spec.Truth.Workloads(truth.Train)
+	if len(infers) < sh.k {
+		return fmt.Errorf("bench: %d streams but the ground truth has %d inference workloads (%v)", sh.k, len(infers), infers)
+	}
+	if len(trains) < sh.m {
+		return fmt.Errorf("bench: %d training jobs but the ground truth has %d training workloads (%v)", sh.m, len(trains), trains)
+	}
+	for _, ts := range combinations(trains, sh.m) {
+		for _, comb := range combinations(infers, sh.k) {
+			mt, err := truthprof.NewMultiTruth(sh.spec.Truth, ts, comb, nil)
+			if err != nil {
+				return fmt.Errorf("bench: %v with %v: %w", ts, comb, err)
+			}
+			var snapped []powermode.Mode
+			for _, p := range sh.spec.Presets {
+				snapped = append(snapped, mt.Space().Snap(p))
+			}
+			sh.wsets = append(sh.wsets, multiSet{strings.Join(ts, "+") + ":" + strings.Join(comb, "+"), mt})
+			sh.presets = append(sh.presets, snapped)
+		}
+	}
+	return nil
+}
+
+func (sh *multiShape) sets() int       { return len(sh.wsets) }
+func (sh *multiShape) configs() int    { return len(sh.cfgs) }
+func (sh *multiShape) setOf(c int) int { return sh.cfgs[c].set }
+
+// oracle is MultiOracle per configuration.
+func (sh *multiShape) oracle(ctx context.Context, workers int) error {
+	return forEach(ctx, workers, len(sh.cfgs), func(c int) error {
+		pl, err := MultiOracle(sh.wsets[sh.cfgs[c].set].mt, sh.cfgs[c].budgets)
+		sh.cfgs[c].oracle = pl
+		return err
+	})
+}
+
+func (sh *multiShape) oracleAt(c int) (int, bool) {
+	return sh.wsets[sh.cfgs[c].set].mt.Len(), sh.cfgs[c].oracle.Feasible
+}
+
+func (sh *multiShape) role(s int) role {
+	if _, margin := sh.r.margins[s]; margin {
+		return rolePerConfig
+	}
+	if sh.pooled[s] {
+		if _, learner := sh.r.built[s].(search.PairLearner); learner {
+			return rolePerSet
+		}
+		return rolePerConfig
+	}
+	if sh.listers[s] != nil {
+		return rolePerConfig
+	}
+	return roleNone
+}
+
+func (sh *multiShape) describe(rep *BenchReport) {
+	rep.Pairs, rep.Streams, rep.Jobs = len(sh.wsets), sh.k, sh.m
+}
+
+// pooledProblem is the search problem over set si's pooled pair (plan.PooledPair): every
+// workload's space, the first job, the batch sizes every stream has, and b's pooled
+// budgets (nil for a campaign, which is for every budget).
+func (sh *multiShape) pooledProblem(si int, b *plan.MultiBudgets, seed uint64) search.Problem {
+	mt, spec := sh.wsets[si].mt, sh.spec
+	p := search.Problem{Space: mt.Space(), Train: mt.Trains[0], TrainBatch: mt.Profiles()[0].Train[0].Batch,
+		Infer: "pooled:" + strings.Join(mt.Infers, "+"), InferBatches: commonBatches(mt.Batches),
+		Presets: sh.presets[si], PresetNames: spec.PresetNames, MaxProfiles: spec.MaxProfiles, Seed: seed, NoiseRel: spec.Noise, Rules: spec.Rules}
+	if b != nil {
+		p.Budgets = plan.PooledBudgets(*b)
+	}
+	return p
+}
+
+func (sh *multiShape) evaluate(ctx context.Context, s, ci int) Outcome {
+	c := &sh.cfgs[ci]
+	set := sh.wsets[c.set]
+	seed := deriveSeed(sh.spec.Seed, sh.r.names[s], "config", uint64(ci))
+	noiseBase := deriveSeed(sh.spec.Seed, "", "config", uint64(ci))
+	if mr, margin := sh.r.margins[s]; margin {
+		return scoreMarginMulti(set.name, set.mt, c, mr, sh.spec.Rules.Admission)
+	}
+	if sh.pooled[s] {
+		return scorePooled(ctx, set.name, set.mt, c, sh.r.built[s], sh.pooledProblem(c.set, &c.budgets, seed), sh.spec, noiseBase)
+	}
+	p := search.Problem{Space: set.mt.Space(), Presets: sh.presets[c.set], PresetNames: sh.spec.PresetNames, MaxProfiles: sh.spec.MaxProfiles, Seed: seed}
+	return scoreMulti(set.name, set.mt, c, sh.listers[s], p, sh.spec, noiseBase)
+}
+
+// learn is ALS on a set: one campaign for the set's pooled pair, an answer per
+// configuration.
+func (sh *multiShape) learn(ctx context.Context, s, si int, scored func(c int, o Outcome)) error {
+	pl := sh.r.built[s].(search.PairLearner) // role gives perSet to pair learners only
+	set := sh.wsets[si]
+	// Every stream runs at the swept rate, so the pooled pair depends on no
+	// configuration's rates: equal weights serve the whole campaign.
+	ones := make([]float64, len(set.mt.Infers))
+	for i := range ones {
+		ones[i] = 1
+	}
+	camp, err := truthprof.NewPooledProfiler(set.mt, sh.spec.Noise, deriveSeed(sh.spec.Seed, "", "pair", uint64(si)), ones)
+	if err != nil {
+		return err
+	}
+	ans, lerr := pl.Learn(ctx, sh.pooledProblem(si, nil, deriveSeed(sh.spec.Seed, sh.r.names[s], "pair", uint64(si))), camp)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	for ci := range sh.cfgs {
+		c := &sh.cfgs[ci]
+		if c.set != si {
+			continue
+		}
+		var o Outcome
+		if lerr != nil {
+			// Scored as the pair scores a failed campaign: no answer where the oracle
+			// can satisfy the budgets, oracle_infeasible where it cannot.
+			o = scoreMultiProfiles(set.name, set.mt, c, nil, fmt.Errorf("learn: %w", lerr), sh.spec)
+		} else {
+			prof := camp.Fork(deriveSeed(sh.spec.Seed, "", "config", uint64(ci)))
+			_, aerr := ans.Answer(ctx, plan.PooledBudgets(c.budgets), prof)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			o = scoreMultiProfiles(set.name, set.mt, c, prof.Multi(), aerr, sh.spec)
+			o.Profiles = prof.Count()
+		}
+		o.Campaign = camp.Count()
+		scored(ci, o)
+	}
+	return nil
 }
 
 // scoreMulti profiles a baseline's modes with noise, decides over them as the daemon
@@ -358,11 +333,6 @@ func commonBatches(bs [][]int) []int {
 		out = slices.DeleteFunc(out, func(x int) bool { return !slices.Contains(b, x) })
 	}
 	return out
-}
-
-// firstCfg is the index of the first configuration of set si.
-func firstCfg(cfgs []multiConfig, si int) int {
-	return slices.IndexFunc(cfgs, func(c multiConfig) bool { return c.set == si })
 }
 
 // scoreMarginMulti scores the margin oracle's answer: the truth's best configuration

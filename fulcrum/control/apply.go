@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,7 +68,7 @@ func (c *Controller) bestAt(m powermode.Mode) Choice {
 				for _, p := range ps {
 					if p.Mode == m {
 						if e, ok := mod.BestAtMode(p); ok {
-							ch.Batch, ch.Predicted = e.Batch, predictionOf(e, rate)
+							ch.Batch, ch.MicroBatch, ch.Predicted = e.Batch, e.MicroBatch, predictionOf(e, rate)
 						}
 					}
 				}
@@ -136,13 +137,17 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 			}
 		}
 	}
-	if c.cur == nil || c.cur.Mode != ch.Mode || c.cur.Batch != ch.Batch || !sameBatches(c.cur.Streams, ch.Streams) {
+	errs = append(errs, c.applyMicro(ch)...)
+	if c.cur == nil || c.cur.Mode != ch.Mode || c.cur.Batch != ch.Batch || c.cur.MicroBatch != ch.MicroBatch || !sameBatches(c.cur.Streams, ch.Streams) {
 		c.cfgSince = c.clock.Now()
 	}
 	c.cur = &ch
 	c.forceApply = false
 	c.lastApply = c.clock.Now()
 	batches := fmt.Sprintf("inference batch %d", ch.Batch)
+	if ch.MicroBatch > 0 && c.pair != nil {
+		batches += fmt.Sprintf(", training in micro-batches of %d (%d turns a minibatch)", ch.MicroBatch, c.pair.TrainBatch/ch.MicroBatch)
+	}
 	if len(ch.Streams) > 0 {
 		var bs []string
 		for _, s := range ch.Streams {
@@ -155,7 +160,32 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 		ev.Err = err.Error()
 	}
 	c.events.Add(ev)
-	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch)
+	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch, "micro_batch", ch.MicroBatch)
+}
+
+// applyMicro sets the pair's training micro-batch the plan chose (issue 32): the size on
+// every training worker of the pair that declared micro-batches, 0 (the scheduler's
+// run-time choice) when the plan runs whole minibatches. Several streams and jobs are
+// not planned with micro-batches (their workers keep the run-time choice). Called
+// with c.mu held.
+func (c *Controller) applyMicro(ch Choice) []error {
+	if c.pair == nil || c.grp != nil {
+		return nil
+	}
+	var errs []error
+	for _, w := range c.sched.Snapshot().Workers {
+		if w.Role != proto.RoleTrain || w.Workload != c.pair.Train || len(w.MicroBatches) == 0 {
+			continue
+		}
+		mb := ch.MicroBatch
+		if mb != 0 && !slices.Contains(w.MicroBatches, mb) {
+			mb = 0 // a worker that did not declare the size keeps the run-time choice
+		}
+		if err := c.sched.SetMicroBatch(w.ID, mb); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // Retries of a refused mode change wait applyRetryFirst, doubling per failure up to

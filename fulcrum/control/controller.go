@@ -122,9 +122,13 @@ func (c Config) withDefaults() Config {
 // Choice is a configuration the controller applied or planned, with model v1's
 // numbers for it.
 type Choice struct {
-	Mode      powermode.Mode `json:"mode"`
-	Batch     int            `json:"batch"` // the pair's stream's (with several: the first stream's)
-	Predicted Prediction     `json:"predicted"`
+	Mode  powermode.Mode `json:"mode"`
+	Batch int            `json:"batch"` // the pair's stream's (with several: the first stream's)
+	// MicroBatch is the pair's training micro-batch size when the decision chose to run
+	// each minibatch as several turns (issue 32); 0: whole minibatches (or, for a
+	// trainer that declared micro-batches, the scheduler's run-time choice).
+	MicroBatch int        `json:"micro_batch,omitempty"`
+	Predicted  Prediction `json:"predicted"`
 	// Streams is every stream's batch and figures when several streams or training
 	// jobs are planned for (nil for a pair).
 	Streams []StreamChoice `json:"streams,omitempty"`
@@ -435,13 +439,23 @@ func (c *Controller) pairOf(snap sched.Snapshot) (*Pair, string) {
 		}
 	}
 	slices.Sort(batches)
-	return &Pair{Train: tr.Workload, TrainBatch: tr.Batch, Infer: inf.Workload, Batches: batches}, inf.ID
+	// The micro-batch sizes the trainer declared (issue 32): profiled at every mode
+	// and chosen by the decision with the mode and the batch.
+	var micro []int
+	for _, mb := range tr.MicroBatches {
+		if mb > 0 && mb < tr.Batch && tr.Batch%mb == 0 && !slices.Contains(micro, mb) {
+			micro = append(micro, mb)
+		}
+	}
+	slices.Sort(micro)
+	return &Pair{Train: tr.Workload, TrainBatch: tr.Batch, Infer: inf.Workload, Batches: batches, MicroBatches: micro}, inf.ID
 }
 func samePair(a, b *Pair) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Train == b.Train && a.TrainBatch == b.TrainBatch && a.Infer == b.Infer && slices.Equal(a.Batches, b.Batches)
+	return a.Train == b.Train && a.TrainBatch == b.TrainBatch && a.Infer == b.Infer && slices.Equal(a.Batches, b.Batches) &&
+		slices.Equal(a.MicroBatches, b.MicroBatches)
 }
 
 // Step runs one control decision: update the measurements, then plan, step or

@@ -125,7 +125,7 @@ func (p *LiveProfiler) discardRef(k store.Key) float64 {
 	if k.Role == truth.Infer {
 		role = proto.RoleInfer
 	}
-	ms, n := p.Sched.RealBatchMS(role, k.Workload, k.Batch)
+	ms, n := p.Sched.RealBatchMS(role, k.Workload, k.Turn()) // a micro-batch's real turns by its size
 	if n < realMinForDiscard {
 		return 0
 	}

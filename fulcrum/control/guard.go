@@ -9,7 +9,9 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 )
 
-// evalAll scores every stored configuration at rate with model v1 (exact budgets).
+// evalAll scores every stored configuration at rate with model v1 (exact budgets): each
+// mode, inference batch and training turn (the minibatch, or a micro-batch of it, issue
+// 32). Each owner is its profile with Train the turn scored.
 func (c *Controller) evalAll(ps []plan.ModeProfile, rate float64) ([]plan.Eval, []plan.ModeProfile) {
 	m, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
 	if err != nil {
@@ -18,9 +20,13 @@ func (c *Controller) evalAll(ps []plan.ModeProfile, rate float64) ([]plan.Eval, 
 	var es []plan.Eval
 	var owners []plan.ModeProfile
 	for _, p := range ps {
-		for _, ip := range p.Infer {
-			es = append(es, m.Evaluate(p.Mode, p.Train, ip))
-			owners = append(owners, p)
+		for _, t := range p.TrainChoices() {
+			owner := p
+			owner.Train = t
+			for _, ip := range p.Infer {
+				es = append(es, m.Evaluate(p.Mode, t, ip))
+				owners = append(owners, owner)
+			}
 		}
 	}
 	return es, owners
@@ -94,7 +100,11 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	var curTrain float64
 	for _, p := range ps {
 		if p.Mode == cur.Mode {
-			curTrain = p.Train.TimeMS
+			for _, t := range p.TrainChoices() { // the turn in force
+				if t.MicroBatch() == cur.MicroBatch {
+					curTrain = t.TimeMS
+				}
+			}
 		}
 	}
 	p99 := c.measured.LatencyP99MS

@@ -61,13 +61,18 @@ func (o LiveOptions) withDefaults() LiveOptions {
 	return o
 }
 
-// Pair names the two workloads a profile covers: training at its B_T and inference at
-// each of Batches.
+// Pair names the two workloads a profile covers: training at its B_T (and at each of
+// MicroBatches) and inference at each of Batches.
 type Pair struct {
 	Train      string `json:"train"`
 	TrainBatch int    `json:"train_batch"`
 	Infer      string `json:"infer"`
 	Batches    []int  `json:"infer_batches"`
+	// MicroBatches are the micro-batch sizes the training worker declared below its
+	// minibatch, ascending (issue 32): each mode is profiled at each of them too, and a
+	// mode's profile is complete only with all of them (docs/design.md §9 "Micro-batches
+	// profiled live").
+	MicroBatches []int `json:"train_micro_batches,omitempty"`
 }
 
 // OverBudget records a mode abandoned while profiling because the board's 1 s average
@@ -153,7 +158,8 @@ type LiveCounts struct {
 
 // LiveProfiler is a search.Profiler that measures a mode through the workers' profile
 // grants while fulcrumd serves: it applies the mode between turns, runs profile batches
-// on the training worker (at B_T) and the inference worker (at every batch size) —
+// on the training worker (at B_T, and at each micro-batch size it declared) and the
+// inference worker (at every batch size) —
 // the scheduler keeps serving real inference requests between them, deadline first —
 // samples board power meanwhile, and stores every point in the profile store (source
 // "live"). A mode already stored is answered from the store and never re-profiled. If
@@ -304,9 +310,12 @@ func (p *LiveProfiler) OverBudgetModes() []OverBudget {
 }
 
 // Known implements search.Profiler: every stored complete profile of the pair, plus
-// the estimated profiles of modes abandoned as over the present budget.
+// the estimated profiles of modes abandoned as over the present budget. A mode stored
+// without one of the trainer's micro-batch sizes is not known: a searcher that visits
+// it has Profile measure the missing sizes (docs/design.md §9 "Micro-batches profiled
+// live").
 func (p *LiveProfiler) Known() []plan.ModeProfile {
-	out, err := StoredProfiles(p.Store, p.board(), p.Pair)
+	out, err := storedProfiles(p.Store, p.board(), p.Pair, false)
 	if err != nil {
 		p.logger().Warn("reading stored profiles", "err", err)
 	}
@@ -328,8 +337,16 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 
 // StoredProfiles returns the complete profiles of pair on board: modes with a training
 // profile at B_T and an inference profile at one or more of the batch sizes, in the
-// store's order of the training profiles (plan.Assemble).
+// store's order of the training profiles (plan.Assemble). The training points stored
+// at any of pair.MicroBatches become each profile's Micro turns: a mode stored before
+// the trainer declared them offers whole minibatches alone.
 func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfile, error) {
+	return storedProfiles(st, board, pair, true)
+}
+
+// storedProfiles is StoredProfiles; without microOptional a mode is complete only with
+// every one of pair.MicroBatches (what a searcher may take as known).
+func storedProfiles(st *store.Store, board string, pair Pair, microOptional bool) ([]plan.ModeProfile, error) {
 	tr, err := st.List(store.Filter{Board: board, Workload: pair.Train, Role: truth.Train})
 	if err != nil {
 		return nil, err
@@ -339,7 +356,9 @@ func StoredProfiles(st *store.Store, board string, pair Pair) ([]plan.ModeProfil
 		return nil, err
 	}
 	var out []plan.ModeProfile
-	for _, mp := range plan.Assemble(pair.shape(), measured(tr, inf)) {
+	sh := pair.shape()
+	sh.MicroOptional = microOptional
+	for _, mp := range plan.Assemble(sh, measured(tr, inf)) {
 		out = append(out, plan.PairOf(mp))
 	}
 	return out, nil
@@ -499,6 +518,11 @@ func (p *LiveProfiler) keys(m powermode.Mode) []store.Key {
 	var keys []store.Key
 	if p.Only != truth.Infer {
 		keys = append(keys, store.Key{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch})
+		// The micro-batch turns, measured in the same visit (one mode change, one
+		// profile against a searcher's budget; docs/design.md §9).
+		for _, mb := range p.Pair.MicroBatches {
+			keys = append(keys, store.Key{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch, MicroBatch: mb})
+		}
 	}
 	if p.Only != truth.Train {
 		for _, b := range p.Pair.Batches {
@@ -530,7 +554,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 	trainTimes, inferTimes := map[int]time.Duration{}, map[int]time.Duration{}
 	for k, prof := range have {
 		if k.Role == truth.Train {
-			trainTimes[k.Batch] = msDur(prof.TimeMS.Mean)
+			trainTimes[k.Turn()] = msDur(prof.TimeMS.Mean) // a micro-batch's by its size
 		} else {
 			inferTimes[k.Batch] = msDur(prof.TimeMS.Mean)
 		}
@@ -658,8 +682,9 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		avg, n := p.Power.Mean(from, now)
 		return avg, n > 0 && avg > budgetMW
 	}
+	size := k.Turn() // a micro-batch turn runs its own samples
 	for i := range o.Warmup {
-		if _, err := p.Sched.Profile(ctx, workerID, k.Batch); err != nil {
+		if _, err := p.Sched.Profile(ctx, workerID, size); err != nil {
 			return store.Profile{}, 0, fmt.Errorf("profile %s: warm-up batch %d: %w", k, i+1, err)
 		}
 		if avg, bad := guard(); bad {
@@ -686,7 +711,7 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		}
 	}()
 	for len(times) < o.Samples || p.clock().Now().Sub(start) < o.MinTime {
-		d, err := p.Sched.Profile(ctx, workerID, k.Batch)
+		d, err := p.Sched.Profile(ctx, workerID, size)
 		if err != nil {
 			return store.Profile{}, 0, fmt.Errorf("profile %s: batch %d: %w", k, len(times)+1, err)
 		}
@@ -753,7 +778,7 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		rse = 0 // one sample (or a zero mean): no precision estimate
 	}
 	prof := store.Profile{
-		Board: k.Board, Workload: k.Workload, Role: k.Role, Mode: k.Mode, Batch: k.Batch,
+		Board: k.Board, Workload: k.Workload, Role: k.Role, Mode: k.Mode, Batch: k.Batch, MicroBatch: k.MicroBatch,
 		TimeMS:  store.TimeStats{Mean: ts.Mean, P50: ts.P50, P95: ts.P95, Stddev: ts.Stddev},
 		PowerMW: store.PowerStats{Mean: pw},
 		Samples: len(times), PowerSamples: n, Warmup: o.Warmup,
@@ -865,7 +890,9 @@ func (p *LiveProfiler) toModeProfile(m powermode.Mode, have map[store.Key]store.
 
 // shape is what a pair's profile is assembled from (plan.Assemble).
 func (pr Pair) shape() plan.Shape {
-	return plan.PairShape(pr.Train, pr.TrainBatch, pr.Infer, pr.Batches)
+	sh := plan.PairShape(pr.Train, pr.TrainBatch, pr.Infer, pr.Batches)
+	sh.Train[0].Micro = pr.MicroBatches
+	return sh
 }
 
 // measured is stored profiles as the points plan.Assemble puts together.

@@ -135,9 +135,17 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 		if ps, perr := c.profiles(); perr == nil {
 			for _, p := range ps {
 				if p.Mode == e.Mode {
+					// The training turn the decision chose: the minibatch or one
+					// micro-batch of it (issue 32).
+					t := p.Train
+					for _, x := range p.TrainChoices() {
+						if x.MicroBatch() == e.MicroBatch {
+							t = x
+						}
+					}
 					for _, ip := range p.Infer {
 						if ip.Batch == e.Batch {
-							pred = predictionOf(exact.Evaluate(p.Mode, p.Train, ip), rate)
+							pred = predictionOf(exact.Evaluate(p.Mode, t, ip), rate)
 						}
 					}
 				}
@@ -153,7 +161,7 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 	m := e.Mode
 	meas := c.measured
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
-	ch := Choice{Mode: e.Mode, Batch: e.Batch, Predicted: pred}
+	ch := Choice{Mode: e.Mode, Batch: e.Batch, MicroBatch: e.MicroBatch, Predicted: pred}
 	c.keepStreams(&ch)
 	c.apply(ctx, ch)
 	// docs/design.md §2: when no known configuration meets the budgets with training running,

@@ -899,6 +899,11 @@ func (c *Controller) expectAtGroup(g *group, mp *plan.MultiProfile) {
 				for j, job := range g.Train {
 					if job.Workload == w.Workload {
 						times = map[int]time.Duration{mp.Train[j].Batch: msDur(mp.Train[j].TimeMS)}
+						if j < len(mp.Micro) {
+							for _, t := range mp.Micro[j] { // its micro-batch turns by size (issue 32)
+								times[t.Batch] = msDur(t.TimeMS)
+							}
+						}
 					}
 				}
 			case proto.RoleInfer:

@@ -212,7 +212,8 @@ type harness struct {
 
 	events   []control.Event
 	lastSeq  uint64
-	window   []float64 // the last second of board power readings
+	window   []float64    // the last second of board power readings
+	store    *store.Store // fulcrumd's profile store (Instant.Profiles)
 	powerSum float64
 	steps    int
 	res      Result
@@ -364,6 +365,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 		return Result{}, fmt.Errorf("lifetime: %w", err)
 	}
 	defer st.Close()
+	h.store = st
 	if err := putStored(st, sc.Stored); err != nil {
 		return Result{}, fmt.Errorf("lifetime: %w", err)
 	}

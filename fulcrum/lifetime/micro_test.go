@@ -3,12 +3,18 @@ package lifetime_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
 )
 
 // microPair is issue 32's simulated target on virtual time: resnet18-train at batch 32
@@ -70,6 +76,91 @@ func TestMicroBatchesKeepTrainingOnVirtualTime(t *testing.T) {
 	}
 }
 
+// TestDecisionChoosesMicroBatchFromLiveProfiles: issue 32 joined end to end in fulcrumd
+// on virtual time. The trainer declares micro-batches 4/8/16 beside a 60 ms budget no
+// mode meets with whole minibatches: the live profiler stores, at every mode it
+// measures, the training turn at each declared micro-batch size (source live), the
+// controller's plan picks mode, inference batch and micro-batch from those profiles
+// (its prediction is the model's at the stored micro-batch row), the plan is feasible,
+// the scheduler runs the plan's micro-batch and training is not paused.
+func TestDecisionChoosesMicroBatchFromLiveProfiles(t *testing.T) {
+	d := 6 * time.Minute
+	sc := microPair(microBudgetMS, d, 1, true)
+	type seen struct {
+		cur      *control.Choice
+		profiles []store.Profile
+		snap     sched.Snapshot
+	}
+	var at seen
+	sc.Probes = []lifetime.Probe{{At: d - 5*time.Second, Do: func(in *lifetime.Instant) {
+		st := in.Status()
+		at.cur = st.Current
+		at.snap = in.Snapshot()
+		ps, err := in.Profiles()
+		if err != nil {
+			t.Errorf("read the store: %v", err)
+		}
+		at.profiles = ps
+	}}}
+	r := run(t, sc)
+	if at.cur == nil {
+		t.Fatalf("no plan in force at %s", d-5*time.Second)
+	}
+	// The live profiler's training rows: every mode measured has its minibatch and each
+	// declared micro-batch.
+	rows := map[powermode.Mode]map[int]store.Profile{}
+	for _, p := range at.profiles {
+		if p.Workload != "resnet18-train" || p.Batch != 32 {
+			continue
+		}
+		if p.Source != store.SourceLive {
+			t.Errorf("%s: source %q, want live", p.Key(), p.Source)
+		}
+		if rows[p.Mode] == nil {
+			rows[p.Mode] = map[int]store.Profile{}
+		}
+		rows[p.Mode][p.MicroBatch] = p
+	}
+	if len(rows) == 0 {
+		t.Fatal("no training profile stored")
+	}
+	for m, byMicro := range rows {
+		for _, mb := range []int{0, 4, 8, 16} {
+			if _, ok := byMicro[mb]; !ok {
+				t.Errorf("mode %s: no stored training profile at micro-batch %d (have %d rows): the live profiler must measure every declared size", m.Human(), mb, len(byMicro))
+			}
+		}
+	}
+	cur := *at.cur
+	t.Logf("%d modes profiled; plan: mode %s, inference batch %d, micro-batch %d, predicted %.1f samples/s, p99 %.1f ms, feasible %v; training after the plan %v samples, paused %.0f s, %d micro-batch turns",
+		len(rows), cur.Mode.Human(), cur.Batch, cur.MicroBatch, cur.Predicted.ThroughputSPS, cur.Predicted.LatencyMS, cur.Predicted.Feasible,
+		r.TrainSamplesAfterPlan["resnet18-train"], r.TrainPausedS, r.MicroTurns)
+	if cur.MicroBatch == 0 || !cur.Predicted.Feasible {
+		t.Fatalf("plan %+v: want a feasible plan with a training micro-batch (the minibatch breaks the %d ms budget at every mode)", cur, microBudgetMS)
+	}
+	mp, ok := rows[cur.Mode][cur.MicroBatch]
+	if !ok {
+		t.Fatalf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch, cur.Mode.Human())
+	}
+	// The prediction is the model's at the stored row: θ = (1−ρ)·u/τ_T(m,u).
+	want := (1 - cur.Predicted.Rho) * float64(cur.MicroBatch) / (mp.TimeMS.Mean / 1000)
+	if math.Abs(cur.Predicted.ThroughputSPS-want) > 1e-6*want {
+		t.Errorf("predicted %.3f samples/s, but the stored micro-batch %d at %s (%.2f ms) gives %.3f: the plan's micro-batch must come from the stored profile",
+			cur.Predicted.ThroughputSPS, cur.MicroBatch, cur.Mode.Human(), mp.TimeMS.Mean, want)
+	}
+	if at.snap.TrainingPaused {
+		t.Error("training paused under a feasible micro-batch plan")
+	}
+	for _, w := range at.snap.Workers {
+		if w.Workload == "resnet18-train" && w.MicroBatch != 0 && w.MicroBatch != cur.MicroBatch {
+			t.Errorf("the trainer runs micro-batch %d, the plan chose %d", w.MicroBatch, cur.MicroBatch)
+		}
+	}
+	if n := r.TrainSamplesAfterPlan["resnet18-train"]; n <= 0 || r.MicroTurns == 0 {
+		t.Errorf("training after the plan: %v samples, %d micro-batch turns: it must continue in micro-batches", n, r.MicroTurns)
+	}
+}
+
 // BenchmarkMicroTable prints issue 32's simulated target on virtual time (docs/runtime.md
 // "Micro-batched training turns"): for each seed and budget, k = 1 against micro-batches
 // declared. FULCRUM_MICRO_SEEDS (default 5), FULCRUM_MICRO_MIN (virtual minutes per run,
@@ -81,11 +172,18 @@ func BenchmarkMicroTable(b *testing.B) {
 	d := time.Duration(mins) * time.Minute
 	for b.Loop() {
 		var out strings.Builder
-		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | training samples after the plan | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
+		fmt.Fprintf(&out, "\n%s of virtual time\n| budget ms | seed | run | plan at the end: micro-batch, feasible | first plan s | training samples after the plan (per s) | minibatches (micro-batch turns) | paused s | served / requests | p99 after the plan ms | late after the plan |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", d)
 		for _, budget := range []float64{60, 40} {
 			for seed := int64(1); seed <= int64(seeds); seed++ {
 				for _, micro := range []bool{false, true} {
-					r, err := lifetime.Run(context.Background(), microPair(budget, d, seed, micro))
+					sc := microPair(budget, d, seed, micro)
+					planned := "no plan"
+					sc.Probes = []lifetime.Probe{{At: d - time.Second, Do: func(in *lifetime.Instant) {
+						if cur := in.Status().Current; cur != nil {
+							planned = fmt.Sprintf("%d, %v", cur.MicroBatch, cur.Predicted.Feasible)
+						}
+					}}}
+					r, err := lifetime.Run(context.Background(), sc)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -94,11 +192,98 @@ func BenchmarkMicroTable(b *testing.B) {
 						name = "micro-batches 4/8/16"
 					}
 					s := r.Streams[0]
-					fmt.Fprintf(&out, "| %.0f | %d | %s | %.0f | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name,
-						r.TrainSamplesAfterPlan["resnet18-train"], r.TrainMinibatches["resnet18-train"], r.MicroTurns, r.TrainPausedS,
+					fmt.Fprintf(&out, "| %.0f | %d | %s | %s | %.0f | %.0f (%.0f) | %d (%d) | %.0f | %d / %d | %.1f | %d / %d |\n", budget, seed, name, planned, r.FirstPlanS,
+						r.TrainSamplesAfterPlan["resnet18-train"], r.TrainSamplesAfterPlan["resnet18-train"]/max(d.Seconds()-r.FirstPlanS, 1), r.TrainMinibatches["resnet18-train"], r.MicroTurns, r.TrainPausedS,
 						s.Served, s.Requests, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
 				}
 			}
+		}
+		b.Log(out.String())
+	}
+}
+
+// BenchmarkMicroFit measures, with the simulated workers on virtual time, whether a
+// per-mode fit from two micro-batch sizes could replace measuring each declared size
+// live (docs/design.md §9 "Micro-batches profiled live"): for every mode the live
+// profiler measured (the trainer declaring 4/8/16 of 32), the training turn at 16 and 8
+// predicted by a line through the measured 32 and 4, against the measured 16 and 8, and
+// the measurements' own relative standard error. FULCRUM_MICRO_SEEDS (default 5); 6
+// virtual minutes a run, budgets 60 and 150 ms:
+//
+//	go test -run '^$' -bench MicroFit -benchtime 1x -v ./fulcrum/lifetime/
+func BenchmarkMicroFit(b *testing.B) {
+	seeds := envInt("FULCRUM_MICRO_SEEDS", 5)
+	d := 6 * time.Minute
+	for b.Loop() {
+		errT := map[int][]float64{} // |fit − measured| / measured, by size
+		errP := map[int][]float64{}
+		rse := map[int][]float64{}
+		modes := 0
+		for _, budget := range []float64{60, 150} {
+			for seed := int64(1); seed <= int64(seeds); seed++ {
+				sc := microPair(budget, d, seed, true)
+				var ps []store.Profile
+				sc.Probes = []lifetime.Probe{{At: d - time.Second, Do: func(in *lifetime.Instant) {
+					var err error
+					if ps, err = in.Profiles(); err != nil {
+						b.Error(err)
+					}
+				}}}
+				if _, err := lifetime.Run(context.Background(), sc); err != nil {
+					b.Fatal(err)
+				}
+				rows := map[powermode.Mode]map[int]store.Profile{}
+				for _, p := range ps {
+					if p.Workload == "resnet18-train" && p.Batch == 32 {
+						if rows[p.Mode] == nil {
+							rows[p.Mode] = map[int]store.Profile{}
+						}
+						u := p.Key().Turn()
+						rows[p.Mode][u] = p
+					}
+				}
+				for _, byU := range rows {
+					hi, okHi := byU[32]
+					lo, okLo := byU[4]
+					if !okHi || !okLo {
+						continue
+					}
+					modes++
+					line := func(y4, y32 float64, u int) float64 { return y4 + (y32-y4)*float64(u-4)/28 }
+					for _, u := range []int{16, 8} {
+						x, ok := byU[u]
+						if !ok {
+							continue
+						}
+						errT[u] = append(errT[u], math.Abs(line(lo.TimeMS.Mean, hi.TimeMS.Mean, u)-x.TimeMS.Mean)/x.TimeMS.Mean)
+						errP[u] = append(errP[u], math.Abs(line(lo.PowerMW.Mean, hi.PowerMW.Mean, u)-x.PowerMW.Mean)/x.PowerMW.Mean)
+					}
+					for u, x := range byU {
+						rse[u] = append(rse[u], x.RSE)
+					}
+				}
+			}
+		}
+		var out strings.Builder
+		fmt.Fprintf(&out, "\n%d modes measured live (%d seeds × budgets 60, 150 ms; %s each)\n| micro-batch | fit time error mean | p95 | max | fit power error mean | p95 | measured time RSE median |\n| --- | --- | --- | --- | --- | --- | --- |\n", modes, seeds, d)
+		q := func(xs []float64, f float64) float64 {
+			s := slices.Clone(xs)
+			slices.Sort(s)
+			if len(s) == 0 {
+				return math.NaN()
+			}
+			return s[min(len(s)-1, int(f*float64(len(s))))]
+		}
+		mean := func(xs []float64) float64 {
+			t := 0.0
+			for _, x := range xs {
+				t += x
+			}
+			return t / float64(max(len(xs), 1))
+		}
+		for _, u := range []int{16, 8} {
+			fmt.Fprintf(&out, "| %d | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.2f %% |\n", u,
+				100*mean(errT[u]), 100*q(errT[u], 0.95), 100*q(errT[u], 1), 100*mean(errP[u]), 100*q(errP[u], 0.95), 100*q(rse[u], 0.5))
 		}
 		b.Log(out.String())
 	}

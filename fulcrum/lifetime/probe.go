@@ -62,6 +62,10 @@ func (in *Instant) PowerMW() float64 {
 	return sum / float64(len(in.h.window))
 }
 
+// Profiles are the profiles in fulcrumd's store now (what its live profiler measured,
+// and the scenario's Stored).
+func (in *Instant) Profiles() ([]store.Profile, error) { return in.h.store.List(store.Filter{}) }
+
 // Mode is the mode the board runs at (its tree's clocks, as the workers read them).
 func (in *Instant) Mode() (powermode.Mode, error) { return in.h.gpu.clocks() }
 

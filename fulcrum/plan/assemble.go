@@ -23,6 +23,12 @@ type Measured struct {
 type Wanted struct {
 	Workload string
 	Batches  []int
+	// Micro (a training job) are the micro-batch sizes its worker accepts (issue 32):
+	// the job's points at those sizes (truth.Row.MicroBatch) become MultiProfile.Micro,
+	// and a mode is complete only with every one of them (unless Shape.MicroOptional),
+	// so that a searcher measures them where they are missing. Empty: whole minibatches
+	// only, and micro-batch points are left out.
+	Micro []int
 }
 
 // Shape is what Assemble puts together: the training jobs and the inference streams,
@@ -33,11 +39,16 @@ type Shape struct {
 	// ground-truth table has them all); otherwise one or more per stream is enough (a
 	// store, where a mode may have been measured at some sizes only).
 	EveryBatch bool
+	// MicroOptional: a mode is complete without its training jobs' micro-batch points
+	// (Wanted.Micro), using those it has — the daemon's planning over a store filled
+	// before the worker declared micro-batches, where such a mode still offers whole
+	// minibatches.
+	MicroOptional bool
 }
 
 // PairShape is the Shape of one training job (batch trainBatch) and one stream.
 func PairShape(train string, trainBatch int, infer string, batches []int) Shape {
-	return Shape{Train: []Wanted{{train, []int{trainBatch}}}, Infer: []Wanted{{infer, batches}}}
+	return Shape{Train: []Wanted{{Workload: train, Batches: []int{trainBatch}}}, Infer: []Wanted{{Workload: infer, Batches: batches}}}
 }
 
 // Assemble is the one place measured points become profiles (the daemon's from its
@@ -45,8 +56,8 @@ func PairShape(train string, trainBatch int, infer string, batches []int) Shape 
 // complete for sh — every training job has its point at its batch, every stream at
 // one or more (sh.EveryBatch: all) of its batches. Each stream's points are ascending
 // by batch; Repeats is the least of the points' (the decision sizes one σ per mode).
-// Points of other workloads, roles or batch sizes are left out. Modes come in the
-// order of their first point in pts.
+// Points of other workloads, roles or batch sizes (or micro-batch sizes a job does not
+// want) are left out. Modes come in the order of their first point in pts.
 func Assemble(sh Shape, pts []Measured) []MultiProfile {
 	byMode := map[powermode.Mode][]Measured{}
 	var order []powermode.Mode
@@ -73,14 +84,25 @@ func Assemble(sh Shape, pts []Measured) []MultiProfile {
 // (missing training points zero, streams without points empty).
 func AssembleMode(sh Shape, m powermode.Mode, pts []Measured) (mp MultiProfile, ok bool) {
 	mp = MultiProfile{Mode: m, Train: make([]TrainPoint, len(sh.Train)), Infer: make([][]InferPoint, len(sh.Infer))}
+	if slices.ContainsFunc(sh.Train, func(w Wanted) bool { return len(w.Micro) > 0 }) {
+		mp.Micro = make([][]TrainPoint, len(sh.Train))
+	}
 	for _, x := range pts {
 		if x.Mode != m || !sh.wants(x.Row) {
 			continue
 		}
 		used := false
 		for j, w := range sh.Train {
-			if x.Role == truth.Train && x.Workload == w.Workload && slices.Contains(w.Batches, x.Batch) && mp.Train[j].Batch == 0 {
+			if x.Role != truth.Train || x.Workload != w.Workload || !slices.Contains(w.Batches, x.Batch) {
+				continue
+			}
+			switch {
+			case x.MicroBatch == 0 && mp.Train[j].Batch == 0:
 				mp.Train[j] = TrainPoint{Batch: x.Batch, TimeMS: x.TimeMS, PowerMW: x.PowerMW}
+				used = true
+			case x.MicroBatch > 0 && slices.Contains(w.Micro, x.MicroBatch) &&
+				!slices.ContainsFunc(mp.Micro[j], func(t TrainPoint) bool { return t.Batch == x.MicroBatch }):
+				mp.Micro[j] = append(mp.Micro[j], TrainPoint{Batch: x.MicroBatch, TimeMS: x.TimeMS, PowerMW: x.PowerMW, Minibatch: x.Batch})
 				used = true
 			}
 		}
@@ -96,8 +118,13 @@ func AssembleMode(sh Shape, m powermode.Mode, pts []Measured) (mp MultiProfile, 
 		}
 	}
 	ok = true
-	for _, t := range mp.Train {
+	for j, t := range mp.Train {
 		ok = ok && t.Batch != 0
+		if mp.Micro != nil {
+			// Largest first, as the benchmark's truth gives them (truthprof).
+			slices.SortFunc(mp.Micro[j], func(a, b TrainPoint) int { return b.Batch - a.Batch })
+			ok = ok && (sh.MicroOptional || len(mp.Micro[j]) == len(sh.Train[j].Micro))
+		}
 	}
 	for i, pts := range mp.Infer {
 		slices.SortFunc(pts, func(a, b InferPoint) int { return a.Batch - b.Batch })
@@ -111,7 +138,9 @@ func (sh Shape) wants(r truth.Row) bool {
 	if r.Role == truth.Train {
 		ws = sh.Train
 	}
-	return slices.ContainsFunc(ws, func(w Wanted) bool { return w.Workload == r.Workload && slices.Contains(w.Batches, r.Batch) })
+	return slices.ContainsFunc(ws, func(w Wanted) bool {
+		return w.Workload == r.Workload && slices.Contains(w.Batches, r.Batch) && (r.MicroBatch == 0 || slices.Contains(w.Micro, r.MicroBatch))
+	})
 }
 
 // PairOf is the pair (the first training job and the first stream) of a profile for
@@ -120,6 +149,9 @@ func PairOf(mp MultiProfile) ModeProfile {
 	p := ModeProfile{Mode: mp.Mode, Repeats: mp.Repeats}
 	if len(mp.Train) > 0 {
 		p.Train = mp.Train[0]
+	}
+	if len(mp.Micro) > 0 && len(mp.Micro[0]) > 0 {
+		p.Micro = mp.Micro[0] // the job's micro-batch turns (issue 32)
 	}
 	if len(mp.Infer) > 0 {
 		p.Infer = mp.Infer[0]

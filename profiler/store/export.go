@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,7 +78,14 @@ func WriteProfiles(w io.Writer, format Format, ps []Profile) error {
 		return enc.Encode(jsonFile{SchemaVersion: SchemaVersion, Profiles: ps})
 	case CSV:
 		cw := csv.NewWriter(w)
-		if err := cw.Write(csvHeader()); err != nil {
+		// The micro_batch column (issue 32) only when a profile has one, so stores
+		// without micro-batch profiles export exactly as before.
+		micro := slices.ContainsFunc(ps, func(p Profile) bool { return p.MicroBatch != 0 })
+		head := csvHeader()
+		if micro {
+			head = append(head, truth.MicroColumn)
+		}
+		if err := cw.Write(head); err != nil {
 			return err
 		}
 		g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -91,6 +99,9 @@ func WriteProfiles(w io.Writer, format Format, ps []Profile) error {
 				strconv.Itoa(p.Samples), strconv.Itoa(p.PowerSamples), strconv.Itoa(p.Warmup),
 				p.StartedAt.UTC().Format(time.RFC3339Nano), p.FinishedAt.UTC().Format(time.RFC3339Nano),
 				g(p.RSE), p.Source,
+			}
+			if micro {
+				rec = append(rec, strconv.Itoa(p.MicroBatch))
 			}
 			if err := cw.Write(rec); err != nil {
 				return err
@@ -351,6 +362,9 @@ func parseCSVRow(rec []string, col map[string]int, board string) (Profile, error
 	}
 	if has("source") {
 		p.Source = get("source")
+	}
+	if has(truth.MicroColumn) && get(truth.MicroColumn) != "" {
+		p.MicroBatch = int(integer(truth.MicroColumn)) // Validate checks it against the batch
 	}
 	return p, firstErr
 }

@@ -141,7 +141,7 @@ func (s *Store) importConflicts(sp *spool) error {
 					return err
 				}
 				if b := modeBucket(tx, p.Key()); b != nil {
-					if old := b.Get(batchKey(p.Batch)); old != nil && !bytes.Equal(old, raw) {
+					if old := b.Get(p.Key().key()); old != nil && !bytes.Equal(old, raw) {
 						return &InputError{fmt.Errorf("%s: a different profile is already stored (pass --overwrite to replace it)", p.Key())}
 					}
 				}
@@ -182,7 +182,7 @@ func (s *Store) importWrite(sp *spool, overwrite bool) (ImportResult, error) {
 				}
 				var old []byte
 				if b := modeBucket(tx, p.Key()); b != nil {
-					old = b.Get(batchKey(p.Batch))
+					old = b.Get(p.Key().key())
 				}
 				switch {
 				case old != nil && bytes.Equal(old, raw):
@@ -245,11 +245,11 @@ func (s *Store) importUndo(undo *spool) error {
 					}
 				case undoRestore:
 					b := modeBucket(tx, p.Key())
-					if b == nil || b.Get(batchKey(p.Batch)) == nil {
+					if b == nil || b.Get(p.Key().key()) == nil {
 						// Deleted by someone since: leave it deleted.
 						continue
 					}
-					if err := b.Put(batchKey(p.Batch), rec[1:]); err != nil {
+					if err := b.Put(p.Key().key(), rec[1:]); err != nil {
 						return err
 					}
 				default:

@@ -26,13 +26,13 @@ func schemaV2(fail bool) schema {
 		}
 		for _, k := range keys {
 			b := modeBucket(tx, k)
-			p, err := decodeProfile(b.Get(batchKey(k.Batch)))
+			p, err := decodeProfile(b.Get(k.key()))
 			if err != nil {
 				return err
 			}
 			p.Source = SourceImport
 			raw, _ := encodeProfile(p)
-			if err := b.Put(batchKey(k.Batch), raw); err != nil {
+			if err := b.Put(k.key(), raw); err != nil {
 				return err
 			}
 		}

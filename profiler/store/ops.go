@@ -49,7 +49,7 @@ func putTx(tx *bolt.Tx, p Profile, overwrite bool) (replaced bool, err error) {
 			return false, err
 		}
 	}
-	k := batchKey(p.Batch)
+	k := p.Key().key()
 	if b.Get(k) != nil {
 		if !overwrite {
 			return false, fmt.Errorf("%w (delete it first, or overwrite it explicitly)", ErrExists)
@@ -97,7 +97,7 @@ func (s *Store) Get(k Key) (Profile, error) {
 		b := modeBucket(tx, k)
 		var raw []byte
 		if b != nil {
-			raw = b.Get(batchKey(k.Batch))
+			raw = b.Get(k.key())
 		}
 		if raw == nil {
 			return ErrNotFound
@@ -117,7 +117,7 @@ func (s *Store) Has(k Key) (bool, error) {
 	found := false
 	err := s.view(func(tx *bolt.Tx) error {
 		b := modeBucket(tx, k)
-		found = b != nil && b.Get(batchKey(k.Batch)) != nil
+		found = b != nil && b.Get(k.key()) != nil
 		return nil
 	})
 	return found, err
@@ -177,7 +177,7 @@ func walk(tx *bolt.Tx, f Filter, fn func(k Key, raw []byte) error) error {
 						if v == nil {
 							return fmt.Errorf("%s: %x is a bucket, want a batch key", k.Mode, bk)
 						}
-						if k.Batch, err = parseBatchKey(bk); err != nil {
+						if k.Batch, k.MicroBatch, err = parseBatchKey(bk); err != nil {
 							return fmt.Errorf("profiles/%s/%s/%s/%s: %w", board, wl, role, mode, err)
 						}
 						return fn(k, v)
@@ -226,10 +226,10 @@ func deleteTx(tx *bolt.Tx, k Key) error {
 		chain = append(chain, c)
 	}
 	mb := chain[len(chain)-1]
-	if mb.Get(batchKey(k.Batch)) == nil {
+	if mb.Get(k.key()) == nil {
 		return ErrNotFound
 	}
-	if err := mb.Delete(batchKey(k.Batch)); err != nil {
+	if err := mb.Delete(k.key()); err != nil {
 		return err
 	}
 	names := k.path()

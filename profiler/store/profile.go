@@ -35,20 +35,24 @@ type PowerStats struct {
 // Profile is one measurement: a workload in one role, at one mode and batch size, on one
 // board. It is stored as JSON exactly as tagged here; the field names carry the units.
 type Profile struct {
-	Board        string         `json:"board"`
-	Workload     string         `json:"workload"`
-	Role         truth.Role     `json:"role"`
-	Mode         powermode.Mode `json:"mode"`
-	Batch        int            `json:"batch"`
-	TimeMS       TimeStats      `json:"time_ms"`
-	PowerMW      PowerStats     `json:"power_mw"`
-	Samples      int            `json:"samples"`       // measured minibatches (time samples)
-	PowerSamples int            `json:"power_samples"` // board power readings taken while they ran
-	Warmup       int            `json:"warmup"`        // minibatches run and discarded first
-	StartedAt    time.Time      `json:"started_at"`    // UTC
-	FinishedAt   time.Time      `json:"finished_at"`   // UTC
-	RSE          float64        `json:"rse"`           // achieved relative standard error of TimeMS.Mean
-	Source       string         `json:"source"`        // SourceSim, SourceTegra or SourceImport
+	Board    string         `json:"board"`
+	Workload string         `json:"workload"`
+	Role     truth.Role     `json:"role"`
+	Mode     powermode.Mode `json:"mode"`
+	Batch    int            `json:"batch"`
+	// MicroBatch is, for a training profile, the samples of one micro-batch turn of the
+	// minibatch Batch (issue 32: Batch/MicroBatch turns with gradient accumulation); 0
+	// (absent, as in every store written before it existed) is the whole minibatch.
+	MicroBatch   int        `json:"micro_batch,omitempty"`
+	TimeMS       TimeStats  `json:"time_ms"`
+	PowerMW      PowerStats `json:"power_mw"`
+	Samples      int        `json:"samples"`       // measured minibatches (time samples)
+	PowerSamples int        `json:"power_samples"` // board power readings taken while they ran
+	Warmup       int        `json:"warmup"`        // minibatches run and discarded first
+	StartedAt    time.Time  `json:"started_at"`    // UTC
+	FinishedAt   time.Time  `json:"finished_at"`   // UTC
+	RSE          float64    `json:"rse"`           // achieved relative standard error of TimeMS.Mean
+	Source       string     `json:"source"`        // SourceSim, SourceTegra or SourceImport
 	// Repeats is how many separate measurements (runs) the values pool; 0 means one. A
 	// searcher measures a mode again to confirm it, and the decision trusts the pooled
 	// values more (plan.Decider).
@@ -93,18 +97,33 @@ type Key struct {
 	Role     truth.Role
 	Mode     powermode.Mode
 	Batch    int
+	// MicroBatch is the micro-batch turn's samples of a training minibatch of Batch
+	// (Profile.MicroBatch); 0 the whole minibatch.
+	MicroBatch int
 }
 
 // Key returns the profile's identity.
-func (p Profile) Key() Key { return Key{p.Board, p.Workload, p.Role, p.Mode, p.Batch} }
+func (p Profile) Key() Key { return Key{p.Board, p.Workload, p.Role, p.Mode, p.Batch, p.MicroBatch} }
+
+// Turn is the samples one measured batch of k runs: the micro-batch's when k is one,
+// else the batch's.
+func (k Key) Turn() int {
+	if k.MicroBatch > 0 {
+		return k.MicroBatch
+	}
+	return k.Batch
+}
 
 func (k Key) String() string {
+	if k.MicroBatch > 0 {
+		return fmt.Sprintf("%s/%s/%s/%s/batch %d micro-batch %d", k.Board, k.Workload, k.Role, k.Mode, k.Batch, k.MicroBatch)
+	}
 	return fmt.Sprintf("%s/%s/%s/%s/batch %d", k.Board, k.Workload, k.Role, k.Mode, k.Batch)
 }
 
 // Row converts a profile to a ground-truth row (docs/design.md §8).
 func (p Profile) Row() truth.Row {
-	return truth.Row{Workload: p.Workload, Role: p.Role, Mode: p.Mode, Batch: p.Batch, TimeMS: p.TimeMS.Mean, PowerMW: p.PowerMW.Mean}
+	return truth.Row{Workload: p.Workload, Role: p.Role, Mode: p.Mode, Batch: p.Batch, MicroBatch: p.MicroBatch, TimeMS: p.TimeMS.Mean, PowerMW: p.PowerMW.Mean}
 }
 
 // Validate checks a key for what the store cannot hold.
@@ -116,6 +135,12 @@ func (k Key) Validate() error {
 		return errors.New("workload is empty")
 	case k.Batch < 1:
 		return fmt.Errorf("batch %d: must be at least 1", k.Batch)
+	case k.MicroBatch < 0:
+		return fmt.Errorf("micro-batch %d: must be 0 (the whole minibatch) or a divisor of the batch", k.MicroBatch)
+	case k.MicroBatch > 0 && k.Role != truth.Train:
+		return fmt.Errorf("micro-batch %d on a %s profile: only training runs micro-batches; drop micro_batch", k.MicroBatch, k.Role)
+	case k.MicroBatch > 0 && (k.MicroBatch >= k.Batch || k.Batch%k.MicroBatch != 0):
+		return fmt.Errorf("micro-batch %d is not a divisor of the minibatch %d below it: a micro-batch is batch/k samples for k ≥ 2", k.MicroBatch, k.Batch)
 	}
 	if _, err := truth.ParseRole(string(k.Role)); err != nil {
 		return err

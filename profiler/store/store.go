@@ -7,7 +7,10 @@
 //	meta/profile_count             decimal ASCII, number of stored profiles (checked by Check)
 //	profiles/<board>/<workload>/<role>/<mode>/<batch>  JSON Profile
 //	    <mode> is powermode.Mode.String() ("cores/cpu_khz/gpu_hz/emc_hz"),
-//	    <batch> is the batch size as 8 bytes big-endian (so keys sort numerically)
+//	    <batch> is the batch size as 8 bytes big-endian (so keys sort numerically); a
+//	    training micro-batch turn (issue 32) is 16 bytes: the minibatch, then the
+//	    micro-batch size, both big-endian (so a minibatch's micro-batches sort after it,
+//	    and a store without micro-batch profiles is exactly as before)
 //	models/<key>                   opaque JSON (searchers' learned models)
 //	campaigns/<id>                 JSON campaign progress record
 //
@@ -250,27 +253,47 @@ func (s *Store) Path() string { return s.path }
 // A store whose bbolt handle panicked is given a bounded wait.
 func (s *Store) Close() error { return closeDB(s.db, s.broken.get() != nil) }
 
-// batchKey encodes a batch size as 8 bytes big-endian so bbolt's byte order is numeric.
-func batchKey(b int) []byte {
-	var k [8]byte
+// batchKey encodes a batch size as 8 bytes big-endian so bbolt's byte order is numeric;
+// a micro-batch above 0 (issue 32) follows as 8 more bytes.
+func batchKey(b int, micro ...int) []byte {
+	k := make([]byte, 8, 16)
 	for i := range 8 {
 		k[7-i] = byte(uint64(b) >> (8 * i))
 	}
-	return k[:]
+	if len(micro) > 0 && micro[0] > 0 {
+		k = append(k, batchKey(micro[0])...)
+	}
+	return k
 }
 
-func parseBatchKey(k []byte) (int, error) {
-	if len(k) != 8 {
-		return 0, fmt.Errorf("batch key %x: want 8 bytes", k)
+// key is the profile's key within its mode bucket.
+func (k Key) key() []byte { return batchKey(k.Batch, k.MicroBatch) }
+
+// parseBatchKey reads a mode bucket's key: the batch, and the micro-batch (0 for the
+// whole minibatch, an 8-byte key).
+func parseBatchKey(k []byte) (batch, micro int, err error) {
+	if len(k) != 8 && len(k) != 16 {
+		return 0, 0, fmt.Errorf("batch key %x: want 8 bytes (a batch) or 16 (a batch and a micro-batch)", k)
 	}
-	var v uint64
-	for _, c := range k {
-		v = v<<8 | uint64(c)
+	num := func(b []byte) uint64 {
+		var v uint64
+		for _, c := range b {
+			v = v<<8 | uint64(c)
+		}
+		return v
 	}
+	v := num(k[:8])
 	if v < 1 || v > 1<<31 {
-		return 0, fmt.Errorf("batch key %x: batch %d out of range", k, v)
+		return 0, 0, fmt.Errorf("batch key %x: batch %d out of range", k, v)
 	}
-	return int(v), nil
+	if len(k) == 16 {
+		mv := num(k[8:])
+		if mv < 1 || mv >= v {
+			return 0, 0, fmt.Errorf("batch key %x: micro-batch %d out of range 1..%d", k, mv, v-1)
+		}
+		micro = int(mv)
+	}
+	return int(v), micro, nil
 }
 
 // path returns the bucket names from "profiles" down to the mode bucket.

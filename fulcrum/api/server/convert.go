@@ -60,7 +60,7 @@ func ImportResponseFrom(r store.ImportResult) api.ImportResponse {
 
 // ProfileFrom converts a stored profile; its JSON is the store's own.
 func ProfileFrom(p store.Profile) api.Profile {
-	out := api.Profile{Board: p.Board, Workload: p.Workload, Role: string(p.Role), Mode: p.Mode, Batch: p.Batch,
+	out := api.Profile{Board: p.Board, Workload: p.Workload, Role: string(p.Role), Mode: p.Mode, Batch: p.Batch, MicroBatch: p.MicroBatch,
 		TimeMS:  api.TimeStats{Mean: p.TimeMS.Mean, P50: p.TimeMS.P50, P95: p.TimeMS.P95, Stddev: p.TimeMS.Stddev},
 		PowerMW: api.PowerStats{Mean: p.PowerMW.Mean, Stddev: p.PowerMW.Stddev},
 		Samples: p.Samples, PowerSamples: p.PowerSamples, Warmup: p.Warmup, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,

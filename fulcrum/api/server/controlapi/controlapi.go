@@ -183,7 +183,7 @@ func (a *API) plan() *api.Plan {
 	if ch == nil {
 		return nil
 	}
-	p := &api.Plan{Mode: ch.Mode, InferBatch: ch.Batch, Feasible: ch.Predicted.Feasible,
+	p := &api.Plan{Mode: ch.Mode, InferBatch: ch.Batch, TrainMicroBatch: ch.MicroBatch, Feasible: ch.Predicted.Feasible,
 		PredLatencyMS: ch.Predicted.LatencyMS, PredPowerMW: ch.Predicted.PowerMW,
 		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles",
 		ApplyError: st.ApplyError}
