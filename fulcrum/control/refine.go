@@ -99,6 +99,7 @@ func (o RefineOptions) withDefaults() RefineOptions {
 // internal/stats), the board's mean power over it and the arrival rate.
 type liveWindow struct {
 	TrainMS    float64 // 0: not measured
+	TrainMicro int     // the training turn TrainMS is of: 0 the whole minibatch, else a micro-batch size
 	InferMS    float64 // 0: not measured
 	InferBatch int
 	PowerMW    float64 // 0: not measured
@@ -155,8 +156,8 @@ func poolRatio(samples []float64, n0 int, noise float64) (ratio, repeats float64
 func poolEvidence(p plan.ModeProfile, ws []liveWindow, noise float64, maxRepeats int, powerFloor float64) (plan.ModeProfile, Pooled) {
 	var rt, ri, rp []float64
 	for _, w := range ws {
-		if w.TrainMS > 0 && p.Train.TimeMS > 0 {
-			rt = append(rt, w.TrainMS/p.Train.TimeMS)
+		if st := storedTurnMS(p, w.TrainMicro); w.TrainMS > 0 && st > 0 {
+			rt = append(rt, w.TrainMS/st)
 		}
 		ip, ok := inferAt(p, w.InferBatch)
 		if w.InferMS > 0 && ok && ip.TimeMS > 0 {
@@ -188,6 +189,20 @@ func poolEvidence(p plan.ModeProfile, ws []liveWindow, noise float64, maxRepeats
 	reps := int(math.Floor(min(nt, ni, np) + 1e-9))
 	out.Repeats = min(max(reps, n0), max(maxRepeats, n0))
 	return out, Pooled{Windows: len(ws), TrainRatio: kt, InferRatio: ki, PowerRatio: kp, Repeats: out.Repeats}
+}
+
+// storedTurnMS is the stored time of the training turn of micro-batch size micro (0:
+// the whole minibatch) at p's mode; 0 when not stored.
+func storedTurnMS(p plan.ModeProfile, micro int) float64 {
+	if micro == 0 || micro == p.Train.Batch {
+		return p.Train.TimeMS
+	}
+	for _, t := range p.Micro {
+		if t.Batch == micro {
+			return t.TimeMS
+		}
+	}
+	return 0
 }
 
 func inferAt(p plan.ModeProfile, b int) (plan.InferPoint, bool) {
@@ -564,7 +579,12 @@ func (c *Controller) observeWindow(snap sched.Snapshot, now time.Time) bool {
 		}
 		return false
 	}
+	// The turn training runs: the plan's micro-batch (its own expected time), else the
+	// whole minibatch.
 	lw := liveWindow{TrainMS: tw.ExpectedTrainMS, RateRPS: c.rate.rate, InferBatch: key.b}
+	if mb := c.cur.MicroBatch; mb > 0 {
+		lw.TrainMS, lw.TrainMicro = tw.ExpectedMicroMS[mb], mb
+	}
 	if ms, ok := iw.ExpectedBatchMS[key.b]; ok {
 		lw.InferMS = ms
 	}

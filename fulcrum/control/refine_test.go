@@ -77,6 +77,13 @@ func TestPoolEvidence(t *testing.T) {
 	if got, _ := poolEvidence(p, ws, 0.03, 30, 1); got.Train.PowerMW != 20000 || got.Infer[0].PowerMW != 10000 {
 		t.Errorf("power floor 1: power %v, %v; want the stored 20000, 10000", got.Train.PowerMW, got.Infer[0].PowerMW)
 	}
+	// A window of micro-batch turns is compared with the stored micro-batch row.
+	pm := p.Clone()
+	pm.Micro = []plan.TrainPoint{{Batch: 8, TimeMS: 30, PowerMW: 20000, Minibatch: 32}}
+	got, _ = poolEvidence(pm, []liveWindow{{TrainMS: 33, TrainMicro: 8, InferMS: 10, InferBatch: 1}}, 0.03, 30, 0)
+	if k := got.Train.TimeMS / 100; math.Abs(k-1.05) > 1e-9 || math.Abs(got.Micro[0].TimeMS-30*1.05) > 1e-9 {
+		t.Errorf("micro-batch window 10 %% slow on one repeat: minibatch ×%.4f, micro-batch %v; want ×1.05 both", k, got.Micro[0].TimeMS)
+	}
 	many := make([]liveWindow, 100)
 	for i := range many {
 		many[i] = w
