@@ -166,12 +166,17 @@ type Status struct {
 	Mode    Mode   `json:"mode"`
 	// ModeError says why the board's mode could not be read and what to check (Mode is
 	// then zero); empty when it was read or there is no board.
-	ModeError string          `json:"mode_error,omitempty"`
-	ModeHeld  bool            `json:"mode_held"` // an operator-applied mode is held
-	Budgets   Budgets         `json:"budgets"`
-	Plan      *Plan           `json:"plan,omitempty"`  // nil until the first plan
-	Power     *Power          `json:"power,omitempty"` // nil without power sensors
-	Heat      *Heat           `json:"heat,omitempty"`  // nil without thermal sensors (heat.go)
+	ModeError string  `json:"mode_error,omitempty"`
+	ModeHeld  bool    `json:"mode_held"` // an operator-applied mode is held
+	Budgets   Budgets `json:"budgets"`
+	Plan      *Plan   `json:"plan,omitempty"`  // nil until the first plan
+	Power     *Power  `json:"power,omitempty"` // nil without power sensors
+	Heat      *Heat   `json:"heat,omitempty"`  // nil without thermal sensors (heat.go)
+	// Refine is live refinement at the configuration in force: its evidence, the
+	// confirmed configuration, a trial, failed neighbours (nil while off, for several
+	// streams or jobs, and before the first live window; docs/controller.md "Live
+	// refinement").
+	Refine    *Refine         `json:"refine,omitempty"`
 	Workers   []Worker        `json:"workers"`
 	Workloads []WorkloadStats `json:"workloads"`
 	// Streams is every inference stream planned for, with its budget, its planned batch,
@@ -204,6 +209,45 @@ type Status struct {
 	// (a damaged profile store moved aside: where it went, what to do), kept until
 	// fulcrumd restarts.
 	Notices []string `json:"notices,omitempty"`
+}
+
+// Refine is live refinement in the status (control.RefineStatus on the wire).
+type Refine struct {
+	Mode  Mode `json:"mode"`
+	Batch int  `json:"batch"`
+	// Pooled is what the live windows made of the mode's stored profile.
+	Pooled RefinePooled `json:"pooled"`
+	// PFeasible is the decision's P(every budget met) there with the evidence.
+	PFeasible  float64         `json:"p_feasible"`
+	Confirmed  *RefineConfig   `json:"confirmed,omitempty"`
+	Trial      *RefineConfig   `json:"trial,omitempty"`
+	TrialUntil time.Time       `json:"trial_until,omitzero"`
+	Failed     []RefineFailure `json:"failed,omitempty"`
+}
+
+// RefinePooled: the live windows pooled, the live/stored ratios applied and the
+// repeats the profile counts for.
+type RefinePooled struct {
+	Windows    int     `json:"windows"`
+	TrainRatio float64 `json:"train_ratio"`
+	InferRatio float64 `json:"infer_ratio"`
+	PowerRatio float64 `json:"power_ratio"`
+	Repeats    int     `json:"repeats"`
+}
+
+// RefineConfig is a configuration confirmed or on trial.
+type RefineConfig struct {
+	Mode  Mode `json:"mode"`
+	Batch int  `json:"batch"`
+}
+
+// RefineFailure is a neighbour whose trial failed, left alone until RetryAt.
+type RefineFailure struct {
+	Mode    Mode      `json:"mode"`
+	Batch   int       `json:"batch"`
+	Count   int       `json:"count"`
+	RetryAt time.Time `json:"retry_at"`
+	Why     string    `json:"why"`
 }
 
 // NvpmodelMode is an nvpmodel mode: its id (nvpmodel -m ID) and name (MODE_30W).
@@ -292,6 +336,13 @@ const (
 	// EventExternal: another tool (jetson_clocks, nvpmodel) changed the board's mode and
 	// what fulcrumd did (controller.external_change), or fulcrumd took the board back.
 	EventExternal = "external_change"
+	// Live refinement (docs/controller.md "Live refinement"): a better-ranked neighbour
+	// tried for a bounded time; a configuration confirmed by its live evidence (the one
+	// in force, or a trial kept); a trial abandoned (a budget broke, or it was not
+	// confirmed in time), back to the confirmed configuration.
+	EventTrial   = "trial"
+	EventConfirm = "confirm"
+	EventAbandon = "abandon"
 )
 
 // Event is one entry of the controller's event log.

@@ -47,6 +47,15 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "Live.Warmup", c.Live.Warmup)
 	optcheck.Positive(&ck, "Live.Samples", c.Live.Samples)
 	optcheck.Positive(&ck, "Live.MinTime", c.Live.MinTime)
+	optcheck.Positive(&ck, "Refine.Window", c.Refine.Window)
+	optcheck.Positive(&ck, "Refine.MinTurns", c.Refine.MinTurns)
+	optcheck.Positive(&ck, "Refine.MaxRepeats", c.Refine.MaxRepeats)
+	optcheck.Positive(&ck, "Refine.ConfirmWindows", c.Refine.ConfirmWindows)
+	optcheck.Fraction(&ck, "Refine.TrialMinP", c.Refine.TrialMinP)
+	optcheck.Positive(&ck, "Refine.TrialGain", c.Refine.TrialGain)
+	optcheck.Positive(&ck, "Refine.TrialSteps", c.Refine.TrialSteps)
+	optcheck.Positive(&ck, "Refine.TrialMax", c.Refine.TrialMax)
+	optcheck.Positive(&ck, "Refine.Backoff", c.Refine.Backoff)
 	return ck.Err()
 }
 

@@ -54,6 +54,9 @@ type Config struct {
 	Events          int           `mapstructure:"events"`              // event ring size
 	InferBatches    []int         `mapstructure:"infer_batches"`       // batch sizes planned over (∩ what the worker serves)
 	Live            LiveOptions   `mapstructure:"live"`
+	// Refine: the live window pooled into the decision, trials of better-ranked
+	// neighbours (refine.go).
+	Refine RefineOptions `mapstructure:"refine"`
 	// ExternalChange is what a mode change made outside fulcrumd leads to:
 	// ExternalStandDown (default), ExternalReapply or ExternalAdopt (external.go).
 	ExternalChange string `mapstructure:"external_change"`
@@ -82,6 +85,7 @@ func DefaultConfig() Config {
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
 		ResearchHold: 50 * time.Second, ResearchBackoffMax: 16,
+		Refine: DefaultRefineOptions(),
 	}
 }
 func (c Config) withDefaults() Config {
@@ -127,6 +131,7 @@ func (c Config) withDefaults() Config {
 	if c.ResearchBackoffMax <= 0 {
 		c.ResearchBackoffMax = d.ResearchBackoffMax
 	}
+	c.Refine = c.Refine.withDefaults() // Enabled and Trials stay as given
 	return c
 }
 
@@ -249,6 +254,7 @@ type Controller struct {
 	lastSearch *search.Result
 	violations map[string]uint64 // budget violations acted on, by budget
 	heat       heatState         // temperatures, throttling and the thermal cap (heat.go)
+	ref        refineState       // live refinement: evidence, confirmed point, trials (refine.go)
 
 	research researchState // the controller's own re-searches and their back-off (research.go)
 
@@ -495,6 +501,7 @@ func (c *Controller) Step(ctx context.Context) {
 			if changed {
 				c.pairAt = now
 				c.rate = rateMeter{since: now}
+				c.refineReset() // what was learned live is of other workloads
 			}
 		}
 		c.pair, c.grp = pair, grp
@@ -568,6 +575,10 @@ func (c *Controller) Step(ctx context.Context) {
 	}
 	rate, ready := c.planningRate(now)
 	b := c.budgets
+	// Live refinement: its windows, and a trial ended the moment it breaks a budget.
+	if c.refineStep(ctx, snap, now, rate) {
+		return
+	}
 	// Power broken (judged on readings taken since the last change only): step down now,
 	// before anything else — also when a lowered budget is what broke it.
 	if avg, over := c.powerOver(now); over {

@@ -26,6 +26,13 @@ const (
 	// adopt), or fulcrumd took the board back.
 	KindExternal Kind = "external_change"
 	KindStore    Kind = "store" // the profile store was found damaged and moved aside (Notice)
+	// Live refinement (refine.go): a neighbour the model ranks higher tried for a bounded
+	// time, a configuration confirmed by its live evidence (the one in force, or a trial
+	// kept), a trial abandoned (a budget broke or no confirmation in time: back to the
+	// confirmed configuration).
+	KindTrial   Kind = "trial"
+	KindConfirm Kind = "confirm"
+	KindAbandon Kind = "abandon"
 )
 
 // Event is one controller decision or action.

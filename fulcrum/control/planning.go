@@ -21,8 +21,15 @@ func (c *Controller) planningRate(now time.Time) (float64, bool) {
 }
 
 // profiles returns the stored complete profiles of the pair with the learned power
-// corrections applied and latency-broken configurations left out.
+// corrections applied, latency-broken configurations left out and the live evidence
+// pooled in (refine.go).
 func (c *Controller) profiles() ([]plan.ModeProfile, error) {
+	ps, err := c.unrefinedProfiles()
+	return c.refined(ps), err
+}
+
+// unrefinedProfiles is profiles without the live evidence.
+func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
 	if c.board == nil {
 		return nil, nil
 	}

@@ -49,6 +49,9 @@ type Status struct {
 	// Profiling names the workloads left out of live profiling because their workers
 	// declined profile batches (no on_profile handler); "" when none is.
 	Profiling string `json:"profiling,omitempty"`
+	// Refine is live refinement: the evidence at the configuration in force, the
+	// confirmed configuration, a trial and the failed ones (nil while off; refine.go).
+	Refine *RefineStatus `json:"refine,omitempty"`
 	// LastEvent is the sequence number of the newest event.
 	LastEvent uint64 `json:"last_event"`
 	// Notices are what the operator must act on, kept until fulcrumd restarts (e.g. a
@@ -99,6 +102,7 @@ func (c *Controller) Status() Status {
 		s.Degraded = strings.TrimPrefix(s.Degraded+"; "+r, "; ")
 	}
 	s.Heat = c.heatStatus()
+	s.Refine = c.refineStatus()
 	if ev := c.events.List(0); len(ev) > 0 {
 		s.LastEvent = ev[len(ev)-1].Seq
 	}

@@ -102,6 +102,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 		}
 	}
 	s.Heat = toAPIHeat(st.Heat)
+	s.Refine = toAPIRefine(st.Refine)
 	// One measured rate per stream on one status (issue 34): the controller's meter, the
 	// rate it plans with, also in the workloads' rows (the scheduler's mean over its
 	// window is another figure, and differs from it while the rate changes).
@@ -477,6 +478,26 @@ func toAPICaller(c *control.Caller) *api.Caller {
 		return nil
 	}
 	return &api.Caller{UID: c.UID, GID: c.GID, PID: c.PID, Comm: c.Comm, Groups: c.Groups}
+}
+
+// toAPIRefine is the controller's live refinement in the API's wire form (nil stays nil).
+func toAPIRefine(r *control.RefineStatus) *api.Refine {
+	if r == nil {
+		return nil
+	}
+	out := &api.Refine{Mode: r.Mode, Batch: r.Batch, PFeasible: r.PFeasible, TrialUntil: r.TrialUntil,
+		Pooled: api.RefinePooled{Windows: r.Pooled.Windows, TrainRatio: r.Pooled.TrainRatio, InferRatio: r.Pooled.InferRatio,
+			PowerRatio: r.Pooled.PowerRatio, Repeats: r.Pooled.Repeats}}
+	if c := r.Confirmed; c != nil {
+		out.Confirmed = &api.RefineConfig{Mode: c.Mode, Batch: c.Batch}
+	}
+	if c := r.Trial; c != nil {
+		out.Trial = &api.RefineConfig{Mode: c.Mode, Batch: c.Batch}
+	}
+	for _, f := range r.Failed {
+		out.Failed = append(out.Failed, api.RefineFailure{Mode: f.Mode, Batch: f.Batch, Count: f.Count, RetryAt: f.RetryAt, Why: f.Why})
+	}
+	return out
 }
 
 // toAPIHeat is the controller's heat in the API's wire form (nil stays nil).

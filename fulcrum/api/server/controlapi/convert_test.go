@@ -10,7 +10,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 )
 
-// The controller's own Heat and Caller (control imports nothing of the API) reach the
+// The controller's own Heat, Caller and live refinement (control imports nothing of the API) reach the
 // wire field by field: with every field set, the API's JSON is the controller's, and the
 // types have the same fields, so a field added on one side must be added on the other.
 func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
@@ -19,6 +19,10 @@ func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
 	h := &control.Heat{At: at, Zones: []control.ThermalZone{{Zone: "gpu-thermal", Celsius: 97.5, TripC: 99, Error: "EAGAIN"}},
 		GPULoad: &load, GPUHz: 510000000, GPUFloorHz: 612000000, CPUKHz: 1497600, CPUFloorKHz: 1728000, Throttled: true,
 		ThrottleReason: "GPU runs under its floor", ThrottledSince: &at, CapGPUHz: 510000000, CapCPUKHz: 1497600}
+	m := api.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
+	r := &control.RefineStatus{Mode: m, Batch: 4, Pooled: control.Pooled{Windows: 12, TrainRatio: 1.03, InferRatio: 1.04, PowerRatio: 0.95, Repeats: 13},
+		PFeasible: 0.9975, Confirmed: &control.RefineConfig{Mode: m, Batch: 4}, Trial: &control.RefineConfig{Mode: m, Batch: 8}, TrialUntil: at,
+		Failed: []control.RefineFailure{{Mode: m, Batch: 16, Count: 1, RetryAt: at, Why: "power over budget"}}}
 	c := &control.Caller{UID: 1000, GID: 1000, PID: 42, Comm: "fulcrumctl", Groups: []int{27, 1001}}
 	for _, pair := range []struct {
 		name      string
@@ -27,6 +31,7 @@ func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
 		{"heat", h, toAPIHeat(h)},
 		{"caller", c, toAPICaller(c)},
 		{"caller back", c, fromAPICaller(*toAPICaller(c))},
+		{"refine", r, toAPIRefine(r)},
 	} {
 		want, _ := json.Marshal(pair.from)
 		got, _ := json.Marshal(pair.got)
@@ -38,12 +43,16 @@ func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
 		{reflect.TypeFor[control.Heat](), reflect.TypeFor[api.Heat]()},
 		{reflect.TypeFor[control.ThermalZone](), reflect.TypeFor[api.ThermalZone]()},
 		{reflect.TypeFor[control.Caller](), reflect.TypeFor[api.Caller]()},
+		{reflect.TypeFor[control.RefineStatus](), reflect.TypeFor[api.Refine]()},
+		{reflect.TypeFor[control.Pooled](), reflect.TypeFor[api.RefinePooled]()},
+		{reflect.TypeFor[control.RefineConfig](), reflect.TypeFor[api.RefineConfig]()},
+		{reflect.TypeFor[control.RefineFailure](), reflect.TypeFor[api.RefineFailure]()},
 	} {
 		if types[0].NumField() != types[1].NumField() {
 			t.Errorf("%s has %d fields, %s %d: copy the new one", types[0], types[0].NumField(), types[1], types[1].NumField())
 		}
 	}
-	if toAPIHeat(nil) != nil || toAPICaller(nil) != nil {
+	if toAPIHeat(nil) != nil || toAPICaller(nil) != nil || toAPIRefine(nil) != nil {
 		t.Error("nil must stay nil (no heat reading, no caller)")
 	}
 }

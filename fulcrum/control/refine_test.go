@@ -1,0 +1,149 @@
+package control
+
+import (
+	"math"
+	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+)
+
+// The pooling rule of live refinement (docs/design.md §9 "Live refinement"): each
+// quantity's live ratio samples and the stored profile (ratio 1) weighed by inverse
+// variance, a window worth at most one profiled repeat.
+func TestPoolRatio(t *testing.T) {
+	const noise = 0.03
+	cases := []struct {
+		name        string
+		samples     []float64
+		n0          int
+		wantRatio   float64
+		wantRepeats float64
+	}{
+		{"no evidence keeps the stored profile", nil, 2, 1, 2},
+		{"one window counts as one repeat", []float64{0.94}, 1, 0.97, 2},
+		// Four windows agreeing closer than the noise: each still one repeat.
+		{"agreeing windows count one repeat each", []float64{0.95, 0.951, 0.949, 0.95}, 1, (1 + 4*0.95) / 5, 5},
+		// Windows spread 10 % apart are worth (0.03/0.1)² repeats each.
+		{"spread windows count less", []float64{0.9, 1.1}, 1, 1, 1 + 2*math.Pow(0.03/stddev(0.9, 1.1), 2)},
+	}
+	for _, c := range cases {
+		r, n := poolRatio(c.samples, c.n0, noise)
+		if math.Abs(r-c.wantRatio) > 1e-9 || math.Abs(n-c.wantRepeats) > 1e-9 {
+			t.Errorf("%s: ratio %.6f repeats %.4f, want %.6f and %.4f", c.name, r, n, c.wantRatio, c.wantRepeats)
+		}
+	}
+	if r, n := poolRatio([]float64{0.5}, 1, 0); r != 1 || n != 1 {
+		t.Errorf("an exact decision (noise 0) takes no evidence: ratio %v repeats %v", r, n)
+	}
+}
+
+func stddev(a, b float64) float64 { m := (a + b) / 2; return math.Sqrt((a-m)*(a-m) + (b-m)*(b-m)) }
+
+// TestPoolEvidence: the mixed power a window reads is compared with model v1's power of
+// the stored profile at the window's rate; times and power take their pooled ratios
+// at every batch of the mode; the repeats are the fewest any quantity is worth, capped.
+func TestPoolEvidence(t *testing.T) {
+	p := plan.ModeProfile{Mode: powermode.Mode{Cores: 4, CPUKHz: 1e6, GPUHz: 5e8, EMCHz: 1e9},
+		Train:   plan.TrainPoint{Batch: 32, TimeMS: 100, PowerMW: 20000},
+		Infer:   []plan.InferPoint{{Batch: 1, TimeMS: 10, PowerMW: 10000}, {Batch: 4, TimeMS: 30, PowerMW: 12000}},
+		Repeats: 1}
+	// At 10 req/s and batch 1: ρ = 0.1, model power 0.1·10 + 0.9·20 = 19 W; the board
+	// reads 17.1 W (0.9×), the turns run 10 % slower.
+	w := liveWindow{TrainMS: 110, InferMS: 11, InferBatch: 1, PowerMW: 17100, RateRPS: 10}
+	ws := []liveWindow{w, w, w}
+	got, pooled := poolEvidence(p, ws, 0.03, 30, 0)
+	if pooled.Repeats != 4 || pooled.Windows != 3 {
+		t.Fatalf("three windows on one repeat: %+v, want 4 repeats", pooled)
+	}
+	wantT, wantP := (1+3*1.1)/4, (1+3*0.9)/4
+	if math.Abs(got.Train.TimeMS-100*wantT) > 1e-9 || math.Abs(got.Infer[1].TimeMS-30*wantT) > 1e-9 {
+		t.Errorf("times %v, %v: want ×%.4f at every batch", got.Train.TimeMS, got.Infer[1].TimeMS, wantT)
+	}
+	if math.Abs(got.Train.PowerMW-20000*wantP) > 1e-6 || math.Abs(got.Infer[0].PowerMW-10000*wantP) > 1e-6 {
+		t.Errorf("power %v, %v: want ×%.4f", got.Train.PowerMW, got.Infer[0].PowerMW, wantP)
+	}
+	if p.Train.TimeMS != 100 || p.Infer[0].PowerMW != 10000 {
+		t.Fatal("poolEvidence changed the stored profile")
+	}
+	// A window without an inference measurement leaves the inference ratio unmeasured:
+	// the profile counts no more repeats than the stored one.
+	got, pooled = poolEvidence(p, []liveWindow{{TrainMS: 110, PowerMW: 17100, RateRPS: 10, InferBatch: 1}}, 0.03, 30, 0)
+	if pooled.Repeats != 1 || got.Infer[0].TimeMS != 10 {
+		t.Errorf("no inference evidence: %+v, inference time %v", pooled, got.Infer[0].TimeMS)
+	}
+	// A mode that broke the power budget live keeps its learned correction: the pooled
+	// power never goes under it.
+	if got, _ := poolEvidence(p, ws, 0.03, 30, 1); got.Train.PowerMW != 20000 || got.Infer[0].PowerMW != 10000 {
+		t.Errorf("power floor 1: power %v, %v; want the stored 20000, 10000", got.Train.PowerMW, got.Infer[0].PowerMW)
+	}
+	// A window of micro-batch turns is compared with the stored micro-batch row.
+	pm := p.Clone()
+	pm.Micro = []plan.TrainPoint{{Batch: 8, TimeMS: 30, PowerMW: 20000, Minibatch: 32}}
+	got, _ = poolEvidence(pm, []liveWindow{{TrainMS: 33, TrainMicro: 8, InferMS: 10, InferBatch: 1}}, 0.03, 30, 0)
+	if k := got.Train.TimeMS / 100; math.Abs(k-1.05) > 1e-9 || math.Abs(got.Micro[0].TimeMS-30*1.05) > 1e-9 {
+		t.Errorf("micro-batch window 10 %% slow on one repeat: minibatch ×%.4f, micro-batch %v; want ×1.05 both", k, got.Micro[0].TimeMS)
+	}
+	many := make([]liveWindow, 100)
+	for i := range many {
+		many[i] = w
+	}
+	if _, pooled = poolEvidence(p, many, 0.03, 30, 0); pooled.Repeats != 30 {
+		t.Errorf("100 windows with max_repeats 30: %d repeats", pooled.Repeats)
+	}
+}
+
+// TestPooledEvidenceTightensTheDecision: the decision's P for a configuration near the
+// power edge rises as windows that read the board within the budget are pooled.
+func TestPooledEvidenceTightensTheDecision(t *testing.T) {
+	p := plan.ModeProfile{Mode: powermode.Mode{Cores: 4, CPUKHz: 1e6, GPUHz: 5e8, EMCHz: 1e9},
+		Train: plan.TrainPoint{Batch: 32, TimeMS: 100, PowerMW: 20000},
+		Infer: []plan.InferPoint{{Batch: 1, TimeMS: 10, PowerMW: 10000}}, Repeats: 1}
+	d := plan.Rules{NoiseRel: 0.03}.For(plan.Budgets{RateRPS: 10, LatencyMS: 1000, PowerMW: 19500}.WithDefaults(), []int{1})
+	pOf := func(mp plan.ModeProfile) float64 {
+		all, err := d.ScoreAll([]plan.ModeProfile{mp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all[0].PFeasible
+	}
+	prev := pOf(p)
+	if prev >= 0.99 {
+		t.Fatalf("setup: P %.4f is claimable already", prev)
+	}
+	// The board reads what the stored profile predicts (19 W against 19.5): only the
+	// evidence's weight changes.
+	w := liveWindow{TrainMS: 100, InferMS: 10, InferBatch: 1, PowerMW: 19000, RateRPS: 10}
+	var ws []liveWindow
+	for k := 1; k <= 12; k++ {
+		ws = append(ws, w)
+		mp, _ := poolEvidence(p, ws, 0.03, 30, 0)
+		if got := pOf(mp); got <= prev {
+			t.Fatalf("after %d windows P %.5f, not above %.5f", k, got, prev)
+		} else {
+			prev = got
+		}
+	}
+	if prev < 0.99 {
+		t.Errorf("after 12 windows P %.4f: still not claimed", prev)
+	}
+}
+
+func TestRefineDefaults(t *testing.T) {
+	full := DefaultConfig()
+	full.Live = DefaultLiveOptions()
+	if err := full.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o := DefaultConfig().Refine; !o.Enabled || !o.Trials {
+		t.Errorf("live refinement off by default: %+v", o)
+	}
+	if o := (Config{}).withDefaults().Refine; o.Enabled || o.Window <= 0 {
+		t.Errorf("a zero Config: %+v; want refinement off with the default numbers", o)
+	}
+	c := full
+	c.Refine.TrialMinP = 1.5
+	if c.Validate() == nil {
+		t.Error("trial_min_p 1.5 accepted")
+	}
+}
