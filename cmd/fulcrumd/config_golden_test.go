@@ -78,6 +78,10 @@ controller:
   min_profiles: 5
   searcher: als
   max_profiles: 40
+  research_hold_ms: 20000
+  research_backoff_max: 8
+  research_off: true
+  research_paused_als: true
   noise_rel: 0.05
   events: 50
   infer_batches: [1, 4, 16]

@@ -37,6 +37,8 @@ func (c Config) Validate() error {
 		ck.Fail("Confidence", c.Confidence, "must be a probability from 0.5 to below 1 (0.99: claim a plan when it meets every budget with 99% probability)")
 	}
 	optcheck.Positive(&ck, "Events", c.Events)
+	optcheck.Positive(&ck, "ResearchHold", c.ResearchHold)
+	optcheck.Positive(&ck, "ResearchBackoffMax", c.ResearchBackoffMax)
 	if !slices.Contains(ExternalPolicies, c.ExternalChange) {
 		ck.Fail("ExternalChange", strconv.Quote(c.ExternalChange), "must be stand_down, reapply or adopt (what a clock change made outside fulcrumd, e.g. by jetson_clocks, leads to)")
 	}

@@ -34,6 +34,9 @@ type fakeBoard struct {
 	powerMW float64
 	powerFn func(powermode.Mode) float64
 	err     error
+	// applyErr, when set, refuses every mode change (a board whose clock files refuse
+	// writes).
+	applyErr error
 }
 
 func (b *fakeBoard) Info() powermode.BoardInfo { return powermode.BoardInfo{Name: b.spec.Name} }
@@ -49,6 +52,9 @@ func (b *fakeBoard) Current(context.Context) (powermode.Mode, error) {
 func (b *fakeBoard) Apply(_ context.Context, m powermode.Mode) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.applyErr != nil {
+		return b.applyErr
+	}
 	b.mode = m
 	b.applied = append(b.applied, m)
 	return nil

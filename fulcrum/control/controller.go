@@ -60,6 +60,18 @@ type Config struct {
 	// ExternalChange is what a mode change made outside fulcrumd leads to:
 	// ExternalStandDown (default), ExternalReapply or ExternalAdopt (external.go).
 	ExternalChange string `mapstructure:"external_change"`
+	// ResearchHold: while training is paused because no known configuration meets the
+	// budgets, or after a search failed, the controller searches again after this hold,
+	// doubling with each re-search up to ResearchBackoffMax times it (research.go);
+	// ResearchOff switches that off (the pause then lasts until a budget or rate changes).
+	// ResearchPausedALS re-runs ALS too while training is paused (GMD is re-run by
+	// default; a failed search is retried whichever the searcher): ALS's campaign samples
+	// the whole space again, modes where inference saturates included, and on the
+	// lifetime board that cost more latency than the training it won (docs/benchmarks.md).
+	ResearchHold       time.Duration `mapstructure:"research_hold_ms"`
+	ResearchBackoffMax int           `mapstructure:"research_backoff_max"`
+	ResearchOff        bool          `mapstructure:"research_off"`
+	ResearchPausedALS  bool          `mapstructure:"research_paused_als"`
 }
 
 // DefaultConfig is what fulcrumd uses when the configuration says nothing.
@@ -72,6 +84,7 @@ func DefaultConfig() Config {
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
+		ResearchHold: 50 * time.Second, ResearchBackoffMax: 16,
 		Refine: DefaultRefineOptions(),
 	}
 }
@@ -81,7 +94,7 @@ func (c Config) withDefaults() Config {
 		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
 		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
 		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown},
-		{&c.PowerFail, &d.PowerFail},
+		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold},
 	}
 	for _, x := range durs {
 		if *x.v <= 0 {
@@ -114,6 +127,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ExternalChange == "" {
 		c.ExternalChange = d.ExternalChange
+	}
+	if c.ResearchBackoffMax <= 0 {
+		c.ResearchBackoffMax = d.ResearchBackoffMax
 	}
 	c.Refine = c.Refine.withDefaults() // Enabled and Trials stay as given
 	return c
@@ -239,6 +255,8 @@ type Controller struct {
 	violations map[string]uint64 // budget violations acted on, by budget
 	heat       heatState         // temperatures, throttling and the thermal cap (heat.go)
 	ref        refineState       // live refinement: evidence, confirmed point, trials (refine.go)
+
+	research researchState // the controller's own re-searches and their back-off (research.go)
 
 	declined []string // workloads whose workers all decline profile batches (decline.go)
 	notices  []string // what the operator must act on, kept until restart (Notice)
@@ -544,6 +562,11 @@ func (c *Controller) Step(ctx context.Context) {
 		if c.want == nil {
 			c.needPlan = "the board accepts mode changes again"
 		}
+		return
+	}
+	// Training paused by an infeasible plan, or a failed search: search again after a
+	// backed-off hold (research.go).
+	if c.maybeResearch(snap, now) {
 		return
 	}
 	if c.grp != nil {

@@ -1,11 +1,13 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -322,7 +324,10 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loadOver()
-	for m, r := range p.over {
+	// In a fixed order (a map's is random): a searcher's fits and ties depend on the
+	// order of what it knows, and a re-search starts from these (issue 31).
+	for _, m := range slices.SortedFunc(maps.Keys(p.over), compareModes) {
+		r := p.over[m]
 		if p.BudgetMW > 0 && r.PowerMW > p.BudgetMW && !slices.ContainsFunc(out, func(x plan.ModeProfile) bool { return x.Mode == m }) {
 			out = append(out, p.estimate(m, r.PowerMW, nil, out))
 		}
@@ -333,6 +338,11 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 		}
 	}
 	return out
+}
+
+// compareModes orders modes by cores, CPU, GPU and EMC clock.
+func compareModes(a, b powermode.Mode) int {
+	return cmp.Or(cmp.Compare(a.Cores, b.Cores), cmp.Compare(a.CPUKHz, b.CPUKHz), cmp.Compare(a.GPUHz, b.GPUHz), cmp.Compare(a.EMCHz, b.EMCHz))
 }
 
 // StoredProfiles returns the complete profiles of pair on board: modes with a training

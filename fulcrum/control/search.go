@@ -54,6 +54,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		c.job, c.jobMethod = false, ""
 		c.forceApply = true // the live profiler moved the board
 		out.Result, out.Counts, out.Err, out.Duration = res, counts, err, c.clock.Now().Sub(started)
+		c.searchFailed(err) // a failed search is searched again after a hold (research.go)
 		if err != nil && c.cur != nil {
 			c.events.Add(Event{Kind: KindProfile, Reason: method + " search stopped; returning to the previous configuration", Err: err.Error()})
 			prev := *c.cur

@@ -115,7 +115,11 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 			w.score[idx] = math.NaN() // scored once θ_ref is known
 		}
 	}
-	stop, err := w.run(gmdStart(p))
+	start := gmdStart(p)
+	if s, ok := w.knownStart(); ok {
+		start = s
+	}
+	stop, err := w.run(start)
 	if err != nil && !errors.Is(err, errBudgetSpent) {
 		return Result{}, fmt.Errorf("gmd: %w", err)
 	}
@@ -479,11 +483,22 @@ func (w *walk) run(start powermode.Index) (string, error) {
 			cur, curS = g, s
 		}
 	}
-	// 2–3. Model-guided steps.
-	initial, stalls := step, 0
+	// 2–3. Model-guided steps, off the power ridge first where it caps the GPU clock
+	// (freePowerStep).
+	initial, stalls, ridged := step, 0, false
 	for {
 		if err := w.ctx.Err(); err != nil {
 			return "cancelled", err
+		}
+		if next, ok := w.freePowerStep(cur, ridged); ok {
+			s, err := w.eval(next)
+			if err != nil {
+				return w.finish(err)
+			}
+			if s > curS {
+				cur, curS, ridged, step = next, s, true, initial
+			}
+			continue
 		}
 		next, ok := w.predictBest(cur, step, curS)
 		if !ok {
@@ -508,7 +523,7 @@ func (w *walk) run(start powermode.Index) (string, error) {
 				return w.finish(err)
 			}
 			if s > curS {
-				cur, curS, step = g, s, initial
+				cur, curS, step, ridged = g, s, initial, false
 				continue
 			}
 			stalls++
@@ -519,7 +534,7 @@ func (w *walk) run(start powermode.Index) (string, error) {
 			return w.finish(err)
 		}
 		if s > curS {
-			cur, curS = next, s
+			cur, curS, ridged = next, s, false
 			continue
 		}
 		if allOne(step, dims) {
