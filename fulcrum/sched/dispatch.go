@@ -76,7 +76,8 @@ func durMS(v float64) time.Duration { return time.Duration(v * float64(time.Mill
 // gone); a pending between-turns action; a profile batch; a training minibatch if every
 // waiting request can still meet its deadline after it (otherwise the blocking inference
 // batch is served early, so the GPU never idles while work waits). The wake timer is set
-// for the next instant a partial batch falls due.
+// for the next instant a partial batch falls due. Each step returns true when it started a
+// turn (or ran an action), which ends this pass; the next event calls schedule again.
 func (s *Scheduler) schedule() {
 	if s.closed || s.turn != nil {
 		s.setWake(time.Time{})
@@ -84,8 +85,18 @@ func (s *Scheduler) schedule() {
 	}
 	now := s.clock.Now()
 	s.refuseCrowded(now)
+	if s.grantDueInference(now) || // 1. due inference batches
+		s.runNextAction(now) || // 2. between-turns actions
+		s.grantProfile(now) || // 3. profile batches
+		s.grantTraining(now) { // 4. training minibatches
+		return
+	}
+	s.setWake(s.nextWake(now))
+}
 
-	// 1. Due inference batches, earliest deadline first.
+// grantDueInference grants the due inference batch with the earliest deadline, if any.
+// It comes first because a due batch's deadline cannot wait for anything else.
+func (s *Scheduler) grantDueInference(now time.Time) bool {
 	var due *worker
 	for _, w := range s.order {
 		if w.spec.Role != proto.RoleInfer || !w.wantTurn || len(w.queue) == 0 {
@@ -100,21 +111,31 @@ func (s *Scheduler) schedule() {
 			due = w
 		}
 	}
-	if due != nil {
-		s.grantInfer(due, now)
-		return
+	if due == nil {
+		return false
 	}
+	s.grantInfer(due, now)
+	return true
+}
 
-	// 2. Between-turns actions.
-	if len(s.actions) > 0 {
-		a := s.actions[0]
-		s.actions = s.actions[1:]
-		s.runAction(a, now)
-		return
+// runNextAction runs the oldest pending between-turns action (a power-mode change, ...):
+// actions need the GPU free, and this is the moment no deadline is due.
+func (s *Scheduler) runNextAction(now time.Time) bool {
+	if len(s.actions) == 0 {
+		return false
 	}
+	a := s.actions[0]
+	s.actions = s.actions[1:]
+	s.runAction(a, now)
+	return true
+}
 
-	// 3. Profile batches and 4. training minibatches, both admitted only if inference
-	// deadlines survive them.
+// grantProfile grants the oldest admissible profile batch. Profile batches go before
+// training because a search waits on them, but only if inference deadlines survive them:
+// otherwise the blocking inference batch is served early, or (the queue empty, the batch
+// overdue) the profile batch runs anyway. It returns true when it started a turn; false
+// lets training be considered.
+func (s *Scheduler) grantProfile(now time.Time) bool {
 	for i, p := range s.profiles {
 		w := s.workers[p.worker]
 		if w == nil || !w.wantTurn {
@@ -123,19 +144,26 @@ func (s *Scheduler) schedule() {
 		exp := s.expProfile(w, p.batch)
 		if blocker := s.admit(now, exp); blocker != nil {
 			if s.serveBlocker(blocker, now) {
-				return
+				return true
 			}
 			overdue := s.cfg.ProfileWait > 0 && now.Sub(p.queued) >= s.cfg.ProfileWait
 			if !overdue || !s.inferenceIdle() {
-				break // the wake below covers the moment it falls overdue
+				break // the wake in nextWake covers the moment it falls overdue
 			}
 			s.log.Info("granting an overdue profile batch with no request queued", "worker", w.id,
 				"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)), "expected_ms", ms(exp))
 		}
 		s.profiles = slices.Delete(s.profiles, i, i+1)
 		s.grant(w, proto.KindProfile, p.batch, nil, exp, now, p)
-		return
+		return true
 	}
+	return false
+}
+
+// trainCandidate is the training worker to consider now: the least-served one
+// (nextTrainer), unless a held worker is re-acquiring and should get the turn instead, in
+// which case it is nil so the GPU waits for it. An expired or satisfied hold is dropped.
+func (s *Scheduler) trainCandidate(now time.Time) *worker {
 	w := s.nextTrainer()
 	if h := s.trainHold; h != nil && w != nil {
 		switch {
@@ -147,58 +175,64 @@ func (s *Scheduler) schedule() {
 			w = nil
 		}
 	}
-	if w != nil && !s.trainPaused {
-		// A minibatch's turns are all of the micro-batch size chosen when it starts
-		// (micro.go); each is admitted, held and starved on its own expected time.
-		s.startMinibatch(w, now)
-		mb := w.microSize()
-		exp := s.expTrainAt(w, mb)
-		blocker := s.admit(now, exp)
-		starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= w.starveAfterAt(mb, s.cfg.Starve) && s.inferenceIdle()
-		if blocker == nil || starved {
-			if blocker != nil {
-				// Its expected time may be stale (an outlier, a warm-up): the only way to
-				// learn otherwise is to run it, at a moment nothing is queued.
-				s.log.Info("admitting a starved training minibatch to re-measure it", "worker", w.id,
-					"waited_ms", ms(now.Sub(w.acquiredAt)), "expected_ms", ms(exp))
-				w.st.starved++
-			}
-			s.rrLast = w.reg
-			s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
-			if mb < w.spec.Batch {
-				s.turn.grant.MicroBatch = mb
-				s.out[len(s.out)-1].g.MicroBatch = mb
-			}
-			return
-		}
-		if blocker != nil {
-			blocker.room.blocked = true // the stream's room is costing training (room.go)
-		}
-		if s.serveBlocker(blocker, now) {
-			return
-		}
-	}
+	return w
+}
 
-	// Nothing to run now: wake when the earliest partial batch falls due.
+// grantTraining grants a training (micro-)batch if inference deadlines survive it, or if
+// it has starved while no request is queued; otherwise it serves the blocking inference
+// batch early so the GPU does not idle. It returns true when it started a turn.
+func (s *Scheduler) grantTraining(now time.Time) bool {
+	w := s.trainCandidate(now)
+	if w == nil || s.trainPaused {
+		return false
+	}
+	// A minibatch's turns are all of the micro-batch size chosen when it starts
+	// (micro.go); each is admitted, held and starved on its own expected time.
+	s.startMinibatch(w, now)
+	mb := w.microSize()
+	exp := s.expTrainAt(w, mb)
+	blocker := s.admit(now, exp)
+	starved := s.cfg.Starve > 0 && now.Sub(w.acquiredAt) >= w.starveAfterAt(mb, s.cfg.Starve) && s.inferenceIdle()
+	if blocker == nil || starved {
+		if blocker != nil {
+			// Its expected time may be stale (an outlier, a warm-up): the only way to
+			// learn otherwise is to run it, at a moment nothing is queued.
+			s.log.Info("admitting a starved training minibatch to re-measure it", "worker", w.id,
+				"waited_ms", ms(now.Sub(w.acquiredAt)), "expected_ms", ms(exp))
+			w.st.starved++
+		}
+		s.rrLast = w.reg
+		s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
+		if mb < w.spec.Batch {
+			s.turn.grant.MicroBatch = mb
+			s.out[len(s.out)-1].g.MicroBatch = mb
+		}
+		return true
+	}
+	blocker.room.blocked = true // the stream's room is costing training (room.go)
+	return s.serveBlocker(blocker, now)
+}
+
+// nextWake is the next instant schedule must run again with nothing to run now: the
+// earliest of a partial batch falling due, a training hold expiring, a profile batch
+// falling overdue or crowded, and a training worker starving. Zero means no wake.
+func (s *Scheduler) nextWake(now time.Time) time.Time {
 	var next time.Time
 	for _, w := range s.order {
 		if w.spec.Role != proto.RoleInfer || !w.wantTurn || len(w.queue) == 0 {
 			continue
 		}
 		n := min(len(w.queue), w.spec.Batch)
-		at := w.queue[0].deadline.Add(-s.roomOf(w) - s.expInfer(w, n))
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
+		next = earlier(next, w.queue[0].deadline.Add(-s.roomOf(w)-s.expInfer(w, n)))
 	}
-	if s.trainHold != nil && s.trainHoldUntil.After(now) && (next.IsZero() || s.trainHoldUntil.Before(next)) {
-		next = s.trainHoldUntil
+	if s.trainHold != nil && s.trainHoldUntil.After(now) {
+		next = earlier(next, s.trainHoldUntil)
 	}
 	if s.cfg.ProfileWait > 0 {
 		for _, p := range s.profiles {
 			for _, at := range []time.Time{p.queued.Add(s.cfg.ProfileWait), p.queued.Add(s.crowdBound())} {
-				if at.After(now) && (next.IsZero() || at.Before(next)) {
-					next = at
+				if at.After(now) {
+					next = earlier(next, at)
 				}
 			}
 		}
@@ -208,13 +242,21 @@ func (s *Scheduler) schedule() {
 			if w.spec.Role != proto.RoleTrain || !w.wantTurn {
 				continue
 			}
-			at := w.acquiredAt.Add(w.starveAfterAt(w.microSize(), s.cfg.Starve))
-			if at.After(now) && (next.IsZero() || at.Before(next)) {
-				next = at
+			if at := w.acquiredAt.Add(w.starveAfterAt(w.microSize(), s.cfg.Starve)); at.After(now) {
+				next = earlier(next, at)
 			}
 		}
 	}
-	s.setWake(next)
+	return next
+}
+
+// earlier is the earlier of next and at, where a zero next means none yet (at wins; a tie
+// keeps next).
+func earlier(next, at time.Time) time.Time {
+	if next.IsZero() || at.Before(next) {
+		return at
+	}
+	return next
 }
 
 // inferenceIdle reports that no inference request is queued or being served.

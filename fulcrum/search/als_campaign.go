@@ -13,9 +13,54 @@ import (
 )
 
 // LearnModel runs an ALS campaign for the pair of p (p.Budgets are not used) and
-// returns the learned model.
+// returns the learned model. The campaign: set up (free known profiles first), seed
+// with a space-filling design, then profile the most uncertain candidate until a
+// stopping rule holds, and fit the surrogates one last time for the stored model.
 func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSModel, error) {
-	o := a.opts
+	c, err := newALSCampaign(ctx, a.opts, p, prof)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.seed(); err != nil {
+		return nil, err
+	}
+	if err := c.acquireUntilStopped(); err != nil {
+		return nil, err
+	}
+	if err := c.finalFit(); err != nil {
+		return nil, err
+	}
+	c.o.Logger.Debug("als campaign done", "profiles", len(c.m.campaign), "stop", c.m.stop, "pareto", len(c.m.front))
+	return c.m, nil
+}
+
+// alsCampaign is the state of one LearnModel run, shared by its steps: the model being
+// learned, what has been measured, the surrogates and their last hyper-parameters, the
+// random stream (drawn from in a fixed order, so a seed gives one campaign) and the
+// stopping rule's memory.
+type alsCampaign struct {
+	ctx          context.Context
+	o            ALSOptions
+	p            Problem
+	prof         Profiler
+	batches      []int
+	budget       int     // profiles the campaign may pay for
+	gpNoiseFloor float64 // lower bound on the GPs' noise
+	rng          *rand.Rand
+	m            *ALSModel
+	xs           [][]float64 // every member's inputs
+	measured     map[powermode.Mode]bool
+	ys           [][]float64 // outputs of m.profiles, in order
+	gps          [numGroups]*gp.GP
+	prevHyper    [numGroups]*gp.Hyper // warm starts for the next fit
+	lastFit      int                  // len(m.profiles) at the last full fit; 0 before any
+	stable       int                  // rounds the predicted front has not changed
+	prevFront    []int
+}
+
+// newALSCampaign checks p, sizes the budget and takes in the profiles the profiler
+// already knows, which cost nothing.
+func newALSCampaign(ctx context.Context, o ALSOptions, p Problem, prof Profiler) (*alsCampaign, error) {
 	batches, err := checkProblem(p)
 	if err != nil {
 		return nil, err
@@ -24,139 +69,179 @@ func (a *ALS) LearnModel(ctx context.Context, p Problem, prof Profiler) (*ALSMod
 	if total <= 0 {
 		total = o.MaxProfiles
 	}
-	// The campaign leaves Confirm profiles to each answer, but always takes the two a
-	// surrogate needs.
-	budget := max(total-o.Confirm, min(total, 2))
-	rng := rand.New(rand.NewPCG(p.Seed^o.Seed, 0x616c73))
-	// A profiler that knows its noise (Problem.NoiseRel) bounds the GPs' noise by it.
-	gpNoiseFloor := max(o.NoiseFloor, p.NoiseRel)
-	m := &ALSModel{opts: o, space: p.Space, train: p.Train, infer: p.Infer, trainBatch: p.TrainBatch, batches: batches,
+	c := &alsCampaign{ctx: ctx, o: o, p: p, prof: prof, batches: batches,
+		// The campaign leaves Confirm profiles to each answer, but always takes the two a
+		// surrogate needs.
+		budget: max(total-o.Confirm, min(total, 2)),
+		rng:    rand.New(rand.NewPCG(p.Seed^o.Seed, 0x616c73)),
+		// A profiler that knows its noise (Problem.NoiseRel) bounds the GPs' noise by it.
+		gpNoiseFloor: max(o.NoiseFloor, p.NoiseRel),
+		measured:     map[powermode.Mode]bool{},
+	}
+	c.m = &ALSModel{opts: o, space: p.Space, train: p.Train, infer: p.Infer, trainBatch: p.TrainBatch, batches: batches,
 		rules: p.Rules, noiseRel: max(p.NoiseRel, p.Rules.NoiseRel), maxProfiles: total}
-	m.index()
-	xs := m.allInputs()
-	measured := map[powermode.Mode]bool{}
-	var ys [][]float64
-	add := func(mp plan.ModeProfile) bool {
-		if measured[mp.Mode] || !p.Space.Contains(mp.Mode) {
-			return false
-		}
-		y, ok := outputsOf(mp, batches)
-		if !ok {
-			return false
-		}
-		measured[mp.Mode] = true
-		m.profiles = append(m.profiles, mp.Clone())
-		ys = append(ys, y)
-		return true
-	}
+	c.m.index()
+	c.xs = c.m.allInputs()
 	for _, mp := range prof.Known() {
-		add(mp) // free: profiles someone already paid for
+		c.add(mp) // free: profiles someone already paid for
 	}
-	profile := func(md powermode.Mode, why string) error {
-		mp, err := prof.Profile(ctx, md)
-		if err != nil {
-			return fmt.Errorf("als: profiling mode %s (%s): %w", md, why, err)
-		}
-		mp.Mode = md
-		if !add(mp) {
-			return fmt.Errorf("als: the profile of mode %s lacks a batch size of %v or has a non-positive time or power: fix the profiler", md, batches)
-		}
-		m.campaign = append(m.campaign, md)
-		o.Logger.Debug("als profiled", "mode", md.String(), "why", why, "count", len(m.campaign))
-		return nil
-	}
+	return c, nil
+}
 
-	// Seed: a space-filling design over the members, both extremes first.
-	nSeed := min(o.SeedModes, budget, len(m.modes))
-	for _, i := range seedDesign(xs, m.modes, measured, nSeed-min(len(m.profiles), nSeed), rng) {
-		if err := profile(m.modes[i], "seed"); err != nil {
-			return nil, err
+// add records mp if it is a new mode of the space with usable outputs, and reports
+// whether it did.
+func (c *alsCampaign) add(mp plan.ModeProfile) bool {
+	if c.measured[mp.Mode] || !c.p.Space.Contains(mp.Mode) {
+		return false
+	}
+	y, ok := outputsOf(mp, c.batches)
+	if !ok {
+		return false
+	}
+	c.measured[mp.Mode] = true
+	c.m.profiles = append(c.m.profiles, mp.Clone())
+	c.ys = append(c.ys, y)
+	return true
+}
+
+// profile pays for a profile of md (why is logged and put in errors) and records it.
+func (c *alsCampaign) profile(md powermode.Mode, why string) error {
+	mp, err := c.prof.Profile(c.ctx, md)
+	if err != nil {
+		return fmt.Errorf("als: profiling mode %s (%s): %w", md, why, err)
+	}
+	mp.Mode = md
+	if !c.add(mp) {
+		return fmt.Errorf("als: the profile of mode %s lacks a batch size of %v or has a non-positive time or power: fix the profiler", md, c.batches)
+	}
+	c.m.campaign = append(c.m.campaign, md)
+	c.o.Logger.Debug("als profiled", "mode", md.String(), "why", why, "count", len(c.m.campaign))
+	return nil
+}
+
+// seed profiles a space-filling design over the members, both extremes first, so the
+// surrogates start from data spread over the space; known profiles count towards it.
+func (c *alsCampaign) seed() error {
+	m := c.m
+	nSeed := min(c.o.SeedModes, c.budget, len(m.modes))
+	for _, i := range seedDesign(c.xs, m.modes, c.measured, nSeed-min(len(m.profiles), nSeed), c.rng) {
+		if err := c.profile(m.modes[i], "seed"); err != nil {
+			return err
 		}
 	}
 	if len(m.profiles) < 2 {
-		return nil, fmt.Errorf("als: %d usable profiles after seeding: the space has too few modes or the budget (%d) is too small; allow at least 2", len(m.profiles), budget)
+		return fmt.Errorf("als: %d usable profiles after seeding: the space has too few modes or the budget (%d) is too small; allow at least 2", len(m.profiles), c.budget)
 	}
+	return nil
+}
 
-	var gps [numGroups]*gp.GP
-	var prevHyper [numGroups]*gp.Hyper
-	fit := func(restarts int) error {
-		for g := range numGroups {
-			x := m.dataInputs()
-			y := groupOutputs(ys, g, len(batches))
-			gp, err := gp.Fit(ctx, x, y, gp.FitOptions{Restarts: restarts, Init: prevHyper[g], Rand: rng, MinNoiseSD: gpNoiseFloor})
-			if err != nil {
-				return fmt.Errorf("als: fitting the %s surrogate: %w", groupName(g), err)
-			}
-			gps[g] = gp
-			h := gp.Hyper()
-			prevHyper[g] = &h
+// fit fits every group's surrogate to the data, warm-started from the previous
+// hyper-parameters (restarts < 0: the warm start only).
+func (c *alsCampaign) fit(restarts int) error {
+	for g := range numGroups {
+		x := c.m.dataInputs()
+		y := groupOutputs(c.ys, g, len(c.batches))
+		model, err := gp.Fit(c.ctx, x, y, gp.FitOptions{Restarts: restarts, Init: c.prevHyper[g], Rand: c.rng, MinNoiseSD: c.gpNoiseFloor})
+		if err != nil {
+			return fmt.Errorf("als: fitting the %s surrogate: %w", groupName(g), err)
 		}
+		c.gps[g] = model
+		h := model.Hyper()
+		c.prevHyper[g] = &h
+	}
+	return nil
+}
+
+// update brings the surrogates up to the data. Hyper-parameters are refit often while
+// data are few, then every ~12% growth; in between, warm starts keep the cost to one
+// short L-BFGS run per group, and otherwise the GPs are only reconditioned.
+func (c *alsCampaign) update() error {
+	n := len(c.m.profiles)
+	if c.lastFit == 0 || n-c.lastFit >= max(1, c.lastFit/8) {
+		restarts := -1 // warm start only
+		if c.lastFit == 0 {
+			restarts = c.o.Restarts
+		}
+		if err := c.fit(restarts); err != nil {
+			return err
+		}
+		c.lastFit = n
 		return nil
 	}
-	lastFit := 0
-	stable, prevFront := 0, []int(nil)
+	return c.m.recondition(c.gps[:], c.ys)
+}
+
+// acquireUntilStopped is the acquisition loop: update the surrogates and predictions,
+// then profile the most uncertain candidate, until the budget is spent or a stopping
+// rule holds. m.stop says which.
+func (c *alsCampaign) acquireUntilStopped() error {
+	m := c.m
 	m.stop = "budget"
 	for {
-		n := len(m.profiles)
-		// Refit hyper-parameters often while data are few, then every ~12% growth;
-		// in between, warm starts keep the cost to one short L-BFGS run per group.
-		if lastFit == 0 || n-lastFit >= max(1, lastFit/8) {
-			restarts := -1 // warm start only
-			if lastFit == 0 {
-				restarts = o.Restarts
-			}
-			if err := fit(restarts); err != nil {
-				return nil, err
-			}
-			lastFit = n
-		} else if err := m.recondition(gps[:], ys); err != nil {
-			return nil, err
+		if err := c.update(); err != nil {
+			return err
 		}
-		m.predict(gps[:], xs)
-		if len(m.campaign) >= budget {
-			break
+		m.predict(c.gps[:], c.xs)
+		if len(m.campaign) >= c.budget {
+			return nil
 		}
-		next, width, front := m.acquire(measured)
-		if next < 0 {
-			m.stop = "resolved: every mode is profiled or ruled out"
-			break
+		next, width, front := m.acquire(c.measured)
+		if c.stopped(next, width, front) {
+			return nil
 		}
-		if width < o.StopSigma {
-			m.stop = fmt.Sprintf("resolved: largest candidate uncertainty %.3f < %.3f", width, o.StopSigma)
-			break
+		if err := c.ctx.Err(); err != nil {
+			return fmt.Errorf("als: %w", err)
 		}
-		if slices.Equal(front, prevFront) {
-			stable++
-		} else {
-			stable = 0
-		}
-		prevFront = front
-		if o.StableRounds > 0 && stable >= o.StableRounds && width < 2*o.StopSigma {
-			m.stop = fmt.Sprintf("stable: predicted Pareto set unchanged for %d profiles", stable)
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("als: %w", err)
-		}
-		if err := profile(m.modes[next], fmt.Sprintf("uncertainty %.3f", width)); err != nil {
-			return nil, err
+		if err := c.profile(m.modes[next], fmt.Sprintf("uncertainty %.3f", width)); err != nil {
+			return err
 		}
 	}
-	// Final fit with restarts: the stored model deserves the best hyper-parameters.
-	if len(m.profiles) > lastFit || o.Restarts > 0 {
-		if err := fit(o.Restarts); err != nil {
-			return nil, err
+}
+
+// stopped is the stopping rule, given the acquisition's answer (next < 0: no candidate
+// left; width: its uncertainty; front: the predicted Pareto set). It reports whether the
+// campaign is resolved or stable, and sets m.stop to why.
+func (c *alsCampaign) stopped(next int, width float64, front []int) bool {
+	o := c.o
+	if next < 0 {
+		c.m.stop = "resolved: every mode is profiled or ruled out"
+		return true
+	}
+	if width < o.StopSigma {
+		c.m.stop = fmt.Sprintf("resolved: largest candidate uncertainty %.3f < %.3f", width, o.StopSigma)
+		return true
+	}
+	if slices.Equal(front, c.prevFront) {
+		c.stable++
+	} else {
+		c.stable = 0
+	}
+	c.prevFront = front
+	if o.StableRounds > 0 && c.stable >= o.StableRounds && width < 2*o.StopSigma {
+		c.m.stop = fmt.Sprintf("stable: predicted Pareto set unchanged for %d profiles", c.stable)
+		return true
+	}
+	return false
+}
+
+// finalFit refits with restarts (the stored model deserves the best hyper-parameters),
+// and stores the hyper-parameters, data and derived answers in the model.
+func (c *alsCampaign) finalFit() error {
+	m := c.m
+	if len(m.profiles) > c.lastFit || c.o.Restarts > 0 {
+		if err := c.fit(c.o.Restarts); err != nil {
+			return err
 		}
-		m.predict(gps[:], xs)
+		m.predict(c.gps[:], c.xs)
 	}
 	for g := range numGroups {
-		m.hyper[g] = gps[g].Hyper()
+		m.hyper[g] = c.gps[g].Hyper()
 	}
-	m.xData, m.yData = m.dataInputs(), ys
-	m.finish(gps[:])
-	o.Logger.Debug("als campaign done", "profiles", len(m.campaign), "stop", m.stop, "pareto", len(m.front))
-	return m, nil
+	m.xData, m.yData = m.dataInputs(), c.ys
+	m.finish(c.gps[:])
+	return nil
 }
+
 func (m *ALSModel) index() {
 	m.modes = m.space.Modes()
 	m.pos = make(map[powermode.Mode]int, len(m.modes))
