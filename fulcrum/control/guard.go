@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
 // evalAll scores every stored configuration at rate with model v1 (exact budgets): each
@@ -97,12 +98,21 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		c.events.Add(Event{Kind: KindStepDown, Reason: "latency over budget but no stored profile to step to", Err: fmt.Sprint(err)})
 		return
 	}
+	// "Shorter" is judged on the stored turn times where live evidence refined some
+	// (storedTurnTimes says why); the predictions below use the refined profiles.
+	stored := c.storedTurnTimes()
+	turnMS := func(m powermode.Mode, t plan.TrainPoint) float64 {
+		if ms, ok := stored[turnKey{m, t.MicroBatch()}]; ok {
+			return ms
+		}
+		return t.TimeMS
+	}
 	var curTrain float64
 	for _, p := range ps {
 		if p.Mode == cur.Mode {
 			for _, t := range p.TrainChoices() { // the turn in force
 				if t.MicroBatch() == cur.MicroBatch {
-					curTrain = t.TimeMS
+					curTrain = turnMS(p.Mode, t)
 				}
 			}
 		}
@@ -117,7 +127,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	var best, fastest *plan.Eval
 	for i := range es {
 		e := &es[i]
-		shorter := curTrain == 0 || owners[i].Train.TimeMS < curTrain || (e.Mode == cur.Mode && e.Batch < cur.Batch)
+		shorter := curTrain == 0 || turnMS(e.Mode, owners[i].Train) < curTrain || (e.Mode == cur.Mode && e.Batch < cur.Batch)
 		if !shorter || e.Rho > modelBudgets(c.budgets, rate).RhoMax || (power > 0 && e.PowerMW*max(c.corrP[e.Mode], 1) > power*(1-c.cfg.StepMargin)) {
 			continue
 		}

@@ -640,3 +640,34 @@ func predPtr(e plan.Eval, rate float64) *Prediction {
 	p := predictionOf(e, rate)
 	return &p
 }
+
+// turnKey is a mode's training turn: 0 the whole minibatch, else a micro-batch size.
+type turnKey struct {
+	m     powermode.Mode
+	micro int
+}
+
+// storedTurnTimes is every stored training turn's time before the live evidence. Rule 4
+// ranks turns as "shorter" on it: only the mode in force has live evidence, and its
+// pooled time against the others' stored ones would be compared across two bases (a
+// live turn reads a few % over its stored time on every mode: the scheduler's medians
+// include the interleaving); a stored mode that trains longer then ranked as shorter and
+// the step went there (ALS on the AGX sweep, 20 req/s, 40 W: to a configuration
+// predicted infeasible, training paused; docs/benchmarks.md "Live refinement"). Nil when
+// refinement is off or nothing is measured live (profiles() is then the stored basis).
+func (c *Controller) storedTurnTimes() map[turnKey]float64 {
+	if !c.cfg.Refine.Enabled || c.grp != nil || len(c.ref.evidence) == 0 {
+		return nil
+	}
+	ps, err := c.unrefinedProfiles()
+	if err != nil {
+		return nil
+	}
+	out := map[turnKey]float64{}
+	for _, p := range ps {
+		for _, t := range p.TrainChoices() {
+			out[turnKey{p.Mode, t.MicroBatch()}] = t.TimeMS
+		}
+	}
+	return out
+}

@@ -45,6 +45,8 @@ func run() error {
 	boardInterval := flag.Duration("board-interval", 0, "the simulated board's physics step (0: lifetime.DefaultBoardInterval)")
 	maxProfiles := flag.Int("max-profiles", 0, "the controller's max_profiles (0: fulcrumd's default)")
 	logPath := flag.String("log", "", "write fulcrumd's debug log here")
+	refine := flag.Bool("refine", true, "live refinement (controller.refine.enabled)")
+	trials := flag.Bool("trials", true, "live refinement's trials (controller.refine.trials)")
 	flag.Parse()
 	if *truthPath == "" {
 		return fmt.Errorf("--truth is required: make one with fulcrumctl sim truth --board %s --out FILE", *board)
@@ -60,8 +62,12 @@ func run() error {
 	}
 	sc := lifetime.Scenario{Board: *board, Truth: tb, Train: strings.Split(*train, ","), PowerBudgetMW: *powerW * 1000,
 		Searcher: *searcher, Duration: *duration, Seed: *seed, BoardInterval: *boardInterval}
-	if *maxProfiles > 0 {
-		sc.Configure = func(o *daemon.Options) { o.Control.MaxProfiles = *maxProfiles }
+	sc.Configure = func(o *daemon.Options) {
+		if *maxProfiles > 0 {
+			o.Control.MaxProfiles = *maxProfiles
+		}
+		o.Control.Refine.Enabled = *refine
+		o.Control.Refine.Trials = *trials
 	}
 	for _, w := range strings.Split(*infer, ",") {
 		sc.Infer = append(sc.Infer, lifetime.Stream{Workload: w, RateRPS: *rateRPS, LatencyMS: *latencyMS})
