@@ -9,6 +9,8 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // TestLatencyStepIgnoresTheLiveBiasOfTheModeInForce: rule 4 steps to a configuration
@@ -190,5 +192,39 @@ func TestLatencyStepCountsThePowerCorrectionOnce(t *testing.T) {
 	evs := c.Events().List(seq)
 	if c.cur.Mode != fast {
 		t.Fatalf("latency step from mode %s went to mode %s batch %d (events %+v): want %s, predicted within the power budget with its correction applied once", cur.Mode.Human(), c.cur.Mode.Human(), c.cur.Batch, evs, fast.Human())
+	}
+}
+
+// TestLatencyStepWithNoStoredTurnInForce: where the store holds no time for the training
+// turn in force (its profile deleted while it runs), rule 4 does not read it as 0 (every
+// mode "shorter", the step to a slower-training one): no other mode counts as shorter,
+// the step does nothing and its event says why.
+func TestLatencyStepWithNoStoredTurnInForce(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.modes = e.modes[:5]
+	e.seed()
+	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, RateRPS: 20})
+	e.register(nil)
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	cur := c.Status().Current
+	if cur == nil || cur.Mode != e.modes[4] || cur.MicroBatch != 0 {
+		t.Fatalf("plan %+v: want mode %s", cur, e.modes[4].Human())
+	}
+	if err := e.store.Delete(store.Key{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: cur.Mode, Batch: 32}); err != nil {
+		t.Fatal(err)
+	}
+	seq := c.Status().LastEvent
+	c.mu.Lock()
+	c.measured.LatencyP99MS = 450
+	c.stepDownLatency(context.Background(), 20)
+	after := *c.cur
+	c.mu.Unlock()
+	evs := c.Events().List(seq)
+	if after.Mode != cur.Mode || after.Batch != cur.Batch {
+		t.Fatalf("latency step from mode %s batch %d with no stored training time went to mode %s batch %d (events %+v)", cur.Mode.Human(), cur.Batch, after.Mode.Human(), after.Batch, evs)
+	}
+	if len(evs) != 1 || !strings.Contains(evs[0].Reason, "has no stored time") {
+		t.Fatalf("events %+v: want one step_down saying the turn in force has no stored time", evs)
 	}
 }
