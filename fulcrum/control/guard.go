@@ -107,16 +107,12 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		}
 		return t.TimeMS
 	}
-	var curTrain float64
-	for _, p := range ps {
-		if p.Mode == cur.Mode {
-			for _, t := range p.TrainChoices() { // the turn in force
-				if t.MicroBatch() == cur.MicroBatch {
-					curTrain = turnMS(p.Mode, t)
-				}
-			}
-		}
-	}
+	// The turn in force is read from the store, not from ps: once every batch of its
+	// mode broke the budget the mode is out of ps, yet its minibatch is as long as
+	// stored. Unknown (nothing stored), no turn counts as shorter: only a smaller
+	// batch at this mode would (an unknown time read as 0 made every mode "shorter",
+	// slower ones too).
+	curTrain, known := c.storedTurnInForce()
 	p99 := c.measured.LatencyP99MS
 	kL := 1.0
 	if cur.Predicted.LatencyMS > 0 {
@@ -127,8 +123,15 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	var best, fastest *plan.Eval
 	for i := range es {
 		e := &es[i]
-		shorter := curTrain == 0 || turnMS(e.Mode, owners[i].Train) < curTrain || (e.Mode == cur.Mode && e.Batch < cur.Batch)
-		if !shorter || e.Rho > modelBudgets(c.budgets, rate).RhoMax || (power > 0 && e.PowerMW*max(c.corrP[e.Mode], 1) > power*(1-c.cfg.StepMargin)) {
+		shorter := (known && turnMS(e.Mode, owners[i].Train) < curTrain) || (e.Mode == cur.Mode && e.Batch < cur.Batch)
+		// profiles() applied the learned power correction to the minibatch and
+		// inference powers already; a micro-batch turn's power it leaves as stored, so
+		// the correction is applied here to those alone (once either way).
+		pw := e.PowerMW
+		if owners[i].Train.MicroBatch() > 0 {
+			pw *= max(c.corrP[e.Mode], 1)
+		}
+		if !shorter || e.Rho > modelBudgets(c.budgets, rate).RhoMax || (power > 0 && pw > power*(1-c.cfg.StepMargin)) {
 			continue
 		}
 		if fastest == nil || e.LatencyMS < fastest.LatencyMS {
@@ -146,7 +149,11 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		pick, how = fastest, "none is predicted within the budget: the one with the lowest predicted latency"
 	}
 	if pick == nil {
-		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget, but no stored configuration has a shorter training minibatch or smaller batch within the power budget", p99, c.budgets.LatencyMS)})
+		why := ""
+		if !known {
+			why = fmt.Sprintf(" (the training turn in force at mode %s has no stored time: only a smaller batch there counts)", cur.Mode.Human())
+		}
+		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget, but no stored configuration has a shorter training minibatch or smaller batch within the power budget%s", p99, c.budgets.LatencyMS, why)})
 		return
 	}
 	c.stepped, c.held = true, false

@@ -671,3 +671,28 @@ func (c *Controller) storedTurnTimes() map[turnKey]float64 {
 	}
 	return out
 }
+
+// storedTurnInForce is the stored time of the training turn in force (rule 4's
+// "shorter" is judged against it), read from the store whatever the controller left
+// out of its plans: a mode whose every batch broke the latency budget is not in
+// profiles(), yet its minibatch is as long as stored. False when none is stored.
+func (c *Controller) storedTurnInForce() (float64, bool) {
+	if c.board == nil || c.pair == nil || c.cur == nil {
+		return 0, false
+	}
+	ps, err := StoredProfiles(c.store, c.board.Info().Name, *c.pair)
+	if err != nil {
+		return 0, false
+	}
+	for _, p := range ps {
+		if p.Mode != c.cur.Mode {
+			continue
+		}
+		for _, t := range p.TrainChoices() {
+			if t.MicroBatch() == c.cur.MicroBatch && t.TimeMS > 0 {
+				return t.TimeMS, true
+			}
+		}
+	}
+	return 0, false
+}
