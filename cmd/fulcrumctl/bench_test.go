@@ -234,6 +234,14 @@ func TestBenchStreams(t *testing.T) {
 	if err != nil || !strings.Contains(out, "1 sets of a trainer and 2 inference streams") {
 		t.Errorf("table: %v %q", err, out)
 	}
+	// The truth has micro-batch rows (sim truth's default): --micro (the default) scores
+	// them with several streams too, --micro=false does not (issue 32).
+	if !strings.Contains(out, "training micro-batches on") {
+		t.Errorf("table with --micro: %q: want training micro-batches on", out)
+	}
+	if out, _, err := simExec(ctx, append(slices.Clone(args), "--micro=false")...); err != nil || !strings.Contains(out, "whole minibatches only (k = 1)") {
+		t.Errorf("table with --micro=false: %v %q", err, out)
+	}
 	for _, tc := range []struct {
 		extra []string
 		want  string

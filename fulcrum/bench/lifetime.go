@@ -473,6 +473,9 @@ func lifeConfigs(spec LifetimeSpec) ([]lifeConfig, int, error) {
 				if err != nil {
 					return nil, 0, fmt.Errorf("lifetime: %v with %v: %w", ts, is, err)
 				}
+				// The lifetime bench's several-workload oracle plans whole minibatches
+				// (k = 1), as before the one-shot bench read micro-batch rows.
+				mt = mt.WithoutMicro()
 				sets = append(sets, set{name: strings.Join(ts, "+") + ":" + strings.Join(is, "+"), trains: ts, infers: is, mt: mt})
 			}
 		}

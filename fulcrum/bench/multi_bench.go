@@ -129,6 +129,9 @@ func (sh *multiShape) buildSets() error {
 			if err != nil {
 				return fmt.Errorf("bench: %v with %v: %w", ts, comb, err)
 			}
+			if !sh.spec.Micro {
+				mt = mt.WithoutMicro()
+			}
 			var snapped []powermode.Mode
 			for _, p := range sh.spec.Presets {
 				snapped = append(snapped, mt.Space().Snap(p))
@@ -175,6 +178,7 @@ func (sh *multiShape) role(s int) role {
 
 func (sh *multiShape) describe(rep *BenchReport) {
 	rep.Pairs, rep.Streams, rep.Jobs = len(sh.wsets), sh.k, sh.m
+	rep.Micro = slices.ContainsFunc(sh.wsets, func(ws multiSet) bool { return ws.mt.HasMicro() })
 }
 
 // pooledProblem is the search problem over set si's pooled pair (plan.PooledPair): every
@@ -295,7 +299,11 @@ func scoreMultiProfiles(name string, mt *truthprof.MultiTruth, c *multiConfig, p
 			o.Status, o.Err = "no_answer", fmt.Errorf("score %s: %v", dec.Best.Mode, errors.Join(merr, errors.New("mode not in the truth")))
 			break
 		}
-		e, eerr := m.Evaluate(tp, dec.Best.Batches())
+		micro := dec.Best.MicroBatches
+		if micro == nil {
+			micro = make([]int, len(tp.Train))
+		}
+		e, eerr := m.EvaluateMicro(tp, dec.Best.Batches(), micro)
 		switch {
 		case eerr != nil:
 			o.Status, o.Err = "no_answer", eerr

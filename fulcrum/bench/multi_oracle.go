@@ -10,8 +10,8 @@ import (
 )
 
 // MultiOracle is the exhaustive optimum of model v1 for several workloads over the
-// noise-free truth (issue 19): every mode and every vector of batch sizes, one per
-// stream, jointly. When nothing meets the budgets the plan is the least-violating
+// noise-free truth (issue 19): every mode, every vector of batch sizes, one per
+// stream, and every training micro-batch the truth has (issue 32), jointly. When nothing meets the budgets the plan is the least-violating
 // configuration with Feasible false. Its cost is modes × Π_i |batches_i| evaluations
 // (AGX Orin, 7,656 modes, three streams of six batch sizes: 1.65 million), capped per
 // mode by plan.MaxMultiCombos.
@@ -76,47 +76,100 @@ func MultiMarginOracle(mt *truthprof.MultiTruth, b plan.MultiBudgets, marginRel 
 			break
 		}
 		p := profiles[bd.i]
-		raised := plan.MultiProfile{Mode: p.Mode, Train: make([]plan.TrainPoint, len(p.Train)), Infer: make([][]plan.InferPoint, len(p.Infer))}
-		for j, t := range p.Train {
-			raised.Train[j] = plan.TrainPoint{Batch: t.Batch, TimeMS: t.TimeMS * up, PowerMW: t.PowerMW * up}
-		}
-		for i, pts := range p.Infer {
-			raised.Infer[i] = make([]plan.InferPoint, len(pts))
-			for j, ip := range pts {
-				raised.Infer[i][j] = plan.InferPoint{Batch: ip.Batch, TimeMS: ip.TimeMS * up, PowerMW: ip.PowerMW * up}
-			}
-		}
+		raised := raise(p, up)
 		var ferr error
-		err := m.EachBatchVector(p, func(batches []int) {
-			if ferr != nil {
-				return
-			}
-			e, err := m.Evaluate(p, batches)
-			if err != nil {
-				ferr = err
-				return
-			}
-			if found && !e.Better(best) {
-				return
-			}
-			r, err := m.Evaluate(raised, batches)
-			if err != nil {
-				ferr = err
-				return
-			}
-			if !r.Feasible {
-				return
-			}
-			for i, s := range r.Streams {
-				if adm.LatencyMS(lim[i].LatencyMS, s.FillMS, s.WaitMS, s.LatencyMS-s.FillMS-s.WaitMS) > lim[i].LatencyMS {
+		err := eachMicroVector(p, func(micro []int) error {
+			return m.EachBatchVector(p, func(batches []int) {
+				if ferr != nil {
 					return
 				}
-			}
-			best, found = e, true
+				e, err := m.EvaluateMicro(p, batches, micro)
+				if err != nil {
+					ferr = err
+					return
+				}
+				if found && !e.Better(best) {
+					return
+				}
+				r, err := m.EvaluateMicro(raised, batches, micro)
+				if err != nil {
+					ferr = err
+					return
+				}
+				if !r.Feasible {
+					return
+				}
+				for i, s := range r.Streams {
+					if adm.LatencyMS(lim[i].LatencyMS, s.FillMS, s.WaitMS, s.LatencyMS-s.FillMS-s.WaitMS) > lim[i].LatencyMS {
+						return
+					}
+				}
+				best, found = e, true
+				best.MicroBatches = slices.Clone(e.MicroBatches)
+			})
 		})
 		if err = errors.Join(err, ferr); err != nil {
 			return best, false, fmt.Errorf("multi margin oracle: %w", err)
 		}
 	}
 	return best, found, nil
+}
+
+// raise is p with every time and power multiplied by up, its micro-batch turns included.
+func raise(p plan.MultiProfile, up float64) plan.MultiProfile {
+	rt := func(t plan.TrainPoint) plan.TrainPoint {
+		t.TimeMS, t.PowerMW = t.TimeMS*up, t.PowerMW*up
+		return t
+	}
+	raised := plan.MultiProfile{Mode: p.Mode, Train: make([]plan.TrainPoint, len(p.Train)), Infer: make([][]plan.InferPoint, len(p.Infer))}
+	for j, t := range p.Train {
+		raised.Train[j] = rt(t)
+	}
+	for i, pts := range p.Infer {
+		raised.Infer[i] = make([]plan.InferPoint, len(pts))
+		for j, ip := range pts {
+			raised.Infer[i][j] = plan.InferPoint{Batch: ip.Batch, TimeMS: ip.TimeMS * up, PowerMW: ip.PowerMW * up}
+		}
+	}
+	if p.Micro != nil {
+		raised.Micro = make([][]plan.TrainPoint, len(p.Micro))
+		for j, pts := range p.Micro {
+			for _, t := range pts {
+				raised.Micro[j] = append(raised.Micro[j], rt(t))
+			}
+		}
+	}
+	return raised
+}
+
+// eachMicroVector calls f with every vector of training micro-batch sizes at p (one per
+// job, 0 the whole minibatch; each job's plan.MultiProfile.TrainChoices), whole
+// minibatches first, so that without micro-batch turns f runs once with zeros. f must
+// not keep the slice.
+func eachMicroVector(p plan.MultiProfile, f func(micro []int) error) error {
+	choices := make([][]int, len(p.Train))
+	for j := range p.Train {
+		for _, t := range p.TrainChoices(j) {
+			choices[j] = append(choices[j], t.MicroBatch())
+		}
+	}
+	idx, micro := make([]int, len(choices)), make([]int, len(choices))
+	for {
+		for j := range micro {
+			micro[j] = choices[j][idx[j]]
+		}
+		if err := f(micro); err != nil {
+			return err
+		}
+		j := 0
+		for ; j < len(idx); j++ {
+			if idx[j]++; idx[j] < len(choices[j]) {
+				break
+			}
+			idx[j] = 0
+		}
+		if j == len(idx) {
+			return nil
+		}
+	}
 }

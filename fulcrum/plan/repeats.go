@@ -57,6 +57,12 @@ func AddMultiRepeat(sum *MultiProfile, mp MultiProfile) {
 	for i := range sum.Infer {
 		addInfer(sum.Infer[i], mp.Infer[i])
 	}
+	for j := range min(len(sum.Micro), len(mp.Micro)) {
+		for c := range min(len(sum.Micro[j]), len(mp.Micro[j])) {
+			sum.Micro[j][c].TimeMS += mp.Micro[j][c].TimeMS
+			sum.Micro[j][c].PowerMW += mp.Micro[j][c].PowerMW
+		}
+	}
 }
 
 // MultiRepeatMean is RepeatMean for a mode profiled for several workloads.
@@ -69,6 +75,12 @@ func MultiRepeatMean(sum MultiProfile) MultiProfile {
 	}
 	for i := range out.Infer {
 		divInfer(out.Infer[i], n)
+	}
+	for _, pts := range out.Micro {
+		for c := range pts {
+			pts[c].TimeMS /= n
+			pts[c].PowerMW /= n
+		}
 	}
 	return out
 }
@@ -91,6 +103,12 @@ func cloneMulti(mp MultiProfile) MultiProfile {
 	out := MultiProfile{Mode: mp.Mode, Train: slices.Clone(mp.Train), Infer: make([][]InferPoint, len(mp.Infer)), Repeats: mp.Repeats}
 	for i, pts := range mp.Infer {
 		out.Infer[i] = slices.Clone(pts)
+	}
+	if mp.Micro != nil { // the micro-batch turns (issue 32) are pooled like the rest
+		out.Micro = make([][]TrainPoint, len(mp.Micro))
+		for j, pts := range mp.Micro {
+			out.Micro[j] = slices.Clone(pts)
+		}
 	}
 	return out
 }

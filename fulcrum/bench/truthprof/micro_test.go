@@ -96,3 +96,65 @@ func TestPairTruthMicroBatches(t *testing.T) {
 		t.Fatalf("pooled micro-batch turn %+v ×%d, want the repeats' mean %v", k.Micro[1], k.Repeats, sum/reps)
 	}
 }
+
+// Issue 32 for several workloads: the multi truth carries the training micro-batch rows
+// (WithoutMicro drops them and leaves the rest as the table without them gives it), its
+// noisy measurements jitter them after everything else (the other values' noise is
+// unchanged), and the pooled profiler keeps them through repeats, averaged, and hands
+// them to the pooled pair the searchers walk.
+func TestMultiTruthMicroBatches(t *testing.T) {
+	with, without, micro := microTable(t)
+	mt, err := NewMultiTruth(with, []string{"net-train"}, []string{"net-infer"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := NewMultiTruth(without, []string{"net-train"}, []string{"net-infer"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mt.HasMicro() || len(mt.MicroBatches) != 1 || mt.MicroBatches[0][0] != micro[0] || mt.MicroBatches[0][1] != micro[1] || old.HasMicro() {
+		t.Fatalf("micro-batch sizes %v (table without: %v): want [%v]", mt.MicroBatches, old.MicroBatches, micro)
+	}
+	p := mt.Profiles()[0]
+	if len(p.Micro) != 1 || len(p.Micro[0]) != 2 || p.Micro[0][0].Batch != micro[0] || p.Micro[0][0].Minibatch != p.Train[0].Batch {
+		t.Fatalf("profile micro-batch turns %+v", p.Micro)
+	}
+	if got := p.TrainChoices(0); len(got) != 3 {
+		t.Fatalf("training choices %+v: want the minibatch and two micro-batches", got)
+	}
+	wo := mt.WithoutMicro()
+	if wo.HasMicro() || mt.Profiles()[0].Micro == nil {
+		t.Fatal("WithoutMicro kept micro-batches or wrote through to the truth it came from")
+	}
+	m := p.Mode
+	a, _ := wo.Measure(m, 0.05, 7)
+	b, _ := old.Measure(m, 0.05, 7)
+	c, _ := mt.Measure(m, 0.05, 7)
+	if a.Train[0] != b.Train[0] || a.Infer[0][0] != b.Infer[0][0] || c.Train[0] != b.Train[0] || c.Infer[0][0] != b.Infer[0][0] || len(c.Micro) != 1 || c.Micro[0][0] == p.Micro[0][0] {
+		t.Fatalf("noise: without micro %+v, table without %+v, with %+v", a, b, c)
+	}
+	pp, err := NewPooledProfiler(mt, 0.05, 7, []float64{10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := pp.Remeasure(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := pp.Remeasure(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Micro) != 2 || len(second.Micro) != 2 {
+		t.Fatalf("pooled pair micro-batch turns %+v, %+v: want two each", first.Micro, second.Micro)
+	}
+	got := pp.Multi()[0]
+	if got.Repeats != 2 || len(got.Micro) != 1 || len(got.Micro[0]) != 2 {
+		t.Fatalf("after two repeats: %+v: want both micro-batch turns, averaged", got)
+	}
+	want := (first.Micro[1].TimeMS + second.Micro[1].TimeMS) / 2
+	if math.Abs(got.Micro[0][1].TimeMS-want) > 1e-9*want {
+		t.Fatalf("mean micro-batch turn %v ms, want %v (the repeats' mean)", got.Micro[0][1].TimeMS, want)
+	}
+}

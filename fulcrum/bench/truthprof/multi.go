@@ -20,6 +20,11 @@ type MultiTruth struct {
 	Infers []string // inference streams, in the order of MultiProfile.Infer
 	// Batches are the inference batch sizes of each stream, ascending.
 	Batches [][]int
+	// MicroBatches are, per training job, the micro-batch sizes the table has for it at
+	// every mode of the space (issue 32), descending; none for a table without
+	// micro-batch rows or a truth made WithoutMicro. The profiles carry them as
+	// plan.MultiProfile.Micro.
+	MicroBatches [][]int
 
 	profiles []plan.MultiProfile
 	byMode   map[powermode.Mode]int
@@ -28,7 +33,9 @@ type MultiTruth struct {
 
 // NewMultiTruth extracts the workloads from a table. Each training workload must have a
 // single batch size in the table; each stream gets the batch sizes the table has for it,
-// restricted to inferBatches when that is not nil. A workload may appear once.
+// restricted to inferBatches when that is not nil. A workload may appear once. Each
+// job's micro-batch rows (issue 32) at the sizes every mode has go into the profiles'
+// Micro; WithoutMicro drops them.
 func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int) (*MultiTruth, error) {
 	if len(trains) == 0 || len(infers) == 0 {
 		return nil, fmt.Errorf("multi-workload truth: %d training and %d inference workloads: want at least one of each", len(trains), len(infers))
@@ -85,6 +92,7 @@ func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int
 	if len(mt.profiles) == 0 {
 		return nil, fmt.Errorf("ground truth has no mode with rows for every one of %v and %v", trains, infers)
 	}
+	mt.addMicro(tab, trainBatch)
 	mt.byMode = make(map[powermode.Mode]int, len(mt.profiles))
 	modes := make([]powermode.Mode, len(mt.profiles))
 	for i, p := range mt.profiles {
@@ -97,6 +105,66 @@ func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int
 	mt.space = sp
 	return mt, nil
 }
+
+// addMicro puts each job's micro-batch turns into the profiles, at the sizes the table
+// has for it at every mode (a size missing at one mode is left out, as NewPairTruth does).
+func (mt *MultiTruth) addMicro(tab *truth.Table, trainBatch []int) {
+	microBy := map[powermode.Mode]map[[2]int]plan.TrainPoint{} // mode -> (job, micro-batch) -> turn
+	for _, r := range tab.Rows {
+		if r.Role != truth.Train || r.MicroBatch <= 0 {
+			continue
+		}
+		j := slices.Index(mt.Trains, r.Workload)
+		if j < 0 || r.Batch != trainBatch[j] {
+			continue
+		}
+		if microBy[r.Mode] == nil {
+			microBy[r.Mode] = map[[2]int]plan.TrainPoint{}
+		}
+		microBy[r.Mode][[2]int{j, r.MicroBatch}] = plan.TrainPoint{Batch: r.MicroBatch, TimeMS: r.TimeMS, PowerMW: r.PowerMW, Minibatch: r.Batch}
+	}
+	has := false
+	mt.MicroBatches = make([][]int, len(mt.Trains))
+	for j, w := range mt.Trains {
+		micros := tab.MicroBatches(w, trainBatch[j])
+		slices.Reverse(micros)
+		mt.MicroBatches[j] = slices.DeleteFunc(micros, func(mb int) bool {
+			return slices.ContainsFunc(mt.profiles, func(p plan.MultiProfile) bool {
+				_, ok := microBy[p.Mode][[2]int{j, mb}]
+				return !ok
+			})
+		})
+		has = has || len(mt.MicroBatches[j]) > 0
+	}
+	if !has {
+		mt.MicroBatches = nil
+		return
+	}
+	for i := range mt.profiles {
+		p := &mt.profiles[i]
+		p.Micro = make([][]plan.TrainPoint, len(mt.Trains))
+		for j, mbs := range mt.MicroBatches {
+			for _, mb := range mbs {
+				p.Micro[j] = append(p.Micro[j], microBy[p.Mode][[2]int{j, mb}])
+			}
+		}
+	}
+}
+
+// WithoutMicro returns the truth without its micro-batch rows: every training turn a
+// whole minibatch (k = 1), as before issue 32. It shares the rest with mt.
+func (mt *MultiTruth) WithoutMicro() *MultiTruth {
+	out := *mt
+	out.MicroBatches = nil
+	out.profiles = slices.Clone(mt.profiles)
+	for i := range out.profiles {
+		out.profiles[i].Micro = nil
+	}
+	return &out
+}
+
+// HasMicro reports whether some job has micro-batch turns.
+func (mt *MultiTruth) HasMicro() bool { return len(mt.MicroBatches) > 0 }
 
 // Space is the workloads' search space: the modes at which every one has its rows.
 func (mt *MultiTruth) Space() *powermode.Space { return mt.space }
@@ -144,6 +212,17 @@ func (mt *MultiTruth) MeasureRep(m powermode.Mode, noise float64, base, r uint64
 		p.Infer[k] = slices.Clone(pts)
 		for j := range p.Infer[k] {
 			p.Infer[k][j].TimeMS, p.Infer[k][j].PowerMW = jitter(p.Infer[k][j].TimeMS), jitter(p.Infer[k][j].PowerMW)
+		}
+	}
+	// The micro-batch turns are drawn after everything else, so a truth without them
+	// gives every other value the noise it had before issue 32.
+	if t.Micro != nil {
+		p.Micro = make([][]plan.TrainPoint, len(t.Micro))
+		for j, pts := range t.Micro {
+			p.Micro[j] = slices.Clone(pts)
+			for c := range p.Micro[j] {
+				p.Micro[j][c].TimeMS, p.Micro[j][c].PowerMW = jitter(p.Micro[j][c].TimeMS), jitter(p.Micro[j][c].PowerMW)
+			}
 		}
 	}
 	return p, nil
