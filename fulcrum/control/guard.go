@@ -124,13 +124,9 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	for i := range es {
 		e := &es[i]
 		shorter := (known && turnMS(e.Mode, owners[i].Train) < curTrain) || (e.Mode == cur.Mode && e.Batch < cur.Batch)
-		// profiles() applied the learned power correction to the minibatch and
-		// inference powers already; a micro-batch turn's power it leaves as stored, so
-		// the correction is applied here to those alone (once either way).
+		// profiles() applied the learned power correction to every turn's power
+		// (minibatch, micro-batch, inference) already: it is not applied again here.
 		pw := e.PowerMW
-		if owners[i].Train.MicroBatch() > 0 {
-			pw *= max(c.corrP[e.Mode], 1)
-		}
 		if !shorter || e.Rho > modelBudgets(c.budgets, rate).RhoMax || (power > 0 && pw > power*(1-c.cfg.StepMargin)) {
 			continue
 		}

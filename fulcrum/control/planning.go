@@ -46,6 +46,9 @@ func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
 			for j := range ps[i].Infer {
 				ps[i].Infer[j].PowerMW *= k
 			}
+			for j := range ps[i].Micro { // micro-batch turns draw at the same mode
+				ps[i].Micro[j].PowerMW *= k
+			}
 		}
 		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.badLat[cfgKey{ps[i].Mode, ip.Batch}] })
 	}
