@@ -98,6 +98,12 @@ func TestDaemonSIGKILLDuringLiveProfiling(t *testing.T) {
 			t.Fatal(err)
 		}
 		curCmd = cmd
+		// A failed wait ends the test without stop: the daemon process must not outlive it
+		// (four were found still running an hour and a half after failed runs).
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
 		cl = client.New(filepath.Join(o.Server.RuntimeDir, api.SocketName))
 		ready := false
 		for end := time.Now().Add(20 * time.Second); time.Now().Before(end) && !ready; time.Sleep(20 * time.Millisecond) {
