@@ -147,29 +147,11 @@ func raise(p plan.MultiProfile, up float64) plan.MultiProfile {
 // minibatches first, so that without micro-batch turns f runs once with zeros. f must
 // not keep the slice.
 func eachMicroVector(p plan.MultiProfile, f func(micro []int) error) error {
-	choices := make([][]int, len(p.Train))
-	for j := range p.Train {
-		for _, t := range p.TrainChoices(j) {
-			choices[j] = append(choices[j], t.MicroBatch())
+	micro := make([]int, len(p.Train))
+	return plan.EachTrainVector(p, func(train []plan.TrainPoint) error {
+		for j, t := range train {
+			micro[j] = t.MicroBatch()
 		}
-	}
-	idx, micro := make([]int, len(choices)), make([]int, len(choices))
-	for {
-		for j := range micro {
-			micro[j] = choices[j][idx[j]]
-		}
-		if err := f(micro); err != nil {
-			return err
-		}
-		j := 0
-		for ; j < len(idx); j++ {
-			if idx[j]++; idx[j] < len(choices[j]) {
-				break
-			}
-			idx[j] = 0
-		}
-		if j == len(idx) {
-			return nil
-		}
-	}
+		return f(micro)
+	})
 }

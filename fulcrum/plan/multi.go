@@ -481,13 +481,11 @@ func (m *MultiModel) eachTrainCombo(p MultiProfile, f func(train []TrainPoint, p
 	if err := m.CheckProfile(p); err != nil {
 		return err
 	}
-	choices := make([][]TrainPoint, len(p.Train))
-	trainCombos, combos := 1, 1
+	trainCombos := 1
 	for j := range p.Train {
-		choices[j] = p.TrainChoices(j)
-		trainCombos *= len(choices[j])
+		trainCombos *= len(p.TrainChoices(j))
 	}
-	combos = trainCombos
+	combos := trainCombos
 	for _, pts := range p.Infer {
 		if combos *= max(len(pts), 1); combos > MaxMultiCombos {
 			return fmt.Errorf("profile at mode %s: more than %d combinations of batch and micro-batch sizes: profile fewer sizes", p.Mode.Human(), MaxMultiCombos)
@@ -496,13 +494,26 @@ func (m *MultiModel) eachTrainCombo(p MultiProfile, f func(train []TrainPoint, p
 	if trainCombos == 1 {
 		return m.eachCombo(p, func(pts []InferPoint) { f(p.Train, pts) })
 	}
-	idx := make([]int, len(p.Train))
-	train := make([]TrainPoint, len(p.Train))
+	return EachTrainVector(p, func(train []TrainPoint) error {
+		return m.eachCombo(p, func(pts []InferPoint) { f(train, pts) })
+	})
+}
+
+// EachTrainVector calls f with every vector of training turns at p, one per job from
+// its TrainChoices, the first job's choice varying fastest and whole minibatches first.
+// It stops at f's first error. f must not keep the slice.
+func EachTrainVector(p MultiProfile, f func(train []TrainPoint) error) error {
+	choices := make([][]TrainPoint, len(p.Train))
+	for j := range p.Train {
+		choices[j] = p.TrainChoices(j)
+	}
+	idx := make([]int, len(choices))
+	train := make([]TrainPoint, len(choices))
 	for {
 		for j := range train {
 			train[j] = choices[j][idx[j]]
 		}
-		if err := m.eachCombo(p, func(pts []InferPoint) { f(train, pts) }); err != nil {
+		if err := f(train); err != nil {
 			return err
 		}
 		j := 0
