@@ -3,67 +3,232 @@ package plan
 import (
 	"errors"
 	"fmt"
-	"math"
-	"slices"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
-// ForMulti returns the decider of these rules for several workloads (issue 19): the
-// budgets of every stream and the batch sizes the fill quantiles are cached for.
-func (r Rules) ForMulti(b MultiBudgets, batches []int) MultiDecider {
-	return MultiDecider{Budgets: b, Batches: batches, Rules: r}
+// The pair-shaped view of the model and of the decision: one training job and one
+// inference stream, as the pair searchers (GMD, ALS), the pair bench and the daemon's
+// pair path speak. Nothing here computes a figure or a probability of its own: Model
+// evaluates through MultiModel.evalInto and Decider scores through Rules.scoreInto with
+// k = m = 1, on arrays on the stack (no allocation per configuration), so the pair is
+// the several-workload model's and decision's k = m = 1 case by construction.
+
+// Eval is one configuration (mode, inference batch) of the pair, scored by the model.
+type Eval struct {
+	Mode  powermode.Mode `json:"mode"`
+	Batch int            `json:"batch"`
+	// MicroBatch is the training micro-batch size when each minibatch runs as several
+	// turns (issue 32); 0 when it runs as one turn (k = 1).
+	MicroBatch    int     `json:"micro_batch,omitempty"`
+	Rho           float64 `json:"rho"`
+	LatencyMS     float64 `json:"latency_ms"`
+	PowerMW       float64 `json:"power_mw"`
+	ThroughputSPS float64 `json:"throughput_sps"` // training samples per second
+	Feasible      bool    `json:"feasible"`
+	// Violation is the sum of relative excesses over the budgets (0 when feasible).
+	Violation float64 `json:"violation"`
+	// Binding is the constraint with the largest relative excess (infeasible), or the one
+	// with the least relative slack (feasible).
+	Binding Constraint `json:"binding,omitempty"`
 }
 
-// MultiDecider is Decider for several inference streams and training jobs (model v1 for
-// several workloads, docs/design.md §2): every configuration (a mode and a batch size per
-// stream) is scored with each stream's latency, the power mix and the GPU share as
-// predicted quantities with their standard deviations, claimed when P(every budget met)
-// ≥ Confidence, and the claimable one with the highest training objective wins. With
-// one stream and one training job it decides exactly as Decider (TestMultiDecideIsDecider).
-type MultiDecider struct {
-	Budgets MultiBudgets
-	Batches []int
-	Rules
-	// LatencyRatio is, per stream in stream order, the ratio of its measured p99 to the
-	// model's prediction that the decision expects at every configuration (what fulcrumd's
-	// controller learned where a stream broke its budget): each stream's latency terms are
-	// scaled by it before the admission room is added. Missing or below 1 counts as 1.
-	LatencyRatio []float64
+// Better reports whether e beats o: feasible first, then higher throughput, ties to lower
+// power; among infeasible ones, smaller violation, then lower power (MultiEval.Better's
+// order).
+func (e Eval) Better(o Eval) bool {
+	return ranksAbove(e.Feasible, o.Feasible, rankKey{objective: e.ThroughputSPS, powerMW: e.PowerMW, violation: e.Violation},
+		rankKey{objective: o.ThroughputSPS, powerMW: o.PowerMW, violation: o.Violation})
 }
 
-// ratio is stream i's latency ratio (≥ 1).
-func (d MultiDecider) ratio(i int) float64 {
-	if i < len(d.LatencyRatio) && d.LatencyRatio[i] > 1 {
-		return d.LatencyRatio[i]
+// Model is the model for one training job and one stream with fixed budgets: a view of a
+// MultiModel of one stream, which caches the batch-fill quantiles (they depend only on λ,
+// q and b), so it is cheap to call over thousands of modes. A Model is immutable and
+// safe for concurrent use.
+type Model struct {
+	b  Budgets
+	mm *MultiModel // one stream, the pair's
+}
+
+// NewModel validates the budgets (after defaults) and precomputes fill quantiles.
+func NewModel(b Budgets, batches []int) (*Model, error) {
+	b = b.WithDefaults()
+	if err := b.Validate(); err != nil {
+		return nil, err
 	}
-	return 1
+	mm, err := newMultiModel(pairBudgets(b), batches)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{b: b, mm: mm}, nil
 }
 
-// MultiScored is one configuration as a MultiDecider sees it.
-type MultiScored struct {
-	MultiEval
-	// LatencyAdmMS is each stream's latency with the admission room, in stream order.
-	LatencyAdmMS []float64
-	// PStreams is each stream's P(latency within its budget).
-	PStreams  []float64
-	PFeasible float64 // P(every budget met)
-	// ViolationAdm is the sum of relative excesses with the admission room.
+// pairBudgets are b as the budgets of one stream (validated by the caller).
+func pairBudgets(b Budgets) MultiBudgets {
+	return MultiBudgets{Streams: []StreamBudget{{RateRPS: b.RateRPS, LatencyMS: b.LatencyMS}}, PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
+}
+
+// Budgets returns the budgets the model checks against.
+func (m *Model) Budgets() Budgets { return m.b }
+
+// pairBuf holds one configuration of the pair as the several-workload model and decision
+// take it: slices of these arrays, on the caller's stack.
+type pairBuf struct {
+	train   [1]TrainPoint
+	infer   [1]InferPoint
+	shares  [1]float64 // the one job's share: 1, as MultiModel.shares(1)
+	streams [1]StreamEval
+	sps     [1]float64
+}
+
+// eval evaluates training turn t and inference point ip at mode with the one model
+// (binding: the binding term, termConstraint).
+func (m *Model) eval(buf *pairBuf, mode powermode.Mode, t TrainPoint, ip InferPoint) (e MultiEval, binding int) {
+	buf.train[0], buf.infer[0], buf.shares[0] = t, ip, 1
+	return m.mm.evalInto(mode, buf.train[:], buf.shares[:], buf.infer[:], buf.streams[:], buf.sps[:])
+}
+
+// Evaluate scores inference batch point ip at the mode of train point t. A micro-batch
+// point t (Minibatch set) is one turn of t.Batch samples: the request waits for that
+// shorter turn, and a minibatch of B samples takes B/t.Batch of them, so the training
+// throughput (1−ρ)·B/(k·τ_T(B/k)) is (1−ρ)·t.Batch/τ_T(t.Batch), the same expression.
+func (m *Model) Evaluate(mode powermode.Mode, t TrainPoint, ip InferPoint) Eval {
+	var buf pairBuf
+	e, binding := m.eval(&buf, mode, t, ip)
+	return pairEval(e, binding, t)
+}
+
+// pairEval is the pair's view of a one-stream, one-job evaluation of training turn t
+// whose binding term is binding. It reads only numbers of e, so that e's buffers stay on
+// the caller's stack.
+func pairEval(e MultiEval, binding int, t TrainPoint) Eval {
+	return Eval{Mode: e.Mode, Batch: e.Streams[0].Batch, MicroBatch: t.MicroBatch(), Rho: e.Rho, LatencyMS: e.Streams[0].LatencyMS,
+		PowerMW: e.PowerMW, ThroughputSPS: e.TrainSPS[0], Feasible: e.Feasible, Violation: e.Violation, Binding: termConstraint(binding, 1)}
+}
+
+// BestAtMode returns the best inference batch size and training micro-batch at a
+// profiled mode, chosen jointly.
+func (m *Model) BestAtMode(p ModeProfile) (Eval, bool) {
+	var best Eval
+	found := false
+	for _, t := range p.TrainChoices() {
+		for _, ip := range p.Infer {
+			e := m.Evaluate(p.Mode, t, ip)
+			if !found || e.Better(best) {
+				best, found = e, true
+			}
+		}
+	}
+	return best, found
+}
+
+// Plan is the planner's answer over a set of profiled modes.
+type Plan struct {
+	// Best is the best configuration: the feasible one with the highest training
+	// throughput, or, when Feasible is false, the least-violating one.
+	Best     Eval `json:"best"`
+	Feasible bool `json:"feasible"`
+	// Binding names the constraint that Best violates most (when infeasible).
+	Binding Constraint `json:"binding,omitempty"`
+}
+
+// Choose returns the best configuration over the profiled modes.
+func (m *Model) Choose(profiles []ModeProfile) (Plan, error) {
+	var best Eval
+	found := false
+	for _, p := range profiles {
+		e, ok := m.BestAtMode(p)
+		if ok && (!found || e.Better(best)) {
+			best, found = e, true
+		}
+	}
+	if !found {
+		return Plan{}, errNoProfiles
+	}
+	pl := Plan{Best: best, Feasible: best.Feasible}
+	if !best.Feasible {
+		pl.Binding = best.Binding
+	}
+	return pl, nil
+}
+
+// Explain says in words why a plan is what it is.
+func (p Plan) Explain(b Budgets) string {
+	e := p.Best
+	if p.Feasible {
+		return fmt.Sprintf("mode %s, inference batch %d%s: training %.1f samples/s, p%g latency %.1f ms ≤ %.0f ms, power %.1f W ≤ %.1f W, GPU share for inference %.0f%%",
+			e.Mode.Human(), e.Batch, e.microWords(), e.ThroughputSPS, b.Quantile*100, e.LatencyMS, b.LatencyMS, e.PowerMW/1000, b.PowerMW/1000, e.Rho*100)
+	}
+	var what string
+	switch p.Binding {
+	case ConstraintLatency:
+		what = fmt.Sprintf("latency: the best reachable p%g is %.1f ms against a budget of %.0f ms", b.Quantile*100, e.LatencyMS, b.LatencyMS)
+	case ConstraintPower:
+		what = fmt.Sprintf("power: the least-violating configuration draws %.1f W against a budget of %.1f W", e.PowerMW/1000, b.PowerMW/1000)
+	default:
+		what = fmt.Sprintf("arrival rate: inference alone would take %.0f%% of the GPU (cap %.0f%%)", e.Rho*100, b.RhoMax*100)
+	}
+	return fmt.Sprintf("no profiled configuration meets the budgets; binding constraint is %s. Least-violating: mode %s, inference batch %d%s", what, e.Mode.Human(), e.Batch, e.microWords())
+}
+
+// microWords says the training micro-batch in a plan's explanation ("" for k = 1, so
+// explanations without micro-batches read as before).
+func (e Eval) microWords() string {
+	if e.MicroBatch == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", training micro-batch %d", e.MicroBatch)
+}
+
+// Decider is the decision (MultiDecider, docs/design.md §9) for one training job and
+// one stream: the pair's configurations are scored by Rules.scoreInto, claimed by
+// Rules.claims and ranked by ranksAbove, as MultiDecider's with k = m = 1 (there are no
+// latency ratios on the pair). The pair searchers (GMD, ALS) score their candidates
+// with ScoreAll and Claims in their inner loops; the daemon's controller and
+// `fulcrumctl bench` choose the pair's configuration through Decide.
+type Decider struct {
+	Budgets Budgets // the exact budgets (model v1, complete)
+	Batches []int   // inference batch sizes the fill quantiles are cached for
+	Rules
+}
+
+// Decision is a Decider's answer.
+type Decision struct {
+	Plan
+	// PFeasible is the probability, under the noise model, that Best meets every budget
+	// with the admission room.
+	PFeasible float64 `json:"p_feasible"`
+	// LatencyAdmMS is Best's latency as the admission test sees it (≥ Best.LatencyMS).
+	LatencyAdmMS float64 `json:"latency_adm_ms"`
+	// Candidates is how many configurations were claimable.
+	Candidates int `json:"candidates"`
+	// Confidence is the level a claim needed.
+	Confidence float64 `json:"confidence"`
+}
+
+// Explain is Plan.Explain with the probability behind the claim.
+func (d Decision) Explain(b Budgets) string {
+	return fmt.Sprintf("%s; P(every budget met) %.1f%% (a claim needs %g%%)", d.Plan.Explain(b), 100*d.PFeasible, 100*d.Confidence)
+}
+
+// Scored is one configuration as a Decider sees it.
+type Scored struct {
+	Eval                 // the model's figures against the exact budgets
+	LatencyAdmMS float64 // latency with the admission room
+	PFeasible    float64 // P(latency, power and GPU share all within budget)
+	// ViolationAdm is the sum of relative excesses with the admission room (0 when it
+	// fits as measured).
 	ViolationAdm float64
-	// BindingAdm is the constraint (and stream) least likely to hold.
-	BindingAdm MultiBinding
+	// BindingAdm is the constraint least likely to hold.
+	BindingAdm Constraint
 }
 
-// MultiDecision is a MultiDecider's answer.
-type MultiDecision struct {
-	MultiPlan
-	PFeasible    float64   `json:"p_feasible"`
-	PStreams     []float64 `json:"p_streams"`      // per stream, P(its latency within budget)
-	LatencyAdmMS []float64 `json:"latency_adm_ms"` // per stream, with the admission room
-	Candidates   int       `json:"candidates"`     // claimable configurations
-	Confidence   float64   `json:"confidence"`
-}
+// Model returns the exact model the decider scores with.
+func (d Decider) model() (*Model, error) { return NewModel(d.Budgets, d.Batches) }
 
-// Validate rejects a decider that cannot decide: bad budgets or rules.
-func (d MultiDecider) Validate() error {
+// Validate rejects a decider that cannot decide: bad budgets, a confidence outside
+// (0, 1), a negative noise or admission room.
+func (d Decider) Validate() error {
 	var errs []error
 	if err := d.Budgets.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
@@ -72,126 +237,80 @@ func (d MultiDecider) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (d MultiDecider) confidence() float64 {
-	if d.Confidence <= 0 {
-		return DefaultConfidence
-	}
-	return d.Confidence
+// score scores one configuration, training turn t (the whole minibatch or a
+// micro-batch) and inference point ip at the mode of p, with the one scoring
+// (Rules.scoreInto) of the one model.
+func (d Decider) score(m *Model, p ModeProfile, t TrainPoint, ip InferPoint) Scored {
+	var buf pairBuf
+	var latAdm, pStream [1]float64
+	e, binding := m.eval(&buf, p.Mode, t, ip)
+	s, bindingAdm := d.Rules.scoreInto(m.mm, e, buf.train[:], buf.infer[:], p.Repeats, nil, latAdm[:], pStream[:])
+	return Scored{Eval: pairEval(e, binding, t), LatencyAdmMS: latAdm[0], PFeasible: s.PFeasible, ViolationAdm: s.ViolationAdm, BindingAdm: termConstraint(bindingAdm, 1)}
 }
 
-// score scores one configuration. Each term is Decider.score's, generalised: a stream's
-// measured latency is g·(the longest turn ahead of it + its own service), the power the
-// share-weighted mix of every measured power; each σ is taken at the budget edge.
-// Streams' latencies share measured terms (the training minibatch ahead of every one),
-// so their events are positively correlated and the product of their probabilities is a
-// lower bound of P(all): the claim errs on the safe side.
-func (d MultiDecider) score(m *MultiModel, p MultiProfile, train []TrainPoint, shares []float64, pts []InferPoint) MultiScored {
-	b := m.b
-	e := m.evaluate(p.Mode, train, shares, pts)
-	e.Streams = slices.Clone(e.Streams)
-	e.TrainSPS = slices.Clone(e.TrainSPS)
-	e.MicroBatches = slices.Clone(e.MicroBatches)
-	e.TrainShares = slices.Clone(shares)
-	s := MultiScored{MultiEval: e, LatencyAdmMS: make([]float64, len(pts)), PStreams: make([]float64, len(pts))}
-	sd := d.NoiseRel / math.Sqrt(float64(max(p.Repeats, 1)))
-	g := 1 + d.Admission.DevRel
-	type term struct {
-		c      Constraint
-		stream string
-		x, p   float64
+// ScoreAll scores every configuration of the profiles.
+func (d Decider) ScoreAll(profiles []ModeProfile) ([]Scored, error) {
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("decide: %w", err)
 	}
-	var terms []term
-	s.PFeasible = 1
-	for i, st := range e.Streams {
-		lim := b.Streams[i].LatencyMS
-		// k·(fill + wait + own service): the model's latency as the stream measured it
-		// (k = 1 exactly without a learned ratio, so the single-pair terms are unchanged).
-		k := d.ratio(i)
-		s.LatencyAdmMS[i] = d.Admission.LatencyMS(lim, k*st.FillMS, k*st.WaitMS, k*pts[i].TimeMS)
-		meas := g * k * (st.WaitMS + pts[i].TimeMS)
-		sdLat := g * sd * k * math.Hypot(st.WaitMS, pts[i].TimeMS) * edgeScale(lim-(s.LatencyAdmMS[i]-meas), meas)
-		s.PStreams[i] = phi(lim-s.LatencyAdmMS[i], sdLat)
-		s.PFeasible *= s.PStreams[i]
-		terms = append(terms, term{ConstraintLatency, st.Name, s.LatencyAdmMS[i]/lim - 1, s.PStreams[i]})
+	m, err := d.model()
+	if err != nil {
+		return nil, err
 	}
-	// The power mix's terms, as evaluate weighs them; Hypot folds them so that one
-	// stream and one job give Decider's value to the bit.
-	share := min(e.Rho, 1)
-	var mix float64
-	for i, ip := range pts {
-		ri := e.Streams[i].Rho
-		if e.Rho > 1 {
-			ri /= e.Rho
-		}
-		mix = math.Hypot(mix, ri*ip.PowerMW)
-	}
-	for j, t := range train {
-		mix = math.Hypot(mix, (1-share)*shares[j]*t.PowerMW)
-	}
-	pp := phi(b.PowerMW-e.PowerMW, sd*mix*edgeScale(b.PowerMW, e.PowerMW))
-	pr := phi(b.RhoMax-e.Rho, sd*b.RhoMax)
-	s.PFeasible *= pp * pr
-	terms = append(terms, term{ConstraintPower, "", e.PowerMW/b.PowerMW - 1, pp}, term{ConstraintRho, "", e.Rho/b.RhoMax - 1, pr})
-	least := math.Inf(1)
-	for _, x := range terms {
-		if x.x > 0 {
-			s.ViolationAdm += x.x
-		}
-		if key := x.p - 1e-9*x.x; key < least {
-			least, s.BindingAdm = key, MultiBinding{Constraint: x.c, Stream: x.stream}
+	var out []Scored
+	for _, p := range profiles {
+		for _, t := range p.TrainChoices() {
+			for _, ip := range p.Infer {
+				out = append(out, d.score(m, p, t, ip))
+			}
 		}
 	}
-	return s
+	return out, nil
 }
 
 // Claims reports whether a scored configuration may be claimed.
-func (d MultiDecider) Claims(s MultiScored) bool { return s.PFeasible >= d.confidence() }
+func (d Decider) Claims(s Scored) bool { return d.claims(s.PFeasible) }
 
-// better is Decider.better with the training objective in place of the throughput.
-func (d MultiDecider) better(a, b MultiScored) bool {
+// better ranks two scored configurations for the decision (ranksAbove).
+func (d Decider) better(a, b Scored) bool {
 	return ranksAbove(d.Claims(a), d.Claims(b),
-		rankKey{a.ObjectiveSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
-		rankKey{b.ObjectiveSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
+		rankKey{a.ThroughputSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
+		rankKey{b.ThroughputSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
 }
 
-// Decide chooses over every profiled mode and every batch vector, jointly. Best carries
-// the model's figures against the exact budgets, with Feasible set only when claimed.
-func (d MultiDecider) Decide(profiles []MultiProfile) (MultiDecision, error) {
-	if err := d.Validate(); err != nil {
-		return MultiDecision{}, fmt.Errorf("decide: %w", err)
-	}
-	if len(profiles) == 0 {
-		return MultiDecision{}, errNoProfiles
-	}
-	m, err := NewMultiModel(d.Budgets, d.Batches)
+// Decide chooses over the profiles. The answer's Best carries model v1's figures
+// against the exact budgets, with Feasible set only when it is claimed; Binding names
+// the constraint least likely to hold when it is not.
+func (d Decider) Decide(profiles []ModeProfile) (Decision, error) {
+	all, err := d.ScoreAll(profiles)
 	if err != nil {
-		return MultiDecision{}, err
+		return Decision{}, err
 	}
-	var best MultiScored
-	n, claimable := 0, 0
-	for _, p := range profiles {
-		shares := m.shares(len(p.Train))
-		err := m.eachTrainCombo(p, func(train []TrainPoint, pts []InferPoint) {
-			s := d.score(m, p, train, shares, pts)
-			if d.Claims(s) {
-				claimable++
-			}
-			if n == 0 || d.better(s, best) {
-				best = s
-			}
-			n++
-		})
-		if err != nil {
-			return MultiDecision{}, fmt.Errorf("decide: %w", err)
+	if len(all) == 0 {
+		return Decision{}, errNoProfiles
+	}
+	best, claimable := all[0], 0
+	for _, s := range all {
+		if d.Claims(s) {
+			claimable++
+		}
+		if d.better(s, best) {
+			best = s
 		}
 	}
-	ok := d.Claims(best)
-	e := best.MultiEval
+	return d.decision(best, claimable), nil
+}
+
+func (d Decider) decision(s Scored, claimable int) Decision {
+	e := s.Eval
+	ok := d.Claims(s)
 	e.Feasible = ok
-	out := MultiDecision{MultiPlan: MultiPlan{Best: e, Feasible: ok}, PFeasible: best.PFeasible, PStreams: best.PStreams,
-		LatencyAdmMS: best.LatencyAdmMS, Candidates: claimable, Confidence: d.confidence()}
 	if !ok {
-		out.Binding, out.Best.Binding = best.BindingAdm, best.BindingAdm
+		e.Binding = s.BindingAdm
 	}
-	return out, nil
+	out := Decision{Plan: Plan{Best: e, Feasible: ok}, PFeasible: s.PFeasible, LatencyAdmMS: s.LatencyAdmMS, Candidates: claimable, Confidence: d.confidence()}
+	if !ok {
+		out.Binding = s.BindingAdm
+	}
+	return out
 }
