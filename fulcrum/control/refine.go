@@ -330,13 +330,13 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 				c.corrP[t.key.m] = max(c.corrP[t.key.m], avg/pred) // what the model is taught
 			}
 			c.violations["power"]++
-			c.abandon(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget", avg/1000, c.budgets.PowerMW/1000), now, rate)
+			c.abandon(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget", avg/1000, c.targets.PowerMW/1000), now, rate)
 			return true
 		}
-		if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.budgets.LatencyMS && c.latencySettled(now) {
+		if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS && c.latencySettled(now) {
 			c.badLat[t.key] = true
 			c.violations["latency"]++
-			c.abandon(ctx, fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget", c.measured.LatencyP99MS, c.budgets.LatencyMS), now, rate)
+			c.abandon(ctx, fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget", c.measured.LatencyP99MS, c.targets.LatencyMS), now, rate)
 			return true
 		}
 		if closed && c.ref.win.count >= o.ConfirmWindows {
@@ -346,7 +346,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 				c.abandon(ctx, fmt.Sprintf("with its live evidence it trains %.1f samples/s, the confirmed configuration %.1f", s.ThroughputSPS, fs.ThroughputSPS), now, rate)
 				return true
 			}
-			if ok && c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches).Claims(s) {
+			if ok && c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches).Claims(s) {
 				c.ref.trial = nil
 				c.ref.confirmed = &refinePoint{key: t.key, eval: s.Eval, at: now}
 				c.ref.nextTrial = now.Add(o.Window * time.Duration(o.ConfirmWindows))
@@ -371,7 +371,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	if !ok {
 		return false
 	}
-	d := c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	d := c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches)
 	if c.ref.confirmed == nil || c.ref.confirmed.key != key {
 		if c.ref.win.count >= o.ConfirmWindows && d.Claims(cs) && !c.stepped {
 			c.ref.confirmed = &refinePoint{key: key, eval: cs.Eval, at: now}
@@ -518,7 +518,7 @@ func (c *Controller) scoreKey(key cfgKey, rate float64) (plan.Scored, bool) {
 		return plan.Scored{}, false
 	}
 	i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == key.m })
-	best, found := scoreIn(c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches), ps, key)
+	best, found := scoreIn(c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches), ps, key)
 	if found {
 		pooled := Pooled{Windows: len(c.ref.evidence[key.m]), TrainRatio: 1, InferRatio: 1, PowerRatio: 1, Repeats: max(ps[i].Repeats, 1)}
 		if ws := c.ref.evidence[key.m]; len(ws) > 0 && c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch}) {
