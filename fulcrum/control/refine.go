@@ -469,7 +469,7 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 		c.needPlan != "" || c.want != nil || c.held || c.ext != nil || now.Before(c.ref.nextTrial) {
 		return false
 	}
-	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.budgets.LatencyMS) {
+	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS) {
 		return false // a budget broken even while paused: the step rules act first
 	}
 	ps, err := c.profiles()
@@ -477,7 +477,7 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 		return false
 	}
 	ps = underCap(c, ps, func(p plan.ModeProfile) powermode.Mode { return p.Mode })
-	d := c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	d := c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches)
 	all, err := d.ScoreAll(ps)
 	if err != nil {
 		return false
