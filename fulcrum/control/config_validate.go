@@ -48,9 +48,7 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "Live.Samples", c.Live.Samples)
 	optcheck.Positive(&ck, "Live.MinTime", c.Live.MinTime)
 	optcheck.Fraction(&ck, "Live.TargetRSE", c.Live.TargetRSE)
-	if c.Live.MaxSamples < c.Live.Samples {
-		ck.Fail("Live.MaxSamples", c.Live.MaxSamples, "must be at least samples (the cap on a point's measured batches while its mean time is not yet precise)")
-	}
+	optcheck.NonNegative(&ck, "Live.MaxSamples", c.Live.MaxSamples)
 	optcheck.Positive(&ck, "Refine.Window", c.Refine.Window)
 	optcheck.Positive(&ck, "Refine.MinTurns", c.Refine.MinTurns)
 	optcheck.Positive(&ck, "Refine.MaxRepeats", c.Refine.MaxRepeats)

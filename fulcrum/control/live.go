@@ -29,11 +29,14 @@ type LiveOptions struct {
 	Warmup  int           `mapstructure:"warmup"`      // profile batches run and discarded at each point [1]
 	Samples int           `mapstructure:"samples"`     // measured batches per point, at least [5]
 	MinTime time.Duration `mapstructure:"min_time_ms"` // and measure each point at least this long, for power readings [300 ms]
-	// TargetRSE: then measure until the mean time's relative standard error is at most
-	// this [0.02], or MaxSamples batches [50]: the offline profiler's precision rule
-	// (profiler/measure), so that a live profile is as precise as an offline one.
-	TargetRSE  float64 `mapstructure:"target_rse"`
+	// MaxSamples, when above Samples, turns on the offline profiler's precision rule
+	// (profiler/measure): after Samples and MinTime, keep measuring until the mean time's
+	// relative standard error is at most TargetRSE [0.02], or MaxSamples batches ran.
+	// 0 (or at most Samples) leaves it off [0]: live profile batches cost training time,
+	// and with heavy-tailed turn times the rule held live searches for minutes
+	// (docs/profiler.md "One measurement loop").
 	MaxSamples int     `mapstructure:"max_samples"`
+	TargetRSE  float64 `mapstructure:"target_rse"`
 	// PowerWindow is the moving average the power guard checks [1 s].
 	PowerWindow time.Duration
 	// PowerSettle: readings this soon after the mode is applied still show the previous
@@ -60,10 +63,6 @@ func (o LiveOptions) withDefaults() LiveOptions {
 	if o.TargetRSE <= 0 {
 		o.TargetRSE = 0.02
 	}
-	if o.MaxSamples <= 0 {
-		o.MaxSamples = 50
-	}
-	o.MaxSamples = max(o.MaxSamples, o.Samples)
 	if o.PowerWindow <= 0 {
 		o.PowerWindow = time.Second
 	}
@@ -690,9 +689,10 @@ const minBatchReadings = 3
 
 // rule is the stopping rule of a live point (measure.Rule, the offline profiler's rule):
 // no warm-up time, since PowerSettle leaves the readings of the mode change out instead;
-// MinTime so that the controller's sampler, reading at its own period, reads each point.
+// MinTime so that the controller's sampler, reading at its own period, reads each point;
+// the precision wait only where MaxSamples is above Samples (off by default).
 func (o LiveOptions) rule() measure.Rule {
-	return measure.Rule{Warmup: o.Warmup, MinSamples: o.Samples, MinTime: o.MinTime, TargetRSE: o.TargetRSE, MaxSamples: o.MaxSamples}
+	return measure.Rule{Warmup: o.Warmup, MinSamples: o.Samples, MinTime: o.MinTime, TargetRSE: o.TargetRSE, MaxSamples: max(o.MaxSamples, o.Samples)}
 }
 
 // measure profiles one point through the shared measurement loop (profiler/measure):

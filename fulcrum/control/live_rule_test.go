@@ -15,13 +15,14 @@ import (
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
-// The live profiler stops a point by the offline profiler's rule (profiler/measure): a
-// training point whose profile batches alternate 90 and 110 ms is measured until its
-// mean's relative standard error is at most the target — 24 batches at 0.021, what
-// fulcrumctl profile measures for the same sequence (profiler's TestProfileStopRule) —
-// while the steady inference point stops at Samples. Before, the live profiler stopped
-// every point at Samples and MinTime: the training point at 5 batches, RSE 0.050.
-func TestLiveProfileStopsByTheOfflineRule(t *testing.T) {
+// The live profiler stops a point by the offline profiler's rule (profiler/measure). By
+// default its precision wait is off (max_samples 0): a training point whose profile
+// batches alternate 90 and 110 ms stops at Samples and MinTime, 5 batches at RSE 0.050,
+// as before the loops were one. With max_samples 50 and a target of 0.021 it is
+// measured until its mean's relative standard error is at most the target: 24 batches,
+// what fulcrumctl profile measures for the same sequence (profiler's
+// TestProfileStopRule). The steady inference point stops at Samples either way.
+func TestLiveProfileStopRule(t *testing.T) {
 	e := newEnv(t, sched.RealClock{})
 	defer e.sched.Close()
 	pm := NewPowerMonitor(10 * time.Second)
@@ -65,29 +66,41 @@ func TestLiveProfileStopsByTheOfflineRule(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lp := &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm,
-		Pair:    Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}},
-		Options: LiveOptions{Samples: 5, MinTime: time.Nanosecond, PowerSettle: time.Millisecond, TargetRSE: 0.021}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m := e.modes[2]
-	mp, err := lp.Profile(ctx, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := e.store.Get(store.Key{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: m, Batch: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("training point: %d batches, mean %.2f ms, rse %.4f", tr.Samples, tr.TimeMS.Mean, tr.RSE)
-	if tr.Samples != 24 || tr.RSE > 0.021 || math.Abs(tr.TimeMS.Mean-100) > 1e-9 || mp.Train.TimeMS != tr.TimeMS.Mean {
-		t.Errorf("training point stored %d batches, mean %v, rse %v: want 24 batches, mean 100, rse ≤ 0.021 (the offline rule)", tr.Samples, tr.TimeMS.Mean, tr.RSE)
-	}
-	inf, err := e.store.Get(store.Key{Board: e.spec.Name, Workload: tInfer, Role: truth.Infer, Mode: m, Batch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if inf.Samples != 5 || inf.RSE != 0 {
-		t.Errorf("steady inference point stored %d batches, rse %v: want Samples (5), rse 0", inf.Samples, inf.RSE)
+	for i, tc := range []struct {
+		maxSamples, wantN int
+		wantMean, rseMax  float64
+	}{
+		{0, 5, 98, 0.051},
+		{50, 24, 100, 0.021},
+	} {
+		mu.Lock()
+		trainProfiles = 0
+		mu.Unlock()
+		lp := &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm,
+			Pair:    Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}},
+			Options: LiveOptions{Samples: 5, MinTime: time.Nanosecond, PowerSettle: time.Millisecond, MaxSamples: tc.maxSamples, TargetRSE: 0.021}}
+		m := e.modes[2+i]
+		mp, err := lp.Profile(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := e.store.Get(store.Key{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: m, Batch: 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("max_samples %d: training point %d batches, mean %.2f ms, rse %.4f", tc.maxSamples, tr.Samples, tr.TimeMS.Mean, tr.RSE)
+		if tr.Samples != tc.wantN || tr.RSE > tc.rseMax || math.Abs(tr.TimeMS.Mean-tc.wantMean) > 1e-9 || mp.Train.TimeMS != tr.TimeMS.Mean {
+			t.Errorf("max_samples %d: training point stored %d batches, mean %v, rse %v: want %d batches, mean %v, rse ≤ %v",
+				tc.maxSamples, tr.Samples, tr.TimeMS.Mean, tr.RSE, tc.wantN, tc.wantMean, tc.rseMax)
+		}
+		inf, err := e.store.Get(store.Key{Board: e.spec.Name, Workload: tInfer, Role: truth.Infer, Mode: m, Batch: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inf.Samples != 5 || inf.RSE != 0 {
+			t.Errorf("max_samples %d: steady inference point stored %d batches, rse %v: want Samples (5), rse 0", tc.maxSamples, inf.Samples, inf.RSE)
+		}
 	}
 }
