@@ -17,7 +17,8 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/settings.golden 
 // the typed one replaced, so a difference here is a behaviour change. (Meant changes
 // since: issue 29's decoding into daemon.DefaultOptions shows controller.live's
 // unkeyed fields at their defaults, which the controller filled in anyway; the
-// deprecated budget spellings print their warnings.)
+// deprecated budget spellings print their warnings; issue 29's one stopping rule adds
+// controller.live.target_rse and max_samples.)
 var goldenCases = []struct {
 	name string
 	file string            // config file body; "shipped" loads configs/fulcrum.yaml
@@ -90,6 +91,8 @@ controller:
     warmup: 2
     samples: 7
     min_time_ms: 250
+    target_rse: 0.05
+    max_samples: 30
 control:
   socket_mode: "0600"
   group: "-"
