@@ -29,8 +29,10 @@ build: ## build fulcrumd and fulcrumctl into bin/
 
 test: test-go test-python test-pytorch test-pytorch-restart ## run the whole test suite (what CI runs)
 
+# -timeout 25m: the virtual-time lifetime package takes 340-390 s under -race with both
+# cores busy (CI runs), too near go test's default 10 min per package on a loaded host.
 test-go: ## Go tests with the race detector
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 25m ./...
 
 test-python: ## Python client tests (standard library only), when the client exists
 	@if [ -d clients/python ]; then $(MAKE) build && cd clients/python && FULCRUM_BIN=$(CURDIR)/$(BIN) python3 -m unittest discover -v -s tests; fi

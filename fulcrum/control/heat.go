@@ -32,6 +32,8 @@ type heatState struct {
 	// trip point (0: no cap).
 	capGPUHz  int64
 	capCPUKHz int64
+	// floorsAt is when the readings first showed the clock floors they show now.
+	floorsAt time.Time
 }
 
 // observeHeat reads the board's heat once per step and records what changed as events:
@@ -55,7 +57,11 @@ func (c *Controller) observeHeat(ctx context.Context, now time.Time) {
 		return
 	}
 	c.heat.err = nil
-	if !settled(c.heat.last, h) {
+	if p := c.heat.last; p == nil || p.GPUFloorHz != h.GPUFloorHz || p.CPUFloorKHz != h.CPUFloorKHz {
+		c.heat.floorsAt = now
+	}
+	judged := now.Sub(c.heat.floorsAt) >= c.throttleSettle()
+	if !judged {
 		// The floors moved since the last reading: a mode was just written (by the
 		// controller, a search, or another tool), and a clock still running the old
 		// mode's speed is not the firmware's cap. The verdict stays the last one's.
@@ -87,7 +93,9 @@ func (c *Controller) observeHeat(ctx context.Context, now time.Time) {
 		c.heat.since = time.Time{}
 	}
 	if h.Throttled {
-		c.lowerCap(h)
+		if judged { // an unsettled reading's clocks may be the old mode's: no cap from them
+			c.lowerCap(h)
+		}
 		return
 	}
 	if (c.heat.capGPUHz > 0 || c.heat.capCPUKHz > 0) && cooled(h) {
@@ -100,15 +108,18 @@ func (c *Controller) observeHeat(ctx context.Context, now time.Time) {
 	}
 }
 
-// settled says whether reading h may be judged for throttling: the previous reading
-// (one Period earlier) saw the same clock floors, so the clocks have had that long to
-// follow them. A reading right after a mode write sees the new floors with the running
-// clocks still at the old mode's (the kernel moves them within a devfreq/cpufreq
-// update; the simulator at its next physics step), and a read racing the write can
-// pair an old clock with a new floor: neither is the firmware capping a clock. A real
-// throttle outlasts a reading and shows on the next one.
-func settled(prev *powermode.HeatReading, h powermode.HeatReading) bool {
-	return prev != nil && prev.GPUFloorHz == h.GPUFloorHz && prev.CPUFloorKHz == h.CPUFloorKHz
+// throttleSettle is how long the clock floors must have stayed as they are before a
+// reading may be judged for throttling. A reading right after a mode write sees the new
+// floors with the running clocks still at the old mode's (the kernel moves them within a
+// devfreq/cpufreq update; the simulator at its next physics step, up to 500 ms on
+// virtual time), and a read racing the write can pair an old clock with a new floor:
+// neither is the firmware capping a clock. One control period was not enough: a
+// search's mode writes are followed by the controller's next reading a period later,
+// before the simulator's clocks moved (lifetime runs showed "CPU runs 115 MHz under its
+// 2201 MHz floor" at 42 °C, and a re-plan under that cap, after mode changes). A real
+// throttle lasts seconds or more and shows once the floors have settled.
+func (c *Controller) throttleSettle() time.Duration {
+	return max(2*c.cfg.PowerSettle, 2*c.cfg.Period)
 }
 
 // lowerCap sets the thermal cap to the clocks the board runs while throttled (lowering

@@ -150,9 +150,10 @@ func TestViolationWhileThrottledSaysWhy(t *testing.T) {
 	hb.heat = powermode.HeatReading{Zones: []powermode.ThermalZone{{Zone: "tj-thermal", Celsius: 99.5, TripC: 99}}, GPULoad: 0.9,
 		GPUHz: 408e6, GPUFloorHz: planned.Mode.GPUHz, Throttled: true, Why: "GPU runs 408 MHz under its floor"}
 	hb.mu.Unlock()
-	// Two readings: the first sees floors the fake's cool reading did not have (0), and
-	// a reading is judged for throttling once the previous one saw the same floors.
-	e.tick(c, 100*time.Millisecond)
+	// The first reading sees floors the fake's cool reading did not have (0); a reading
+	// is judged for throttling once the floors have stayed put for the settle
+	// (throttleSettle: 1 s with these defaults).
+	e.tick(c, 1200*time.Millisecond)
 	var reasons []string
 	for _, ev := range c.Events().List(seq) {
 		if ev.Kind == KindThermal {
@@ -190,7 +191,7 @@ func TestViolationWhileThrottledSaysWhy(t *testing.T) {
 	hb.heat = powermode.HeatReading{Zones: []powermode.ThermalZone{{Zone: "tj-thermal", Celsius: 80, TripC: 99}}, GPULoad: 0.5}
 	hb.mu.Unlock()
 	e.board.set(20000, nil)
-	e.tick(c, 100*time.Millisecond)
+	e.tick(c, 1200*time.Millisecond) // the floors moved (0 in the cool reading): judged after the settle
 	var after []string
 	for _, ev := range c.Events().List(seq) {
 		if ev.Kind == KindThermal {
@@ -369,12 +370,18 @@ func TestModeWriteIsNotThrottling(t *testing.T) {
 			t.Errorf("%s: status heat %+v, want a reading that is not throttled and no cap", when, st.Heat)
 		}
 	}
-	// One reading with the new floors and the old clocks (no physics step in between).
-	step(false)
-	if h := c.Status().Heat; h == nil || (h.GPUHz >= h.GPUFloorHz && h.CPUKHz >= h.CPUFloorKHz) {
-		t.Fatalf("heat %+v: want the reading taken before the clocks followed the mode (running under the new floor)", h)
+	// Readings with the new floors and the old clocks (no physics step in between): the
+	// lifetime board steps its physics every 500 ms and the controller reads every
+	// period, so several readings can see the same new floors before the clocks move
+	// (on 455ab91 the second of them was judged: "CPU runs 115 MHz under its 2201 MHz
+	// floor" at 42 °C after a search's mode write, and a re-plan under that cap).
+	for range 5 {
+		step(false)
 	}
-	check("reading before the clocks followed")
+	if h := c.Status().Heat; h == nil || (h.GPUHz >= h.GPUFloorHz && h.CPUKHz >= h.CPUFloorKHz) {
+		t.Fatalf("heat %+v: want the readings taken before the clocks followed the mode (running under the new floor)", h)
+	}
+	check("readings before the clocks followed")
 	// The clocks follow: still no throttling.
 	step(true)
 	step(true)
@@ -401,9 +408,9 @@ func TestModeWriteKeepsThrottlingSpell(t *testing.T) {
 		}
 	}
 	set(816e6, 1224e6)
-	e.tick(c, 100*time.Millisecond)
+	e.tick(c, 1200*time.Millisecond)
 	if !c.Throttled() {
-		t.Fatal("not throttled after two readings of GPU 816 MHz under its 1224 MHz floor")
+		t.Fatal("not throttled after 1.2 s of readings of GPU 816 MHz under its 1224 MHz floor")
 	}
 	seq := c.Status().LastEvent
 	// The floor moves to 612 MHz (a mode under the cap) while the firmware still caps at
@@ -413,8 +420,17 @@ func TestModeWriteKeepsThrottlingSpell(t *testing.T) {
 	if !c.Throttled() {
 		t.Error("the reading across the mode write ended the spell")
 	}
+	// Still unsettled a few periods later: a search's or a plan's write is followed by
+	// readings before the clocks move (the simulator's physics step).
+	e.tick(c, 500*time.Millisecond)
+	if !c.Throttled() {
+		t.Error("the spell ended before the floors settled")
+	}
+	if st := c.Status(); st.Heat.CapGPUHz != 816e6 {
+		t.Errorf("cap %d Hz during the unsettled readings, want the 816 MHz of the settled ones", st.Heat.CapGPUHz)
+	}
 	// Floors settled, clock over its floor: the spell ends, once.
-	e.tick(c, 50*time.Millisecond)
+	e.tick(c, 600*time.Millisecond)
 	if c.Throttled() {
 		t.Error("still throttled with GPU 816 MHz over its settled 612 MHz floor")
 	}

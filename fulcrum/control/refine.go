@@ -238,7 +238,10 @@ type refineState struct {
 	trial     *refineTrial
 	failed    map[cfgKey]*refineFailure
 	nextTrial time.Time
-	last      *RefineStatus // the figures at the last closed window
+	// nearNext: the next step that may look for a near-claim (nearClaim scores every
+	// stored configuration; once a window, not every control period, while paused).
+	nearNext time.Time
+	last     *RefineStatus // the figures at the last closed window
 }
 
 type refinePoint struct {
@@ -472,6 +475,12 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS) {
 		return false // a budget broken even while paused: the step rules act first
 	}
+	if now.Before(c.ref.nearNext) {
+		return false
+	}
+	// Measured: scoring the store every 250 ms period while paused made the lifetime
+	// tests under -race run past their 10 min (TestPausedTrainingSearchesAgain).
+	c.ref.nearNext = now.Add(o.Window)
 	ps, err := c.profiles()
 	if err != nil {
 		return false

@@ -30,9 +30,12 @@ func pausedAt20W(t *testing.T, rateRPS float64, seed int64, d time.Duration) lif
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Near-claim trials (TestRefineNearClaimFromAPausedPlan) are off: these tests are of
+	// the re-search and its back-off, which a near-claim that certifies would end.
 	return lifetime.Scenario{Board: testboard.AGXOrin, Truth: tab, Train: []string{"resnet18-train"},
 		Infer:         []lifetime.Stream{{Workload: "mobilenetv3-infer", RateRPS: rateRPS, LatencyMS: 200}},
-		PowerBudgetMW: 20000, Searcher: "gmd", Duration: d, Seed: seed}
+		PowerBudgetMW: 20000, Searcher: "gmd", Duration: d, Seed: seed,
+		Configure: func(o *daemon.Options) { o.Control.Refine.NearClaim = false }}
 }
 
 // researches are the controller's own re-searches (KindSearch events).
@@ -61,7 +64,7 @@ const (
 func TestPausedTrainingSearchesAgain(t *testing.T) {
 	d := 30 * time.Minute
 	off := pausedAt20W(t, 20, seed20RPS, d)
-	off.Configure = func(o *daemon.Options) { o.Control.ResearchOff = true }
+	off.Configure = func(o *daemon.Options) { o.Control.ResearchOff, o.Control.Refine.NearClaim = true, false }
 	roff, ron := run(t, off), run(t, pausedAt20W(t, 20, seed20RPS, d))
 	if n := len(researches(roff.Events)); n != 0 {
 		t.Fatalf("research_off: %d re-searches", n)
@@ -91,7 +94,7 @@ func TestPausedTrainingSearchesAgain(t *testing.T) {
 func TestPausedSearchesBackOff(t *testing.T) {
 	d := 30 * time.Minute
 	off := pausedAt20W(t, 10, seed10RPS, d)
-	off.Configure = func(o *daemon.Options) { o.Control.ResearchOff = true }
+	off.Configure = func(o *daemon.Options) { o.Control.ResearchOff, o.Control.Refine.NearClaim = true, false }
 	roff, ron := run(t, off), run(t, pausedAt20W(t, 10, seed10RPS, d))
 	if again := run(t, pausedAt20W(t, 10, seed10RPS, d)); eventLog(t, again.Events) != eventLog(t, ron.Events) {
 		t.Errorf("the same seed twice: %d and %d events, %v and %v samples", len(ron.Events), len(again.Events), ron.TrainSamples, again.TrainSamples)
