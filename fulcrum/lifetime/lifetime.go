@@ -69,11 +69,14 @@ type Scenario struct {
 	// as fulcrumctl sim worker --tail does on real time.
 	Tail string
 	// MicroBatches makes every training worker declare micro-batches (issue 32,
-	// docs/runtime.md "Micro-batched training turns"): the divisors of its minibatch down
-	// to an eighth of it (32: 4, 8 and 16; k ≤ 8 turns a minibatch, the smallest a
-	// BatchNorm network trains well with). A grant's micro_batch then runs that many
-	// samples, timed by the model's batch curve at that size, and the minibatch counts
-	// once, after its last turn. False: none declared, k = 1.
+	// docs/runtime.md "Micro-batched training turns"). Without Truth: the divisors of its
+	// minibatch down to an eighth of it (32: 4, 8 and 16; k ≤ 8 turns a minibatch, the
+	// smallest a BatchNorm network trains well with), a turn timed by the model's batch
+	// curve at that size. With Truth: the micro-batch sizes the table has micro_batch rows
+	// for at every mode with the workload's minibatch row (what bench's oracles choose
+	// among), a turn's time and power that row's. A grant's micro_batch then runs that
+	// many samples, and the minibatch counts once, after its last turn. False: none
+	// declared, k = 1.
 	MicroBatches bool
 	// NoiseFrac is the per-minibatch noise (log-normal sigma); 0 takes 0.03.
 	NoiseFrac float64
@@ -301,7 +304,11 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	if sc.Truth != nil {
 		prng := rand.New(rand.NewPCG(uint64(sc.Seed), 300))
 		simOpts.PowerMW = func(m powermode.Mode, a sim.Activity) (float64, bool) {
-			r, ok := sc.Truth.LookupBetween(truth.Key{Workload: a.Workload, Role: truth.Role(a.Role), Mode: m, Batch: a.Batch})
+			w, ok := models[a.Workload]
+			if !ok {
+				return 0, false
+			}
+			r, ok := sc.Truth.LookupBetween(truthKey(w, truth.Role(a.Role), m, a.Batch))
 			if !ok {
 				return 0, false
 			}
@@ -387,7 +394,10 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for i, n := range sc.Train {
 		w := models[n]
 		var micro []int
-		if sc.MicroBatches {
+		switch {
+		case sc.MicroBatches && sc.Truth != nil:
+			micro = truthMicroSizes(sc.Truth, n, w.Batch)
+		case sc.MicroBatches:
 			micro = microSizes(w.Batch)
 		}
 		wk, err := h.register(proto.RoleTrain, w, w.Batch, nil, micro, uint64(100+i))
