@@ -280,7 +280,7 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 		fmt.Fprintf(w, "at %s: %s\n", time.Duration(c.AtS*float64(time.Second)), strings.Join(what, ", "))
 	}
 	fmt.Fprintf(w, "ratio: training samples ÷ the best room-keeping configuration's over the run (sum over sum; mean, p5 per configuration); broken %%: of the run's time;\n"+
-		"within: configurations where the run trained after its first plan (≥ 1 %% of the denominator) and broke no budget for over 1 %% of the run (%% of the scored); viol %%: trained, but broke one\n\n")
+		"within: configurations where the run trained after its first plan (≥ 1 %% of the denominator) and broke no budget for over 1 %% of the time after it (%% of the scored); viol %%: trained, but broke one\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "method\tsource\tratio\tmean\tp5\twithin\tviol %\tlatency broken %\tpower broken %\tfirst plan s\tno plan\tprofiles\tsearch s\tapart: samples\tlat %\tpow %\terrors\t")
 	for _, s := range rep.Methods {

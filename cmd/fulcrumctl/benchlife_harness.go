@@ -30,7 +30,8 @@ func lifetimeHarness(physics bool, log *slog.Logger) (bench.LifeRunner, error) {
 			return bench.LifeResult{}, err
 		}
 		out := bench.LifeResult{Planned: res.FirstPlanS >= 0, FirstPlanS: max(res.FirstPlanS, 0), ProfilesTaken: res.ProfilesTaken,
-			SearchS: res.SearchS, LatencyBrokenS: res.LatencyBrokenS, PowerBrokenS: res.PowerBrokenS}
+			SearchS: res.SearchS, LatencyBrokenS: res.LatencyBrokenS, PowerBrokenS: res.PowerBrokenS,
+			LatencyBrokenAfterPlanS: res.LatencyBrokenAfterPlanS, PowerBrokenAfterPlanS: res.PowerBrokenAfterPlanS}
 		// Summed in the jobs' order, not the map's: the same seed gives the same bits.
 		for _, n := range r.Train {
 			out.TrainSamples += res.TrainSamples[n]

@@ -110,22 +110,26 @@ func TestRunLifetimeMicroBatchesStreams(t *testing.T) {
 var errTestFailed = errors.New("stand-in failure")
 
 // Within every budget by hand: a run counts when it trained after its first plan (at
-// least 1 % of the denominator) and broke no budget for over 1 % of the run; one that
-// trained but broke one is a violation; apart configurations count in neither.
+// least 1 % of the denominator) and broke no budget for over 1 % of the time after that
+// plan (what its first search broke before it does not count); one that trained but
+// broke one is a violation; apart configurations count in neither.
 func TestSummariseLifetimeWithin(t *testing.T) {
-	const durS = 1000
+	const durS = 1100
+	ok := LifeResult{TrainSamples: 900, TrainAfterPlan: 800, Planned: true, FirstPlanS: 100, LatencyBrokenS: 90}
+	with := func(f func(*LifeResult)) LifeResult { r := ok; f(&r); return r }
 	outs := []LifeOutcome{
-		{IdealSamples: 1000, LifeResult: LifeResult{TrainSamples: 900, TrainAfterPlan: 800, Planned: true, LatencyBrokenS: 10}}, // within (10 s = 1 %)
-		{IdealSamples: 1000, LifeResult: LifeResult{TrainSamples: 900, TrainAfterPlan: 800, Planned: true, LatencyBrokenS: 11}}, // violation
-		{IdealSamples: 1000, LifeResult: LifeResult{TrainSamples: 900, TrainAfterPlan: 800, Planned: true, PowerBrokenS: 50}},   // violation
-		{IdealSamples: 1000, LifeResult: LifeResult{TrainSamples: 300, TrainAfterPlan: 9, Planned: true}},                       // paused after its plan
-		{IdealSamples: 1000, LifeResult: LifeResult{TrainSamples: 300, TrainAfterPlan: 300}},                                    // never planned
-		{IdealSamples: 1000, LifeResult: LifeResult{TrainSamples: 900, TrainAfterPlan: 800, Planned: true}, Err: errTestFailed}, // failed
-		{IdealSamples: 1000, LifeResult: LifeResult{TrainSamples: 900, TrainAfterPlan: 10, Planned: true}},                      // within (1 %)
-		{IdealSamples: 0, LifeResult: LifeResult{TrainSamples: 900, TrainAfterPlan: 800, Planned: true}},                        // apart
+		{IdealSamples: 1000, LifeResult: ok}, // within: the search's 90 s are before the plan
+		{IdealSamples: 1000, LifeResult: with(func(r *LifeResult) { r.LatencyBrokenAfterPlanS = 10 })},     // within (1 % of 1000 s)
+		{IdealSamples: 1000, LifeResult: with(func(r *LifeResult) { r.LatencyBrokenAfterPlanS = 11 })},     // violation
+		{IdealSamples: 1000, LifeResult: with(func(r *LifeResult) { r.PowerBrokenAfterPlanS = 50 })},       // violation
+		{IdealSamples: 1000, LifeResult: with(func(r *LifeResult) { r.TrainAfterPlan = 9 })},               // paused after its plan
+		{IdealSamples: 1000, LifeResult: with(func(r *LifeResult) { r.Planned, r.FirstPlanS = false, 0 })}, // never planned
+		{IdealSamples: 1000, LifeResult: ok, Err: errTestFailed},                                           // failed
+		{IdealSamples: 1000, LifeResult: with(func(r *LifeResult) { r.TrainAfterPlan = 10 })},              // within (1 %)
+		{IdealSamples: 0, LifeResult: ok}, // apart
 	}
 	st := summariseLifetime("x", outs, durS)
-	if st.WithinBudget != 2 || !near(st.WithinBudgetPct, 100*2.0/7) || !near(st.ViolationPct, 100*2.0/7) {
-		t.Fatalf("within %d (%.2f %%), violations %.2f %%: want 2 (28.57 %%), 28.57 %%", st.WithinBudget, st.WithinBudgetPct, st.ViolationPct)
+	if st.WithinBudget != 3 || !near(st.WithinBudgetPct, 100*3.0/8) || !near(st.ViolationPct, 100*2.0/8) {
+		t.Fatalf("within %d (%.2f %%), violations %.2f %%: want 3 (37.5 %%), 25 %%", st.WithinBudget, st.WithinBudgetPct, st.ViolationPct)
 	}
 }

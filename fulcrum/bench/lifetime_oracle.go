@@ -105,6 +105,7 @@ func oneShot(c *lifeConfig, marginRel float64, spec LifetimeSpec, q float64) (Li
 		if pow {
 			o.PowerBrokenS += ph.lenS
 		}
+		o.LatencyBrokenAfterPlanS, o.PowerBrokenAfterPlanS = o.LatencyBrokenS, o.PowerBrokenS // planned at t = 0
 	}
 	return o, nil
 }

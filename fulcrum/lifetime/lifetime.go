@@ -180,6 +180,11 @@ type Result struct {
 	// own, every board step) was over the power budget.
 	LatencyBrokenS float64 `json:"latency_broken_s"`
 	PowerBrokenS   float64 `json:"power_broken_s"`
+	// LatencyBrokenAfterPlanS and PowerBrokenAfterPlanS are the part of those after the
+	// first plan was applied (seen by the next second's sample): what the plans broke,
+	// the first search's own profiling left out.
+	LatencyBrokenAfterPlanS float64 `json:"latency_broken_after_plan_s"`
+	PowerBrokenAfterPlanS   float64 `json:"power_broken_after_plan_s"`
 	// HoldExpired counts turns fulcrumd took back past the scheduler's hold limit (a
 	// heavy-tailed turn can run past it: Scenario.Tail); the worker then registers
 	// again, as a real one reconnects.
@@ -211,6 +216,7 @@ type harness struct {
 	powerMW    float64 // the power budget in force (0: none)
 	minLatency int
 	stopped    bool
+	planned    bool // a plan was applied (an apply event with a mode, no error)
 	err        error
 
 	events   []control.Event
@@ -561,6 +567,9 @@ func (h *harness) stepBoard() {
 		}
 		if sum/float64(n) > h.powerMW {
 			h.res.PowerBrokenS += iv.Seconds()
+			if h.planned {
+				h.res.PowerBrokenAfterPlanS += iv.Seconds()
+			}
 		}
 	}
 	h.clock.AfterFunc(iv, h.stepBoard)
@@ -590,6 +599,9 @@ func (h *harness) sample() {
 			r := wl.LatencyRecent
 			if r.Count >= h.minLatency && r.P99MS > float64(wk.budget)/float64(time.Millisecond) {
 				h.res.LatencyBrokenS++
+				if h.planned {
+					h.res.LatencyBrokenAfterPlanS++
+				}
 				break
 			}
 		}
@@ -609,6 +621,7 @@ func (h *harness) pollEvents() {
 			// The run's temporary directory differs from run to run; the log must not.
 			e.Reason = strings.ReplaceAll(e.Reason, h.dir, RunDir)
 			e.Err = strings.ReplaceAll(e.Err, h.dir, RunDir)
+			h.planned = h.planned || e.Kind == control.KindApply && e.Err == "" && e.Mode != nil
 			h.events = append(h.events, e)
 			h.lastSeq = e.Seq
 		}

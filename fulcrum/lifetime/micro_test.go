@@ -363,4 +363,11 @@ func TestMicroBatchesFromTruthTable(t *testing.T) {
 	if r.MicroTurns == 0 || r.TrainSamplesAfterPlan["resnet18-train"] <= 0 {
 		t.Fatalf("%d micro-batch turns, %v samples after the plan: training must continue in the table's micro-batches", r.MicroTurns, r.TrainSamplesAfterPlan)
 	}
+	// The search's whole-minibatch profile turns break the 60 ms budget before the plan;
+	// the plan's micro-batches keep it: the broken time after the plan is a part of the
+	// whole, counted from the plan on.
+	if r.LatencyBrokenS <= 0 || r.LatencyBrokenAfterPlanS >= r.LatencyBrokenS || r.LatencyBrokenAfterPlanS > d.Seconds()-r.FirstPlanS || r.PowerBrokenAfterPlanS > r.PowerBrokenS {
+		t.Errorf("latency broken %.0f s (%.0f s after the plan at %.0f s), power %.1f s (%.1f s after): want the search's breaks before the plan, and the after-plan part of the whole",
+			r.LatencyBrokenS, r.LatencyBrokenAfterPlanS, r.FirstPlanS, r.PowerBrokenS, r.PowerBrokenAfterPlanS)
+	}
 }
