@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Admission is the room the scheduler's admission test needs beyond model v1's latency
@@ -60,72 +61,17 @@ func (r Rules) For(b Budgets, batches []int) Decider {
 	return Decider{Budgets: b, Batches: batches, Rules: r}
 }
 
-// Decider is the one decision of docs/design.md §9 (issue 15): the daemon's controller
-// and `fulcrumctl bench` both choose a configuration through it, from the profiles they
-// hold. A profile's values are means of Repeats measurements, each with relative
-// standard deviation NoiseRel; the decision combines each constraint's terms into one
-// predicted quantity with its standard deviation and claims a configuration only when
-// the probability that it meets every budget (with the admission room) is at least
-// Confidence. Among the claimable configurations it takes the highest training
-// throughput as measured; when none is claimable it takes the most likely to fit (the
-// controller then pauses training).
-type Decider struct {
-	Budgets Budgets // the exact budgets (model v1, complete)
-	Batches []int   // inference batch sizes the fill quantiles are cached for
-	Rules
-}
-
-// Decision is a Decider's answer.
-type Decision struct {
-	Plan
-	// PFeasible is the probability, under the noise model, that Best meets every budget
-	// with the admission room.
-	PFeasible float64 `json:"p_feasible"`
-	// LatencyAdmMS is Best's latency as the admission test sees it (≥ Best.LatencyMS).
-	LatencyAdmMS float64 `json:"latency_adm_ms"`
-	// Candidates is how many configurations were claimable.
-	Candidates int `json:"candidates"`
-	// Confidence is the level a claim needed.
-	Confidence float64 `json:"confidence"`
-}
-
-// Explain is Plan.Explain with the probability behind the claim.
-func (d Decision) Explain(b Budgets) string {
-	return fmt.Sprintf("%s; P(every budget met) %.1f%% (a claim needs %g%%)", d.Plan.Explain(b), 100*d.PFeasible, 100*d.Confidence)
-}
-
-// Scored is one configuration as a Decider sees it.
-type Scored struct {
-	Eval                 // model v1's figures against the exact budgets
-	LatencyAdmMS float64 // latency with the admission room
-	PFeasible    float64 // P(latency, power and GPU share all within budget)
-	// ViolationAdm is the sum of relative excesses with the admission room (0 when it
-	// fits as measured).
-	ViolationAdm float64
-	// BindingAdm is the constraint least likely to hold.
-	BindingAdm Constraint
-}
-
-// Model returns the exact model the decider scores with.
-func (d Decider) model() (*Model, error) { return NewModel(d.Budgets, d.Batches) }
-
-func (d Decider) confidence() float64 {
-	if d.Confidence <= 0 {
+// confidence is the level a claim needs.
+func (r Rules) confidence() float64 {
+	if r.Confidence <= 0 {
 		return DefaultConfidence
 	}
-	return d.Confidence
+	return r.Confidence
 }
 
-// Validate rejects a decider that cannot decide: bad budgets, a confidence outside
-// (0, 1), a negative noise or admission room.
-func (d Decider) Validate() error {
-	var errs []error
-	if err := d.Budgets.WithDefaults().Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	errs = append(errs, d.Rules.check()...)
-	return errors.Join(errs...)
-}
+// claims reports whether a configuration met every budget with probability p may be
+// claimed: the one claim of both deciders.
+func (r Rules) claims(p float64) bool { return p >= r.confidence() }
 
 // check lists what is wrong with the rules themselves.
 func (r Rules) check() []error {
@@ -164,88 +110,6 @@ func edgeScale(edge, measured float64) float64 {
 	return edge / measured
 }
 
-// Score scores one configuration: training turn t (the whole minibatch or a micro-batch)
-// and inference point ip at the mode of p.
-func (d Decider) score(m *Model, p ModeProfile, t TrainPoint, ip InferPoint) Scored {
-	b := m.Budgets()
-	e := m.Evaluate(p.Mode, t, ip)
-	s := Scored{Eval: e}
-	n := float64(max(p.Repeats, 1))
-	sd := d.NoiseRel / math.Sqrt(n) // relative σ of each profiled mean
-	g := 1 + d.Admission.DevRel
-	fill := m.fill(ip.Batch)
-	// The admission room counts the turn that runs: a micro-batch's, when t is one.
-	s.LatencyAdmMS = d.Admission.LatencyMS(b.LatencyMS, fill, t.TimeMS, ip.TimeMS)
-	// The training and inference times are measured independently: their errors add as
-	// variances. The fill quantile and the margin are computed, not measured. Each σ is
-	// taken where the measured part would sit exactly on its budget (the test of "the
-	// truth is at the edge"): σ from the measured value itself is smaller whenever the
-	// measurement came out low, which let optimistic draws through (1.4% claims at the
-	// edge for a 99% confidence, TestDecideCalibratedAtTheEdge).
-	measLat := g * (t.TimeMS + ip.TimeMS)
-	sdLat := g * sd * math.Hypot(t.TimeMS, ip.TimeMS) * edgeScale(b.LatencyMS-(s.LatencyAdmMS-measLat), measLat)
-	share := min(e.Rho, 1)
-	sdPow := sd * math.Hypot(share*ip.PowerMW, (1-share)*t.PowerMW) * edgeScale(b.PowerMW, e.PowerMW)
-	sdRho := sd * b.RhoMax
-	pl := phi(b.LatencyMS-s.LatencyAdmMS, sdLat)
-	pp := phi(b.PowerMW-e.PowerMW, sdPow)
-	pr := phi(b.RhoMax-e.Rho, sdRho)
-	s.PFeasible = pl * pp * pr
-	exc := []struct {
-		c Constraint
-		x float64
-		p float64
-	}{
-		{ConstraintLatency, s.LatencyAdmMS/b.LatencyMS - 1, pl},
-		{ConstraintPower, e.PowerMW/b.PowerMW - 1, pp},
-		{ConstraintRho, e.Rho/b.RhoMax - 1, pr},
-	}
-	least := math.Inf(1)
-	for _, x := range exc {
-		if x.x > 0 {
-			s.ViolationAdm += x.x
-		}
-		// The least likely to hold; among certain ones, the largest relative excess.
-		if key := x.p - 1e-9*x.x; key < least {
-			least, s.BindingAdm = key, x.c
-		}
-	}
-	return s
-}
-
-// ScoreAll scores every configuration of the profiles.
-func (d Decider) ScoreAll(profiles []ModeProfile) ([]Scored, error) {
-	if err := d.Validate(); err != nil {
-		return nil, fmt.Errorf("decide: %w", err)
-	}
-	m, err := d.model()
-	if err != nil {
-		return nil, err
-	}
-	var out []Scored
-	for _, p := range profiles {
-		for _, t := range p.TrainChoices() {
-			for _, ip := range p.Infer {
-				out = append(out, d.score(m, p, t, ip))
-			}
-		}
-	}
-	return out, nil
-}
-
-// Claims reports whether a scored configuration may be claimed.
-func (d Decider) Claims(s Scored) bool { return s.PFeasible >= d.confidence() }
-
-// better ranks two scored configurations for the decision: claimable first, then the
-// higher training throughput (ties: lower power); among unclaimable ones the one that
-// fits as measured, then the more likely to fit, then the smaller excess, then lower
-// power.
-func (d Decider) better(a, b Scored) bool {
-	return ranksAbove(d.Claims(a), d.Claims(b),
-		rankKey{a.ThroughputSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
-		rankKey{b.ThroughputSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
-}
-
 // rankKey is what a decision ranks a configuration by.
 type rankKey struct{ objective, powerMW, violation, pFeasible float64 }
 
@@ -269,39 +133,217 @@ func ranksAbove(ca, cb bool, a, b rankKey) bool {
 	return a.powerMW < b.powerMW
 }
 
-// Decide chooses over the profiles. The answer's Best carries model v1's figures
-// against the exact budgets, with Feasible set only when it is claimed; Binding names
-// the constraint least likely to hold when it is not.
-func (d Decider) Decide(profiles []ModeProfile) (Decision, error) {
-	all, err := d.ScoreAll(profiles)
-	if err != nil {
-		return Decision{}, err
-	}
-	if len(all) == 0 {
-		return Decision{}, errNoProfiles
-	}
-	best, claimable := all[0], 0
-	for _, s := range all {
-		if d.Claims(s) {
-			claimable++
-		}
-		if d.better(s, best) {
-			best = s
-		}
-	}
-	return d.decision(best, claimable), nil
+// ForMulti returns the decider of these rules for several workloads (issue 19): the
+// budgets of every stream and the batch sizes the fill quantiles are cached for.
+func (r Rules) ForMulti(b MultiBudgets, batches []int) MultiDecider {
+	return MultiDecider{Budgets: b, Batches: batches, Rules: r}
 }
 
-func (d Decider) decision(s Scored, claimable int) Decision {
-	e := s.Eval
-	ok := d.Claims(s)
+// MultiDecider is the one decision of docs/design.md §9 (issue 15; several workloads,
+// issue 19): the daemon's controller and `fulcrumctl bench` both choose a configuration
+// through it (the pair through its view, Decider), from the profiles they hold. A
+// profile's values are means of Repeats measurements, each with relative standard
+// deviation NoiseRel; every configuration (a mode, a batch size per stream, a training
+// turn per job) is scored with each stream's latency, the power mix and the GPU share
+// as predicted quantities with their standard deviations (Rules.scoreInto), and claimed
+// only when the probability that it meets every budget (with the admission room) is at
+// least Confidence. Among the claimable configurations it takes the highest training
+// objective as measured; when none is claimable it takes the most likely to fit (the
+// controller then pauses training). With one stream and one training job it decides
+// exactly as Decider (TestMultiDecideIsDecider).
+type MultiDecider struct {
+	Budgets MultiBudgets
+	Batches []int
+	Rules
+	// LatencyRatio is, per stream in stream order, the ratio of its measured p99 to the
+	// model's prediction that the decision expects at every configuration (what fulcrumd's
+	// controller learned where a stream broke its budget): each stream's latency terms are
+	// scaled by it before the admission room is added. Missing or below 1 counts as 1.
+	LatencyRatio []float64
+}
+
+// MultiScored is one configuration as a MultiDecider sees it.
+type MultiScored struct {
+	MultiEval
+	// LatencyAdmMS is each stream's latency with the admission room, in stream order.
+	LatencyAdmMS []float64
+	// PStreams is each stream's P(latency within its budget).
+	PStreams  []float64
+	PFeasible float64 // P(every budget met)
+	// ViolationAdm is the sum of relative excesses with the admission room.
+	ViolationAdm float64
+	// BindingAdm is the constraint (and stream) least likely to hold.
+	BindingAdm MultiBinding
+}
+
+// MultiDecision is a MultiDecider's answer.
+type MultiDecision struct {
+	MultiPlan
+	PFeasible    float64   `json:"p_feasible"`
+	PStreams     []float64 `json:"p_streams"`      // per stream, P(its latency within budget)
+	LatencyAdmMS []float64 `json:"latency_adm_ms"` // per stream, with the admission room
+	Candidates   int       `json:"candidates"`     // claimable configurations
+	Confidence   float64   `json:"confidence"`
+}
+
+// Validate rejects a decider that cannot decide: bad budgets or rules.
+func (d MultiDecider) Validate() error {
+	var errs []error
+	if err := d.Budgets.WithDefaults().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, d.Rules.check()...)
+	return errors.Join(errs...)
+}
+
+// latencyRatio is stream i's latency ratio (≥ 1) of ratios (MultiDecider.LatencyRatio).
+func latencyRatio(ratios []float64, i int) float64 {
+	if i < len(ratios) && ratios[i] > 1 {
+		return ratios[i]
+	}
+	return 1
+}
+
+// kept is s, scored into buffers that the next configuration reuses, with slices of its
+// own (train are its training turns).
+func (s MultiScored) kept(train []TrainPoint) MultiScored {
+	s.Streams = slices.Clone(s.Streams)
+	s.TrainShares = slices.Clone(s.TrainShares)
+	s.TrainSPS = slices.Clone(s.TrainSPS)
+	s.MicroBatches = microBatches(train)
+	s.LatencyAdmMS = slices.Clone(s.LatencyAdmMS)
+	s.PStreams = slices.Clone(s.PStreams)
+	return s
+}
+
+// scoreInto is the decision's scoring (docs/design.md §9), the one place P(every budget
+// met) is computed: for k streams and m jobs here, for the pair through Decider.score.
+// e is the model's evaluation of the configuration (train and pts at the mode of a
+// profile whose values are means of repeats measurements); ratios are the streams'
+// latency ratios (MultiDecider.LatencyRatio; nil: none). latAdm and pStreams, one slot
+// per stream, receive each stream's latency with the admission room and its P(within
+// budget), and come back in the answer; binding is the term least likely to hold
+// (termConstraint).
+//
+// A stream's measured latency is g·(the longest turn ahead of it + its own service),
+// the power the share-weighted mix of every measured power; the training and inference
+// times are measured independently, so their errors add as variances, while the fill
+// quantile and the margin are computed, not measured. Each σ is taken where the
+// measured part would sit exactly on its budget (the test of "the truth is at the
+// edge"): σ from the measured value itself is smaller whenever the measurement came out
+// low, which let optimistic draws through (1.4% claims at the edge for a 99% confidence,
+// TestDecideCalibratedAtTheEdge). Streams' latencies share measured terms (the training
+// minibatch ahead of every one), so their events are positively correlated and the
+// product of their probabilities is a lower bound of P(all): the claim errs on the safe
+// side.
+func (r Rules) scoreInto(m *MultiModel, e MultiEval, train []TrainPoint, pts []InferPoint, repeats int, ratios []float64, latAdm, pStreams []float64) (s MultiScored, binding int) {
+	b := &m.b
+	s = MultiScored{MultiEval: e, LatencyAdmMS: latAdm, PStreams: pStreams, PFeasible: 1}
+	sd := r.NoiseRel / math.Sqrt(float64(max(repeats, 1))) // relative σ of each profiled mean
+	g := 1 + r.Admission.DevRel
+	least, at := math.Inf(1), -1
+	for i, st := range e.Streams {
+		lim := b.Streams[i].LatencyMS
+		// k·(fill + wait + own service): the model's latency as the stream measured it
+		// (k = 1 exactly without a learned ratio, so the terms are the model's). The
+		// admission room counts the turn that runs: a micro-batch's, when it is one.
+		k := latencyRatio(ratios, i)
+		latAdm[i] = r.Admission.LatencyMS(lim, k*st.FillMS, k*st.WaitMS, k*pts[i].TimeMS)
+		meas := g * k * (st.WaitMS + pts[i].TimeMS)
+		sdLat := g * sd * k * math.Hypot(st.WaitMS, pts[i].TimeMS) * edgeScale(lim-(latAdm[i]-meas), meas)
+		pStreams[i] = phi(lim-latAdm[i], sdLat)
+		s.PFeasible *= pStreams[i]
+		s.ViolationAdm, least, at = term(s.ViolationAdm, least, at, i, latAdm[i]/lim-1, pStreams[i])
+	}
+	// The power mix's terms, as the model weighs them.
+	share := min(e.Rho, 1)
+	var mix float64
+	for i, ip := range pts {
+		ri := e.Streams[i].Rho
+		if e.Rho > 1 {
+			ri /= e.Rho
+		}
+		mix = math.Hypot(mix, ri*ip.PowerMW)
+	}
+	for j, t := range train {
+		mix = math.Hypot(mix, (1-share)*e.TrainShares[j]*t.PowerMW)
+	}
+	pp := phi(b.PowerMW-e.PowerMW, sd*mix*edgeScale(b.PowerMW, e.PowerMW))
+	pr := phi(b.RhoMax-e.Rho, sd*b.RhoMax)
+	s.PFeasible *= pp
+	s.PFeasible *= pr
+	k := len(e.Streams)
+	s.ViolationAdm, least, at = term(s.ViolationAdm, least, at, k, e.PowerMW/b.PowerMW-1, pp)
+	s.ViolationAdm, _, at = term(s.ViolationAdm, least, at, k+1, e.Rho/b.RhoMax-1, pr)
+	s.BindingAdm = m.binding(at)
+	return s, at
+}
+
+// term counts term i's relative excess x (with the admission room) into the violation,
+// and makes it the binding one when it is the least likely to hold so far (p; least, at
+// term at); among certain ones, the largest relative excess.
+func term(violation, least float64, at, i int, x, p float64) (float64, float64, int) {
+	if x > 0 {
+		violation += x
+	}
+	if key := p - 1e-9*x; key < least {
+		least, at = key, i
+	}
+	return violation, least, at
+}
+
+// Claims reports whether a scored configuration may be claimed.
+func (d MultiDecider) Claims(s MultiScored) bool { return d.claims(s.PFeasible) }
+
+// better is Decider.better with the training objective in place of the throughput.
+func (d MultiDecider) better(a, b MultiScored) bool {
+	return ranksAbove(d.Claims(a), d.Claims(b),
+		rankKey{a.ObjectiveSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
+		rankKey{b.ObjectiveSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
+}
+
+// Decide chooses over every profiled mode and every batch vector, jointly. Best carries
+// the model's figures against the exact budgets, with Feasible set only when claimed.
+func (d MultiDecider) Decide(profiles []MultiProfile) (MultiDecision, error) {
+	if err := d.Validate(); err != nil {
+		return MultiDecision{}, fmt.Errorf("decide: %w", err)
+	}
+	if len(profiles) == 0 {
+		return MultiDecision{}, errNoProfiles
+	}
+	m, err := NewMultiModel(d.Budgets, d.Batches)
+	if err != nil {
+		return MultiDecision{}, err
+	}
+	var best MultiScored
+	n, claimable := 0, 0
+	k := len(m.b.Streams)
+	for _, p := range profiles {
+		shares := m.shares(len(p.Train))
+		// Every configuration is scored into these; the best so far is copied out.
+		streams, sps, latAdm, pStreams := make([]StreamEval, k), make([]float64, len(p.Train)), make([]float64, k), make([]float64, k)
+		err := m.eachTrainCombo(p, func(train []TrainPoint, pts []InferPoint) {
+			e, _ := m.evalInto(p.Mode, train, shares, pts, streams, sps)
+			s, _ := d.Rules.scoreInto(m, e, train, pts, p.Repeats, d.LatencyRatio, latAdm, pStreams)
+			if d.Claims(s) {
+				claimable++
+			}
+			if n == 0 || d.better(s, best) {
+				best = s.kept(train)
+			}
+			n++
+		})
+		if err != nil {
+			return MultiDecision{}, fmt.Errorf("decide: %w", err)
+		}
+	}
+	ok := d.Claims(best)
+	e := best.MultiEval
 	e.Feasible = ok
+	out := MultiDecision{MultiPlan: MultiPlan{Best: e, Feasible: ok}, PFeasible: best.PFeasible, PStreams: best.PStreams,
+		LatencyAdmMS: best.LatencyAdmMS, Candidates: claimable, Confidence: d.confidence()}
 	if !ok {
-		e.Binding = s.BindingAdm
+		out.Binding, out.Best.Binding = best.BindingAdm, best.BindingAdm
 	}
-	out := Decision{Plan: Plan{Best: e, Feasible: ok}, PFeasible: s.PFeasible, LatencyAdmMS: s.LatencyAdmMS, Candidates: claimable, Confidence: d.confidence()}
-	if !ok {
-		out.Binding = s.BindingAdm
-	}
-	return out
+	return out, nil
 }

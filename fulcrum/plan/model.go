@@ -156,27 +156,18 @@ func (e MultiEval) Batches() []int {
 	return out
 }
 
-// Better reports whether e beats o, by Eval.Better's rules: feasible first, then the
-// higher objective, ties to lower power; among infeasible ones, smaller violation.
+// Better reports whether e beats o: feasible first, then the higher objective, ties to
+// lower power; among infeasible ones, smaller violation, then lower power (the
+// decision's order, ranksAbove, with feasibility for the claim).
 func (e MultiEval) Better(o MultiEval) bool {
-	if e.Feasible != o.Feasible {
-		return e.Feasible
-	}
-	if !e.Feasible {
-		if e.Violation != o.Violation {
-			return e.Violation < o.Violation
-		}
-		return e.PowerMW < o.PowerMW
-	}
-	if e.ObjectiveSPS != o.ObjectiveSPS {
-		return e.ObjectiveSPS > o.ObjectiveSPS
-	}
-	return e.PowerMW < o.PowerMW
+	return ranksAbove(e.Feasible, o.Feasible, rankKey{objective: e.ObjectiveSPS, powerMW: e.PowerMW, violation: e.Violation},
+		rankKey{objective: o.ObjectiveSPS, powerMW: o.PowerMW, violation: o.Violation})
 }
 
-// MultiModel evaluates model v1 for several workloads for fixed budgets. It caches the
-// fill quantiles of every stream and batch size. It is immutable and safe for concurrent
-// use.
+// MultiModel is model v1 (docs/design.md §2) for k inference streams and m training jobs,
+// for fixed budgets: the one implementation of the model (evalInto). The pair's Model is
+// its view for k = m = 1. It caches the fill quantiles of every stream and batch size. It
+// is immutable and safe for concurrent use.
 type MultiModel struct {
 	b     MultiBudgets
 	fills []map[int]float64 // per stream: batch -> fill quantile in ms
@@ -188,6 +179,12 @@ func NewMultiModel(b MultiBudgets, batches []int) (*MultiModel, error) {
 	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("multi-workload budgets: %w", err)
 	}
+	return newMultiModel(b, batches)
+}
+
+// newMultiModel is NewMultiModel of budgets already validated (the pair's, which
+// Budgets.Validate checks in its own words).
+func newMultiModel(b MultiBudgets, batches []int) (*MultiModel, error) {
 	// Copy what the caller could change under a model that claims to be immutable.
 	b.Streams = slices.Clone(b.Streams)
 	b.TrainWeights = slices.Clone(b.TrainWeights)
@@ -316,30 +313,54 @@ func (m *MultiModel) EvaluateMicro(p MultiProfile, batches, micro []int) (MultiE
 	return m.Evaluate(q, batches)
 }
 
-// evaluate is the model itself; the order of every operation keeps it identical to
-// Model.Evaluate with one stream and one job.
+// evaluate is evalInto with slices of its own (the result shares none with another).
 func (m *MultiModel) evaluate(mode powermode.Mode, train []TrainPoint, shares []float64, pts []InferPoint) MultiEval {
-	b := m.b
-	e := MultiEval{Mode: mode, Streams: make([]StreamEval, len(pts)), TrainShares: shares, TrainSPS: make([]float64, len(train))}
+	e, _ := m.evalInto(mode, train, shares, pts, make([]StreamEval, len(pts)), make([]float64, len(train)))
+	e.MicroBatches = microBatches(train)
+	return e
+}
+
+// microBatches is MultiEval.MicroBatches of the training turns train: each job's
+// micro-batch size, nil when every job runs whole minibatches.
+func microBatches(train []TrainPoint) []int {
+	var out []int
 	for j, t := range train {
 		if t.MicroBatch() != 0 {
-			if e.MicroBatches == nil {
-				e.MicroBatches = make([]int, len(train))
+			if out == nil {
+				out = make([]int, len(train))
 			}
-			e.MicroBatches[j] = t.MicroBatch()
+			out[j] = t.MicroBatch()
 		}
 	}
+	return out
+}
+
+// evalInto is the model itself (docs/design.md §2), the one place a configuration's
+// latency, power, GPU share and training throughput are computed: for k streams and m
+// jobs here, for the pair through Model.Evaluate (k = m = 1). It fills streams (one slot
+// per stream) and sps (one per job) and returns them in the answer with shares, so that
+// the pair's view evaluates with arrays on its stack; MicroBatches is left to the
+// caller. binding is the binding constraint's term (termConstraint). Every sum starts
+// from its first term, so that with one stream and one job each figure is the pair's
+// expression (docs/design.md §2) to the bit.
+func (m *MultiModel) evalInto(mode powermode.Mode, train []TrainPoint, shares []float64, pts []InferPoint, streams []StreamEval, sps []float64) (e MultiEval, binding int) {
+	b := &m.b
+	e = MultiEval{Mode: mode, Streams: streams, TrainShares: shares, TrainSPS: sps}
 	for i, ip := range pts {
 		rho := b.Streams[i].RateRPS * (ip.TimeMS / 1000) / float64(ip.Batch)
-		e.Streams[i] = StreamEval{Name: b.Streams[i].Name, Batch: ip.Batch, Rho: rho, FillMS: m.fill(i, ip.Batch)}
-		e.Rho += rho
+		streams[i] = StreamEval{Name: b.Streams[i].Name, Batch: ip.Batch, Rho: rho, FillMS: m.fill(i, ip.Batch)}
+		if i == 0 {
+			e.Rho = rho
+		} else {
+			e.Rho += rho
+		}
 	}
 	// The longest turn that can be running when a stream's batch becomes ready: any
 	// training turn (a minibatch, or one micro-batch of it), or another stream's batch
 	// (EDF, no preemption). A micro-batch turn's throughput is the minibatch's: k turns
 	// of B/k samples, so B/(k·τ(B/k)) = (B/k)/τ(B/k) below.
-	var longestTrain float64
-	for _, t := range train {
+	longestTrain := train[0].TimeMS
+	for _, t := range train[1:] {
 		longestTrain = max(longestTrain, t.TimeMS)
 	}
 	for i := range pts {
@@ -349,47 +370,90 @@ func (m *MultiModel) evaluate(mode powermode.Mode, train []TrainPoint, shares []
 				wait = max(wait, ip.TimeMS)
 			}
 		}
-		e.Streams[i].WaitMS = wait
-		e.Streams[i].LatencyMS = e.Streams[i].FillMS + wait + pts[i].TimeMS
+		streams[i].WaitMS = wait
+		streams[i].LatencyMS = streams[i].FillMS + wait + pts[i].TimeMS
 	}
 	// Time-weighted power; past ρ = 1 the streams' shares are scaled to sum to 1.
 	share := min(e.Rho, 1)
 	var inferMW, trainMW float64
 	for i, ip := range pts {
-		ri := e.Streams[i].Rho
+		ri := streams[i].Rho
 		if e.Rho > 1 {
 			ri /= e.Rho
 		}
-		inferMW += ri * ip.PowerMW
+		if i == 0 {
+			inferMW = ri * ip.PowerMW
+		} else {
+			inferMW += ri * ip.PowerMW
+		}
 	}
 	for j, t := range train {
-		trainMW += shares[j] * t.PowerMW
+		if j == 0 {
+			trainMW = shares[j] * t.PowerMW
+		} else {
+			trainMW += shares[j] * t.PowerMW
+		}
 	}
 	e.PowerMW = inferMW + (1-share)*trainMW
 	free := max(0, 1-e.Rho)
 	e.ObjectiveSPS = 1
 	for j, t := range train {
-		e.TrainSPS[j] = free * shares[j] * float64(t.Batch) / (t.TimeMS / 1000)
-		e.ObjectiveSPS *= math.Pow(e.TrainSPS[j], shares[j])
+		sps[j] = free * shares[j] * float64(t.Batch) / (t.TimeMS / 1000)
+		e.ObjectiveSPS *= math.Pow(sps[j], shares[j])
 	}
-	// Excesses in v1's order (latency, power, share), the latencies in stream order; the
-	// first of equal excesses binds.
-	worst := math.Inf(-1)
-	add := func(c Constraint, stream string, x float64) {
-		if x > 0 {
-			e.Violation += x
-		}
-		if x > worst {
-			worst, e.Binding = x, MultiBinding{Constraint: c, Stream: stream}
-		}
+	// Excesses in the order latency (stream order), power, share; the first of equal
+	// excesses binds.
+	worst, at := math.Inf(-1), -1
+	for i, sb := range b.Streams {
+		e.Violation, worst, at = excess(e.Violation, worst, at, i, streams[i].LatencyMS/sb.LatencyMS-1)
 	}
-	for i, s := range e.Streams {
-		add(ConstraintLatency, s.Name, s.LatencyMS/b.Streams[i].LatencyMS-1)
-	}
-	add(ConstraintPower, "", e.PowerMW/b.PowerMW-1)
-	add(ConstraintRho, "", e.Rho/b.RhoMax-1)
+	k := len(b.Streams)
+	e.Violation, worst, at = excess(e.Violation, worst, at, k, e.PowerMW/b.PowerMW-1)
+	e.Violation, _, at = excess(e.Violation, worst, at, k+1, e.Rho/b.RhoMax-1)
+	e.Binding = m.binding(at)
 	e.Feasible = e.Violation == 0
-	return e
+	return e, at
+}
+
+// excess counts term i's relative excess x into the violation and, when it is the
+// largest so far (worst, term at), makes it the binding one.
+func excess(violation, worst float64, at, i int, x float64) (float64, float64, int) {
+	if x > 0 {
+		violation += x
+	}
+	if x > worst {
+		worst, at = x, i
+	}
+	return violation, worst, at
+}
+
+// The terms of a configuration's constraints, in the order evalInto and scoreInto take
+// them: term i < k is stream i's latency (k streams), term k the power, term k+1 the GPU
+// share; −1 is none. The evaluation and the scoring say which term binds by its index,
+// so that the pair's view reads the constraint without reading the stream names of
+// its buffers (which would move them to the heap).
+
+// termConstraint is the constraint of term at among k streams.
+func termConstraint(at, k int) Constraint {
+	switch {
+	case at < 0:
+		return ConstraintNone
+	case at < k:
+		return ConstraintLatency
+	case at == k:
+		return ConstraintPower
+	}
+	return ConstraintRho
+}
+
+// binding is term at as a MultiBinding: the constraint and, for a latency, its stream.
+func (m *MultiModel) binding(at int) MultiBinding {
+	k := len(m.b.Streams)
+	out := MultiBinding{Constraint: termConstraint(at, k)}
+	if at >= 0 && at < k {
+		out.Stream = m.b.Streams[at].Name
+	}
+	return out
 }
 
 // MaxMultiCombos caps the batch vectors Choose enumerates at one mode: |𝔅|^k grows fast
