@@ -88,7 +88,7 @@ same with every set of m training workloads sharing the training time equally.
 	quiet := f.Bool("quiet", false, "no progress lines on stderr")
 	streams := f.Int("streams", 1, "inference streams planned together: 1 sweeps training × inference pairs; k ≥ 2 every training workload with every set of k inference workloads")
 	jobs := f.Int("jobs", 1, "training jobs planned together: m ≥ 2 sweeps every set of m training workloads (equal time shares) with every set of --streams inference workloads")
-	micro := f.Bool("micro", true, "let the decision and the oracles run training as micro-batch turns where the truth has micro_batch rows (issue 32); --micro=false scores whole minibatches only (k = 1)")
+	micro := f.Bool("micro", true, "let the decision and the oracles run training as micro-batch turns where the truth has micro_batch rows (issue 32; with --lifetime the simulated trainers declare them too); --micro=false scores whole minibatches only (k = 1)")
 	plot := newBenchPlotFlag(f) // plot.go
 	life := newLifetimeFlags(f) // benchlife.go
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -116,7 +116,7 @@ same with every set of m training workloads sharing the training time equally.
 			return errors.New("--pairs and --streams 2 or more: give one (with several streams every training workload is run with every set of inference workloads)")
 		}
 		sw := benchSweepFlags{truthPath: *truthPath, board: *board, format: *format, pairs: *pairs, rates: *rates, lats: *lats, pows: *powers,
-			noise: *noise, seed: *seed, parallel: *parallel, streams: *streams, jobs: *jobs, quiet: *quiet}
+			noise: *noise, seed: *seed, parallel: *parallel, streams: *streams, jobs: *jobs, quiet: *quiet, micro: *micro}
 		if *life.duration > 0 {
 			return runLifetimeBench(cmd, life, sw)
 		}

@@ -41,7 +41,11 @@ Mid-run changes: --rate-double-at T (every stream's arrival rate doubles at T),
 answers from the --truth table (--lifetime-board truth, the default; the table must be of
 --board, whose tree and presets the run uses), or is the physics simulator of --board
 (--lifetime-board physics: the table must then be that board's fulcrumctl sim truth,
-since the denominator is read from it). The one-shot
+since the denominator is read from it). --micro (default on) makes the simulated trainers
+declare micro-batches (the sizes the table has micro_batch rows for, their turns timed
+by those rows; with --lifetime-board physics the divisors of the minibatch down to an
+eighth, timed by the model) and lets the denominator and oracle-m<percent> choose them;
+--micro=false runs and scores whole minibatches only (k = 1). The one-shot
 flags --searchers, --max-profiles, --confidence, --admission-margin, --dev-k,
 --decision-noise, --quantile and --plot do not apply: the daemon runs with its defaults.`
 
@@ -153,12 +157,13 @@ type benchSweepFlags struct {
 	seed                     uint64
 	parallel, streams, jobs  int
 	quiet                    bool
+	micro                    bool
 }
 
 // runLifetimeBench is bench --lifetime D.
 func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) error {
 	spec := bench.LifetimeSpec{Board: sw.board, Duration: *lf.duration, Methods: *lf.methods, Noise: sw.noise, Seed: sw.seed,
-		Parallel: sw.parallel, Streams: sw.streams, Jobs: sw.jobs, BoardFrom: *lf.boardFrom}
+		Parallel: sw.parallel, Streams: sw.streams, Jobs: sw.jobs, BoardFrom: *lf.boardFrom, Micro: sw.micro}
 	if sw.parallel < 1 {
 		return fmt.Errorf("--parallel %d: want 1 or more configurations at once", sw.parallel)
 	}
@@ -235,12 +240,14 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 		cw := csv.NewWriter(w)
 		_ = cw.Write([]string{"name", "source", "lifetime_ratio", "mean_ratio", "p5_ratio", "train_samples", "ideal_samples", "latency_broken_pct", "power_broken_pct",
 			"mean_first_plan_s", "max_first_plan_s", "no_plan", "mean_profiles", "max_profiles", "mean_search_s", "search_pct",
-			"apart_configs", "apart_train_samples", "apart_latency_broken_pct", "apart_power_broken_pct", "errors"})
+			"apart_configs", "apart_train_samples", "apart_latency_broken_pct", "apart_power_broken_pct", "errors",
+			"within_budget", "within_budget_pct", "violation_pct"})
 		for _, s := range rep.Methods {
 			_ = cw.Write([]string{s.Name, s.Source, ff(s.LifetimeRatio, 4), ff(s.MeanRatio, 4), ff(s.P5Ratio, 4), ff(s.TrainSamples, 0), ff(s.IdealSamples, 0),
 				ff(s.LatencyBrokenPct, 2), ff(s.PowerBrokenPct, 2), ff(s.MeanFirstPlanS, 1), ff(s.MaxFirstPlanS, 1), strconv.Itoa(s.NoPlan),
 				ff(s.MeanProfiles, 2), strconv.Itoa(s.MaxProfiles), ff(s.MeanSearchS, 1), ff(s.SearchPct, 2),
-				strconv.Itoa(s.Apart.Configs), ff(s.Apart.TrainSamples, 0), ff(s.Apart.LatencyBrokenPct, 2), ff(s.Apart.PowerBrokenPct, 2), strconv.Itoa(s.Errors)})
+				strconv.Itoa(s.Apart.Configs), ff(s.Apart.TrainSamples, 0), ff(s.Apart.LatencyBrokenPct, 2), ff(s.Apart.PowerBrokenPct, 2), strconv.Itoa(s.Errors),
+				strconv.Itoa(s.WithinBudget), ff(s.WithinBudgetPct, 2), ff(s.ViolationPct, 2)})
 		}
 		cw.Flush()
 		return cw.Error()
@@ -253,8 +260,12 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 	if rep.BoardFrom == "physics" {
 		board = rep.Board + "'s physics simulator"
 	}
-	fmt.Fprintf(w, "%d configurations (%s) × %s of virtual time on %s; %d where nothing keeps the admission room (apart); noise %g, seed %d, wall %.1fs\n",
-		rep.Configs, sets, time.Duration(rep.DurationS*float64(time.Second)), board, rep.ConfigsApart, rep.Noise, rep.Seed, rep.WallS)
+	micro := "whole minibatches only (k = 1)"
+	if rep.Micro {
+		micro = "training micro-batches on"
+	}
+	fmt.Fprintf(w, "%d configurations (%s) × %s of virtual time on %s; %d where nothing keeps the admission room (apart); noise %g, seed %d; %s; wall %.1fs\n",
+		rep.Configs, sets, time.Duration(rep.DurationS*float64(time.Second)), board, rep.ConfigsApart, rep.Noise, rep.Seed, micro, rep.WallS)
 	for _, c := range rep.Changes {
 		var what []string
 		if c.RateFactor > 0 {
@@ -268,12 +279,13 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 		}
 		fmt.Fprintf(w, "at %s: %s\n", time.Duration(c.AtS*float64(time.Second)), strings.Join(what, ", "))
 	}
-	fmt.Fprintf(w, "ratio: training samples ÷ the best room-keeping configuration's over the run (sum over sum; mean, p5 per configuration); broken %%: of the run's time\n\n")
+	fmt.Fprintf(w, "ratio: training samples ÷ the best room-keeping configuration's over the run (sum over sum; mean, p5 per configuration); broken %%: of the run's time;\n"+
+		"within: configurations where the run trained after its first plan (≥ 1 %% of the denominator) and broke no budget for over 1 %% of the time after it (%% of the scored); viol %%: trained, but broke one\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "method\tsource\tratio\tmean\tp5\tlatency broken %\tpower broken %\tfirst plan s\tno plan\tprofiles\tsearch s\tapart: samples\tlat %\tpow %\terrors\t")
+	fmt.Fprintln(tw, "method\tsource\tratio\tmean\tp5\twithin\tviol %\tlatency broken %\tpower broken %\tfirst plan s\tno plan\tprofiles\tsearch s\tapart: samples\tlat %\tpow %\terrors\t")
 	for _, s := range rep.Methods {
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.2f\t%.2f\t%.0f (max %.0f)\t%d\t%.1f (max %d)\t%.0f (%.1f%%)\t%.0f\t%.2f\t%.2f\t%d\t\n",
-			s.Name, s.Source, s.LifetimeRatio, s.MeanRatio, s.P5Ratio, s.LatencyBrokenPct, s.PowerBrokenPct, s.MeanFirstPlanS, s.MaxFirstPlanS, s.NoPlan,
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%d (%.1f%%)\t%.1f\t%.2f\t%.2f\t%.0f (max %.0f)\t%d\t%.1f (max %d)\t%.0f (%.1f%%)\t%.0f\t%.2f\t%.2f\t%d\t\n",
+			s.Name, s.Source, s.LifetimeRatio, s.MeanRatio, s.P5Ratio, s.WithinBudget, s.WithinBudgetPct, s.ViolationPct, s.LatencyBrokenPct, s.PowerBrokenPct, s.MeanFirstPlanS, s.MaxFirstPlanS, s.NoPlan,
 			s.MeanProfiles, s.MaxProfiles, s.MeanSearchS, s.SearchPct, s.Apart.TrainSamples, s.Apart.LatencyBrokenPct, s.Apart.PowerBrokenPct, s.Errors)
 	}
 	return tw.Flush()

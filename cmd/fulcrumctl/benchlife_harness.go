@@ -15,7 +15,7 @@ import (
 func lifetimeHarness(physics bool, log *slog.Logger) (bench.LifeRunner, error) {
 	return func(ctx context.Context, r bench.LifeRun) (bench.LifeResult, error) {
 		sc := lifetime.Scenario{Board: r.Board, Truth: r.Truth, Train: r.Train, PowerBudgetMW: r.PowerMW, Searcher: r.Method,
-			Duration: r.Duration, Seed: r.Seed, NoiseFrac: r.Noise, Log: log}
+			Duration: r.Duration, Seed: r.Seed, NoiseFrac: r.Noise, Log: log, MicroBatches: r.Micro}
 		if physics {
 			sc.Truth = nil
 		}
@@ -30,10 +30,12 @@ func lifetimeHarness(physics bool, log *slog.Logger) (bench.LifeRunner, error) {
 			return bench.LifeResult{}, err
 		}
 		out := bench.LifeResult{Planned: res.FirstPlanS >= 0, FirstPlanS: max(res.FirstPlanS, 0), ProfilesTaken: res.ProfilesTaken,
-			SearchS: res.SearchS, LatencyBrokenS: res.LatencyBrokenS, PowerBrokenS: res.PowerBrokenS}
+			SearchS: res.SearchS, LatencyBrokenS: res.LatencyBrokenS, PowerBrokenS: res.PowerBrokenS,
+			LatencyBrokenAfterPlanS: res.LatencyBrokenAfterPlanS, PowerBrokenAfterPlanS: res.PowerBrokenAfterPlanS}
 		// Summed in the jobs' order, not the map's: the same seed gives the same bits.
 		for _, n := range r.Train {
 			out.TrainSamples += res.TrainSamples[n]
+			out.TrainAfterPlan += res.TrainSamplesAfterPlan[n]
 		}
 		return out, nil
 	}, nil

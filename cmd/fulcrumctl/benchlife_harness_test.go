@@ -60,3 +60,64 @@ func TestBenchLifetimePhysicsNeedsTheBoardsTruth(t *testing.T) {
 		t.Fatalf("got %v, want the table refused for another board", err)
 	}
 }
+
+// Issue 32 in bench --lifetime, on the real harness: resnet18-train beside a 25 req/s
+// mobilenetv3 stream whose 60 ms budget is below one training minibatch at every mode.
+// With --micro=false nothing keeps the admission room with training (the configuration
+// is apart) and GMD's run trains nothing once it has planned; with --micro (the default)
+// the simulated trainer declares the table's micro-batch sizes, the denominator and
+// oracle-m3 run a micro-batch, and GMD's run keeps training after its plan.
+func TestBenchLifetimeMicroBatches(t *testing.T) {
+	tp := lifeTruth(t)
+	args := []string{"bench", "--truth", tp, "--lifetime", "4m", "--methods", "gmd,oracle-m3",
+		"--pairs", "resnet18-train:mobilenetv3-infer", "--rates", "25", "--latency", "60ms", "--power", "50W", "--seed", "1", "-o", "json", "--quiet"}
+	type report struct {
+		ConfigsApart int  `json:"configs_apart"`
+		Micro        bool `json:"micro"`
+		Methods      []struct {
+			Name         string `json:"name"`
+			WithinBudget int    `json:"within_budget"`
+			Errors       int    `json:"errors"`
+		} `json:"methods"`
+		Configurations []struct {
+			IdealSamples float64 `json:"ideal_samples"`
+			Runs         []struct {
+				Method         string   `json:"method"`
+				TrainSamples   float64  `json:"train_samples"`
+				TrainAfterPlan float64  `json:"train_samples_after_plan"`
+				FirstPlanS     *float64 `json:"first_plan_s"`
+				LatencyBrokenS float64  `json:"latency_broken_s"`
+				Error          string   `json:"error"`
+			} `json:"runs"`
+		} `json:"configurations"`
+	}
+	get := func(micro string) report {
+		out, _, err := simExec(context.Background(), append(args, "--micro="+micro)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if len(rep.Configurations) != 1 || len(rep.Configurations[0].Runs) != 2 || rep.Methods[0].Errors != 0 || rep.Configurations[0].Runs[0].FirstPlanS == nil {
+			t.Fatalf("--micro=%s: %s\nwant one configuration, gmd planned without error", micro, out)
+		}
+		c := rep.Configurations[0]
+		t.Logf("--micro=%s: ideal %.0f samples; gmd trained %.0f (%.0f after its plan at %.0f s), latency broken %.0f s; oracle-m3 %.0f; within: gmd %d, oracle-m3 %d",
+			micro, c.IdealSamples, c.Runs[0].TrainSamples, c.Runs[0].TrainAfterPlan, *c.Runs[0].FirstPlanS, c.Runs[0].LatencyBrokenS, c.Runs[1].TrainSamples,
+			rep.Methods[0].WithinBudget, rep.Methods[1].WithinBudget)
+		return rep
+	}
+	whole, micro := get("false"), get("true")
+	if whole.Micro || whole.ConfigsApart != 1 || whole.Configurations[0].Runs[0].TrainAfterPlan != 0 || whole.Configurations[0].Runs[1].TrainSamples != 0 {
+		t.Fatalf("--micro=false: %+v: want the configuration apart, nothing trained after GMD's plan, oracle-m3 training nothing", whole)
+	}
+	g, o := micro.Configurations[0].Runs[0], micro.Configurations[0].Runs[1]
+	if !micro.Micro || micro.ConfigsApart != 0 || micro.Configurations[0].IdealSamples <= 0 || o.TrainSamples <= 0 || micro.Methods[1].WithinBudget != 1 {
+		t.Fatalf("--micro: %+v: want a denominator and oracle-m3 training within every budget with a micro-batch", micro)
+	}
+	if g.TrainAfterPlan <= 0 {
+		t.Fatalf("--micro: GMD's run trained %v samples after its plan: the trainer's micro-batches must keep training going", g.TrainAfterPlan)
+	}
+}

@@ -61,12 +61,19 @@ type LifeRun struct {
 	Seed     int64
 	Noise    float64
 	Changes  []LifeChange
+	// Micro makes the run's training workers declare micro-batches
+	// (lifetime.Scenario.MicroBatches: with a truth table, the sizes it has micro_batch
+	// rows for, timed by those rows). LifetimeSpec.Micro.
+	Micro bool
 }
 
 // LifeResult is what a lifetime run did.
 type LifeResult struct {
-	// TrainSamples is the training samples done, summed over the training jobs.
-	TrainSamples float64
+	// TrainSamples is the training samples done, summed over the training jobs;
+	// TrainAfterPlan those done after the first plan was applied (a run whose controller
+	// paused training for good once it decided has none).
+	TrainSamples   float64
+	TrainAfterPlan float64
 	// Planned says whether a plan was ever made; FirstPlanS is when (virtual seconds).
 	Planned    bool
 	FirstPlanS float64
@@ -78,6 +85,10 @@ type LifeResult struct {
 	// average) were broken.
 	LatencyBrokenS float64
 	PowerBrokenS   float64
+	// LatencyBrokenAfterPlanS and PowerBrokenAfterPlanS: the part of those after the
+	// first plan (withinBudget judges the plans by it, the first search left out).
+	LatencyBrokenAfterPlanS float64
+	PowerBrokenAfterPlanS   float64
 }
 
 // LifeRunner runs one lifetime; fulcrumctl's calls lifetime.Run.
@@ -94,6 +105,11 @@ type LifetimeSpec struct {
 	PowersMW    []float64
 	Streams     int // as BenchSpec.Streams
 	Jobs        int // as BenchSpec.Jobs
+	// Micro (issue 32) lets training run as micro-batch turns where the truth has
+	// micro_batch rows: the harness's trainers declare them (LifeRun.Micro) and the
+	// denominator and the one-shot oracle choose among them. False: whole minibatches
+	// everywhere (k = 1), the truth read without its micro-batch rows.
+	Micro bool
 	// Methods: gmd, als and preset run through Run; oracle-m<percent> is the margin
 	// oracle's one-shot decision at t = 0, held for the whole run and computed from the
 	// truth (no harness run).
@@ -129,6 +145,16 @@ type LifetimeStats struct {
 	Name string `json:"name"`
 	// Source: "harness" (run on virtual time) or "truth" (computed from the truth).
 	Source string `json:"source"`
+	// WithinBudget counts the scored configurations where the run's plans train within
+	// every budget (it trained after its first plan, at least 1 % of the denominator, and
+	// broke no budget for more than 1 % of the time after it: trainsAfterPlan,
+	// brokenAfterPlan), the one-shot bench's within column over a lifetime (the first
+	// search's own breaks are in the broken columns); WithinBudgetPct is its share of the
+	// scored configurations. ViolationPct: the share that trained after the plan but
+	// broke a budget for more than 1 % of the time after it.
+	WithinBudget    int     `json:"within_budget"`
+	WithinBudgetPct float64 `json:"within_budget_pct"`
+	ViolationPct    float64 `json:"violation_pct"`
 	// LifetimeRatio is Σ samples ÷ Σ ideal samples over the scored configurations (those
 	// with a room-keeping answer); MeanRatio and P5Ratio are over their per-configuration
 	// ratios.
@@ -162,17 +188,19 @@ type LifetimeReport struct {
 	DurationS float64 `json:"duration_s"`
 	Configs   int     `json:"configs"`
 	// ConfigsApart have no room-keeping configuration at any time of the run.
-	ConfigsApart int             `json:"configs_apart"`
-	Sets         int             `json:"sets"` // workload pairs, or sets with Streams or Jobs ≥ 2
-	Streams      int             `json:"streams"`
-	Jobs         int             `json:"jobs"`
-	Board        string          `json:"board"`
-	BoardFrom    string          `json:"board_from,omitempty"`
-	Noise        float64         `json:"noise"`
-	Seed         uint64          `json:"seed"`
-	Admission    plan.Admission  `json:"admission"`
-	Changes      []LifeChange    `json:"changes,omitempty"`
-	Methods      []LifetimeStats `json:"methods"`
+	ConfigsApart int `json:"configs_apart"`
+	Sets         int `json:"sets"` // workload pairs, or sets with Streams or Jobs ≥ 2
+	Streams      int `json:"streams"`
+	Jobs         int `json:"jobs"`
+	// Micro: training micro-batches were on (LifetimeSpec.Micro) and the truth has them.
+	Micro     bool            `json:"micro,omitempty"`
+	Board     string          `json:"board"`
+	BoardFrom string          `json:"board_from,omitempty"`
+	Noise     float64         `json:"noise"`
+	Seed      uint64          `json:"seed"`
+	Admission plan.Admission  `json:"admission"`
+	Changes   []LifeChange    `json:"changes,omitempty"`
+	Methods   []LifetimeStats `json:"methods"`
 	// Configurations: every configuration's runs, in the sweep's order.
 	Configurations []LifeConfigRow `json:"configurations"`
 	WallS          float64         `json:"-"`
@@ -189,8 +217,9 @@ type LifeConfigRow struct {
 
 // LifeRow is one method's run of a configuration in the report.
 type LifeRow struct {
-	Method       string  `json:"method"`
-	TrainSamples float64 `json:"train_samples"`
+	Method         string  `json:"method"`
+	TrainSamples   float64 `json:"train_samples"`
+	TrainAfterPlan float64 `json:"train_samples_after_plan"`
 	// Ratio is absent where the configuration is apart (no room-keeping answer).
 	Ratio          *float64 `json:"ratio,omitempty"`
 	FirstPlanS     *float64 `json:"first_plan_s,omitempty"` // absent: never planned
@@ -198,7 +227,10 @@ type LifeRow struct {
 	SearchS        float64  `json:"search_s"`
 	LatencyBrokenS float64  `json:"latency_broken_s"`
 	PowerBrokenS   float64  `json:"power_broken_s"`
-	Error          string   `json:"error,omitempty"`
+	// LatencyBrokenAfterPlanS, PowerBrokenAfterPlanS: of those, after the first plan.
+	LatencyBrokenAfterPlanS float64 `json:"latency_broken_after_plan_s"`
+	PowerBrokenAfterPlanS   float64 `json:"power_broken_after_plan_s"`
+	Error                   string  `json:"error,omitempty"`
 }
 
 // LifeOutcome is one method's run of one configuration, scored.
@@ -331,7 +363,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	if needRun && spec.Run == nil {
 		return nil, errors.New("lifetime: no runner given for gmd, als or preset")
 	}
-	cfgs, sets, err := lifeConfigs(spec)
+	cfgs, sets, micro, err := lifeConfigs(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +410,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		c := &cfgs[jb.c]
 		run := LifeRun{Board: spec.Board, Truth: spec.Truth, Train: c.trains, PowerMW: c.powMW, Method: methods[jb.m].name,
 			Duration: spec.Duration, Seed: int64(deriveSeed(spec.Seed, "", "lifetime", uint64(jb.c)) >> 1), Noise: spec.Noise,
-			Changes: slices.Clone(spec.Changes)}
+			Changes: slices.Clone(spec.Changes), Micro: spec.Micro}
 		for _, w := range c.infers {
 			run.Infer = append(run.Infer, LifeStream{Workload: w, RateRPS: c.rate, LatencyMS: c.latMS})
 		}
@@ -401,7 +433,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		return nil, fmt.Errorf("lifetime: %w", err)
 	}
 	rep := &LifetimeReport{DurationS: spec.Duration.Seconds(), Configs: len(cfgs), Sets: sets, Streams: max(spec.Streams, 1), Jobs: max(spec.Jobs, 1),
-		Board: spec.Board, BoardFrom: spec.BoardFrom, Noise: spec.Noise, Seed: spec.Seed, Admission: spec.Admission, Outcomes: outcomes}
+		Board: spec.Board, BoardFrom: spec.BoardFrom, Noise: spec.Noise, Seed: spec.Seed, Admission: spec.Admission, Outcomes: outcomes, Micro: micro}
 	for _, c := range spec.Changes {
 		c.AtS = c.At.Seconds()
 		rep.Changes = append(rep.Changes, c)
@@ -413,8 +445,8 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		row := LifeConfigRow{Config: c.name, IdealSamples: c.ideal}
 		for mi, m := range methods {
 			o := outcomes[mi][ci]
-			r := LifeRow{Method: m.name, TrainSamples: o.TrainSamples, ProfilesTaken: o.ProfilesTaken, SearchS: o.SearchS,
-				LatencyBrokenS: o.LatencyBrokenS, PowerBrokenS: o.PowerBrokenS}
+			r := LifeRow{Method: m.name, TrainSamples: o.TrainSamples, TrainAfterPlan: o.TrainAfterPlan, ProfilesTaken: o.ProfilesTaken, SearchS: o.SearchS,
+				LatencyBrokenS: o.LatencyBrokenS, PowerBrokenS: o.PowerBrokenS, LatencyBrokenAfterPlanS: o.LatencyBrokenAfterPlanS, PowerBrokenAfterPlanS: o.PowerBrokenAfterPlanS}
 			if x := o.Ratio(); !math.IsNaN(x) {
 				r.Ratio = &x
 			}
@@ -441,8 +473,9 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 }
 
 // lifeConfigs lists the sweep's configurations, set-major, then rate, latency, power (the
-// one-shot bench's order), and the number of workload sets.
-func lifeConfigs(spec LifetimeSpec) ([]lifeConfig, int, error) {
+// one-shot bench's order), the number of workload sets, and whether some set's truth has
+// training micro-batches (only with spec.Micro).
+func lifeConfigs(spec LifetimeSpec) ([]lifeConfig, int, bool, error) {
 	k, m := max(spec.Streams, 1), max(spec.Jobs, 1)
 	type set struct {
 		name           string
@@ -455,34 +488,40 @@ func lifeConfigs(spec LifetimeSpec) ([]lifeConfig, int, error) {
 		for _, p := range pairsOf(spec.Truth, spec.Pairs) {
 			pt, err := truthprof.NewPairTruth(spec.Truth, p.Train, p.Infer, 0, nil)
 			if err != nil {
-				return nil, 0, fmt.Errorf("lifetime: pair %s: %w", p, err)
+				return nil, 0, false, fmt.Errorf("lifetime: pair %s: %w", p, err)
+			}
+			if !spec.Micro {
+				pt = pt.WithoutMicro()
 			}
 			sets = append(sets, set{name: p.String(), trains: []string{p.Train}, infers: []string{p.Infer}, pt: pt})
 		}
 	} else {
 		if len(spec.Pairs) > 0 {
-			return nil, 0, errors.New("lifetime: pairs and several streams or jobs: choose the workloads by streams and jobs alone")
+			return nil, 0, false, errors.New("lifetime: pairs and several streams or jobs: choose the workloads by streams and jobs alone")
 		}
 		infers, trains := spec.Truth.Workloads(truth.Infer), spec.Truth.Workloads(truth.Train)
 		if len(infers) < k || len(trains) < m {
-			return nil, 0, fmt.Errorf("lifetime: %d streams and %d training jobs but the ground truth has %d inference (%v) and %d training workloads (%v)", k, m, len(infers), infers, len(trains), trains)
+			return nil, 0, false, fmt.Errorf("lifetime: %d streams and %d training jobs but the ground truth has %d inference (%v) and %d training workloads (%v)", k, m, len(infers), infers, len(trains), trains)
 		}
 		for _, ts := range combinations(trains, m) {
 			for _, is := range combinations(infers, k) {
 				mt, err := truthprof.NewMultiTruth(spec.Truth, ts, is, nil)
 				if err != nil {
-					return nil, 0, fmt.Errorf("lifetime: %v with %v: %w", ts, is, err)
+					return nil, 0, false, fmt.Errorf("lifetime: %v with %v: %w", ts, is, err)
 				}
-				// The lifetime bench's several-workload oracle plans whole minibatches
-				// (k = 1), as before the one-shot bench read micro-batch rows.
-				mt = mt.WithoutMicro()
+				if !spec.Micro {
+					mt = mt.WithoutMicro()
+				}
 				sets = append(sets, set{name: strings.Join(ts, "+") + ":" + strings.Join(is, "+"), trains: ts, infers: is, mt: mt})
 			}
 		}
 	}
 	if len(sets) == 0 {
-		return nil, 0, errors.New("lifetime: the ground truth has no training × inference workloads to run")
+		return nil, 0, false, errors.New("lifetime: the ground truth has no training × inference workloads to run")
 	}
+	micro := slices.ContainsFunc(sets, func(s set) bool {
+		return s.pt != nil && len(s.pt.MicroBatches) > 0 || s.mt != nil && s.mt.HasMicro()
+	})
 	var cfgs []lifeConfig
 	for _, s := range sets {
 		for _, r := range spec.RatesRPS {
@@ -494,7 +533,7 @@ func lifeConfigs(spec LifetimeSpec) ([]lifeConfig, int, error) {
 			}
 		}
 	}
-	return cfgs, len(sets), nil
+	return cfgs, len(sets), micro, nil
 }
 
 // summariseLifetime scores one method's outcomes over runs of durS seconds each.
@@ -502,7 +541,7 @@ func summariseLifetime(name string, outs []LifeOutcome, durS float64) LifetimeSt
 	st := LifetimeStats{Name: name}
 	var ratios []float64
 	var latS, powS, apartLatS, apartPowS, firstS, searchS float64
-	planned, profiles := 0, 0
+	planned, profiles, within, viol := 0, 0, 0, 0
 	for _, o := range outs {
 		if o.Err != nil {
 			st.Errors++
@@ -518,6 +557,12 @@ func summariseLifetime(name string, outs []LifeOutcome, durS float64) LifetimeSt
 			continue
 		}
 		ratios = append(ratios, o.Ratio())
+		switch trains, broken := o.trainsAfterPlan(), o.brokenAfterPlan(durS); {
+		case trains && !broken:
+			within++
+		case trains:
+			viol++
+		}
 		st.TrainSamples += o.TrainSamples
 		st.IdealSamples += o.IdealSamples
 		latS += o.LatencyBrokenS
@@ -537,6 +582,9 @@ func summariseLifetime(name string, outs []LifeOutcome, durS float64) LifetimeSt
 		st.P5Ratio = stat.Quantile(0.05, stat.Empirical, ratios, nil)
 		st.LatencyBrokenPct = 100 * latS / (float64(n) * durS)
 		st.PowerBrokenPct = 100 * powS / (float64(n) * durS)
+		st.WithinBudget = within
+		st.WithinBudgetPct = 100 * float64(within) / float64(n)
+		st.ViolationPct = 100 * float64(viol) / float64(n)
 	}
 	if planned > 0 {
 		st.MeanFirstPlanS = firstS / float64(planned)
@@ -551,4 +599,23 @@ func summariseLifetime(name string, outs []LifeOutcome, durS float64) LifetimeSt
 		st.SearchPct = 100 * st.MeanSearchS / durS
 	}
 	return st
+}
+
+// withinShare is how much of the time after its first plan a run may break a budget for
+// and still be within it (a p99 budget lets 1 % of the requests be late), and the least
+// share of its denominator a run must train after that plan to count as training.
+const withinShare = 0.01
+
+// trainsAfterPlan: the run planned without error and trained after its first plan at
+// least 1 % of its denominator (a minibatch that ends just after a controller paused
+// training does not make a run that trains).
+func (o LifeOutcome) trainsAfterPlan() bool {
+	return o.Err == nil && o.Planned && o.IdealSamples > 0 && o.TrainAfterPlan >= withinShare*o.IdealSamples
+}
+
+// brokenAfterPlan: a budget was broken for more than 1 % of the time after the first
+// plan (of a run of durS seconds).
+func (o LifeOutcome) brokenAfterPlan(durS float64) bool {
+	after := max(durS-o.FirstPlanS, 0)
+	return o.LatencyBrokenAfterPlanS > withinShare*after || o.PowerBrokenAfterPlanS > withinShare*after
 }

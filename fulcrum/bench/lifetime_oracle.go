@@ -65,7 +65,11 @@ func (c *lifeConfig) held(choice any, ph lifePhase, q float64) (sps float64, lat
 	if !ok {
 		return 0, false, false, fmt.Errorf("mode %s is not in the truth", e.Mode)
 	}
-	now, err := model.Evaluate(tp, e.Batches())
+	micro := e.MicroBatches
+	if micro == nil {
+		micro = make([]int, len(tp.Train))
+	}
+	now, err := model.EvaluateMicro(tp, e.Batches(), micro)
 	if err != nil {
 		return 0, false, false, err
 	}
@@ -94,12 +98,14 @@ func oneShot(c *lifeConfig, marginRel float64, spec LifetimeSpec, q float64) (Li
 			return o, err
 		}
 		o.TrainSamples += sps * ph.lenS
+		o.TrainAfterPlan = o.TrainSamples // planned at t = 0
 		if lat {
 			o.LatencyBrokenS += ph.lenS
 		}
 		if pow {
 			o.PowerBrokenS += ph.lenS
 		}
+		o.LatencyBrokenAfterPlanS, o.PowerBrokenAfterPlanS = o.LatencyBrokenS, o.PowerBrokenS // planned at t = 0
 	}
 	return o, nil
 }

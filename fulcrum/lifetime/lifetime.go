@@ -69,11 +69,14 @@ type Scenario struct {
 	// as fulcrumctl sim worker --tail does on real time.
 	Tail string
 	// MicroBatches makes every training worker declare micro-batches (issue 32,
-	// docs/runtime.md "Micro-batched training turns"): the divisors of its minibatch down
-	// to an eighth of it (32: 4, 8 and 16; k ≤ 8 turns a minibatch, the smallest a
-	// BatchNorm network trains well with). A grant's micro_batch then runs that many
-	// samples, timed by the model's batch curve at that size, and the minibatch counts
-	// once, after its last turn. False: none declared, k = 1.
+	// docs/runtime.md "Micro-batched training turns"). Without Truth: the divisors of its
+	// minibatch down to an eighth of it (32: 4, 8 and 16; k ≤ 8 turns a minibatch, the
+	// smallest a BatchNorm network trains well with), a turn timed by the model's batch
+	// curve at that size. With Truth: the micro-batch sizes the table has micro_batch rows
+	// for at every mode with the workload's minibatch row (what bench's oracles choose
+	// among), a turn's time and power that row's. A grant's micro_batch then runs that
+	// many samples, and the minibatch counts once, after its last turn. False: none
+	// declared, k = 1.
 	MicroBatches bool
 	// NoiseFrac is the per-minibatch noise (log-normal sigma); 0 takes 0.03.
 	NoiseFrac float64
@@ -177,6 +180,11 @@ type Result struct {
 	// own, every board step) was over the power budget.
 	LatencyBrokenS float64 `json:"latency_broken_s"`
 	PowerBrokenS   float64 `json:"power_broken_s"`
+	// LatencyBrokenAfterPlanS and PowerBrokenAfterPlanS are the part of those after the
+	// first plan was applied (seen by the next second's sample): what the plans broke,
+	// the first search's own profiling left out.
+	LatencyBrokenAfterPlanS float64 `json:"latency_broken_after_plan_s"`
+	PowerBrokenAfterPlanS   float64 `json:"power_broken_after_plan_s"`
 	// HoldExpired counts turns fulcrumd took back past the scheduler's hold limit (a
 	// heavy-tailed turn can run past it: Scenario.Tail); the worker then registers
 	// again, as a real one reconnects.
@@ -208,6 +216,7 @@ type harness struct {
 	powerMW    float64 // the power budget in force (0: none)
 	minLatency int
 	stopped    bool
+	planned    bool // a plan was applied (an apply event with a mode, no error)
 	err        error
 
 	events   []control.Event
@@ -301,7 +310,11 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	if sc.Truth != nil {
 		prng := rand.New(rand.NewPCG(uint64(sc.Seed), 300))
 		simOpts.PowerMW = func(m powermode.Mode, a sim.Activity) (float64, bool) {
-			r, ok := sc.Truth.LookupBetween(truth.Key{Workload: a.Workload, Role: truth.Role(a.Role), Mode: m, Batch: a.Batch})
+			w, ok := models[a.Workload]
+			if !ok {
+				return 0, false
+			}
+			r, ok := sc.Truth.LookupBetween(truthKey(w, truth.Role(a.Role), m, a.Batch))
 			if !ok {
 				return 0, false
 			}
@@ -387,7 +400,10 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for i, n := range sc.Train {
 		w := models[n]
 		var micro []int
-		if sc.MicroBatches {
+		switch {
+		case sc.MicroBatches && sc.Truth != nil:
+			micro = truthMicroSizes(sc.Truth, n, w.Batch)
+		case sc.MicroBatches:
 			micro = microSizes(w.Batch)
 		}
 		wk, err := h.register(proto.RoleTrain, w, w.Batch, nil, micro, uint64(100+i))
@@ -551,6 +567,9 @@ func (h *harness) stepBoard() {
 		}
 		if sum/float64(n) > h.powerMW {
 			h.res.PowerBrokenS += iv.Seconds()
+			if h.planned {
+				h.res.PowerBrokenAfterPlanS += iv.Seconds()
+			}
 		}
 	}
 	h.clock.AfterFunc(iv, h.stepBoard)
@@ -580,6 +599,9 @@ func (h *harness) sample() {
 			r := wl.LatencyRecent
 			if r.Count >= h.minLatency && r.P99MS > float64(wk.budget)/float64(time.Millisecond) {
 				h.res.LatencyBrokenS++
+				if h.planned {
+					h.res.LatencyBrokenAfterPlanS++
+				}
 				break
 			}
 		}
@@ -599,6 +621,7 @@ func (h *harness) pollEvents() {
 			// The run's temporary directory differs from run to run; the log must not.
 			e.Reason = strings.ReplaceAll(e.Reason, h.dir, RunDir)
 			e.Err = strings.ReplaceAll(e.Err, h.dir, RunDir)
+			h.planned = h.planned || e.Kind == control.KindApply && e.Err == "" && e.Mode != nil
 			h.events = append(h.events, e)
 			h.lastSeq = e.Seq
 		}

@@ -15,7 +15,9 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // microPair is issue 32's simulated target on virtual time: resnet18-train at batch 32
@@ -290,5 +292,82 @@ func BenchmarkMicroFit(b *testing.B) {
 				100*mean(errT[u]), 100*q(errT[u], 0.95), 100*q(errT[u], 1), 100*mean(errP[u]), 100*q(errP[u], 0.95), 100*q(rse[u], 0.5))
 		}
 		b.Log(out.String())
+	}
+}
+
+// TestMicroBatchesFromTruthTable: with a truth table the trainer declares the micro-batch
+// sizes the table has rows for (here 8 and 16 of 32, k = 2 and 4, not the 4/8/16 of the
+// rule without one), and each micro-batch turn runs for the table's micro_batch row (the
+// rows here are 1.25× the model's batch curve, so a turn timed by the curve shows): the
+// live profiler's stored micro-batch turns are the table's rows within the noise, and
+// training continues in micro-batches under a budget below a minibatch. Before, a
+// micro-batch turn on a truth table was looked up as a training row at the micro-batch
+// size, which the table does not have, and the run failed.
+func TestMicroBatchesFromTruthTable(t *testing.T) {
+	spec := testboard.Spec(t, testboard.AGXOrin)
+	rows, err := sim.TruthRows(spec, testboard.Workloads(t), sim.TruthOptions{Workloads: []string{"resnet18-train", "mobilenetv3-infer"}, MicroSplits: []int{2, 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slower = 1.25
+	for i := range rows {
+		if rows[i].MicroBatch > 0 {
+			rows[i].TimeMS *= slower
+		}
+	}
+	tab, err := truth.NewTable(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := 6 * time.Minute
+	sc := microPair(microBudgetMS, d, 1, true)
+	sc.Truth = tab
+	var declared []int
+	var profiles []store.Profile
+	sc.Probes = []lifetime.Probe{{At: d - 5*time.Second, Do: func(in *lifetime.Instant) {
+		for _, w := range in.Snapshot().Workers {
+			if w.Workload == "resnet18-train" {
+				declared = w.MicroBatches
+			}
+		}
+		var err error
+		if profiles, err = in.Profiles(); err != nil {
+			t.Errorf("read the store: %v", err)
+		}
+	}}}
+	r := run(t, sc)
+	if !slices.Equal(declared, []int{8, 16, 32}) {
+		t.Fatalf("the trainer declared %v (the minibatch included): want the table's 8 and 16", declared)
+	}
+	checked := 0
+	for _, p := range profiles {
+		if p.Workload != "resnet18-train" || p.MicroBatch == 0 || p.Source != store.SourceLive {
+			continue
+		}
+		row, ok := tab.Lookup(truth.Key{Workload: p.Workload, Role: truth.Train, Mode: p.Mode, Batch: 32, MicroBatch: p.MicroBatch})
+		if !ok {
+			t.Fatalf("stored micro-batch %d at %s: no such row in the table", p.MicroBatch, p.Mode.Human())
+		}
+		// The profile's mean of several noisy turns (3 %) against the row; the model's
+		// curve is 20 % below it.
+		if rel := p.TimeMS.Mean/row.TimeMS - 1; math.Abs(rel) > 0.08 {
+			t.Errorf("micro-batch %d at %s: stored %.2f ms, the table's row %.2f ms (%+.0f %%): the turn must run for the table's row",
+				p.MicroBatch, p.Mode.Human(), p.TimeMS.Mean, row.TimeMS, 100*rel)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no live micro-batch profile stored")
+	}
+	t.Logf("%d live micro-batch profiles checked against the table; %d micro-batch turns, %v samples after the plan", checked, r.MicroTurns, r.TrainSamplesAfterPlan)
+	if r.MicroTurns == 0 || r.TrainSamplesAfterPlan["resnet18-train"] <= 0 {
+		t.Fatalf("%d micro-batch turns, %v samples after the plan: training must continue in the table's micro-batches", r.MicroTurns, r.TrainSamplesAfterPlan)
+	}
+	// The search's whole-minibatch profile turns break the 60 ms budget before the plan;
+	// the plan's micro-batches keep it: the broken time after the plan is a part of the
+	// whole, counted from the plan on.
+	if r.LatencyBrokenS <= 0 || r.LatencyBrokenAfterPlanS >= r.LatencyBrokenS || r.LatencyBrokenAfterPlanS > d.Seconds()-r.FirstPlanS || r.PowerBrokenAfterPlanS > r.PowerBrokenS {
+		t.Errorf("latency broken %.0f s (%.0f s after the plan at %.0f s), power %.1f s (%.1f s after): want the search's breaks before the plan, and the after-plan part of the whole",
+			r.LatencyBrokenS, r.LatencyBrokenAfterPlanS, r.FirstPlanS, r.PowerBrokenS, r.PowerBrokenAfterPlanS)
 	}
 }

@@ -74,7 +74,7 @@ func (g *gpu) turnTime(w *sim.Workload, batch int, rng *rand.Rand, noise float64
 	sec, ok := g.tau[k]
 	if !ok {
 		if g.truth != nil {
-			r, found := g.truth.LookupBetween(truth.Key{Workload: w.Name, Role: w.Role, Mode: m, Batch: batch})
+			r, found := g.truth.LookupBetween(truthKey(w, w.Role, m, batch))
 			if !found {
 				return 0, fmt.Errorf("the truth table has no row for %s %s at %s batch %d (the run moved the board where the table has no answer; give a table covering the board's whole mode space)", w.Name, w.Role, m, batch)
 			}
@@ -185,6 +185,56 @@ func microSizes(batch int) []int {
 	return out
 }
 
+// truthMicroSizes are the micro-batches a training worker of minibatch batch declares
+// under Scenario.MicroBatches with a truth table: the sizes the table has micro_batch
+// rows for at every mode where it has the minibatch (as bench's truth of the pair reads
+// them, truthprof.NewPairTruth), so that every micro-batch turn the run grants has a row
+// and the run and its denominator choose among the same turns. Sizes the scheduler would
+// refuse (not dividing the minibatch) are left out.
+func truthMicroSizes(t *truth.Table, workload string, batch int) []int {
+	var modes []powermode.Mode
+	have := map[powermode.Mode]map[int]bool{}
+	for _, r := range t.Rows {
+		if r.Role != truth.Train || r.Workload != workload || r.Batch != batch {
+			continue
+		}
+		if r.MicroBatch == 0 {
+			modes = append(modes, r.Mode)
+			continue
+		}
+		if have[r.Mode] == nil {
+			have[r.Mode] = map[int]bool{}
+		}
+		have[r.Mode][r.MicroBatch] = true
+	}
+	out := slices.DeleteFunc(t.MicroBatches(workload, batch), func(mb int) bool {
+		if mb >= batch || batch%mb != 0 {
+			return true
+		}
+		for _, m := range modes {
+			if !have[m][mb] {
+				return true
+			}
+		}
+		return false
+	})
+	if len(out) > proto.MaxMicroBatches {
+		out = out[len(out)-proto.MaxMicroBatches:] // the largest: the cheapest turns to hand over
+	}
+	return out
+}
+
+// truthKey is the table row a turn of w at batch answers from: a training turn below
+// w's minibatch is a micro-batch turn of it (the table's micro_batch row), anything else
+// the row at batch.
+func truthKey(w *sim.Workload, role truth.Role, m powermode.Mode, batch int) truth.Key {
+	k := truth.Key{Workload: w.Name, Role: role, Mode: m, Batch: batch}
+	if role == truth.Train && batch < w.Batch {
+		k.Batch, k.MicroBatch = w.Batch, batch
+	}
+	return k
+}
+
 func (h *harness) register(role string, w *sim.Workload, batch int, sizes, micro []int, seed uint64) (*worker, error) {
 	wk := &worker{h: h, role: role, w: w, batch: batch, rng: rand.New(rand.NewPCG(uint64(h.sc.Seed), seed)), arrived: map[string]time.Time{}}
 	// Each worker is its own process (the scheduler's probation after a turn taken back
@@ -218,7 +268,8 @@ func (wk *worker) deliver(g sched.Grant) {
 	}
 	// A micro-batch grant (issue 32) runs micro_batch samples, one of k turns of the
 	// minibatch (gradient accumulation), timed by the model's batch curve at that size
-	// (sim.Workload.Time, what the real-time simulated worker's sim.Runner runs).
+	// (sim.Workload.Time, what the real-time simulated worker's sim.Runner runs), or with
+	// a truth table by its micro_batch row (truthKey).
 	micro := g.Kind == proto.KindTrain && g.MicroBatch > 0 && g.MicroBatch < g.Batch
 	n := g.Batch
 	if micro {
