@@ -141,13 +141,17 @@ type Choice struct {
 	Mode  powermode.Mode `json:"mode"`
 	Batch int            `json:"batch"` // the pair's stream's (with several: the first stream's)
 	// MicroBatch is the pair's training micro-batch size when the decision chose to run
-	// each minibatch as several turns (issue 32); 0: whole minibatches (or, for a
-	// trainer that declared micro-batches, the scheduler's run-time choice).
+	// each minibatch as several turns (issue 32; with several: the pair's job's, Train
+	// has every job's); 0: whole minibatches (or, for a trainer that declared
+	// micro-batches, the scheduler's run-time choice).
 	MicroBatch int        `json:"micro_batch,omitempty"`
 	Predicted  Prediction `json:"predicted"`
 	// Streams is every stream's batch and figures when several streams or training
 	// jobs are planned for (nil for a pair).
 	Streams []StreamChoice `json:"streams,omitempty"`
+	// Train is every training job's micro-batch when several streams or training jobs
+	// are planned for (nil for a pair: MicroBatch).
+	Train []TrainChoice `json:"train,omitempty"`
 }
 
 // Options wire a controller.
@@ -459,14 +463,7 @@ func (c *Controller) pairOf(snap sched.Snapshot) (*Pair, string) {
 	slices.Sort(batches)
 	// The micro-batch sizes the trainer declared (issue 32): profiled at every mode
 	// and chosen by the decision with the mode and the batch.
-	var micro []int
-	for _, mb := range tr.MicroBatches {
-		if mb > 0 && mb < tr.Batch && tr.Batch%mb == 0 && !slices.Contains(micro, mb) {
-			micro = append(micro, mb)
-		}
-	}
-	slices.Sort(micro)
-	return &Pair{Train: tr.Workload, TrainBatch: tr.Batch, Infer: inf.Workload, Batches: batches, MicroBatches: micro}, inf.ID
+	return &Pair{Train: tr.Workload, TrainBatch: tr.Batch, Infer: inf.Workload, Batches: batches, MicroBatches: declaredMicro(*tr)}, inf.ID
 }
 func samePair(a, b *Pair) bool {
 	if a == nil || b == nil {

@@ -75,6 +75,9 @@ type Scenario struct {
 	// samples, timed by the model's batch curve at that size, and the minibatch counts
 	// once, after its last turn. False: none declared, k = 1.
 	MicroBatches bool
+	// MicroTrain, with MicroBatches, names the training workloads that declare them
+	// (the others declare none, k = 1); nil: every one.
+	MicroTrain []string
 	// NoiseFrac is the per-minibatch noise (log-normal sigma); 0 takes 0.03.
 	NoiseFrac float64
 	// Configure, when set, changes fulcrumd's options after daemon.DefaultOptions() and
@@ -387,7 +390,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for i, n := range sc.Train {
 		w := models[n]
 		var micro []int
-		if sc.MicroBatches {
+		if sc.MicroBatches && (sc.MicroTrain == nil || slices.Contains(sc.MicroTrain, n)) {
 			micro = microSizes(w.Batch)
 		}
 		wk, err := h.register(proto.RoleTrain, w, w.Batch, nil, micro, uint64(100+i))
