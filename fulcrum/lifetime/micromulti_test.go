@@ -111,7 +111,9 @@ func workerOf(snap sched.Snapshot, workload string) (sched.WorkerInfo, bool) {
 // every declared size at each mode, the joint decision chooses mode, both streams'
 // batches and the micro-batch from those profiles (its prediction the model's at the
 // stored micro-batch row), the plan is feasible, the trainer runs the plan's
-// micro-batch (a micro_batch event says so) and training is not paused.
+// micro-batch (a micro_batch event says so), training is not paused and each stream's
+// p99 after the plan is within its budget. The pooled search profiles three workloads at
+// four training sizes a mode: the first plan comes after ~9 minutes, hence 16.
 func TestSeveralStreamsPlanMicroBatchFromLiveProfiles(t *testing.T) {
 	d := 16 * time.Minute
 	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train"},
@@ -166,8 +168,8 @@ func TestSeveralStreamsPlanMicroBatchFromLiveProfiles(t *testing.T) {
 // breaks the budget at every mode, lstm-train's (batch 20, declaring none) does not. The
 // decision chooses a micro-batch for resnet18-train and whole minibatches for
 // lstm-train, from the micro-batch rows the pooled search stored; the controller sets
-// resnet18-train's and leaves lstm-train's minibatch whole; the plan is feasible and
-// both jobs train after it.
+// resnet18-train's and leaves lstm-train's minibatch whole; the plan is feasible, both
+// jobs train after it and the stream's p99 is within its budget.
 func TestTwoJobsOneDeclaringMicroBatches(t *testing.T) {
 	d := 8 * time.Minute
 	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train", "lstm-train"},
