@@ -10,6 +10,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -175,21 +176,42 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 func (c *Controller) applyMicro(ch Choice) []error {
 	var errs []error
 	for _, w := range c.sched.Snapshot().Workers {
-		if w.Role != proto.RoleTrain || len(w.MicroBatches) == 0 {
-			continue
-		}
-		mb, ok := c.microFor(ch, w.Workload)
+		mb, ok := c.microOf(ch, w)
 		if !ok {
 			continue
 		}
-		if mb != 0 && !slices.Contains(w.MicroBatches, mb) {
-			mb = 0 // a worker that did not declare the size keeps the run-time choice
-		}
-		if err := c.sched.SetMicroBatch(w.ID, mb); err != nil {
+		if err := c.setMicro(w.ID, mb); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errs
+}
+
+// microOf is the micro-batch size ch plans for worker w: its job's, 0 where the job runs
+// whole minibatches or w did not declare the size (the run-time choice); ok is false
+// for a worker that declared none or whose job ch plans nothing for. Called with c.mu
+// held.
+func (c *Controller) microOf(ch Choice, w sched.WorkerInfo) (mb int, ok bool) {
+	if w.Role != proto.RoleTrain || len(w.MicroBatches) == 0 {
+		return 0, false
+	}
+	if mb, ok = c.microFor(ch, w.Workload); ok && mb != 0 && !slices.Contains(w.MicroBatches, mb) {
+		mb = 0 // a worker that did not declare the size keeps the run-time choice
+	}
+	return mb, ok
+}
+
+// setMicro sets training worker id's micro-batch size and records it (keepMicro).
+// Called with c.mu held.
+func (c *Controller) setMicro(id string, mb int) error {
+	if err := c.sched.SetMicroBatch(id, mb); err != nil {
+		return err
+	}
+	if c.microSet == nil {
+		c.microSet = map[string]int{}
+	}
+	c.microSet[id] = mb
+	return nil
 }
 
 // Retries of a refused mode change wait applyRetryFirst, doubling per failure up to

@@ -189,6 +189,8 @@ type Controller struct {
 	// (micro.go).
 	micro     map[string]int
 	microKeep bool
+	// microSet: the micro-batch size set per training worker (applyMicro, keepMicro).
+	microSet map[string]int
 	// settings: the configuration's budgets and the saved run-time settings (settings.go);
 	// loop: the control loop's heartbeat (health.go).
 	settings *settingsState
@@ -596,7 +598,8 @@ func (c *Controller) Step(ctx context.Context) {
 	if c.cur == nil {
 		return
 	}
-	// A worker that (re)registered since the last decision serves the planned batch.
+	// A worker that (re)registered since the last decision serves the planned batch
+	// and runs the planned micro-batch.
 	for _, w := range snap.Workers {
 		if w.Role == proto.RoleInfer && w.Workload == c.pair.Infer && w.Batch != c.cur.Batch &&
 			(len(w.BatchSizes) == 0 || slices.Contains(w.BatchSizes, c.cur.Batch)) {
@@ -605,6 +608,7 @@ func (c *Controller) Step(ctx context.Context) {
 			}
 		}
 	}
+	c.keepMicro(snap)
 	// Latency broken: step down now.
 	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > b.LatencyMS &&
 		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown && c.latencySettled(now) {

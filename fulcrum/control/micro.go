@@ -122,3 +122,30 @@ func (c *Controller) noteMicro(snap sched.Snapshot) {
 		}
 	}
 }
+
+// keepMicro sets the configuration in force's micro-batch on each training worker that
+// registered since it was applied (a trainer that reconnected, or was dropped past the
+// hold limit and came back): applyMicro set it only on the workers there then, and the
+// same workload coming back does not re-plan. It forgets the workers gone, so what it
+// keeps is bounded by the workers registered. Called with c.mu held.
+func (c *Controller) keepMicro(snap sched.Snapshot) {
+	if c.cur == nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, w := range snap.Workers {
+		live[w.ID] = true
+		mb, ok := c.microOf(*c.cur, w)
+		if set, done := c.microSet[w.ID]; !ok || (done && set == mb) {
+			continue
+		}
+		if err := c.setMicro(w.ID, mb); err != nil {
+			c.log.Warn("set the planned micro-batch on a new training worker", "worker", w.ID, "err", err)
+		}
+	}
+	for id := range c.microSet {
+		if !live[id] {
+			delete(c.microSet, id)
+		}
+	}
+}

@@ -647,6 +647,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 			}
 		}
 	}
+	c.keepMicro(snap) // and a trainer its job's micro-batch
 	// A stream's latency broken (judged on requests served since the configuration in
 	// force was applied): learn every judged stream's measured/predicted p99 ratio, expect
 	// it at every mode (which puts the broken configuration over its budget) and decide
