@@ -39,7 +39,7 @@ test-python: ## Python client tests (standard library only), when the client exi
 test-pytorch: build ## real PyTorch trainer + server on the CPU, under fulcrumd and without (~80 s)
 	python3 scripts/pytorch/e2e.py --bin $(BIN)
 
-test-pytorch-micro: build ## issue 32: a budget below one training minibatch, the trainer in micro-batch turns (managed only; ~2 min)
+test-pytorch-micro: build ## issue 32: a budget below one training minibatch (64×64 images), the trainer in micro-batch turns (managed only; ~1 min)
 	python3 scripts/pytorch/e2e.py --bin $(BIN) --micro --modes managed
 
 SEEDS ?= 1 2 3 4 5 6 7 8 9 10

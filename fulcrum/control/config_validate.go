@@ -52,6 +52,7 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "Refine.MaxRepeats", c.Refine.MaxRepeats)
 	optcheck.Positive(&ck, "Refine.ConfirmWindows", c.Refine.ConfirmWindows)
 	optcheck.Fraction(&ck, "Refine.TrialMinP", c.Refine.TrialMinP)
+	optcheck.Fraction(&ck, "Refine.NearClaimP", c.Refine.NearClaimP)
 	optcheck.Positive(&ck, "Refine.TrialGain", c.Refine.TrialGain)
 	optcheck.Positive(&ck, "Refine.TrialSteps", c.Refine.TrialSteps)
 	optcheck.Positive(&ck, "Refine.TrialMax", c.Refine.TrialMax)

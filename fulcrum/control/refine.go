@@ -56,11 +56,17 @@ type RefineOptions struct {
 	// Backoff: a failed neighbour is not tried again for this long, doubled at each
 	// further failure [10 min].
 	Backoff time.Duration `mapstructure:"backoff_s"`
+	// NearClaim: while training is paused because nothing is claimed, try a
+	// configuration that fits as measured with the admission room and is claimed at
+	// NearClaimP or more, under a trial's bounded exposure, so its live windows can
+	// certify it [true in DefaultConfig; needs Trials]. NearClaimP [0.9].
+	NearClaim  bool    `mapstructure:"near_claim"`
+	NearClaimP float64 `mapstructure:"near_claim_p"`
 }
 
 // DefaultRefineOptions are live refinement's defaults (on, trials on).
 func DefaultRefineOptions() RefineOptions {
-	return RefineOptions{Enabled: true, Trials: true}.withDefaults()
+	return RefineOptions{Enabled: true, Trials: true, NearClaim: true}.withDefaults()
 }
 
 func (o RefineOptions) withDefaults() RefineOptions {
@@ -90,6 +96,9 @@ func (o RefineOptions) withDefaults() RefineOptions {
 	}
 	if o.Backoff <= 0 {
 		o.Backoff = 10 * time.Minute
+	}
+	if o.NearClaimP <= 0 {
+		o.NearClaimP = 0.9
 	}
 	return o
 }
@@ -243,6 +252,9 @@ type refineTrial struct {
 	from     refinePoint
 	start    time.Time
 	deadline time.Time
+	// paused: the trial started from a plan that paused training (nearClaim); from is
+	// that plan, never confirmed, and the trial gains over it whatever it trains.
+	paused bool
 }
 
 type refineFailure struct {
@@ -341,7 +353,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 		}
 		if closed && c.ref.win.count >= o.ConfirmWindows {
 			s, ok := c.scoreKey(t.key, rate)
-			if fs, fok := c.scoreKey(t.from.key, rate); ok && fok && s.ThroughputSPS < fs.ThroughputSPS {
+			if fs, fok := c.scoreKey(t.from.key, rate); ok && fok && !t.paused && s.ThroughputSPS < fs.ThroughputSPS {
 				// Its own evidence ranks it below where it came from: no gain to keep.
 				c.abandon(ctx, fmt.Sprintf("with its live evidence it trains %.1f samples/s, the confirmed configuration %.1f", s.ThroughputSPS, fs.ThroughputSPS), now, rate)
 				return true
@@ -362,6 +374,9 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 		// The other rules still run on trial: a drift re-plan ends it like a plan does
 		// (power and latency violations ended it above, before rules 2 and 4).
 		return false
+	}
+	if c.nearClaim(ctx, snap, now, rate) {
+		return true
 	}
 	if !closed || c.needPlan != "" || c.want != nil || c.held || c.ext != nil {
 		return false
@@ -418,11 +433,87 @@ func (c *Controller) abandon(ctx context.Context, why string, now time.Time, rat
 	f.retryAt = now.Add(c.cfg.Refine.Backoff << min(f.count-1, 10))
 	f.why = why
 	c.ref.confirmed = &refinePoint{key: t.from.key, eval: t.from.eval, at: t.from.at}
+	if t.paused {
+		c.ref.confirmed = nil // back to the paused plan: nothing there was confirmed
+	}
 	c.ref.nextTrial = now.Add(c.cfg.Refine.Window * time.Duration(c.cfg.Refine.ConfirmWindows))
 	c.lastStep = now
-	reason := fmt.Sprintf("trial of mode %s batch %d abandoned after %s: %s; back to the confirmed mode %s batch %d; not tried again before %s",
-		t.key.m.Human(), t.key.b, now.Sub(t.start).Round(100*time.Millisecond), why, t.from.key.m.Human(), t.from.key.b, f.retryAt.Sub(now).Round(time.Second))
+	back := "the confirmed"
+	if t.paused {
+		back = "the paused plan's"
+	}
+	reason := fmt.Sprintf("trial of mode %s batch %d abandoned after %s: %s; back to %s mode %s batch %d; not tried again before %s",
+		t.key.m.Human(), t.key.b, now.Sub(t.start).Round(100*time.Millisecond), why, back, t.from.key.m.Human(), t.from.key.b, f.retryAt.Sub(now).Round(time.Second))
 	c.decide(ctx, KindAbandon, reason, t.from.eval, rate)
+	if t.paused {
+		// Back to the paused plan, often at the same mode and batch: the latency window
+		// still holds the trial's turns, which are not the paused plan's. Without this the
+		// latency rule judged that window at once and stepped to an unclaimed
+		// configuration with training running (traced: the AGX lifetime sub-sweep, ALS,
+		// 20 req/s, 20 W, latency broken 1,367 s of 1,800).
+		c.cfgSince = now
+	}
+}
+
+// nearClaim starts a trial from a plan that paused training (issue 31): no
+// configuration is claimed at plan_confidence, but one fits as measured with the
+// admission room and is claimed at NearClaimP or more. One profile of a few per cent
+// noise cannot certify a few per cent of room, and a paused plan gathers no live
+// evidence; the configuration's own windows can. It runs under a trial's bounded
+// exposure (at most TrialMax, back to the paused plan the moment a budget breaks, backed
+// off after a failure) and is kept once its evidence claims it. It reports whether it
+// started one. Called with c.mu held.
+func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now time.Time, rate float64) bool {
+	o := c.cfg.Refine
+	if !o.Trials || !o.NearClaim || c.ref.trial != nil || c.cur.Predicted.Feasible || !snap.TrainingPaused ||
+		c.needPlan != "" || c.want != nil || c.held || c.ext != nil || now.Before(c.ref.nextTrial) {
+		return false
+	}
+	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.budgets.LatencyMS) {
+		return false // a budget broken even while paused: the step rules act first
+	}
+	ps, err := c.profiles()
+	if err != nil {
+		return false
+	}
+	ps = underCap(c, ps, func(p plan.ModeProfile) powermode.Mode { return p.Mode })
+	d := c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	all, err := d.ScoreAll(ps)
+	if err != nil {
+		return false
+	}
+	from := cfgKey{c.cur.Mode, c.cur.Batch}
+	var best plan.Scored
+	found := false
+	for _, s := range all {
+		key := cfgKey{s.Mode, s.Batch}
+		if f := c.ref.failed[key]; f != nil && now.Before(f.retryAt) {
+			continue
+		}
+		if c.badLat[key] || d.Claims(s) || s.ViolationAdm > 0 || s.PFeasible < o.NearClaimP || s.ThroughputSPS <= 0 {
+			continue
+		}
+		if !found || s.PFeasible*s.ThroughputSPS > best.PFeasible*best.ThroughputSPS {
+			best, found = s, true
+		}
+	}
+	if !found {
+		return false
+	}
+	cs, ok := c.scoreKey(from, rate)
+	if !ok {
+		return false
+	}
+	back := cs.Eval // the paused plan, as the decision gave it: not claimed
+	back.Feasible, back.Binding = false, cs.BindingAdm
+	c.ref.trial = &refineTrial{key: cfgKey{best.Mode, best.Batch}, from: refinePoint{key: from, eval: back, at: now},
+		start: now, deadline: now.Add(o.TrialMax), paused: true}
+	try := best.Eval
+	try.Feasible = true // on trial: training runs, under the trial's exposure bound
+	reason := fmt.Sprintf("training is paused with nothing claimed; trying mode %s batch %d for at most %s: it fits as measured with the admission room, P(every budget met) %.1f%% (a claim needs %g%%), predicted %.1f samples/s; its live windows may certify it; back to the paused plan at once if a budget breaks",
+		best.Mode.Human(), best.Batch, o.TrialMax, 100*best.PFeasible, 100*d.Confidence, best.ThroughputSPS)
+	c.decide(ctx, KindTrial, reason, try, rate)
+	return true
 }
 
 // trialCandidate is the neighbour to try: among the stored configurations within

@@ -135,7 +135,7 @@ func TestRefineDefaults(t *testing.T) {
 	if err := full.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o := DefaultConfig().Refine; !o.Enabled || !o.Trials {
+	if o := DefaultConfig().Refine; !o.Enabled || !o.Trials || !o.NearClaim || o.NearClaimP != 0.9 {
 		t.Errorf("live refinement off by default: %+v", o)
 	}
 	if o := (Config{}).withDefaults().Refine; o.Enabled || o.Window <= 0 {
@@ -145,5 +145,10 @@ func TestRefineDefaults(t *testing.T) {
 	c.Refine.TrialMinP = 1.5
 	if c.Validate() == nil {
 		t.Error("trial_min_p 1.5 accepted")
+	}
+	c = full
+	c.Refine.NearClaimP = -0.5
+	if c.Validate() == nil {
+		t.Error("near_claim_p -0.5 accepted")
 	}
 }

@@ -308,3 +308,59 @@ func TestRefineOffByConfig(t *testing.T) {
 		t.Errorf("final mode %s, want the plan's GPU 918 MHz held", res.FinalMode.Human())
 	}
 }
+
+// TestRefineNearClaimFromAPausedPlan: the stored profiles over-state power by 6 % at
+// every mode (one noisy repeat each) and the power budget sits where the best of them,
+// GPU 510 MHz, is claimed with P 95 %: nothing reaches the 99 % a claim needs, so the
+// plan pauses training. A paused plan gathers no live evidence; with near-claim trials
+// (the default) the controller runs that configuration under a trial's bounded exposure,
+// its windows pool the board's lower mixed power in, and it is confirmed and kept:
+// training runs to the end. With near_claim off (main's behaviour) training stays
+// paused after the plan.
+func TestRefineNearClaimFromAPausedPlan(t *testing.T) {
+	k := map[int64]float64{}
+	for _, g := range refLadder {
+		k[g] = 1.06
+	}
+	stored := refStored(t, k)
+	budget := refBudgetFor(t, stored, 510e6, 0.95)
+	for _, g := range refLadder {
+		if p := refBest(t, stored, budget, g).PFeasible; p >= 0.99 {
+			t.Fatalf("setup: at %.0f mW GPU %d MHz is claimable (P %.4f)", budget, g/1e6, p)
+		}
+	}
+	results := map[bool]lifetime.Result{}
+	for _, near := range []bool{false, true} {
+		sc := refScenario(stored, budget, 4*time.Minute, true)
+		sc.Configure = func(o *daemon.Options) {
+			o.Control.Refine.NearClaim = near
+			o.Control.ResearchOff = true // the stored modes are what there is to decide on
+		}
+		res := run(t, sc)
+		t.Logf("near_claim %v: %.0f samples after the plan, paused %.0f s, power broken %.1f s, latency broken %.1f s", near, res.TrainSamplesAfterPlan[refTrain], res.TrainPausedS, res.PowerBrokenS, res.LatencyBrokenS)
+		logRefine(t, res)
+		results[near] = res
+	}
+	off, on := results[false], results[true]
+	if n := len(refEvents(off, control.KindTrial)); n > 0 {
+		t.Errorf("near_claim off: %d trials", n)
+	}
+	var tried, confirmed bool
+	for _, e := range refEvents(on, control.KindTrial, control.KindConfirm, control.KindAbandon) {
+		switch {
+		case e.Kind == control.KindTrial && strings.Contains(e.Reason, "paused"):
+			tried = true
+		case e.Kind == control.KindConfirm && tried:
+			confirmed = true
+		}
+	}
+	if !tried || !confirmed {
+		t.Fatalf("near-claim trial from the paused plan: tried %v, confirmed %v", tried, confirmed)
+	}
+	if a, b := on.TrainSamplesAfterPlan[refTrain], off.TrainSamplesAfterPlan[refTrain]; !(a > 2*b) {
+		t.Errorf("training samples after the plan: %.0f with near-claim trials, %.0f without; want the confirmed configuration training", a, b)
+	}
+	if on.PowerBrokenS > 5 {
+		t.Errorf("power over budget %.1f s with near-claim trials", on.PowerBrokenS)
+	}
+}
