@@ -113,9 +113,9 @@ func workerOf(snap sched.Snapshot, workload string) (sched.WorkerInfo, bool) {
 // stored micro-batch row), the plan is feasible, the trainer runs the plan's
 // micro-batch (a micro_batch event says so), training is not paused and each stream's
 // p99 after the plan is within its budget. The pooled search profiles three workloads at
-// four training sizes a mode: the first plan comes after ~9 minutes, hence 16.
+// four training sizes a mode: the first plan comes after ~9 minutes, hence 12.
 func TestSeveralStreamsPlanMicroBatchFromLiveProfiles(t *testing.T) {
-	d := 16 * time.Minute
+	d := 12 * time.Minute
 	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train"},
 		Infer: []lifetime.Stream{{Workload: "mobilenetv3-infer", RateRPS: 20, LatencyMS: microBudgetMS},
 			{Workload: "yolov8n-infer", RateRPS: 5, LatencyMS: microBudgetMS}},
