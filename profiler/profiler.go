@@ -1,7 +1,8 @@
 // Package profiler measures a workload at a power mode: it applies the mode through a
 // board backend, runs warm-up minibatches, then measured ones until the mean minibatch
-// time is known to a target relative standard error, samples board power while they run,
-// and stores the result. Campaigns profile many modes, resumably. docs/profiler.md.
+// time is known to a target relative standard error (the measurement loop and stopping
+// rule fulcrumd's live profiler shares: profiler/measure), samples board power while they
+// run, and stores the result. Campaigns profile many modes, resumably. docs/profiler.md.
 package profiler
 
 import (
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/measure"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -77,6 +79,16 @@ func (o Options) Defaults() Options {
 		o.PowerSampleInterval = 100 * time.Millisecond
 	}
 	return o
+}
+
+// Rule is the stopping rule these options give, their defaults filled in (measure.Rule;
+// call it on Options as given, not on Defaults' answer, whose zero Warmup would read as
+// the default again; no minimum measuring
+// time: the sampler reads as the first measured minibatch starts, after a warm-up longer
+// than the sensor's averaging window, so every point has a reading of its own).
+func (o Options) Rule() measure.Rule {
+	o = o.Defaults()
+	return measure.Rule{Warmup: o.Warmup, WarmupTime: o.WarmupTime, MinSamples: o.MinSamples, MaxSamples: o.MaxSamples, TargetRSE: o.TargetRSE}
 }
 
 // Profiler measures workloads on one board and stores the profiles.
@@ -153,64 +165,21 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 	if err := p.Backend.Apply(ctx, mode); err != nil {
 		return store.Profile{}, fmt.Errorf("profile %s: apply mode: %w", key, err)
 	}
-	// Warm up by count and by time: clocks and caches settle within a few minibatches,
-	// but the INA3221 reports ~430 ms averages (and the simulator's physics loop has its
-	// own period), so power read sooner would still include the previous mode.
-	clk := p.clock()
-	warm := 0
-	for warmStart := clk.Now(); warm < o.Warmup || (o.WarmupTime > 0 && clk.Now().Sub(warmStart) < o.WarmupTime); warm++ {
-		if _, err := p.Runner.RunMinibatch(ctx, workload, role, batch); err != nil {
-			return store.Profile{}, fmt.Errorf("profile %s: warm-up minibatch %d: %w", key, warm+1, err)
-		}
+	smp := &powerSampler{backend: p.Backend, interval: o.PowerSampleInterval, log: p.logger(), key: key}
+	loop := measure.Loop{Rule: p.Options.Rule(), Clock: p.clock(), Meter: smp, Unit: "minibatch"}
+	res, err := loop.Run(ctx, func(ctx context.Context) (time.Duration, error) {
+		return p.Runner.RunMinibatch(ctx, workload, role, batch)
+	})
+	if err != nil {
+		return store.Profile{}, fmt.Errorf("profile %s: %w", key, err)
 	}
-
-	started := clk.Now()
-	smp := startPowerSampler(ctx, p.Backend, o.PowerSampleInterval)
-	var times []float64
-	for {
-		d, err := p.Runner.RunMinibatch(ctx, workload, role, batch)
-		if err != nil {
-			_, _, _ = smp.stop()
-			return store.Profile{}, fmt.Errorf("profile %s: minibatch %d: %w", key, len(times)+1, err)
-		}
-		if d <= 0 {
-			_, _, _ = smp.stop()
-			return store.Profile{}, fmt.Errorf("profile %s: minibatch %d: the runner reported a duration of %s, want a positive one", key, len(times)+1, d)
-		}
-		times = append(times, float64(d)/float64(time.Millisecond))
-		mean, sd := stats.MeanStddev(times)
-		if n := len(times); n >= o.MaxSamples || (n >= o.MinSamples && stats.RSE(n, mean, sd) <= o.TargetRSE) {
-			break
-		}
-	}
-	power, throttled, powerErr := smp.stop()
-	finished := clk.Now()
-	if len(power) == 0 {
-		return store.Profile{}, fmt.Errorf("profile %s: no board power reading succeeded while %d minibatches ran (last error: %v): check the power sensors (fulcrumctl board power)", key, len(times), powerErr)
-	}
-	if powerErr != nil {
-		p.logger().Warn("some power readings failed", "key", key.String(), "ok", len(power), "err", powerErr)
-	}
-	pMean, pSD := stats.MeanStddev(power)
-	sum := stats.Summarize(times)
-	rse := stats.RSE(sum.N, sum.Mean, sum.Stddev)
-	if sum.N < 2 {
-		rse = 0 // one sample: no spread estimate; MaxSamples 1 asked for exactly that
-	}
-	prof := store.Profile{
-		Board: key.Board, Workload: workload, Role: role, Mode: mode, Batch: batch,
-		TimeMS:  store.TimeStats{Mean: sum.Mean, P50: sum.P50, P95: sum.P95, Stddev: sum.Stddev},
-		PowerMW: store.PowerStats{Mean: pMean, Stddev: pSD},
-		Samples: sum.N, PowerSamples: len(power), Warmup: warm,
-		StartedAt: started.UTC(), FinishedAt: finished.UTC(), RSE: rse, Source: p.source(),
-		Throttled: throttled,
-	}
-	if throttled != nil {
+	prof := res.Profile(key, p.source())
+	if throttled := prof.Throttled; throttled != nil {
 		p.logger().Warn("the board throttled while this profile was measured: it is stored marked throttled, with the numbers of the clocks the board ran; profile it again when the board is cool (fulcrumd re-measures it live when it runs cool)",
 			"key", key.String(), "gpu_hz_min", throttled.GPUHzMin, "readings", throttled.Readings)
 	}
-	if sum.N >= o.MaxSamples && rse > o.TargetRSE {
-		p.logger().Warn("sample cap reached before the target precision", "key", key.String(), "samples", sum.N, "rse", rse, "target_rse", o.TargetRSE)
+	if prof.Samples >= o.MaxSamples && prof.RSE > o.TargetRSE {
+		p.logger().Warn("sample cap reached before the target precision", "key", key.String(), "samples", prof.Samples, "rse", prof.RSE, "target_rse", o.TargetRSE)
 	}
 	if err := p.Store.Put(prof); err != nil {
 		return store.Profile{}, fmt.Errorf("profile %s: %w", key, err)
@@ -218,11 +187,17 @@ func (p *Profiler) Profile(ctx context.Context, workload string, role truth.Role
 	return prof, nil
 }
 
-// powerSampler reads board power every interval, from the moment it starts (the first
-// measured minibatch is about to run) until stop (the last one has returned). It reads
-// immediately at start, so even a single short minibatch gets a reading. Where the
-// backend reads heat it notes throttling at each reading too.
+// powerSampler is the offline profiler's measure.Meter: it reads board power every
+// interval, from the moment it starts (the first measured minibatch is about to run)
+// until it stops (the last one has returned). It reads immediately at start, so even a
+// single short minibatch gets a reading. Where the backend reads heat it notes
+// throttling at each reading too. Warm-up is never sampled.
 type powerSampler struct {
+	backend  powermode.Backend
+	interval time.Duration
+	log      *slog.Logger
+	key      store.Key
+
 	cancel    context.CancelFunc
 	done      chan struct{}
 	mu        sync.Mutex
@@ -231,17 +206,21 @@ type powerSampler struct {
 	throttled *store.Throttled
 }
 
-func startPowerSampler(ctx context.Context, b powermode.Backend, interval time.Duration) *powerSampler {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &powerSampler{cancel: cancel, done: make(chan struct{})}
+// Ran implements measure.Meter: the sampler reads on its own period, not per minibatch.
+func (s *powerSampler) Ran(context.Context, measure.Ran) error { return nil }
+
+// Start implements measure.Meter.
+func (s *powerSampler) Start(ctx context.Context, _ time.Time) {
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
-		t := time.NewTicker(interval)
+		t := time.NewTicker(s.interval)
 		defer t.Stop()
 		for {
-			r, err := b.Power(ctx)
+			r, err := s.backend.Power(ctx)
 			var heat *powermode.HeatReading
-			if hs, ok := b.(powermode.HeatSensor); ok {
+			if hs, ok := s.backend.(powermode.HeatSensor); ok {
 				if h, herr := hs.Heat(ctx); herr == nil {
 					heat = &h
 				}
@@ -264,15 +243,25 @@ func startPowerSampler(ctx context.Context, b powermode.Backend, interval time.D
 			}
 		}
 	}()
-	return s
 }
 
-// stop ends sampling and returns the readings in milliwatts, the throttling seen (nil:
-// none) and the last read error.
-func (s *powerSampler) stop() ([]float64, *store.Throttled, error) {
+// Stop implements measure.Meter: it ends sampling and returns the mean and standard
+// deviation of the readings and the throttling seen; with no successful reading it
+// fails, naming the last read error.
+func (s *powerSampler) Stop(_ context.Context, sp measure.Span) (measure.Power, error) {
 	s.cancel()
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.samples, s.throttled, s.lastErr
+	if sp.Err != nil {
+		return measure.Power{}, nil
+	}
+	if len(s.samples) == 0 {
+		return measure.Power{}, fmt.Errorf("no board power reading succeeded while %d minibatches ran (last error: %v): check the power sensors (fulcrumctl board power)", sp.Batches, s.lastErr)
+	}
+	if s.lastErr != nil {
+		s.log.Warn("some power readings failed", "key", s.key.String(), "ok", len(s.samples), "err", s.lastErr)
+	}
+	mean, sd := stats.MeanStddev(s.samples)
+	return measure.Power{MeanMW: mean, StddevMW: sd, Readings: len(s.samples), Throttled: s.throttled}, nil
 }

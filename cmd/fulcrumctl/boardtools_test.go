@@ -39,10 +39,10 @@ func TestBoardToolsCommands(t *testing.T) {
 	}
 	st := storetest.Open(t)
 	clock := sched.NewFakeClock()
-	sc := sched.New(sched.Config{LatencyBudget: 100e6}, clock, nil)
+	sc := sched.New(sched.Config{}, clock, nil)
 	presets, names := board.Presets()
 	c, err := control.New(control.Options{Sched: sc, Board: board, Store: st, Clock: clock, Presets: presets, PresetNames: names,
-		Budgets: plan.Budgets{LatencyMS: 100, PowerMW: 30000}})
+		Targets: plan.Targets{LatencyMS: 100, PowerMW: 30000}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,9 +63,10 @@ func TestGPUWorkerManaged(t *testing.T) {
 	budget := 300 * time.Millisecond
 	srv := daemon.NewServer(daemon.Config{
 		RuntimeDir: t.TempDir(),
-		Sched: sched.Config{LatencyBudget: budget, DefaultTrain: 20 * time.Millisecond, DefaultInfer: 5 * time.Millisecond, DevK: 2,
+		Sched: sched.Config{DefaultTrain: 20 * time.Millisecond, DefaultInfer: 5 * time.Millisecond, DevK: 2,
 			Margin: 20 * time.Millisecond},
 	})
+	srv.Scheduler().SetLatencyBudget(budget) // as a controller would, from the operator's targets
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 func TestStatusNamesWorkloadsThatDeclineProfiles(t *testing.T) {
 	st := storetest.Open(t)
 	clock := sched.NewFakeClock()
-	sc := sched.New(sched.Config{LatencyBudget: 100e6}, clock, nil)
-	c, err := control.New(control.Options{Sched: sc, Store: st, Clock: clock, Budgets: plan.Budgets{LatencyMS: 100}})
+	sc := sched.New(sched.Config{}, clock, nil)
+	c, err := control.New(control.Options{Sched: sc, Store: st, Clock: clock, Targets: plan.Targets{LatencyMS: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}

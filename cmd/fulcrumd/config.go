@@ -135,10 +135,10 @@ func defaultConfig() config {
 		Options: o,
 		Log:     logConfig{Format: "text", Level: "info"},
 		Budgets: budgetConfig{
-			Latency:  units.LatencyString(o.Budgets.LatencyMS),
-			Power:    units.PowerString(o.Budgets.PowerMW),
+			Latency:  units.LatencyString(o.Targets.LatencyMS),
+			Power:    units.PowerString(o.Targets.PowerMW),
 			Rate:     "auto",
-			Quantile: o.Budgets.Quantile,
+			Quantile: o.Targets.Quantile,
 		},
 	}
 }
@@ -265,7 +265,7 @@ func settings(v *viper.Viper) (Settings, error) {
 	// A budget that does not parse keeps its default, so that the other budgets are
 	// still checked.
 	b := c.Budgets
-	budgets := daemon.DefaultOptions().Budgets
+	budgets := daemon.DefaultOptions().Targets
 	budgets.Quantile = b.Quantile
 	latencyMS, lerr := units.LatencyMSOf("budgets.latency", b.Latency)
 	if lerr != nil {
@@ -303,9 +303,6 @@ func settings(v *viper.Viper) (Settings, error) {
 	}
 
 	s.Daemon = c.Options
-	if lerr == nil {
-		s.Daemon.Server.Sched.LatencyBudget = time.Duration(latencyMS * float64(time.Millisecond))
-	}
 	// An address with stray spaces (FULCRUM_METRICS_LISTEN=" :9464") would not bind.
 	s.Daemon.MetricsListen = strings.TrimSpace(s.Daemon.MetricsListen)
 	if s.Daemon.Server.Group == "" {
@@ -323,8 +320,8 @@ func settings(v *viper.Viper) (Settings, error) {
 		}
 		bad("%s %s, got %v", k.name, e.Problem, value)
 	}
-	s.Daemon.Budgets = budgets
-	if err := budgets.ValidateTargets(); err != nil {
+	s.Daemon.Targets = budgets
+	if err := budgets.Validate(); err != nil {
 		for _, e := range unjoin(err) {
 			var re *plan.RangeError
 			if errors.As(e, &re) && budgetKeyOf(re.Field) != "" {
@@ -560,9 +557,6 @@ func fileKey(field string) string {
 // keyOf is the key that sets the daemon.Options field path (named by the path itself
 // when no key does).
 func keyOf(goPath string) key {
-	if goPath == "Server.Sched.LatencyBudget" {
-		return key{name: "budgets.latency"} // set from it in settings
-	}
 	for _, k := range keys() {
 		if k.goPath == goPath {
 			return k

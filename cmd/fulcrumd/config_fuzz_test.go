@@ -43,7 +43,7 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if bs := s.Daemon.Budgets; !(bs.LatencyMS > 0) || bs.PowerMW < 0 || bs.RateRPS < 0 || !(bs.Quantile > 0 && bs.Quantile < 1) {
+		if bs := s.Daemon.Targets; !(bs.LatencyMS > 0) || bs.PowerMW < 0 || bs.RateRPS < 0 || !(bs.Quantile > 0 && bs.Quantile < 1) {
 			t.Fatalf("accepted impossible budgets %+v from %q", bs, b)
 		}
 		if s.Daemon.Server.RuntimeDir == "" {

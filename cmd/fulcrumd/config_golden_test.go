@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/settings.golden from the current decoder")
@@ -16,7 +17,8 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/settings.golden 
 // the typed one replaced, so a difference here is a behaviour change. (Meant changes
 // since: issue 29's decoding into daemon.DefaultOptions shows controller.live's
 // unkeyed fields at their defaults, which the controller filled in anyway; the
-// deprecated budget spellings print their warnings.)
+// deprecated budget spellings print their warnings; issue 29's one stopping rule adds
+// controller.live.target_rse and max_samples.)
 var goldenCases = []struct {
 	name string
 	file string            // config file body; "shipped" loads configs/fulcrum.yaml
@@ -89,6 +91,8 @@ controller:
     warmup: 2
     samples: 7
     min_time_ms: 250
+    target_rse: 0.05
+    max_samples: 30
 control:
   socket_mode: "0600"
   group: "-"
@@ -175,13 +179,15 @@ func describe(s Settings) string {
 		sv.RuntimeDir, sv.SocketMode, sv.MaxLineBytes, sv.MaxWorkers, sv.WriteTimeout, sv.RegisterTimeout)
 	fmt.Fprintf(&b, "server max_per_process=%d reserved_slots=%d group=%q hold_max=%v\n", sv.MaxPerProcess, sv.ReservedSlots, sv.Group, sv.Sched.HoldMax)
 	sc := sv.Sched
+	cb := d.Targets
+	// The scheduler's latency budget is the targets' (the controller gives it); the line
+	// keeps it where the scheduler's own copy used to be printed.
 	fmt.Fprintf(&b, "sched latency=%v train=%v infer=%v alpha=%v overrun=%v/%v hold=%v/%v idle=%v devk=%v margin=%v starve=%v profile_wait=%v window=%v/%d recent=%v trust=%v\n",
-		sc.LatencyBudget, sc.DefaultTrain, sc.DefaultInfer, sc.EWMAAlpha, sc.OverrunFactor, sc.OverrunMin, sc.HoldFactor, sc.HoldMin,
+		time.Duration(cb.LatencyMS*float64(time.Millisecond)), sc.DefaultTrain, sc.DefaultInfer, sc.EWMAAlpha, sc.OverrunFactor, sc.OverrunMin, sc.HoldFactor, sc.HoldMin,
 		sc.IdleAdmitArrivals, sc.DevK, sc.Margin, sc.Starve, sc.ProfileWait, sc.Window, sc.WindowSamples, sc.RecentWindow, sc.TrustReportedDurations)
 	fmt.Fprintf(&b, "daemon state_dir=%q db=%q store_timeout=%v board=%q board_root=%q nvml=%+v metrics=%q\n",
 		d.StateDir, d.DBPath, d.StoreTimeout, d.Board, d.BoardRoot, d.NVML, d.MetricsListen)
 	fmt.Fprintf(&b, "control %+v\n", d.Control)
-	cb := d.Budgets
 	fmt.Fprintf(&b, "control_budgets latency_ms=%v power_w=%v rate_rps=%v quantile=%v rho_max=%v\n", cb.LatencyMS, cb.PowerMW/1000, cb.RateRPS, cb.Quantile, cb.RhoMax)
 	fmt.Fprintf(&b, "api socket_mode=%v group=%q uids=%v gids=%v path=%q\n", d.API.SocketMode, d.API.Group, d.API.AllowUIDs, d.API.AllowGIDs, d.API.SocketPath)
 	return b.String()

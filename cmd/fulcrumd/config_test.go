@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -84,10 +83,10 @@ func TestPrecedenceAndValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Daemon.Budgets.LatencyMS != 55 || s.Daemon.Budgets.RateRPS != 12.5 || s.Daemon.Server.RuntimeDir != "/x" {
-		t.Fatalf("settings %+v: env must beat the file, the file the defaults", s.Daemon.Budgets)
+	if s.Daemon.Targets.LatencyMS != 55 || s.Daemon.Targets.RateRPS != 12.5 || s.Daemon.Server.RuntimeDir != "/x" {
+		t.Fatalf("settings %+v: env must beat the file, the file the defaults", s.Daemon.Targets)
 	}
-	if s.Daemon.Server.Sched.LatencyBudget != 55*time.Millisecond || s.Daemon.Server.SocketMode != 0o660 {
+	if s.Daemon.Server.SocketMode != 0o660 {
 		t.Fatalf("daemon options %+v", s.Daemon.Server)
 	}
 
@@ -188,9 +187,9 @@ func TestBudgetSpellings(t *testing.T) {
 			t.Errorf("%q: %v", tc.body, err)
 			continue
 		}
-		b := s.Daemon.Budgets
-		if b.LatencyMS != tc.latencyMS || b.PowerMW != tc.powerMW || s.Daemon.Server.Sched.LatencyBudget != time.Duration(tc.latencyMS*float64(time.Millisecond)) {
-			t.Errorf("%q: budgets %+v, scheduler %v; want %v ms, %v mW", tc.body, b, s.Daemon.Server.Sched.LatencyBudget, tc.latencyMS, tc.powerMW)
+		b := s.Daemon.Targets
+		if b.LatencyMS != tc.latencyMS || b.PowerMW != tc.powerMW {
+			t.Errorf("%q: budgets %+v; want %v ms, %v mW", tc.body, b, tc.latencyMS, tc.powerMW)
 		}
 		if got := strings.Join(s.Warnings, "\n"); (tc.warn == "") != (got == "") || !strings.Contains(got, tc.warn) {
 			t.Errorf("%q: warnings %q, want %q", tc.body, got, tc.warn)

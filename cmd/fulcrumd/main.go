@@ -83,7 +83,7 @@ fulcrumd --check-config FILE checks a file (with the environment and flags) and 
 				ctlSock = d.API.SocketPath()
 			}
 			log.Info("fulcrumd started", "pid", os.Getpid(), "socket", d.Server.SocketPath(), "control_socket", ctlSock,
-				"latency_budget_ms", s.Daemon.Budgets.LatencyMS, "power_budget_mw", s.Daemon.Budgets.PowerMW, "board", s.Daemon.Board)
+				"latency_budget_ms", s.Daemon.Targets.LatencyMS, "power_budget_mw", s.Daemon.Targets.PowerMW, "board", s.Daemon.Board)
 			// Tell systemd (Type=notify) we are ready; a no-op outside systemd.
 			_, _ = sddaemon.SdNotify(false, sddaemon.SdNotifyReady)
 			startWatchdog(ctx, log, d) // WATCHDOG=1 pings while the scheduler answers (notify.go)

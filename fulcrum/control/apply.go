@@ -65,7 +65,7 @@ func (c *Controller) bestAt(m powermode.Mode) Choice {
 	if c.pair != nil {
 		rate := c.planRateOr()
 		if ps, err := c.profiles(); err == nil {
-			if mod, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches); err == nil {
+			if mod, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches); err == nil {
 				for _, p := range ps {
 					if p.Mode == m {
 						if e, ok := mod.BestAtMode(p); ok {

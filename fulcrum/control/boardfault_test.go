@@ -76,7 +76,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 	}
 	board := &countingBoard{Backend: be}
 	c, err := New(Options{Sched: e.sched, Board: board, Store: e.store, Clock: e.clock,
-		Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 40000, RateRPS: 20}})
+		Targets: plan.Targets{LatencyMS: 400, PowerMW: 40000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 	if err := os.Mkdir(minFreq, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 25000, RateRPS: 20}); err != nil {
+	if err := c.SetTargets(plan.Targets{LatencyMS: 400, PowerMW: 25000, RateRPS: 20}); err != nil {
 		t.Fatal(err)
 	}
 	tries := board.count()
@@ -151,7 +151,7 @@ func TestBoardRefusesModeChanges(t *testing.T) {
 // the controller does not plan), and a status before any reading says there is none.
 func TestIdlePowerAverage(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400})
 	ctx := context.Background()
 	as, err := NewAPI(c, time.Time{}).Status(ctx)
 	if err != nil || as.Power == nil {
@@ -171,7 +171,7 @@ func TestIdlePowerAverage(t *testing.T) {
 // An infeasible plan: the status names the same binding constraint as the decision's
 // event, and says DEGRADED (docs/operations.md).
 func TestInfeasibleStatusMatchesEvent(t *testing.T) {
-	for _, b := range []plan.Budgets{
+	for _, b := range []plan.Targets{
 		{LatencyMS: 400, PowerMW: 5000, RateRPS: 20}, // power alone
 		{LatencyMS: 5, PowerMW: 40000, RateRPS: 20},  // latency alone
 		// Both broken, power most: the status used to check latency first and said so.
@@ -215,7 +215,7 @@ func TestInfeasibleStatusMatchesEvent(t *testing.T) {
 // was a 500 "internal"), and stores nothing.
 func TestGarbageImportIsBadRequest(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400})
 	cl := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, NewAPI(c, time.Time{})))
 	defer cl.Close()
 	_, err := cl.ImportProfiles(context.Background(), strings.NewReader("\x00garbage;;\nnot a table\n"), api.ImportOptions{})

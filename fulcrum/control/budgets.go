@@ -1,48 +1,42 @@
 package control
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-	"github.com/fulcrum-edge/fulcrum/internal/budgettext"
 )
 
 // reasonBudgets is the re-plan reason after a budget change.
 const reasonBudgets = "budgets changed"
 
-// noPowerMW stands for "no power budget" in model v1 (its largest valid budget).
-const noPowerMW = 1e6
-
-// modelBudgets returns model v1's budgets for the operator's targets b (where power 0
-// is "none" and rate 0 "measured") at the given rate.
-func modelBudgets(b plan.Budgets, rateRPS float64) plan.Budgets {
-	p := b.PowerMW
-	if p <= 0 {
-		p = noPowerMW
-	}
-	return plan.Budgets{RateRPS: max(rateRPS, 1e-3), LatencyMS: b.LatencyMS, PowerMW: p, Quantile: b.WithDefaults().Quantile, RhoMax: b.WithDefaults().RhoMax}.WithDefaults()
-}
-
-// Budgets returns the budgets in force.
-func (c *Controller) Budgets() plan.Budgets {
+// Targets returns the operator's targets in force: the shared ones and every
+// workload's own (a copy).
+func (c *Controller) Targets() plan.Targets {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.budgets
+	return c.targets.Clone()
 }
 
-// SetBudgets validates and installs new budgets; the next step re-plans from stored
-// profiles. Invalid budgets change nothing.
-func (c *Controller) SetBudgets(b plan.Budgets) error { return c.SetBudgetsBy(b, nil) }
+// SetTargets validates and installs the shared targets of t (latency, rate, power,
+// quantile, ρ cap); the next step re-plans from stored profiles. Each workload's own
+// targets are SetStreamTarget's: t.Streams must be empty. Invalid targets change nothing.
+func (c *Controller) SetTargets(t plan.Targets) error { return c.SetTargetsBy(t, nil) }
 
-// SetBudgetsBy is SetBudgets on behalf of an API caller (recorded in the event).
-func (c *Controller) SetBudgetsBy(b plan.Budgets, by *Caller) error {
-	b = b.WithDefaults()
-	if err := b.ValidateTargets(); err != nil {
+// SetTargetsBy is SetTargets on behalf of an API caller (recorded in the event).
+func (c *Controller) SetTargetsBy(t plan.Targets, by *Caller) error {
+	if len(t.Streams) > 0 {
+		return errors.New("budgets not changed: a workload's own budgets are set one at a time (fulcrumctl budget set --workload NAME)")
+	}
+	t = t.WithDefaults()
+	if err := t.Validate(); err != nil {
 		return fmt.Errorf("budgets not changed: %w", err)
 	}
 	c.mu.Lock()
-	old := c.budgets
-	c.budgets = b
+	old := c.targets.Shared()
+	t.Streams = c.targets.Streams
+	c.targets = t
 	c.badLat = map[cfgKey]bool{}
 	c.held = false
 	if c.cur != nil || c.pair != nil {
@@ -50,21 +44,36 @@ func (c *Controller) SetBudgetsBy(b plan.Budgets, by *Caller) error {
 	}
 	c.takeBack(c.base, "budgets changed", by) // a stand-down ends: the new budgets are enforced
 	c.mu.Unlock()
-	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
-	if old.WithDefaults() != b {
+	c.sharedDeadline(t)
+	if !old.WithDefaults().Equal(t.Shared()) {
 		// The same budgets again still re-plan and end a stand-down, but "changed from X
 		// to X" would only fill the log.
-		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", budgetsString(old), budgetsString(b)), Caller: by})
+		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets changed from %s to %s", old, t.Shared()), Caller: by})
 	}
 	c.persistSettings() // kept across a restart (settings.go)
 	return nil
 }
 
-// budgetsString is the operator's targets in an event's words, as fulcrumctl budget get
-// prints them (one way to print budgets everywhere).
-func budgetsString(b plan.Budgets) string {
-	b = b.WithDefaults()
-	return "{" + budgettext.Shared(b.LatencyMS, b.Quantile, b.PowerMW, b.RateRPS, b.RateRPS == 0) + "}"
+// The scheduler's deadlines and training shares come from the controller's targets
+// only (docs/design.md §3): sharedDeadline gives it the shared latency budget,
+// streamDeadlines every workload's own latency budget and training weight.
+func (c *Controller) sharedDeadline(t plan.Targets) { c.sched.SetLatencyBudget(msDur(t.LatencyMS)) }
+
+func (c *Controller) streamDeadlines(t plan.Targets) error {
+	lat := map[string]time.Duration{}
+	for w, l := range t.StreamLatenciesMS() {
+		lat[w] = msDur(l)
+	}
+	return errors.Join(c.sched.SetStreamLatencyBudgets(lat), c.sched.SetTrainWeights(t.TrainWeights()))
+}
+
+// setDeadlines gives the scheduler every deadline and weight of t.
+func (c *Controller) setDeadlines(t plan.Targets) error {
+	c.sharedDeadline(t)
+	if len(t.Streams) == 0 {
+		return nil
+	}
+	return c.streamDeadlines(t)
 }
 
 // admissionBudgets returns the budgets as the scheduler's admission test sees them: it

@@ -43,10 +43,12 @@ func (c Config) Validate() error {
 		ck.Fail("ExternalChange", strconv.Quote(c.ExternalChange), "must be stand_down, reapply or adopt (what a clock change made outside fulcrumd, e.g. by jetson_clocks, leads to)")
 	}
 	// LiveOptions has no Validate of its own (live.go is the statistics' file); the
-	// three knobs fulcrumd sets are checked here.
+	// knobs fulcrumd sets are checked here.
 	optcheck.Positive(&ck, "Live.Warmup", c.Live.Warmup)
 	optcheck.Positive(&ck, "Live.Samples", c.Live.Samples)
 	optcheck.Positive(&ck, "Live.MinTime", c.Live.MinTime)
+	optcheck.Fraction(&ck, "Live.TargetRSE", c.Live.TargetRSE)
+	optcheck.NonNegative(&ck, "Live.MaxSamples", c.Live.MaxSamples)
 	optcheck.Positive(&ck, "Refine.Window", c.Refine.Window)
 	optcheck.Positive(&ck, "Refine.MinTurns", c.Refine.MinTurns)
 	optcheck.Positive(&ck, "Refine.MaxRepeats", c.Refine.MaxRepeats)

@@ -108,7 +108,8 @@ func newEnv(t *testing.T, clock sched.Clock) *env {
 		e.clock = fc
 	}
 	// The scripted workers report modeled times without spending them.
-	e.sched = sched.New(sched.Config{LatencyBudget: 400 * time.Millisecond, TrustReportedDurations: true}, clock, nil)
+	e.sched = sched.New(sched.Config{TrustReportedDurations: true}, clock, nil)
+	e.sched.SetLatencyBudget(400 * time.Millisecond) // the controller sets its own at New
 	for _, g := range []int64{408e6, 612e6, 816e6, 918e6, 1020e6, 1224e6} {
 		e.modes = append(e.modes, powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: g, EMCHz: 3199000000})
 	}
@@ -153,9 +154,9 @@ func (e *env) register(deliver sched.Deliver) (trainID, inferID string) {
 	return tr, in
 }
 
-func (e *env) controller(cfg Config, b plan.Budgets) *Controller {
+func (e *env) controller(cfg Config, b plan.Targets) *Controller {
 	e.t.Helper()
-	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Clock: e.clock, Budgets: b})
+	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Clock: e.clock, Targets: b})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func countKind(evs []Event, k Kind) int {
 func TestPlanAtStartFromStore(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	e.tick(c, 200*time.Millisecond)
 	if n := len(c.Events().List(0)); n != 0 {
@@ -224,11 +225,11 @@ func TestPlanAtStartFromStore(t *testing.T) {
 	}
 	// Budgets that change re-plan from the store: a tighter power budget picks a
 	// lower-power mode.
-	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 500}); err == nil || !strings.Contains(err.Error(), "power_mw") {
+	if err := c.SetTargets(plan.Targets{LatencyMS: 400, PowerMW: 500}); err == nil || !strings.Contains(err.Error(), "power_mw") {
 		t.Fatalf("invalid budgets accepted: %v", err)
 	}
 	before := st.Current.Predicted.PowerMW
-	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 25000, RateRPS: 20}); err != nil {
+	if err := c.SetTargets(plan.Targets{LatencyMS: 400, PowerMW: 25000, RateRPS: 20}); err != nil {
 		t.Fatal(err)
 	}
 	e.tick(c, 100*time.Millisecond)
@@ -248,7 +249,7 @@ func TestPowerStepDownAndHysteresis(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	cfg := Config{Hold: 2 * time.Second, Cooldown: 500 * time.Millisecond}
-	c := e.controller(cfg, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -307,7 +308,7 @@ func TestPowerStepDownAndHysteresis(t *testing.T) {
 func TestDegradedWhenPowerUnreadable(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{PowerFail: time.Second}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{PowerFail: time.Second}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -343,7 +344,7 @@ func TestRateDriftReplans(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	cfg := Config{RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
-	c := e.controller(cfg, plan.Budgets{LatencyMS: 400, PowerMW: 35000})
+	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000})
 	_, inferID := e.register(nil)
 	e.board.set(20000, nil)
 	n := 0
@@ -584,10 +585,10 @@ func TestLiveProfiler(t *testing.T) {
 // newLiveEnv is an env on the real clock with a controller and scripted training and
 // inference workers waiting for turns, the board drawing the training model's power:
 // what a live search needs. The caller closes e.sched.
-func newLiveEnv(t *testing.T, cfg Config, b plan.Budgets) (*env, *Controller) {
+func newLiveEnv(t *testing.T, cfg Config, b plan.Targets) (*env, *Controller) {
 	t.Helper()
 	e := newEnv(t, sched.RealClock{})
-	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Budgets: b})
+	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Targets: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,7 +609,7 @@ func newLiveEnv(t *testing.T, cfg Config, b plan.Budgets) (*env, *Controller) {
 // grants (within its profile budget), then plans from what it stored.
 func TestSearchWhenTooFewProfiles(t *testing.T) {
 	e, c := newLiveEnv(t, Config{MaxProfiles: 4, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}},
-		plan.Budgets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
+		plan.Targets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
 	defer e.sched.Close()
 	c.Step(context.Background())
 	if !c.Status().Searching {
@@ -640,7 +641,7 @@ func TestSearchWhenTooFewProfiles(t *testing.T) {
 func TestLatencyStepDown(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, RateRPS: 100})
+	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 400, RateRPS: 100})
 	var mu sync.Mutex
 	var grants []sched.Grant
 	_, inferID := e.register(func(g sched.Grant) {
@@ -690,7 +691,7 @@ func TestLatencyStepDown(t *testing.T) {
 		t.Fatalf("stepped from %+v to %+v: want a smaller batch or another mode", planned, down)
 	}
 	// A budget change forgets the broken configurations and re-plans.
-	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, RateRPS: 100}); err != nil {
+	if err := c.SetTargets(plan.Targets{LatencyMS: 400, RateRPS: 100}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(50 * time.Millisecond)
@@ -705,7 +706,7 @@ func TestLatencyStepDown(t *testing.T) {
 func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -754,7 +755,7 @@ func TestApplyModeHeldAndAPIErrors(t *testing.T) {
 func TestNewWorkerGetsPlannedBatch(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, RateRPS: 100})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, RateRPS: 100})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -787,7 +788,8 @@ func TestPlanLeavesRoomForAdmission(t *testing.T) {
 	}{{"model v1 alone", 1, false}, {"with the scheduler's room", 25, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, sched.NewFakeClock())
-			e.sched = sched.New(sched.Config{LatencyBudget: 400 * time.Millisecond, DevK: 2, Margin: 5 * time.Millisecond}, e.clock, nil)
+			e.sched = sched.New(sched.Config{DevK: 2, Margin: 5 * time.Millisecond}, e.clock, nil)
+			e.sched.SetLatencyBudget(400 * time.Millisecond) // the controller sets its own at New
 			e.seed()
 			fast := e.modes[len(e.modes)-1]
 			tT := e.models[tTrain].TimeMS(e.spec, fast, 32)
@@ -795,7 +797,7 @@ func TestPlanLeavesRoomForAdmission(t *testing.T) {
 			// Model v1 at batch 1 and a low rate: latency = tT + tI (no fill), planned
 			// against L·(1 − 5%).
 			l := (tT+tI)/0.95 + tc.extraMS
-			c := e.controller(Config{InferBatches: []int{1}}, plan.Budgets{LatencyMS: l, PowerMW: 60000, RateRPS: 1})
+			c := e.controller(Config{InferBatches: []int{1}}, plan.Targets{LatencyMS: l, PowerMW: 60000, RateRPS: 1})
 			e.board.set(20000, nil)
 			trainID, _ := e.register(nil)
 			e.tick(c, 100*time.Millisecond)
@@ -828,10 +830,10 @@ func TestLiveSearchRemeasures(t *testing.T) {
 	var seen []string
 	for _, powerW := range []float64{20, 25, 30, 35, 40, 45} {
 		e, c := newLiveEnv(t, Config{MaxProfiles: 15, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond, PowerSettle: time.Millisecond}},
-			plan.Budgets{LatencyMS: 400, PowerMW: powerW * 1000, RateRPS: 20})
+			plan.Targets{LatencyMS: 400, PowerMW: powerW * 1000, RateRPS: 20})
 		pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		res, counts, err := c.search(ctx, "gmd", pair, c.budgets, 20, 0)
+		res, counts, err := c.search(ctx, "gmd", pair, c.targets, 20, 0)
 		cancel()
 		e.sched.Close()
 		if err != nil {

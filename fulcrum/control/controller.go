@@ -165,7 +165,9 @@ type Options struct {
 	// Presets are the board's nvpmodel presets (GMD's start) and their names.
 	Presets     []powermode.Mode
 	PresetNames []string
-	Budgets     plan.Budgets
+	// Targets are the operator's targets the controller starts with (the
+	// configuration's; RestoreSettings may put saved run-time ones over them).
+	Targets plan.Targets
 	// SettingsPath is where run-time settings are saved (settings.go); empty: not saved.
 	SettingsPath string
 }
@@ -196,8 +198,10 @@ type Controller struct {
 	settings *settingsState
 	loop     loopBeat
 
-	mu       coopMutex // a sync.Mutex unless the clock is cooperative (coop.go)
-	budgets  plan.Budgets
+	mu coopMutex // a sync.Mutex unless the clock is cooperative (coop.go)
+	// targets are the operator's targets in force, shared and per workload (budgets.go):
+	// the model's budgets and the scheduler's deadlines are made from them.
+	targets  plan.Targets
 	pair     *Pair
 	pairAt   time.Time
 	cur      *Choice // applied
@@ -218,9 +222,8 @@ type Controller struct {
 	// Several inference streams or training jobs (issue 19; streams.go): grp is nil
 	// while one of each is registered (the pair above is then the whole plan).
 	grp      *group
-	streamT  map[string]StreamTarget // the operator's per-stream budgets, by workload
-	meters   map[string]*rateMeter   // per-stream arrival rate, by workload
-	badPoint map[streamPoint]bool    // (stream, mode, batch) that broke its stream's budget
+	meters   map[string]*rateMeter // per-stream arrival rate, by workload
+	badPoint map[streamPoint]bool  // (stream, mode, batch) that broke its stream's budget
 
 	needPlan    string // reason a plan is due ("" none)
 	forceSearch string // searcher to run for the next plan ("" none)
@@ -283,8 +286,8 @@ func New(o Options) (*Controller, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	b := o.Budgets.WithDefaults()
-	if err := b.ValidateTargets(); err != nil {
+	b := o.Targets.WithDefaults().Clone()
+	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("control: budgets: %w", err)
 	}
 	cfg := o.Config.withDefaults()
@@ -295,13 +298,15 @@ func New(o Options) (*Controller, error) {
 		return nil, fmt.Errorf("control: external change policy %q: want one of %s", cfg.ExternalChange, strings.Join(ExternalPolicies, ", "))
 	}
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
-		presets: o.Presets, pnames: o.PresetNames, budgets: b,
+		presets: o.Presets, pnames: o.PresetNames, targets: b,
 		base: context.Background(), violations: map[string]uint64{},
 		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{},
-		settings: &settingsState{file: SettingsFile{Path: o.SettingsPath}, config: b}}
+		settings: &settingsState{file: SettingsFile{Path: o.SettingsPath}, config: b.Clone()}}
 	c.mu.co, _ = o.Clock.(sched.Coop)
 	c.events = NewEventLog(cfg.Events, o.Clock.Now)
-	o.Sched.SetLatencyBudget(msDur(b.LatencyMS))
+	if err := c.setDeadlines(b); err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
 	return c, nil
 }
 func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
@@ -573,7 +578,7 @@ func (c *Controller) Step(ctx context.Context) {
 		return
 	}
 	rate, ready := c.planningRate(now)
-	b := c.budgets
+	b := c.targets
 	// Live refinement: its windows, and a trial ended the moment it breaks a budget.
 	if c.refineStep(ctx, snap, now, rate) {
 		return
@@ -653,7 +658,7 @@ func (c *Controller) Step(ctx context.Context) {
 // held.
 func (c *Controller) powerOver(now time.Time) (avgMW float64, over bool) {
 	settled := c.lastApply.Add(c.cfg.PowerSettle)
-	if c.cur == nil || c.budgets.PowerMW <= 0 || c.board == nil || now.Sub(settled) < c.cfg.PowerWindow/2 ||
+	if c.cur == nil || c.targets.PowerMW <= 0 || c.board == nil || now.Sub(settled) < c.cfg.PowerWindow/2 ||
 		now.Sub(c.lastStep) < c.cfg.Cooldown {
 		return 0, false
 	}
@@ -662,5 +667,5 @@ func (c *Controller) powerOver(now time.Time) (avgMW float64, over bool) {
 		from = settled
 	}
 	avg, n := c.power.Mean(from, now)
-	return avg, n > 0 && avg > c.budgets.PowerMW
+	return avg, n > 0 && avg > c.targets.PowerMW
 }

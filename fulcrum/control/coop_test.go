@@ -35,7 +35,7 @@ func TestLockHeldAcrossATurnWaitOnVirtualTime(t *testing.T) {
 	if err := e.sched.Acquire(trainID, 1); err != nil { // the minibatch is on the GPU from t=0
 		t.Fatal(err)
 	}
-	c, err := New(Options{Sched: e.sched, Board: e.board, Store: e.store, Clock: clock, Budgets: plan.Budgets{LatencyMS: 400, RateRPS: 20}})
+	c, err := New(Options{Sched: e.sched, Board: e.board, Store: e.store, Clock: clock, Targets: plan.Targets{LatencyMS: 400, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func TestControllerDecidesAsBench(t *testing.T) {
 				put(tInfer, truth.Infer, mp.Mode, ip.Batch, mp.Repeats, ip.TimeMS, ip.PowerMW)
 			}
 		}
-		ctl := e.controller(Config{}, b)
+		ctl := e.controller(Config{}, plan.Targets{RateRPS: b.RateRPS, LatencyMS: b.LatencyMS, PowerMW: b.PowerMW})
 		if got := ctl.Rules(); got != rules {
 			t.Fatalf("controller rules %+v, bench's %+v", got, rules)
 		}

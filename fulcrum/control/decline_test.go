@@ -24,7 +24,7 @@ func TestDeclinedWorkloadIsNotProfiledLive(t *testing.T) {
 	e := newEnv(t, sched.RealClock{})
 	defer e.sched.Close()
 	c, err := New(Options{Config: Config{MaxProfiles: 2, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}}, Sched: e.sched, Board: e.board, Store: e.store,
-		Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20}})
+		Targets: plan.Targets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,8 +102,8 @@ func (c *Controller) leaveBoard(why string) {
 // standDownWords says what standing down means and how to end it.
 func (c *Controller) standDownWords() string {
 	pw := "no power budget is set"
-	if c.budgets.PowerMW > 0 {
-		pw = fmt.Sprintf("the %.1f W power budget is not enforced", c.budgets.PowerMW/1000)
+	if c.targets.PowerMW > 0 {
+		pw = fmt.Sprintf("the %.1f W power budget is not enforced", c.targets.PowerMW/1000)
 	}
 	return "fulcrumd stands down (controller.external_change: stand_down): it writes no mode and " + pw +
 		"; fulcrumctl mode resume, a budget change or fulcrumctl mode apply takes the board back; at exit the board is left as the other tool set it"

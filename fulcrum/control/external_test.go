@@ -66,7 +66,7 @@ func newExtEnv(t *testing.T, policy string) *extEnv {
 	}
 	board := &leavingBoard{countingBoard: countingBoard{Backend: be}}
 	c, err := New(Options{Config: Config{ExternalChange: policy}, Sched: e.sched, Board: board, Store: e.store, Clock: e.clock,
-		Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20}})
+		Targets: plan.Targets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestBudgetChangeTakesBoardBack(t *testing.T) {
 	if !x.c.StoodDown() {
 		t.Fatal("not standing down after jetson_clocks")
 	}
-	if err := x.c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 28000, RateRPS: 20}); err != nil {
+	if err := x.c.SetTargets(plan.Targets{LatencyMS: 400, PowerMW: 28000, RateRPS: 20}); err != nil {
 		t.Fatal(err)
 	}
 	x.tick(x.c, time.Second)
@@ -243,7 +243,7 @@ func TestExternalChangeAdopt(t *testing.T) {
 // An unknown policy is refused at New and by Validate.
 func TestExternalPolicyChecked(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	if _, err := New(Options{Config: Config{ExternalChange: "ignore"}, Sched: e.sched, Store: e.store, Budgets: plan.Budgets{LatencyMS: 400}}); err == nil || !strings.Contains(err.Error(), "stand_down") {
+	if _, err := New(Options{Config: Config{ExternalChange: "ignore"}, Sched: e.sched, Store: e.store, Targets: plan.Targets{LatencyMS: 400}}); err == nil || !strings.Contains(err.Error(), "stand_down") {
 		t.Fatalf("New with policy ignore: %v", err)
 	}
 	cfg := DefaultConfig()

@@ -14,7 +14,7 @@ import (
 // mode, inference batch and training turn (the minibatch, or a micro-batch of it, issue
 // 32). Each owner is its profile with Train the turn scored.
 func (c *Controller) evalAll(ps []plan.ModeProfile, rate float64) ([]plan.Eval, []plan.ModeProfile) {
-	m, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	m, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches)
 	if err != nil {
 		return nil, nil
 	}
@@ -45,7 +45,7 @@ func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
 		return
 	}
 	avg := c.measured.PowerMW
-	budget := c.budgets.PowerMW
+	budget := c.targets.PowerMW
 	k := 1.0
 	if c.cur.Predicted.PowerMW > 0 {
 		k = max(1, avg/c.cur.Predicted.PowerMW)
@@ -56,13 +56,13 @@ func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
 	var best, lowest *plan.Eval
 	for i := range es {
 		e := &es[i]
-		if e.Rho > modelBudgets(c.budgets, rate).RhoMax {
+		if e.Rho > c.targets.Budgets(rate).RhoMax {
 			continue
 		}
 		if lowest == nil || e.PowerMW < lowest.PowerMW || (e.PowerMW == lowest.PowerMW && e.ThroughputSPS > lowest.ThroughputSPS) {
 			lowest = e
 		}
-		if e.PowerMW*k > target || e.PowerMW*k >= avg || e.LatencyMS > c.budgets.LatencyMS*(1-c.cfg.PlanMargin) {
+		if e.PowerMW*k > target || e.PowerMW*k >= avg || e.LatencyMS > c.targets.LatencyMS*(1-c.cfg.PlanMargin) {
 			continue
 		}
 		if best == nil || e.ThroughputSPS > best.ThroughputSPS || (e.ThroughputSPS == best.ThroughputSPS && e.PowerMW < best.PowerMW) {
@@ -119,7 +119,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		kL = max(1, p99/cur.Predicted.LatencyMS)
 	}
 	es, owners := c.evalAll(ps, rate)
-	power := c.budgets.PowerMW
+	power := c.targets.PowerMW
 	var best, fastest *plan.Eval
 	for i := range es {
 		e := &es[i]
@@ -127,13 +127,13 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		// profiles() applied the learned power correction to every turn's power
 		// (minibatch, micro-batch, inference) already: it is not applied again here.
 		pw := e.PowerMW
-		if !shorter || e.Rho > modelBudgets(c.budgets, rate).RhoMax || (power > 0 && pw > power*(1-c.cfg.StepMargin)) {
+		if !shorter || e.Rho > c.targets.Budgets(rate).RhoMax || (power > 0 && pw > power*(1-c.cfg.StepMargin)) {
 			continue
 		}
 		if fastest == nil || e.LatencyMS < fastest.LatencyMS {
 			fastest = e
 		}
-		if e.LatencyMS*kL > c.budgets.LatencyMS*(1-c.cfg.PlanMargin) {
+		if e.LatencyMS*kL > c.targets.LatencyMS*(1-c.cfg.PlanMargin) {
 			continue
 		}
 		if best == nil || e.ThroughputSPS > best.ThroughputSPS {
@@ -149,13 +149,13 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		if !known {
 			why = fmt.Sprintf(" (the training turn in force at mode %s has no stored time: only a smaller batch there counts)", cur.Mode.Human())
 		}
-		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget, but no stored configuration has a shorter training minibatch or smaller batch within the power budget%s", p99, c.budgets.LatencyMS, why)})
+		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget, but no stored configuration has a shorter training minibatch or smaller batch within the power budget%s", p99, c.targets.LatencyMS, why)})
 		return
 	}
 	c.stepped, c.held = true, false
 	c.belowSince = time.Time{}
 	reason := fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget at mode %s batch %d (%.2f× the predicted)%s; stepping to a shorter training minibatch or smaller batch: %s",
-		p99, c.budgets.LatencyMS, cur.Mode.Human(), cur.Batch, kL, c.heatNote(), how)
+		p99, c.targets.LatencyMS, cur.Mode.Human(), cur.Batch, kL, c.heatNote(), how)
 	c.decide(ctx, KindStepDown, reason, *pick, rate)
 }
 
@@ -167,7 +167,7 @@ func (c *Controller) stepUp(ctx context.Context, rate float64) {
 	if err != nil || len(ps) == 0 {
 		return
 	}
-	pl, err := c.choose(ps, modelBudgets(c.budgets, rate))
+	pl, err := c.choose(ps, c.targets.Budgets(rate))
 	if err != nil || !pl.Feasible {
 		return
 	}
@@ -183,7 +183,7 @@ func (c *Controller) stepUp(ctx context.Context, rate float64) {
 	c.stepped = false
 	c.planRate = rate
 	reason := fmt.Sprintf("power %.1f W and p99 %.1f ms stayed below %.0f%% of their budgets for %s; stepping back up: %s",
-		c.measured.PowerMW/1000, c.measured.LatencyP99MS, (1-c.cfg.Hysteresis)*100, c.cfg.Hold, pl.Explain(modelBudgets(c.budgets, rate)))
+		c.measured.PowerMW/1000, c.measured.LatencyP99MS, (1-c.cfg.Hysteresis)*100, c.cfg.Hold, pl.Explain(c.targets.Budgets(rate)))
 	c.decide(ctx, KindStepUp, reason, pl.Best, rate)
 }
 
@@ -200,7 +200,7 @@ func (c *Controller) checkDegraded(ctx context.Context, now time.Time) bool {
 			c.degraded = fmt.Sprintf("board power has never been readable (%d reads failed; last error: %v)", fails, lastErr)
 		}
 		ev := Event{Kind: KindDegraded, Reason: c.degraded + "; falling back to the lowest-power known mode (check fulcrumctl board power)"}
-		if c.budgets.PowerMW == 0 {
+		if c.targets.PowerMW == 0 {
 			ev.Reason = c.degraded + "; no power budget is set, so the mode is kept"
 			c.events.Add(ev)
 			return false
@@ -240,7 +240,7 @@ func (c *Controller) lowestPower() (plan.Eval, bool) {
 	var best *plan.Eval
 	for i := range es {
 		e := &es[i]
-		if e.Rho > modelBudgets(c.budgets, rate).RhoMax {
+		if e.Rho > c.targets.Budgets(rate).RhoMax {
 			continue
 		}
 		if best == nil || e.PowerMW < best.PowerMW || (e.PowerMW == best.PowerMW && e.ThroughputSPS > best.ThroughputSPS) {

@@ -35,7 +35,7 @@ func TestBoardHeatsUnderSustainedTraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Options{Sched: e.sched, Board: be, Store: e.store, Clock: e.clock, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
+	c, err := New(Options{Sched: e.sched, Board: be, Store: e.store, Clock: e.clock, Targets: plan.Targets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestViolationWhileThrottledSaysWhy(t *testing.T) {
 	e.seed()
 	hb := &heatBoard{fakeBoard: e.board}
 	c, err := New(Options{Config: Config{Cooldown: 100 * time.Millisecond}, Sched: e.sched, Board: hb, Store: e.store, Clock: e.clock,
-		Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20}})
+		Targets: plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestModeWriteIsNotThrottling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Options{Sched: e.sched, Board: be, Store: e.store, Clock: e.clock, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
+	c, err := New(Options{Sched: e.sched, Board: be, Store: e.store, Clock: e.clock, Targets: plan.Targets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func TestModeWriteIsNotThrottling(t *testing.T) {
 func TestModeWriteKeepsThrottlingSpell(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	hb := &heatBoard{fakeBoard: e.board}
-	c, err := New(Options{Sched: e.sched, Board: hb, Store: e.store, Clock: e.clock, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
+	c, err := New(Options{Sched: e.sched, Board: hb, Store: e.store, Clock: e.clock, Targets: plan.Targets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

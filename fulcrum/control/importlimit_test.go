@@ -21,7 +21,7 @@ import (
 // plausibility.
 func TestImportChecksModesAgainstTheBoard(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400})
 	cl := client.New(apitest.Serve(t, server.Config{Policy: server.PolicyFunc(func(api.Caller) error { return nil })}, NewAPI(c, time.Time{})))
 	defer cl.Close()
 	m := e.board.mode

@@ -19,6 +19,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
 	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/measure"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -28,6 +29,14 @@ type LiveOptions struct {
 	Warmup  int           `mapstructure:"warmup"`      // profile batches run and discarded at each point [1]
 	Samples int           `mapstructure:"samples"`     // measured batches per point, at least [5]
 	MinTime time.Duration `mapstructure:"min_time_ms"` // and measure each point at least this long, for power readings [300 ms]
+	// MaxSamples, when above Samples, turns on the offline profiler's precision rule
+	// (profiler/measure): after Samples and MinTime, keep measuring until the mean time's
+	// relative standard error is at most TargetRSE [0.02], or MaxSamples batches ran.
+	// 0 (or at most Samples) leaves it off [0]: live profile batches cost training time,
+	// and with heavy-tailed turn times the rule held live searches for minutes
+	// (docs/profiler.md "One measurement loop").
+	MaxSamples int     `mapstructure:"max_samples"`
+	TargetRSE  float64 `mapstructure:"target_rse"`
 	// PowerWindow is the moving average the power guard checks [1 s].
 	PowerWindow time.Duration
 	// PowerSettle: readings this soon after the mode is applied still show the previous
@@ -50,6 +59,9 @@ func (o LiveOptions) withDefaults() LiveOptions {
 	}
 	if o.MinTime <= 0 {
 		o.MinTime = 300 * time.Millisecond
+	}
+	if o.TargetRSE <= 0 {
+		o.TargetRSE = 0.02
 	}
 	if o.PowerWindow <= 0 {
 		o.PowerWindow = time.Second
@@ -675,36 +687,22 @@ func (p *LiveProfiler) cool(ctx context.Context) bool {
 // their mean rather than the mean over the whole measurement.
 const minBatchReadings = 3
 
-// measure profiles one point: warm-up batches, then measured ones until there are
-// enough samples and enough time for power readings; with put, it stores the profile. After each
-// batch it checks the power guard (the average of the readings since the mode was
-// applied, over the last PowerWindow).
+// rule is the stopping rule of a live point (measure.Rule, the offline profiler's rule):
+// no warm-up time, since PowerSettle leaves the readings of the mode change out instead;
+// MinTime so that the controller's sampler, reading at its own period, reads each point;
+// the precision wait only where MaxSamples is above Samples (off by default).
+func (o LiveOptions) rule() measure.Rule {
+	return measure.Rule{Warmup: o.Warmup, MinSamples: o.Samples, MinTime: o.MinTime, TargetRSE: o.TargetRSE, MaxSamples: max(o.MaxSamples, o.Samples)}
+}
+
+// measure profiles one point through the shared measurement loop (profiler/measure):
+// warm-up profile batches, then measured ones until the stopping rule holds; power from
+// the controller's readings (liveMeter, which also runs the power guard after every
+// batch); with put, it stores the profile. When the guard trips it returns
+// errOverBudget and the average that broke the budget.
 func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, o LiveOptions, applied time.Time, budgetMW float64, put bool) (store.Profile, float64, error) {
-	guard := func() (float64, bool) {
-		if budgetMW <= 0 {
-			return 0, false
-		}
-		now := p.clock().Now()
-		from := now.Add(-o.PowerWindow)
-		if settled := applied.Add(o.PowerSettle); from.Before(settled) {
-			from = settled
-		}
-		avg, n := p.Power.Mean(from, now)
-		return avg, n > 0 && avg > budgetMW
-	}
 	size := k.Turn() // a micro-batch turn runs its own samples
-	for i := range o.Warmup {
-		if _, err := p.Sched.Profile(ctx, workerID, size); err != nil {
-			return store.Profile{}, 0, fmt.Errorf("profile %s: warm-up batch %d: %w", k, i+1, err)
-		}
-		if avg, bad := guard(); bad {
-			return store.Profile{}, avg, errOverBudget
-		}
-	}
-	start := p.clock().Now()
-	var times []float64
-	var batches []Interval // when readings show a measured batch alone
-	var throttled *store.Throttled
+	meter := &liveMeter{p: p, o: o, k: k, applied: applied, budgetMW: budgetMW}
 	// A batch far faster than the workload's real ones ran nothing real: discarded.
 	ref := p.discardRef(k)
 	discarded, fastest := 0, math.Inf(1)
@@ -720,85 +718,31 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 			}
 		}
 	}()
-	for len(times) < o.Samples || p.clock().Now().Sub(start) < o.MinTime {
-		d, err := p.Sched.Profile(ctx, workerID, size)
-		if err != nil {
-			return store.Profile{}, 0, fmt.Errorf("profile %s: batch %d: %w", k, len(times)+1, err)
+	loop := measure.Loop{Rule: o.rule(), Clock: p.clock(), Meter: meter, Discard: func(d time.Duration, kept int) (bool, error) {
+		ms := float64(d) / float64(time.Millisecond)
+		if ref <= 0 || ms >= discardFraction*ref {
+			return false, nil
 		}
-		if d <= 0 {
-			return store.Profile{}, 0, fmt.Errorf("profile %s: the worker reported %s for a batch; want a positive time", k, d)
+		discarded++
+		fastest = min(fastest, ms)
+		if discarded >= 2*o.Samples && discarded > kept {
+			return true, fmt.Errorf("%d profile batches took under a fifth of the workload's real batches (fastest %.3f ms, real %.1f ms): "+
+				"its on_profile handler does not run a real batch of that size; fix it, or set none so that the worker declines profile batches", discarded, fastest, ref)
 		}
-		if ms := float64(d) / float64(time.Millisecond); ref > 0 && ms < discardFraction*ref {
-			discarded++
-			fastest = min(fastest, ms)
-			if discarded >= 2*o.Samples && discarded > len(times) {
-				return store.Profile{}, 0, fmt.Errorf("profile %s: %d profile batches took under a fifth of the workload's real batches (fastest %.3f ms, real %.1f ms): "+
-					"its on_profile handler does not run a real batch of that size; fix it, or set none so that the worker declines profile batches", k, discarded, fastest, ref)
-			}
-			continue
-		}
-		times = append(times, float64(d)/float64(time.Millisecond))
-		if h, ok := p.heat(ctx); ok {
-			throttled = store.NoteHeat(throttled, h)
-		}
-		done := p.clock().Now()
-		batches = append(batches, Interval{From: done.Add(-d + o.SensorLag), To: done})
-		if avg, bad := guard(); bad {
-			return store.Profile{}, avg, errOverBudget
-		}
-		if len(times) >= 100*o.Samples {
-			break // a clock that does not move (tests) must not loop forever
-		}
+		return true, nil
+	}}
+	res, err := loop.Run(ctx, func(ctx context.Context) (time.Duration, error) { return p.Sched.Profile(ctx, workerID, size) })
+	if errors.Is(err, errOverBudget) {
+		return store.Profile{}, meter.overMW, errOverBudget
 	}
-	end := p.clock().Now()
-	// Readings in the first SensorLag of a point still show the point before it (the
-	// training point's power read into the first inference point's: 1.4× its power).
-	from := start
-	if lagged := start.Add(o.SensorLag); lagged.Before(end) {
-		from = lagged
+	if err != nil {
+		return store.Profile{}, 0, fmt.Errorf("profile %s: %w", k, err)
 	}
-	if settled := applied.Add(o.PowerSettle); from.Before(settled) && settled.Before(end) {
-		from = settled
-	}
-	// Readings taken while a measured batch ran (and had run for the sensor's lag) are
-	// its power. Between batches the GPU serves inference requests, or idles while a
-	// batch longer than the requests' slack waits for its turn: averaging over the whole
-	// measurement read a 214 ms training minibatch at 0.55–0.6 of its power. Batches too
-	// short to be caught by enough readings fall back to the whole measurement.
-	for i := range batches {
-		if settled := applied.Add(o.PowerSettle); batches[i].From.Before(settled) {
-			batches[i].From = settled
-		}
-	}
-	pw, n := p.Power.MeanIn(batches)
-	if n < minBatchReadings {
-		pw, n = p.Power.Mean(from, end)
-	}
-	if n == 0 {
-		// Too short for the sampler: read once now (the board still runs this mode).
-		r, err := p.Board.Power(ctx)
-		if err != nil {
-			return store.Profile{}, 0, fmt.Errorf("profile %s: no power reading: %w (check fulcrumctl board power)", k, err)
-		}
-		pw, n = r.TotalMW, 1
-	}
-	ts := stats.Summarize(times) // the offline profiler's definitions: profiles agree
-	rse := stats.RSE(ts.N, ts.Mean, ts.Stddev)
-	if math.IsInf(rse, 1) {
-		rse = 0 // one sample (or a zero mean): no precision estimate
-	}
-	prof := store.Profile{
-		Board: k.Board, Workload: k.Workload, Role: k.Role, Mode: k.Mode, Batch: k.Batch, MicroBatch: k.MicroBatch,
-		TimeMS:  store.TimeStats{Mean: ts.Mean, P50: ts.P50, P95: ts.P95, Stddev: ts.Stddev},
-		PowerMW: store.PowerStats{Mean: pw},
-		Samples: len(times), PowerSamples: n, Warmup: o.Warmup,
-		StartedAt: start.UTC(), FinishedAt: end.UTC(), RSE: rse, Source: store.SourceLive,
-		Throttled: throttled,
-	}
+	prof := res.Profile(k, store.SourceLive)
 	if !put {
 		return prof, 0, nil
 	}
-	err := p.Store.Put(prof)
+	err = p.Store.Put(prof)
 	if errors.Is(err, store.ErrExists) && prof.Throttled == nil {
 		// A cool measurement replaces one taken while the board throttled (Profile
 		// measures such a point again once the board runs cool); nothing else is lost.
@@ -810,6 +754,89 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		return store.Profile{}, 0, fmt.Errorf("store live profile %s: %w", k, err)
 	}
 	return prof, 0, nil
+}
+
+// liveMeter is the live profiler's measure.Meter: a point's power from the controller's
+// board readings (PowerMonitor), its throttling from a heat reading after every measured
+// batch, and the power guard after every batch, warm-up or measured (the average of the
+// readings since the mode was applied, over the last PowerWindow).
+type liveMeter struct {
+	p        *LiveProfiler
+	o        LiveOptions
+	k        store.Key
+	applied  time.Time
+	budgetMW float64
+
+	batches   []Interval // when readings show a measured batch alone
+	throttled *store.Throttled
+	overMW    float64 // the average that tripped the guard
+}
+
+// Ran implements measure.Meter.
+func (m *liveMeter) Ran(ctx context.Context, b measure.Ran) error {
+	if !b.Warmup {
+		if h, ok := m.p.heat(ctx); ok {
+			m.throttled = store.NoteHeat(m.throttled, h)
+		}
+		m.batches = append(m.batches, Interval{From: b.At.Add(-b.Took + m.o.SensorLag), To: b.At})
+	}
+	if m.budgetMW <= 0 {
+		return nil
+	}
+	now := m.p.clock().Now()
+	from := now.Add(-m.o.PowerWindow)
+	if settled := m.applied.Add(m.o.PowerSettle); from.Before(settled) {
+		from = settled
+	}
+	if avg, n := m.p.Power.Mean(from, now); n > 0 && avg > m.budgetMW {
+		m.overMW = avg
+		return errOverBudget
+	}
+	return nil
+}
+
+// Start implements measure.Meter: the controller's sampler reads all along.
+func (m *liveMeter) Start(context.Context, time.Time) {}
+
+// Stop implements measure.Meter.
+func (m *liveMeter) Stop(ctx context.Context, s measure.Span) (measure.Power, error) {
+	if s.Err != nil {
+		return measure.Power{}, nil
+	}
+	o := m.o
+	// Readings in the first SensorLag of a point still show the point before it (the
+	// training point's power read into the first inference point's: 1.4× its power).
+	from := s.Start
+	if lagged := s.Start.Add(o.SensorLag); lagged.Before(s.End) {
+		from = lagged
+	}
+	settled := m.applied.Add(o.PowerSettle)
+	if from.Before(settled) && settled.Before(s.End) {
+		from = settled
+	}
+	// Readings taken while a measured batch ran (and had run for the sensor's lag) are
+	// its power. Between batches the GPU serves inference requests, or idles while a
+	// batch longer than the requests' slack waits for its turn: averaging over the whole
+	// measurement read a 214 ms training minibatch at 0.55–0.6 of its power. Batches too
+	// short to be caught by enough readings fall back to the whole measurement.
+	for i := range m.batches {
+		if m.batches[i].From.Before(settled) {
+			m.batches[i].From = settled
+		}
+	}
+	pw, n := m.p.Power.MeanIn(m.batches)
+	if n < minBatchReadings {
+		pw, n = m.p.Power.Mean(from, s.End)
+	}
+	if n == 0 {
+		// Too short for the sampler: read once now (the board still runs this mode).
+		r, err := m.p.Board.Power(ctx)
+		if err != nil {
+			return measure.Power{}, fmt.Errorf("no power reading: %w (check fulcrumctl board power)", err)
+		}
+		pw, n = r.TotalMW, 1
+	}
+	return measure.Power{MeanMW: pw, Readings: n, Throttled: m.throttled}, nil
 }
 
 // combineRepeats pools repeat measurements of one point: the time statistics as

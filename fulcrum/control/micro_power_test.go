@@ -29,7 +29,7 @@ func TestPowerCorrectionReachesMicroBatchTurns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20})
 	e.board.set(20000, nil)
 	deliver := func(sched.Grant) {}
 	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32, MicroBatches: []int{8}}, deliver); err != nil {

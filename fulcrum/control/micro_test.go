@@ -23,7 +23,7 @@ import (
 func TestInfeasibleLatencyKeepsMicroBatchedTrainingRunning(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 30, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 30, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	deliver := func(sched.Grant) {}
 	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32, MicroBatches: []int{4, 8, 16}}, deliver); err != nil {
@@ -46,7 +46,7 @@ func TestInfeasibleLatencyKeepsMicroBatchedTrainingRunning(t *testing.T) {
 		}
 	}
 	// A power budget nothing meets still pauses it.
-	c.SetBudgets(plan.Budgets{LatencyMS: 30, PowerMW: 1000, RateRPS: 20})
+	c.SetTargets(plan.Targets{LatencyMS: 30, PowerMW: 1000, RateRPS: 20})
 	e.tick(c, 300*time.Millisecond)
 	if st := c.Status(); st.Current == nil || st.Current.Predicted.Binding == string(plan.ConstraintLatency) {
 		t.Skipf("plan %+v: the power budget does not bind here", st.Current)
@@ -61,7 +61,7 @@ func TestInfeasibleLatencyKeepsMicroBatchedTrainingRunning(t *testing.T) {
 func TestMicroBatchesThatDoNotFitStillPause(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 4, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 4, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	deliver := func(sched.Grant) {}
 	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32, MicroBatches: []int{16}}, deliver); err != nil {

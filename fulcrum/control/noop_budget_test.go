@@ -15,7 +15,7 @@ import (
 // to X" event; a real change still logs one.
 func TestNoOpBudgetsLogNoEvent(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	a := NewAPI(c, time.Time{})
 	ctx := context.Background()
 	lat, w := 400.0, 2.0

@@ -15,7 +15,7 @@ func TestTrainingPausedWhileNothingIsFeasible(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	// 1 ms p99 with training running is impossible on any stored mode.
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 1, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 1, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	e.register(nil)
 	e.tick(c, 300*time.Millisecond)
@@ -33,7 +33,7 @@ func TestTrainingPausedWhileNothingIsFeasible(t *testing.T) {
 	if !paused {
 		t.Fatalf("no event says training was paused: %v", kinds(c.Events().List(0)))
 	}
-	c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c.SetTargets(plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.tick(c, 300*time.Millisecond)
 	if st := c.Status(); st.Current == nil || !st.Current.Predicted.Feasible {
 		t.Fatalf("plan %+v after relaxing the budgets: want feasible", st.Current)

@@ -14,8 +14,8 @@ import (
 // planningRate is the fixed rate, or the measured one once it has been measured for
 // RateWarmup.
 func (c *Controller) planningRate(now time.Time) (float64, bool) {
-	if c.budgets.RateRPS > 0 {
-		return c.budgets.RateRPS, true
+	if c.targets.RateRPS > 0 {
+		return c.targets.RateRPS, true
 	}
 	return c.rate.rate, c.rate.ready(now, c.cfg.RateWarmup)
 }
@@ -88,14 +88,14 @@ func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
 	if c.board == nil {
 		return
 	}
-	pl, err := c.choose(ps, modelBudgets(c.budgets, rate))
+	pl, err := c.choose(ps, c.targets.Budgets(rate))
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: err.Error()})
 		return
 	}
 	c.planRate = rate
 	c.stepped = false
-	why := reason + ": " + pl.Explain(modelBudgets(c.budgets, rate))
+	why := reason + ": " + pl.Explain(c.targets.Budgets(rate))
 	c.decide(ctx, kind, why, pl.Best, rate)
 }
 
@@ -132,7 +132,7 @@ func DecisionRules(cfg Config, sc sched.Config) plan.Rules {
 
 // decide applies e and records the decision (kind) and the application.
 func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
-	exact, err := plan.NewModel(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	exact, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches)
 	pred := predictionOf(e, rate)
 	if err == nil {
 		if ps, perr := c.profiles(); perr == nil {
@@ -205,8 +205,8 @@ func (c *Controller) expectAt(m powermode.Mode) {
 	c.expectAtGroup(g, mp)
 }
 func (c *Controller) planRateOr() float64 {
-	if c.budgets.RateRPS > 0 {
-		return c.budgets.RateRPS
+	if c.targets.RateRPS > 0 {
+		return c.targets.RateRPS
 	}
 	if c.rate.rate > 0 {
 		return c.rate.rate

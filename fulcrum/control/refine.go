@@ -342,13 +342,13 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 				c.corrP[t.key.m] = max(c.corrP[t.key.m], avg/pred) // what the model is taught
 			}
 			c.violations["power"]++
-			c.abandon(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget", avg/1000, c.budgets.PowerMW/1000), now, rate)
+			c.abandon(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget", avg/1000, c.targets.PowerMW/1000), now, rate)
 			return true
 		}
-		if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.budgets.LatencyMS && c.latencySettled(now) {
+		if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS && c.latencySettled(now) {
 			c.badLat[t.key] = true
 			c.violations["latency"]++
-			c.abandon(ctx, fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget", c.measured.LatencyP99MS, c.budgets.LatencyMS), now, rate)
+			c.abandon(ctx, fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget", c.measured.LatencyP99MS, c.targets.LatencyMS), now, rate)
 			return true
 		}
 		if closed && c.ref.win.count >= o.ConfirmWindows {
@@ -358,7 +358,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 				c.abandon(ctx, fmt.Sprintf("with its live evidence it trains %.1f samples/s, the confirmed configuration %.1f", s.ThroughputSPS, fs.ThroughputSPS), now, rate)
 				return true
 			}
-			if ok && c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches).Claims(s) {
+			if ok && c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches).Claims(s) {
 				c.ref.trial = nil
 				c.ref.confirmed = &refinePoint{key: t.key, eval: s.Eval, at: now}
 				c.ref.nextTrial = now.Add(o.Window * time.Duration(o.ConfirmWindows))
@@ -386,7 +386,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	if !ok {
 		return false
 	}
-	d := c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	d := c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches)
 	if c.ref.confirmed == nil || c.ref.confirmed.key != key {
 		if c.ref.win.count >= o.ConfirmWindows && d.Claims(cs) && !c.stepped {
 			c.ref.confirmed = &refinePoint{key: key, eval: cs.Eval, at: now}
@@ -469,7 +469,7 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 		c.needPlan != "" || c.want != nil || c.held || c.ext != nil || now.Before(c.ref.nextTrial) {
 		return false
 	}
-	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.budgets.LatencyMS) {
+	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS) {
 		return false // a budget broken even while paused: the step rules act first
 	}
 	ps, err := c.profiles()
@@ -477,7 +477,7 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 		return false
 	}
 	ps = underCap(c, ps, func(p plan.ModeProfile) powermode.Mode { return p.Mode })
-	d := c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches)
+	d := c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches)
 	all, err := d.ScoreAll(ps)
 	if err != nil {
 		return false
@@ -609,7 +609,7 @@ func (c *Controller) scoreKey(key cfgKey, rate float64) (plan.Scored, bool) {
 		return plan.Scored{}, false
 	}
 	i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == key.m })
-	best, found := scoreIn(c.Rules().For(modelBudgets(c.budgets, rate), c.cfg.InferBatches), ps, key)
+	best, found := scoreIn(c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches), ps, key)
 	if found {
 		pooled := Pooled{Windows: len(c.ref.evidence[key.m]), TrainRatio: 1, InferRatio: 1, PowerRatio: 1, Repeats: max(ps[i].Repeats, 1)}
 		if ws := c.ref.evidence[key.m]; len(ws) > 0 && c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch}) {

@@ -30,7 +30,7 @@ func TestLatencyStepIgnoresTheLiveBiasOfTheModeInForce(t *testing.T) {
 		if refine {
 			cfg.Refine = DefaultRefineOptions()
 		}
-		c := e.controller(cfg, plan.Budgets{LatencyMS: 400, RateRPS: 20})
+		c := e.controller(cfg, plan.Targets{LatencyMS: 400, RateRPS: 20})
 		e.register(nil)
 		e.board.set(20000, nil)
 		e.tick(c, 100*time.Millisecond)
@@ -102,7 +102,7 @@ func TestLatencyStepWhenEveryBatchOfTheModeBroke(t *testing.T) {
 		if refine {
 			cfg.Refine = DefaultRefineOptions()
 		}
-		c := e.controller(cfg, plan.Budgets{LatencyMS: 400, RateRPS: 20})
+		c := e.controller(cfg, plan.Targets{LatencyMS: 400, RateRPS: 20})
 		e.register(nil)
 		e.board.set(20000, nil)
 		e.tick(c, 100*time.Millisecond)
@@ -149,7 +149,7 @@ func TestLatencyStepCountsThePowerCorrectionOnce(t *testing.T) {
 	fast := e.modes[5]
 	e.modes = e.modes[:5] // the plan's mode is 1020 MHz; 1224 MHz is stored afterwards
 	e.seed()
-	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, RateRPS: 20})
+	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 400, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
@@ -174,7 +174,7 @@ func TestLatencyStepCountsThePowerCorrectionOnce(t *testing.T) {
 	es, _ := c.evalAll(ps, 20)
 	var lo, hi float64
 	for _, ev := range es {
-		if ev.Mode == fast && ev.Rho <= modelBudgets(c.budgets, 20).RhoMax {
+		if ev.Mode == fast && ev.Rho <= c.targets.Budgets(20).RhoMax {
 			if lo == 0 || ev.PowerMW < lo {
 				lo = ev.PowerMW
 			}
@@ -186,7 +186,7 @@ func TestLatencyStepCountsThePowerCorrectionOnce(t *testing.T) {
 	if lo == 0 || lo*k <= limit {
 		t.Fatalf("corrected powers at %s %.0f–%.0f mW: want k·min over %.0f mW", fast.Human(), lo, hi, limit)
 	}
-	c.budgets.PowerMW = limit / (1 - c.cfg.StepMargin)
+	c.targets.PowerMW = limit / (1 - c.cfg.StepMargin)
 	c.measured.LatencyP99MS = 450
 	c.stepDownLatency(context.Background(), 20)
 	evs := c.Events().List(seq)
@@ -203,7 +203,7 @@ func TestLatencyStepWithNoStoredTurnInForce(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.modes = e.modes[:5]
 	e.seed()
-	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, RateRPS: 20})
+	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 400, RateRPS: 20})
 	e.register(nil)
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)

@@ -3,12 +3,10 @@ package control
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math/bits"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
@@ -44,12 +42,8 @@ func (c *Controller) researchHold() time.Duration {
 // researchKey is what resets the back-off when it changes: the budgets and, with several
 // streams, each stream's own budgets. A rate change resets it too (researchRateMoved).
 func (c *Controller) researchKey() string {
-	var b strings.Builder
-	fmt.Fprint(&b, c.budgets)
-	for _, w := range slices.Sorted(maps.Keys(c.streamT)) {
-		fmt.Fprintf(&b, " %s %v", w, c.streamT[w])
-	}
-	return b.String()
+	key, _ := json.Marshal(c.targets) // map keys sorted: the same targets, the same key
+	return string(key)
 }
 
 // researchRate is the planned arrival rate (summed over the streams with several): a
@@ -113,7 +107,7 @@ func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 		c.research.since = time.Time{}
 		return false
 	}
-	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.budgets.LatencyMS) {
+	if _, over := c.powerOver(now); over || (c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS) {
 		return false // the step rules act first
 	}
 	if len(c.blocked()) > 0 {

@@ -34,7 +34,7 @@ func runFor(t *testing.T, e *env, c *Controller, d time.Duration) {
 // 16×): a few retries in half an hour, not one every control period.
 func TestFailedSearchIsRetried(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	e.board.applyErr = errors.New("write /sys/.../cur_freq: permission denied")
 	e.register(nil)
@@ -78,7 +78,7 @@ func TestFailedSearchIsRetried(t *testing.T) {
 // searched again.
 func TestResearchOff(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	c := e.controller(Config{ResearchOff: true}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{ResearchOff: true}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	e.board.applyErr = errors.New("permission denied")
 	e.register(nil)
@@ -96,7 +96,7 @@ func TestPausedALSNotSearchedAgainByDefault(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	// 1 ms p99 with training running is impossible on any stored mode.
-	c := e.controller(Config{Searcher: "als"}, plan.Budgets{LatencyMS: 1, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{Searcher: "als"}, plan.Targets{LatencyMS: 1, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	e.register(nil)
 	runFor(t, e, c, 5*time.Minute)
@@ -114,7 +114,7 @@ func TestPausedALSNotSearchedAgainByDefault(t *testing.T) {
 func TestFailedSearchNotRetriedUnderAFeasiblePlan(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	e.board.set(20000, nil)
 	e.register(nil)
 	runFor(t, e, c, time.Second)

@@ -18,8 +18,9 @@ import (
 // scheduler applies it.
 func TestLearnedRoomReachesDecisionAndEvents(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
-	e.sched = sched.New(sched.Config{LatencyBudget: 400 * time.Millisecond, TrustReportedDurations: true, Margin: 5 * time.Millisecond,
+	e.sched = sched.New(sched.Config{TrustReportedDurations: true, Margin: 5 * time.Millisecond,
 		RoomMaxFrac: 0.5, RoomInterval: time.Second}, e.clock, nil)
+	e.sched.SetLatencyBudget(400 * time.Millisecond) // the controller sets its own at New
 	// Grants may be delivered from the controller's goroutines (c.Step's actions) too.
 	var mu sync.Mutex
 	var grants []sched.Grant
@@ -33,7 +34,7 @@ func TestLearnedRoomReachesDecisionAndEvents(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Clone(grants)
 	}
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	if m := c.Rules().Admission.MarginMS; m != 5 {
 		t.Fatalf("decision margin %v ms before any room was learned, want the configured 5", m)
 	}

@@ -51,15 +51,16 @@ func (s *crowdingSched) refusals() map[powermode.Mode]int {
 // slowGPU: the modes at which inference saturates the GPU in these tests.
 func slowGPU(m powermode.Mode) bool { return m.GPUHz < 900e6 }
 
-func newCrowdedEnv(t *testing.T, cfg Config, b plan.Budgets) (*env, *Controller, *crowdingSched) {
+func newCrowdedEnv(t *testing.T, cfg Config, b plan.Targets) (*env, *Controller, *crowdingSched) {
 	t.Helper()
 	e := newEnv(t, sched.RealClock{})
 	// fulcrumd's ProfileWait (newEnv's scheduler has none): a profile batch longer than
 	// the latency budget runs once overdue at a moment no request is queued.
 	e.sched.Close()
-	e.sched = sched.New(sched.Config{LatencyBudget: 400 * time.Millisecond, TrustReportedDurations: true, ProfileWait: 20 * time.Millisecond}, sched.RealClock{}, nil)
+	e.sched = sched.New(sched.Config{TrustReportedDurations: true, ProfileWait: 20 * time.Millisecond}, sched.RealClock{}, nil)
+	e.sched.SetLatencyBudget(400 * time.Millisecond) // the controller sets its own at New
 	cs := &crowdingSched{Scheduler: e.sched, board: e.board, saturated: slowGPU, refused: map[powermode.Mode]int{}}
-	c, err := New(Options{Config: cfg, Sched: cs, Board: e.board, Store: e.store, Budgets: b})
+	c, err := New(Options{Config: cfg, Sched: cs, Board: e.board, Store: e.store, Targets: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +84,12 @@ func newCrowdedEnv(t *testing.T, cfg Config, b plan.Budgets) (*env, *Controller,
 // a refusal without this handling ends the search with an error.
 func TestLiveSearchAbandonsSaturatedModes(t *testing.T) {
 	e, c, cs := newCrowdedEnv(t, Config{MaxProfiles: 10, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond, PowerSettle: time.Millisecond}},
-		plan.Budgets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
+		plan.Targets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
 	defer e.sched.Close()
 	pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, counts, err := c.search(ctx, "gmd", pair, c.budgets, 20, 0)
+	res, counts, err := c.search(ctx, "gmd", pair, c.targets, 20, 0)
 	if err != nil {
 		sn := e.sched.Snapshot()
 		t.Fatalf("the search failed at a saturated mode: %v (turn %q %s, workers %+v)", err, sn.Turn, sn.TurnKind, sn.Workers)

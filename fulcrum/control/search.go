@@ -30,7 +30,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		mb = c.multiBudgets(rates)
 	}
 	rate := c.planRateOr()
-	b := c.budgets
+	b := c.targets.Shared()
 	out := &Outcome{Method: method}
 	started := c.clock.Now()
 	c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("starting %s through the live profiler: %s", method, reason)})
@@ -92,7 +92,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			return
 		}
 		rate := c.planRateOr()
-		pl, err := c.choose(ps, modelBudgets(c.budgets, rate))
+		pl, err := c.choose(ps, c.targets.Budgets(rate))
 		if err != nil {
 			c.events.Add(Event{Kind: KindPlan, Reason: "planning after the search", Err: err.Error()})
 			return
@@ -100,7 +100,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		c.planRate = rate
 		c.stepped = false
 		out.Plan = pl.Plan
-		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(modelBudgets(c.budgets, rate))), pl.Best, rate)
+		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(c.targets.Budgets(rate))), pl.Best, rate)
 		out.Choice = c.cur
 	})
 	return done, out
@@ -187,10 +187,10 @@ func (c *Controller) liveProfiler(pair Pair, budgetMW, latencyMS float64, sat *S
 }
 
 // search runs one searcher over the board's space through a live profiler.
-func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Budgets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
+func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Targets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
 	lp := c.liveProfiler(pair, b.PowerMW, b.LatencyMS, nil, "")
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
-		InferBatches: pair.Batches, Budgets: modelBudgets(b, rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
+		InferBatches: pair.Batches, Budgets: b.Budgets(rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
 	s, err := search.New(method, search.Env{Logger: c.log})
 	if err != nil {

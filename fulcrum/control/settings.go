@@ -37,13 +37,14 @@ const maxSettingsBytes = 1 << 20
 type Settings struct {
 	Version int       `json:"version"`
 	SavedAt time.Time `json:"saved_at"`
-	// ConfigBudgets are the budgets the configuration (file, environment, flags) gave
-	// when these were saved: a configuration changed since is detected at start.
-	ConfigBudgets plan.Budgets `json:"config_budgets"`
-	// Budgets are the global budgets set at run time (nil: the configuration's).
-	Budgets *plan.Budgets `json:"budgets,omitempty"`
+	// ConfigBudgets are the shared targets the configuration (file, environment, flags)
+	// gave when these were saved: a configuration changed since is detected at start.
+	ConfigBudgets plan.Targets `json:"config_budgets"`
+	// Budgets are the shared targets set at run time (nil: the configuration's). The
+	// file keeps version 1's layout: the per-workload targets are under Streams, never here.
+	Budgets *plan.Targets `json:"budgets,omitempty"`
 	// Streams are the per-workload budgets and training weights, by workload.
-	Streams map[string]StreamTarget `json:"streams,omitempty"`
+	Streams map[string]plan.StreamTarget `json:"streams,omitempty"`
 	// HeldMode is the mode an operator applied and fulcrumd holds (nil: none).
 	HeldMode *powermode.Mode `json:"held_mode,omitempty"`
 }
@@ -64,8 +65,14 @@ func (s Settings) check() error {
 	if s.Version != SettingsVersion {
 		return fmt.Errorf("version %d: this fulcrumd reads version %d (written by another fulcrumd version?)", s.Version, SettingsVersion)
 	}
+	if len(s.ConfigBudgets.Streams) > 0 {
+		return errors.New("config_budgets.streams: per-workload budgets belong under streams")
+	}
 	if s.Budgets != nil {
-		if err := s.Budgets.WithDefaults().ValidateTargets(); err != nil {
+		if len(s.Budgets.Streams) > 0 {
+			return errors.New("budgets.streams: per-workload budgets belong under streams")
+		}
+		if err := s.Budgets.WithDefaults().Validate(); err != nil {
 			return fmt.Errorf("budgets: %w", err)
 		}
 	}
@@ -73,7 +80,7 @@ func (s Settings) check() error {
 		return fmt.Errorf("%d stream budgets: at most %d", len(s.Streams), MaxStreamTargets)
 	}
 	for w, t := range s.Streams {
-		if err := checkStreamTarget(w, t); err != nil {
+		if err := t.Validate(w); err != nil {
 			return fmt.Errorf("stream %q: %w", w, err)
 		}
 	}
@@ -189,21 +196,20 @@ func syncDir(dir string) error {
 // settingsState is the controller's side of the settings file.
 type settingsState struct {
 	file SettingsFile
-	// config are the budgets the configuration gave (what budget reset returns to).
-	config plan.Budgets
+	// config are the shared targets the configuration gave (what budget reset returns to).
+	config plan.Targets
 	mu     sync.Mutex // serialises saves, so the last one written is the newest state
 	saved  Settings   // what the file holds now
 }
 
 // settingsNow are the run-time settings in force. Called with c.mu held.
 func (c *Controller) settingsNow() Settings {
-	s := Settings{Version: SettingsVersion, ConfigBudgets: c.settings.config}
-	if c.budgets != c.settings.config {
-		b := c.budgets
-		s.Budgets = &b
+	s := Settings{Version: SettingsVersion, ConfigBudgets: c.settings.config.Shared()}
+	if shared := c.targets.Shared(); !shared.Equal(c.settings.config.Shared()) {
+		s.Budgets = &shared
 	}
-	if len(c.streamT) > 0 {
-		s.Streams = maps.Clone(c.streamT)
+	if len(c.targets.Streams) > 0 {
+		s.Streams = maps.Clone(c.targets.Streams)
 	}
 	if c.held && c.cur != nil {
 		m := c.cur.Mode
@@ -257,7 +263,7 @@ func (c *Controller) RestoreSettings(ctx context.Context) {
 	s, err := c.settings.file.Load()
 	switch {
 	case errors.Is(err, errNoSettings):
-		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration (file, environment, flags); no run-time settings saved in %s", budgetsString(cfg), path)})
+		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration (file, environment, flags); no run-time settings saved in %s", cfg, path)})
 		return
 	case err != nil:
 		where := "it could not be moved aside: " // a read-only state directory
@@ -267,7 +273,7 @@ func (c *Controller) RestoreSettings(ctx context.Context) {
 		} else {
 			where += aerr.Error()
 		}
-		msg := fmt.Sprintf("run-time settings in %s not used: %v; %s. Budgets %s from the configuration (set them again with fulcrumctl budget set)", path, err, where, budgetsString(cfg))
+		msg := fmt.Sprintf("run-time settings in %s not used: %v; %s. Budgets %s from the configuration (set them again with fulcrumctl budget set)", path, err, where, cfg)
 		c.events.Add(Event{Kind: KindSettings, Reason: msg, Err: err.Error()})
 		c.log.Error("run-time settings damaged; starting from the configuration", "path", path, "err", err, "kept_as", aside)
 		return
@@ -276,38 +282,39 @@ func (c *Controller) RestoreSettings(ctx context.Context) {
 	c.settings.mu.Lock()
 	c.settings.saved = s
 	c.settings.mu.Unlock()
-	changed := s.ConfigBudgets.WithDefaults() != cfg
+	changed := !s.ConfigBudgets.WithDefaults().Equal(cfg)
 	c.mu.Lock()
 	switch {
 	case changed && (s.Budgets != nil || s.HeldMode != nil):
 		what := "held mode"
 		if s.Budgets != nil {
-			what = fmt.Sprintf("run-time budgets %s", budgetsString(*s.Budgets))
+			what = fmt.Sprintf("run-time budgets %s", *s.Budgets)
 			if s.HeldMode != nil {
 				what += " and held mode"
 			}
 		}
 		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration, which changed since the %s were %s (the configuration gave %s then): an edited configuration wins; the run-time budgets and any held mode are dropped",
-			budgetsString(cfg), what, saved, budgetsString(s.ConfigBudgets))})
+			cfg, what, saved, s.ConfigBudgets)})
 		s.HeldMode = nil
 	case s.Budgets == nil:
-		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration (file, environment, flags)", budgetsString(cfg))})
+		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s from the configuration (file, environment, flags)", cfg)})
 	default:
-		c.budgets = s.Budgets.WithDefaults()
+		streams := c.targets.Streams
+		c.targets = s.Budgets.WithDefaults()
+		c.targets.Streams = streams
 		c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets %s restored from the run-time settings %s, over the configuration's %s (fulcrumctl budget reset returns to the configuration's)",
-			budgetsString(c.budgets), saved, budgetsString(cfg))})
+			c.targets.Shared(), saved, cfg)})
 	}
 	if len(s.Streams) > 0 {
-		c.streamT = maps.Clone(s.Streams)
+		c.targets.Streams = maps.Clone(s.Streams)
 		for _, w := range slices.Sorted(maps.Keys(s.Streams)) {
 			c.events.Add(Event{Kind: KindSettings, Reason: fmt.Sprintf("budgets of workload %s %s restored from the run-time settings %s", w, s.Streams[w], saved)})
 		}
 	}
-	lat, weights := c.streamSchedTargets()
-	b := c.budgets
+	b := c.targets.Clone()
 	c.mu.Unlock()
-	c.sched.SetLatencyBudget(msDur(b.LatencyMS))
-	if err := errors.Join(c.sched.SetStreamLatencyBudgets(lat), c.sched.SetTrainWeights(weights)); err != nil {
+	c.sharedDeadline(b)
+	if err := c.streamDeadlines(b); err != nil {
 		c.log.Error("restore stream budgets", "err", err) // cannot happen: bounded and checked by Load
 	}
 	if s.HeldMode != nil {
@@ -326,13 +333,12 @@ func (c *Controller) RestoreSettings(ctx context.Context) {
 // settings deleted.
 func (c *Controller) ResetBudgets(by *Caller) error {
 	c.mu.Lock()
-	old := c.budgets
-	cfg := old
+	old := c.targets
+	cfg := old.Shared()
 	if c.settings != nil {
-		cfg = c.settings.config
+		cfg = c.settings.config.Clone()
 	}
-	c.budgets = cfg
-	c.streamT = nil
+	c.targets = cfg
 	c.badLat = map[cfgKey]bool{}
 	c.badPoint = nil
 	c.held = false
@@ -341,11 +347,11 @@ func (c *Controller) ResetBudgets(by *Caller) error {
 	}
 	c.takeBack(c.base, "budgets reset", by) // a budget change ends a stand-down (external.go)
 	c.mu.Unlock()
-	c.sched.SetLatencyBudget(msDur(cfg.LatencyMS))
-	if err := errors.Join(c.sched.SetStreamLatencyBudgets(nil), c.sched.SetTrainWeights(nil)); err != nil {
+	c.sharedDeadline(cfg)
+	if err := c.streamDeadlines(cfg); err != nil {
 		return fmt.Errorf("reset the stream budgets: %w", err)
 	}
-	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets reset from %s to the configuration's %s; per-workload budgets, training weights and any held mode dropped", budgetsString(old), budgetsString(cfg)), Caller: by})
+	c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets reset from %s to the configuration's %s; per-workload budgets, training weights and any held mode dropped", old.Shared(), cfg), Caller: by})
 	c.persistSettings()
 	return nil
 }

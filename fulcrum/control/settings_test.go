@@ -21,7 +21,7 @@ func TestHeldModeLetGoIsForgottenOnDisk(t *testing.T) {
 	e.seed()
 	path := filepath.Join(t.TempDir(), SettingsFileName)
 	c, err := New(Options{Sched: e.sched, Board: e.board, Store: e.store, Clock: e.clock,
-		Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20}, SettingsPath: path})
+		Targets: plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20}, SettingsPath: path})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,8 @@ import (
 
 // Status is the controller's state at one instant.
 type Status struct {
-	Budgets plan.Budgets `json:"budgets"`
+	// Targets are the operator's targets in force (shared and per workload).
+	Targets plan.Targets `json:"targets"`
 	Board   string       `json:"board,omitempty"` // empty: no board
 	// Pair is the workload pair planned for (nil until a training and an inference
 	// worker are registered).
@@ -64,10 +65,10 @@ func (c *Controller) Status() Status {
 	snap := c.sched.Snapshot()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Status{Budgets: c.budgets, Stepped: c.stepped, Degraded: c.degraded, Searching: c.job,
+	s := Status{Targets: c.targets.Clone(), Stepped: c.stepped, Degraded: c.degraded, Searching: c.job,
 		Measured: c.measured, PlanRateRPS: c.planRate, Live: c.live, LastSearch: c.lastSearch, RateSource: "measured",
 		Notices: c.notes()}
-	if c.budgets.RateRPS > 0 {
+	if c.targets.RateRPS > 0 {
 		s.RateSource = "fixed"
 	}
 	s.Profiling = c.profilingLine()

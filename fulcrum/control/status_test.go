@@ -19,7 +19,7 @@ func TestStatusOneRatePerStream(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	c := e.controller(Config{RateTau: 500 * time.Millisecond, RateWarmup: time.Second}, plan.Budgets{LatencyMS: 400, PowerMW: 35000})
+	c := e.controller(Config{RateTau: 500 * time.Millisecond, RateWarmup: time.Second}, plan.Targets{LatencyMS: 400, PowerMW: 35000})
 	e.board.set(20000, nil)
 	_, in1 := e.register(nil)
 	in2 := e.registerInfer(tInfer2)
@@ -88,7 +88,7 @@ func TestDegradedReasonGivesItsFigures(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 8000, RateRPS: 10})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 8000, RateRPS: 10})
 	e.board.set(6500, nil) // training paused: the board draws far less than predicted
 	e.register(nil)
 	e.registerInfer(tInfer2)

@@ -21,7 +21,6 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/search"
-	"github.com/fulcrum-edge/fulcrum/internal/budgettext"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -116,55 +115,34 @@ func (c *Controller) batchesFor(sizes []int) []int {
 	return batches
 }
 
-// StreamTarget is an operator's budgets for one inference stream: its own latency budget
-// and arrival rate. Zero fields use the shared budgets (plan.Budgets): the shared
-// latency budget, and the shared fixed rate or, without one, the stream's measured rate.
-//
-// TrainWeight is a training workload's time-share weight instead (0: 1): with several
-// training jobs, job j gets the share w_j/Σw of the GPU time training gets, in the plan
-// (plan.MultiBudgets.TrainWeights) and in the scheduler's turns (sched.SetTrainWeights).
-type StreamTarget struct {
-	LatencyMS   float64 `json:"latency_ms,omitempty"`
-	RateRPS     float64 `json:"rate_rps,omitempty"`
-	TrainWeight float64 `json:"train_weight,omitempty"`
-}
+// StreamTarget is one workload's own targets (plan.StreamTarget, the one shape of them).
+type StreamTarget = plan.StreamTarget
 
 // MaxStreamTargets bounds the per-stream budgets held (the scheduler holds as many).
-const MaxStreamTargets = sched.MaxStreamBudgets
-
-// StreamTargets returns the per-stream budgets set, by workload.
-func (c *Controller) StreamTargets() map[string]StreamTarget {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]StreamTarget, len(c.streamT))
-	for k, v := range c.streamT {
-		out[k] = v
-	}
-	return out
-}
+const MaxStreamTargets = plan.MaxStreamTargets
 
 // SetStreamTarget installs the budgets of one inference stream (workload), replacing what
 // was set for it; the zero StreamTarget drops them (the stream uses the shared budgets).
 // Invalid values change nothing. The next step re-plans.
 func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *Caller) error {
-	if err := checkStreamTarget(workload, t); err != nil {
+	if err := t.Validate(workload); err != nil {
 		return fmt.Errorf("stream budgets not changed: %w", err)
 	}
 	c.mu.Lock()
-	old, had := c.streamT[workload]
-	if !had && t != (StreamTarget{}) && len(c.streamT) >= MaxStreamTargets {
+	old, had := c.targets.Streams[workload]
+	if !had && t != (StreamTarget{}) && len(c.targets.Streams) >= MaxStreamTargets {
 		c.mu.Unlock()
 		return fmt.Errorf("stream budgets not changed: %d streams have budgets of their own (the limit); drop one first (fulcrumctl budget set --workload NAME --shared)", MaxStreamTargets)
 	}
-	if c.streamT == nil {
-		c.streamT = map[string]StreamTarget{}
+	if c.targets.Streams == nil {
+		c.targets.Streams = map[string]StreamTarget{}
 	}
 	if t == (StreamTarget{}) {
-		delete(c.streamT, workload)
+		delete(c.targets.Streams, workload)
 	} else {
-		c.streamT[workload] = t
+		c.targets.Streams[workload] = t
 	}
-	lat, weights := c.streamSchedTargets()
+	targets := c.targets.Clone()
 	c.held = false
 	for k := range c.badPoint {
 		if k.stream == workload {
@@ -176,7 +154,7 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *Caller
 		c.needPlan = reasonBudgets
 	}
 	c.mu.Unlock()
-	if err := errors.Join(c.sched.SetStreamLatencyBudgets(lat), c.sched.SetTrainWeights(weights)); err != nil {
+	if err := c.streamDeadlines(targets); err != nil {
 		return fmt.Errorf("stream budgets: %w", err) // cannot happen: bounded and checked above
 	}
 	from, to := "shared", "shared"
@@ -190,49 +168,6 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *Caller
 		c.events.Add(Event{Kind: KindBudget, Reason: fmt.Sprintf("budgets of stream %s changed from %s to %s", workload, from, to), Caller: by})
 	}
 	return nil
-}
-
-// checkStreamTarget validates one workload's target as the API and the settings file
-// give it.
-func checkStreamTarget(workload string, t StreamTarget) error {
-	if workload == "" || len(workload) > proto.MaxNameLen {
-		return fmt.Errorf("the workload name must be 1 to %d bytes (the name its inference worker registered)", proto.MaxNameLen)
-	}
-	if t.LatencyMS != 0 {
-		if err := plan.CheckField(plan.FieldLatency, t.LatencyMS); err != nil {
-			return err
-		}
-	}
-	if t.RateRPS != 0 {
-		if err := plan.CheckField(plan.FieldRate, t.RateRPS); err != nil {
-			return err
-		}
-	}
-	if t.TrainWeight != 0 && (!(t.TrainWeight >= plan.MinTrainWeight) || t.TrainWeight > plan.MaxTrainWeight) {
-		return fmt.Errorf("training weight: train_weight = %v: want %g to %d", t.TrainWeight, plan.MinTrainWeight, plan.MaxTrainWeight)
-	}
-	return nil
-}
-
-// streamSchedTargets are the per-stream latency budgets and training weights the
-// scheduler is given. Called with c.mu held.
-func (c *Controller) streamSchedTargets() (map[string]time.Duration, map[string]float64) {
-	lat := make(map[string]time.Duration, len(c.streamT))
-	weights := map[string]float64{}
-	for k, v := range c.streamT {
-		if v.LatencyMS > 0 {
-			lat[k] = msDur(v.LatencyMS)
-		}
-		if v.TrainWeight > 0 {
-			weights[k] = v.TrainWeight
-		}
-	}
-	return lat, weights
-}
-
-// String is the target in an event's words, as fulcrumctl budget get prints it.
-func (t StreamTarget) String() string {
-	return "{" + budgettext.Stream(t.LatencyMS, t.RateRPS, t.TrainWeight) + "}"
 }
 
 // streamPoint is one stream's batch at one mode.
@@ -332,12 +267,12 @@ func (c *Controller) multiProfiles() ([]plan.MultiProfile, error) {
 func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 	ready = true
 	for _, s := range c.grp.Streams {
-		t := c.streamT[s.Workload]
+		t := c.targets.Streams[s.Workload]
 		switch {
 		case t.RateRPS > 0:
 			rates = append(rates, t.RateRPS)
-		case c.budgets.RateRPS > 0:
-			rates = append(rates, c.budgets.RateRPS)
+		case c.targets.RateRPS > 0:
+			rates = append(rates, c.targets.RateRPS)
 		default:
 			m := c.meter(s.Workload, now)
 			rates = append(rates, m.rate)
@@ -382,16 +317,14 @@ func (c *Controller) meter(workload string, now time.Time) *rateMeter {
 
 // multiBudgets are model v1's budgets for the group at the given rates.
 func (c *Controller) multiBudgets(rates []float64) plan.MultiBudgets {
-	b := modelBudgets(c.budgets, 1)
-	mb := plan.MultiBudgets{PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
-	for i, s := range c.grp.Streams {
-		mb.Streams = append(mb.Streams, plan.StreamBudget{Name: s.Workload, RateRPS: max(rates[i], 1e-3),
-			LatencyMS: cmp.Or(c.streamT[s.Workload].LatencyMS, c.budgets.LatencyMS)})
+	var streams, jobs []string
+	for _, s := range c.grp.Streams {
+		streams = append(streams, s.Workload)
 	}
 	for _, j := range c.grp.Train {
-		mb.TrainWeights = append(mb.TrainWeights, cmp.Or(c.streamT[j.Workload].TrainWeight, 1))
+		jobs = append(jobs, j.Workload)
 	}
-	return mb
+	return c.targets.MultiBudgets(streams, rates, jobs)
 }
 
 // StreamChoice is one stream's part of a configuration planned for several streams.
@@ -599,7 +532,7 @@ func microText(train []TrainChoice) string {
 func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now time.Time) {
 	// Step has observed every stream's rate meter.
 	_, ready := c.streamRates(now)
-	b := c.budgets
+	b := c.targets
 	if avg, over := c.powerOver(now); over {
 		c.measured.PowerMW = avg
 		c.violations["power"]++
@@ -734,7 +667,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 	var drifted []string
 	for _, s := range c.grp.Streams {
 		m := c.meters[s.Workload]
-		if m == nil || m.planned <= 0 || c.streamT[s.Workload].RateRPS > 0 || b.RateRPS > 0 {
+		if m == nil || m.planned <= 0 || c.targets.Streams[s.Workload].RateRPS > 0 || b.RateRPS > 0 {
 			continue
 		}
 		if rateDrifted(m.rate, m.planned, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
@@ -960,8 +893,8 @@ func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
 	}
 	var out []StreamStatus
 	for _, n := range names {
-		t, own := c.streamT[n]
-		s := StreamStatus{Workload: n, LatencyBudgetMS: cmp.Or(t.LatencyMS, c.budgets.LatencyMS), OwnBudget: own}
+		t, own := c.targets.Streams[n]
+		s := StreamStatus{Workload: n, LatencyBudgetMS: c.targets.LatencyOf(n), OwnBudget: own}
 		switch {
 		case c.grp == nil:
 			s.MeasuredRateRPS = c.rate.rate
@@ -971,8 +904,8 @@ func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
 		switch {
 		case t.RateRPS > 0:
 			s.RateRPS, s.RateFixed = t.RateRPS, true
-		case c.budgets.RateRPS > 0:
-			s.RateRPS, s.RateFixed = c.budgets.RateRPS, true
+		case c.targets.RateRPS > 0:
+			s.RateRPS, s.RateFixed = c.targets.RateRPS, true
 		default:
 			s.RateRPS = s.MeasuredRateRPS
 		}

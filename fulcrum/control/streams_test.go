@@ -62,7 +62,7 @@ func TestPlanSeveralStreams(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	if err := c.SetStreamTarget(tInfer2, StreamTarget{LatencyMS: 160, RateRPS: 30}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestPlanSeveralStreams(t *testing.T) {
 		t.Fatalf("scheduler holds %v ms for %s, want 160", wl.LatencyBudgetMS, tInfer2)
 	}
 	// The second stream's load is counted: the pair alone gets a higher training rate.
-	pairOnly, err := c.Rules().For(modelBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 35000}, 20), c.Config().InferBatches).Decide(mustProfiles(t, c))
+	pairOnly, err := c.Rules().For(plan.Targets{LatencyMS: 400, PowerMW: 35000}.Budgets(20), c.Config().InferBatches).Decide(mustProfiles(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestPlanSeveralStreams(t *testing.T) {
 			t.Fatalf("after an operator's mode: stream %+v", s)
 		}
 	}
-	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20}); err != nil { // releases the hold
+	if err := c.SetTargets(plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20}); err != nil { // releases the hold
 		t.Fatal(err)
 	}
 	e.tick(c, 100*time.Millisecond)
@@ -183,7 +183,7 @@ func TestPlanTwoTrainingJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	if err := c.SetStreamTarget(tTrain2, StreamTarget{TrainWeight: 3}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestStreamLatencyViolationRedecides(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
 	if err := c.SetStreamTarget(tInfer2, StreamTarget{LatencyMS: 160, RateRPS: 20}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestStreamLatencyViolationRedecides(t *testing.T) {
 // stream is profiled live at each mode it asks for; the plan is then the joint decision.
 func TestSearchSeveralStreams(t *testing.T) {
 	e, c := newLiveEnv(t, Config{MaxProfiles: 4, Live: LiveOptions{Samples: 2, MinTime: time.Millisecond}},
-		plan.Budgets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
+		plan.Targets{LatencyMS: 400, PowerMW: 30000, RateRPS: 20})
 	defer e.sched.Close()
 	sw := &scriptedWorkers{e: e, power: c.power, grants: map[string]int{}}
 	in2, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer2, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, sw.deliver)
@@ -361,7 +361,7 @@ func TestSeveralStreamsPowerUnderPredictedEverywhere(t *testing.T) {
 	e.board.mu.Lock()
 	e.board.powerFn = func(m powermode.Mode) float64 { return ratio * e.models[tTrain].PowerMW(e.spec, m, 32) }
 	e.board.mu.Unlock()
-	c := e.controller(Config{}, plan.Budgets{LatencyMS: 400, PowerMW: budget, RateRPS: 5})
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: budget, RateRPS: 5})
 	e.register(nil)
 	e.registerInfer(tInfer2)
 	e.tick(c, 30*time.Second)
@@ -390,7 +390,7 @@ func TestSearchSeveralStreamsSkipsAbandonedModes(t *testing.T) {
 	// The guard judges readings taken after a settle time over a window: both short here,
 	// where the scripted batches take a millisecond.
 	live := LiveOptions{Samples: 2, MinTime: 20 * time.Millisecond, PowerSettle: time.Millisecond, PowerWindow: 20 * time.Millisecond, SensorLag: time.Millisecond}
-	e, c := newLiveEnv(t, Config{MaxProfiles: 6, Live: live}, plan.Budgets{LatencyMS: 400, PowerMW: 15000, RateRPS: 20})
+	e, c := newLiveEnv(t, Config{MaxProfiles: 6, Live: live}, plan.Targets{LatencyMS: 400, PowerMW: 15000, RateRPS: 20})
 	defer e.sched.Close()
 	sw := &scriptedWorkers{e: e, power: c.power, grants: map[string]int{}}
 	in2, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer2, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, sw.deliver)

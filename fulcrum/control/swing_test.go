@@ -116,7 +116,7 @@ func TestSeveralStreamsLatencyUnderPredictedEverywhere(t *testing.T) {
 			e := newEnv(t, sched.NewFakeClock())
 			e.seed()
 			e.seedStream(tInfer2)
-			c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: tc.latMS, PowerMW: 60000, RateRPS: tc.rateRPS})
+			c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: tc.latMS, PowerMW: 60000, RateRPS: tc.rateRPS})
 			e.board.set(20000, nil)
 			if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32}, func(sched.Grant) {}); err != nil {
 				t.Fatal(err)
@@ -170,7 +170,7 @@ func TestSeveralStreamsLatencyJudgedSinceTheChange(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 5})
+	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 400, PowerMW: 60000, RateRPS: 5})
 	e.board.set(20000, nil)
 	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32}, func(sched.Grant) {}); err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestSeveralStreamsLatencyJudgedSinceTheChange(t *testing.T) {
 	// 15 requests served at 900 ms at the first mode, then a lower power budget moves
 	// the mode.
 	s.serve(t, e.sched, 15, 900)
-	if err := c.SetBudgets(plan.Budgets{LatencyMS: 400, PowerMW: 25000, RateRPS: 5}); err != nil {
+	if err := c.SetTargets(plan.Targets{LatencyMS: 400, PowerMW: 25000, RateRPS: 5}); err != nil {
 		t.Fatal(err)
 	}
 	e.tick(c, 200*time.Millisecond)
@@ -220,7 +220,7 @@ func TestSeveralStreamsPausedByRatiosEaseBack(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	c := e.controller(Config{MinLatency: 10}, plan.Budgets{LatencyMS: 200, PowerMW: 60000, RateRPS: 5})
+	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 200, PowerMW: 60000, RateRPS: 5})
 	e.board.set(20000, nil)
 	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32}, func(sched.Grant) {}); err != nil {
 		t.Fatal(err)

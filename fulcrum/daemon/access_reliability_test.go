@@ -108,7 +108,7 @@ func TestOutsiderCannotChangeDaemon(t *testing.T) {
 	d, err := Open(ctx, Options{
 		Server:   Config{RuntimeDir: runDir},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"), Log: log,
-		Control: control.DefaultConfig(), Budgets: plan.Budgets{LatencyMS: 100},
+		Control: control.DefaultConfig(), Targets: plan.Targets{LatencyMS: 100},
 		API: server.Config{Group: grp.Name},
 	})
 	if err != nil {

@@ -35,7 +35,7 @@ func TestNVMLBoardWithoutLibrary(t *testing.T) {
 		NVML:     nvml.Options{LibraryPath: missing},
 		NoAPI:    true,
 		Control:  control.DefaultConfig(),
-		Budgets:  plan.Budgets{LatencyMS: 100},
+		Targets:  plan.Targets{LatencyMS: 100},
 		Log:      log,
 	}
 	if _, err := Open(ctx, o); err == nil || !strings.Contains(err.Error(), "board nvml") {

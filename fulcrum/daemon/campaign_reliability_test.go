@@ -38,11 +38,11 @@ func campaignDaemonOptions(dir string) Options {
 	// a request always queued) the first training profile batch waited for admission
 	// forever and the search never ended (the 240 s failures of this test).
 	sc := sched.DefaultConfig()
-	sc.LatencyBudget, sc.DefaultTrain, sc.DefaultInfer, sc.Margin = 400*time.Millisecond, 150*time.Millisecond, 30*time.Millisecond, 20*time.Millisecond
+	sc.DefaultTrain, sc.DefaultInfer, sc.Margin = 150*time.Millisecond, 30*time.Millisecond, 20*time.Millisecond
 	return Options{
 		Server:   Config{RuntimeDir: filepath.Join(dir, "run"), Sched: sc},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"),
-		Control: cfg, Budgets: plan.Budgets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20},
+		Control: cfg, Targets: plan.Targets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20},
 		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	}
 }

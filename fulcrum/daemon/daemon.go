@@ -47,10 +47,11 @@ type Options struct {
 	NVML nvml.Options `mapstructure:"nvml"`
 	Log  *slog.Logger `mapstructure:"-"`
 
-	// Control configures the controller; Budgets are the budgets it starts with
-	// (fulcrumd reads them from its budgets keys, written with units).
+	// Control configures the controller; Targets are the operator's targets it starts
+	// with (fulcrumd reads them from its budgets keys, written with units). The
+	// scheduler's deadlines come from them, through the controller only.
 	Control control.Config `mapstructure:"controller"`
-	Budgets plan.Budgets   `mapstructure:"-"`
+	Targets plan.Targets   `mapstructure:"-"`
 	// API configures the control API; an empty SocketPath means
 	// <RuntimeDir>/control.sock. NoAPI leaves it out (tests of the worker side only).
 	API   server.Config `mapstructure:"control"`
@@ -211,7 +212,7 @@ func NewController(ctx context.Context, o Options, sch control.Scheduler, b *Boa
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	copts := control.Options{Config: o.Control, Sched: sch, Store: st, Clock: o.Clock,
-		Log: o.Log.With("component", "control"), Budgets: o.Budgets,
+		Log: o.Log.With("component", "control"), Targets: o.Targets,
 		// Run-time budgets and a held mode, apart from the store (docs/operations.md).
 		SettingsPath: filepath.Join(cmp.Or(o.StateDir, filepath.Dir(db)), control.SettingsFileName)}
 	if b != nil && b.Backend != nil {

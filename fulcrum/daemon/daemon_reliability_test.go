@@ -61,7 +61,7 @@ func reliabilityDaemonOptions(dir string) Options {
 	return Options{
 		Server:   Config{RuntimeDir: filepath.Join(dir, "run")},
 		StateDir: filepath.Join(dir, "state"), Board: "sim:agx-orin-64gb", BoardRoot: filepath.Join(dir, "board"),
-		Control: control.DefaultConfig(), Budgets: plan.Budgets{LatencyMS: 100},
+		Control: control.DefaultConfig(), Targets: plan.Targets{LatencyMS: 100},
 		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	}
 }

@@ -56,7 +56,7 @@ func (r *raw) expectClosed() {
 // waiting meanwhile, is granted. Before, the other waited for as long as the hog lived.
 func TestTurnHeldPastHoldLimitIsTakenBack(t *testing.T) {
 	logs := &logRecords{}
-	s := startServer(t, Config{Log: slog.New(logs), Sched: sched.Config{LatencyBudget: time.Second,
+	s := startServer(t, Config{Log: slog.New(logs), Sched: sched.Config{
 		DefaultTrain: time.Millisecond, DefaultInfer: time.Millisecond, HoldFactor: 1, HoldMin: 200 * time.Millisecond}})
 	hog := dialRaw(t, s)
 	hog.send(`{"type":"register","v":1,"role":"train","workload":"resnet18","batch":8}`)

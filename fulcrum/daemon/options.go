@@ -66,8 +66,8 @@ func DefaultOptions() Options {
 		Board:        "auto",
 		BoardRoot:    "/",
 		Control:      ctl,
-		// The budgets fulcrumd starts with: the scheduler's latency budget on the p99.
-		Budgets: plan.Budgets{LatencyMS: float64(sched.DefaultConfig().LatencyBudget) / float64(time.Millisecond), Quantile: 0.99},
+		// The targets fulcrumd starts with: the default latency budget on the p99.
+		Targets: plan.Targets{LatencyMS: plan.DefaultLatencyMS, Quantile: 0.99},
 		// What the api server uses for zero fields, spelled out for the configuration.
 		API: server.Config{SocketMode: 0o660, Group: "fulcrum"},
 	}

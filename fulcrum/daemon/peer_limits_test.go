@@ -91,8 +91,8 @@ func TestReservedSlotsAndEvictionForProcessesHoldingNone(t *testing.T) {
 // second at the latest drops the rest: the waiting worker is granted after at most two
 // expiries, not ten.
 func TestHalfOpenConnectionsOfOneProcessCostAtMostTwoTurns(t *testing.T) {
-	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: time.Second, DefaultTrain: time.Millisecond,
-		DefaultInfer: time.Millisecond, HoldFactor: 1, HoldMin: 300 * time.Millisecond}})
+	s := startServerL(t, Config{Sched: sched.Config{DefaultTrain: time.Millisecond,
+		DefaultInfer: time.Millisecond, HoldFactor: 1, HoldMin: 300 * time.Millisecond}}, time.Second)
 	cmd, got := startWorkerProcess(t, s.SocketPath(), "halfopen", 10)
 	if got != "10" {
 		t.Fatalf("the half-open process registered %s of 10", got)
@@ -172,7 +172,7 @@ func TestWorkerSocketTakesConfiguredGroup(t *testing.T) {
 // requests (request_ids), to its own connection; the other stream is granted as usual
 // and sees no error.
 func TestStreamBeyondItsShareGetsRateLimited(t *testing.T) {
-	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: 100 * time.Millisecond, DefaultTrain: time.Millisecond, DefaultInfer: 5 * time.Millisecond}})
+	s := startServerL(t, Config{Sched: sched.Config{DefaultTrain: time.Millisecond, DefaultInfer: 5 * time.Millisecond}}, 100*time.Millisecond)
 	steady := dialRaw(t, s)
 	steady.send(`{"type":"register","v":1,"role":"infer","workload":"steady","batch":8}`)
 	steady.recv()
@@ -225,8 +225,8 @@ func TestStreamBeyondItsShareGetsRateLimited(t *testing.T) {
 // 400 ms late on purpose: the sibling that spoke after the grant is kept, the one silent
 // since before it is dropped.
 func TestLateHoldExpiryKeepsASiblingThatSpokeDuringTheTurn(t *testing.T) {
-	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: time.Second, DefaultTrain: time.Millisecond,
-		DefaultInfer: time.Millisecond, HoldMin: time.Minute}})
+	s := startServerL(t, Config{Sched: sched.Config{DefaultTrain: time.Millisecond,
+		DefaultInfer: time.Millisecond, HoldMin: time.Minute}}, time.Second)
 	reg := func(r *raw) string {
 		r.send(`{"type":"register","v":1,"role":"train","workload":"resnet18","batch":8}`)
 		m := r.recv()

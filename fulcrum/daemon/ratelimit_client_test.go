@@ -18,7 +18,7 @@ import (
 // are all 2,000, and the steady stream is served. Before, Acquire returned the error
 // (without the ids) and the worker stopped.
 func TestGoClientTakesRateLimitedAsRefusals(t *testing.T) {
-	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: 100 * time.Millisecond, DefaultTrain: time.Millisecond, DefaultInfer: 5 * time.Millisecond}})
+	s := startServerL(t, Config{Sched: sched.Config{DefaultTrain: time.Millisecond, DefaultInfer: 5 * time.Millisecond}}, 100*time.Millisecond)
 	steady := dial(t, s, client.Registration{Role: proto.RoleInfer, Workload: "steady", Batch: 8})
 	flood := dial(t, s, client.Registration{Role: proto.RoleInfer, Workload: "flood", Batch: 4096})
 	const n = 2000

@@ -781,7 +781,7 @@ func (c *conn) register(m proto.Msg) *proto.Error {
 	c.s.mu.Unlock()
 	c.send(proto.Msg{
 		Type: proto.TypeRegistered, V: proto.Version, Seq: m.Seq, WorkerID: id, Token: token,
-		LatencyBudgetMS: float64(c.s.sched.Config().LatencyBudget) / float64(time.Millisecond),
+		LatencyBudgetMS: float64(c.s.sched.LatencyBudget()) / float64(time.Millisecond),
 	})
 	return nil
 }

@@ -20,13 +20,21 @@ import (
 
 func startServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
+	return startServerL(t, cfg, time.Second)
+}
+
+// startServerL starts a worker server (no controller) whose scheduler holds the latency
+// budget l, as a controller would give it from the operator's targets.
+func startServerL(t *testing.T, cfg Config, l time.Duration) *Server {
+	t.Helper()
 	if cfg.RuntimeDir == "" {
 		cfg.RuntimeDir = t.TempDir()
 	}
-	if cfg.Sched.LatencyBudget == 0 {
-		cfg.Sched = sched.Config{LatencyBudget: time.Second, DefaultTrain: time.Millisecond, DefaultInfer: time.Millisecond}
+	if cfg.Sched.DefaultTrain == 0 {
+		cfg.Sched = sched.Config{DefaultTrain: time.Millisecond, DefaultInfer: time.Millisecond}
 	}
 	s := NewServer(cfg)
+	s.Scheduler().SetLatencyBudget(l)
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}

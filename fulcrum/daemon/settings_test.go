@@ -171,7 +171,7 @@ func TestEditedConfigurationWinsOverSavedBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	o.Budgets.LatencyMS = 80 // the file edited
+	o.Targets.LatencyMS = 80 // the file edited
 	_, cl, stop = runDaemon(t, o)
 	if b, err := cl.Budgets(ctx); err != nil || b.LatencyMS != 80 {
 		t.Fatalf("budgets %+v (%v), want the edited configuration's 80 ms", b, err)

@@ -224,7 +224,7 @@ func TestKilledWorkerHoldingTurn(t *testing.T) {
 // TestKilledInferenceWorkerRequestsFail: an inference worker killed with requests
 // queued has every one of them counted as failed, none lost, none served.
 func TestKilledInferenceWorkerRequestsFail(t *testing.T) {
-	s := startServer(t, Config{Sched: sched.Config{LatencyBudget: time.Minute, DefaultTrain: time.Millisecond, DefaultInfer: time.Millisecond}})
+	s := startServerL(t, Config{Sched: sched.Config{DefaultTrain: time.Millisecond, DefaultInfer: time.Millisecond}}, time.Minute)
 	time.Sleep(50 * time.Millisecond)
 	baseG, baseFD := runtime.NumGoroutine(), openFDs(t)
 	const n = 7

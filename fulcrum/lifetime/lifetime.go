@@ -330,15 +330,15 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	if sc.Searcher != "preset" {
 		o.Control.Searcher = sc.Searcher
 	}
-	o.Budgets.PowerMW = sc.PowerBudgetMW
+	o.Targets.PowerMW = sc.PowerBudgetMW
 	latMax := 0.0
 	for _, s := range sc.Infer {
 		latMax = max(latMax, s.LatencyMS)
 	}
 	if latMax > 0 {
-		o.Budgets.LatencyMS = sc.Infer[0].LatencyMS
+		o.Targets.LatencyMS = sc.Infer[0].LatencyMS
 		if len(sc.Infer) > 1 {
-			o.Budgets.LatencyMS = latMax
+			o.Targets.LatencyMS = latMax
 		}
 	}
 	h.minLatency = o.Control.MinLatency
@@ -406,7 +406,7 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 			return Result{}, fmt.Errorf("lifetime: %w", err)
 		}
 		wk.stream, wk.rateRPS = i, s.RateRPS
-		wk.budget = time.Duration(cmp.Or(s.LatencyMS, o.Budgets.LatencyMS) * float64(time.Millisecond))
+		wk.budget = time.Duration(cmp.Or(s.LatencyMS, o.Targets.LatencyMS) * float64(time.Millisecond))
 		h.streams = append(h.streams, wk)
 	}
 	for _, wk := range h.trainers {
@@ -627,7 +627,7 @@ func (h *harness) change(ctx context.Context, ch Change) {
 		return
 	}
 	h.clock.Go(func() {
-		b := h.ctl.Budgets()
+		b := h.ctl.Targets().Shared()
 		if ch.PowerBudgetMW != 0 {
 			b.PowerMW = max(ch.PowerBudgetMW, 0)
 		}
@@ -645,7 +645,7 @@ func (h *harness) change(ctx context.Context, ch Change) {
 			h.sched.SetLatencyBudget(time.Duration(b.LatencyMS * float64(time.Millisecond)))
 			return
 		}
-		if err := h.ctl.SetBudgets(b); err != nil {
+		if err := h.ctl.SetTargets(b); err != nil {
 			h.fail(fmt.Errorf("change at %s: set budgets: %w", ch.At, err))
 		}
 	})

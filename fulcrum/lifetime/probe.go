@@ -78,25 +78,25 @@ func (in *Instant) Events() []control.Event {
 	return append([]control.Event(nil), in.h.events...)
 }
 
-// SetBudgets sets the budgets as fulcrumctl budget set would (the controller's
-// SetBudgets), and the power budget PowerBrokenS and PowerMW compare with.
-func (in *Instant) SetBudgets(b plan.Budgets) error {
+// SetTargets sets the shared targets as fulcrumctl budget set would (the controller's
+// SetTargets), and the power budget PowerBrokenS and PowerMW compare with.
+func (in *Instant) SetTargets(t plan.Targets) error {
 	if in.h.sc.Searcher == "preset" {
 		return fmt.Errorf("lifetime: no controller runs under the preset searcher")
 	}
-	if err := in.h.ctl.SetBudgets(b); err != nil {
+	if err := in.h.ctl.SetTargets(t); err != nil {
 		return err
 	}
-	in.h.powerMW = in.h.ctl.Budgets().PowerMW
+	in.h.powerMW = in.h.ctl.Targets().PowerMW
 	return nil
 }
 
-// Budgets are the controller's budgets.
-func (in *Instant) Budgets() plan.Budgets {
+// Targets are the controller's targets (shared and per workload).
+func (in *Instant) Targets() plan.Targets {
 	if in.h.sc.Searcher == "preset" {
-		return plan.Budgets{}
+		return plan.Targets{}
 	}
-	return in.h.ctl.Budgets()
+	return in.h.ctl.Targets()
 }
 
 // startProbes sets the probes' timers.

@@ -167,3 +167,41 @@ func MultiOf(p ModeProfile) MultiProfile {
 	}
 	return out
 }
+
+// CommonMicro keeps, in each training job's micro-batch turns of ps (assembled with
+// Shape.MicroOptional), only the sizes of sizes[j] that every profile has, and returns
+// them per job in the order of sizes[j] (largest first, as Assemble orders the turns):
+// what a ground-truth table offers (the
+// benchmark's truth), where a size missing at one mode is left out rather than the
+// mode. When no job keeps a size, every profile's Micro is set to nil and the answer is
+// nil.
+func CommonMicro(ps []MultiProfile, sizes [][]int) [][]int {
+	out := make([][]int, len(sizes))
+	kept := false
+	for j, s := range sizes {
+		out[j] = slices.DeleteFunc(slices.Clone(s), func(mb int) bool {
+			return slices.ContainsFunc(ps, func(p MultiProfile) bool {
+				return j >= len(p.Micro) || !slices.ContainsFunc(p.Micro[j], func(t TrainPoint) bool { return t.Batch == mb })
+			})
+		})
+		kept = kept || len(out[j]) > 0
+	}
+	for i := range ps {
+		p := &ps[i]
+		if !kept {
+			p.Micro = nil
+			continue
+		}
+		for j := range p.Micro {
+			if j >= len(out) || len(out[j]) == 0 {
+				p.Micro[j] = nil
+				continue
+			}
+			p.Micro[j] = slices.DeleteFunc(p.Micro[j], func(t TrainPoint) bool { return !slices.Contains(out[j], t.Batch) })
+		}
+	}
+	if !kept {
+		return nil
+	}
+	return out
+}

@@ -8,14 +8,9 @@ import (
 	"github.com/fulcrum-edge/fulcrum/internal/limits"
 )
 
-// Budgets are what the operator asks for (docs/design.md §2). It is the one budgets type from
-// fulcrumd's configuration and the control API (which keeps a wire form of its own) to
-// the controller and the model.
-//
-// As the operator's targets (the controller's, the API's), RateRPS 0 means "measure the
-// arrival rate" and PowerMW 0 means "no power budget" (ValidateTargets). The model needs
-// every field (Validate): the controller fills the measured rate and a no-limit power
-// before it plans.
+// Budgets are model v1's input for one inference stream (docs/design.md §2): every
+// field set and in range (Validate). What the operator asks for, where the rate and power
+// may be left open, is Targets; Targets.Budgets is the one conversion.
 type Budgets struct {
 	RateRPS   float64 `json:"rate_rps"`   // λ, inference arrivals per second
 	LatencyMS float64 `json:"latency_ms"` // L, on the Quantile of per-request latency
@@ -108,27 +103,15 @@ func CheckField(field string, v float64) error {
 // Validate rejects budgets the model cannot plan for: every field in range, none left
 // zero (call WithDefaults first for Quantile and RhoMax). Every message names the
 // field and the valid range.
-func (b Budgets) Validate() error { return b.validate(false) }
-
-// ValidateTargets is Validate for the operator's targets as the daemon holds them:
-// RateRPS 0 (measure the rate), PowerMW 0 (no power budget), Quantile and RhoMax 0 (the
-// defaults) are valid there.
-func (b Budgets) ValidateTargets() error { return b.validate(true) }
-
-func (b Budgets) validate(targets bool) error {
+func (b Budgets) Validate() error {
 	var errs []error
-	check := func(field string, v float64) {
-		if targets && v == 0 && field != FieldLatency {
-			return
-		}
-		if err := CheckField(field, v); err != nil {
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{FieldRate, b.RateRPS}, {FieldLatency, b.LatencyMS}, {FieldPower, b.PowerMW}, {FieldQuantile, b.Quantile}, {FieldRhoMax, b.RhoMax}} {
+		if err := CheckField(f.field, f.v); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	check(FieldRate, b.RateRPS)
-	check(FieldLatency, b.LatencyMS)
-	check(FieldPower, b.PowerMW)
-	check(FieldQuantile, b.Quantile)
-	check(FieldRhoMax, b.RhoMax)
 	return errors.Join(errs...)
 }

@@ -12,6 +12,7 @@ import (
 
 	"gonum.org/v1/gonum/stat/distuv"
 
+	"github.com/fulcrum-edge/fulcrum/internal/limits"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -19,6 +20,9 @@ import (
 const (
 	DefaultQuantile = 0.99
 	DefaultRhoMax   = 0.95
+	// DefaultLatencyMS is the latency budget fulcrumd starts with when its
+	// configuration gives none.
+	DefaultLatencyMS = limits.DefaultLatencyMS
 )
 
 // DefaultInferBatches are the inference batch sizes 𝔅 considered by default.

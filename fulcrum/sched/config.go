@@ -8,9 +8,11 @@ import (
 
 // Config holds the scheduler's knobs. Zero fields take the defaults of DefaultConfig.
 // The mapstructure tags are fulcrumd's configuration keys (see daemon.Options).
+//
+// The latency budget L (each request's deadline is its arrival plus L) is not
+// configuration: it is the operator's target, which the controller gives the scheduler
+// (SetLatencyBudget, SetStreamLatencyBudgets) — one copy, held by the controller.
 type Config struct {
-	// LatencyBudget is L: each request's deadline is its arrival plus L.
-	LatencyBudget time.Duration
 	// DefaultTrain and DefaultInfer are the expected minibatch times used before a
 	// workload has been measured (DefaultInfer for one inference batch of any size).
 	DefaultTrain time.Duration `mapstructure:"default_train_ms"`
@@ -98,7 +100,6 @@ type Config struct {
 // DefaultConfig is what fulcrumd uses when configs/fulcrum.yaml says nothing.
 func DefaultConfig() Config {
 	return Config{
-		LatencyBudget:     100 * time.Millisecond,
 		DefaultTrain:      100 * time.Millisecond,
 		DefaultInfer:      20 * time.Millisecond,
 		EWMAAlpha:         0.2,
@@ -122,9 +123,6 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.LatencyBudget <= 0 {
-		c.LatencyBudget = d.LatencyBudget
-	}
 	if c.DefaultTrain <= 0 {
 		c.DefaultTrain = d.DefaultTrain
 	}
@@ -187,7 +185,6 @@ func (c Config) withDefaults() Config {
 // field. New does not call it: programmatic callers leave fields zero for the defaults.
 func (c Config) Validate() error {
 	var ck optcheck.Checks
-	optcheck.Positive(&ck, "LatencyBudget", c.LatencyBudget)
 	optcheck.Positive(&ck, "DefaultTrain", c.DefaultTrain)
 	optcheck.Positive(&ck, "DefaultInfer", c.DefaultInfer)
 	if !(c.EWMAAlpha > 0 && c.EWMAAlpha <= 1) {

@@ -153,7 +153,7 @@ func TestEstimateStarvationWaitShrinksWhileStale(t *testing.T) {
 // (batch 1, 10 ms a batch, one request every 100 ms) through a scheduler on a fake clock
 // for totalMS, the training minibatch started at t taking trainMS(t) ms. It returns the
 // training minibatches started in each second and the deadline misses.
-func simulatePair(t *testing.T, c Config, trainMS func(atMS int) int, inferFromMS, totalMS int) (perSecond []int, misses uint64) {
+func simulatePair(t *testing.T, c testConfig, trainMS func(atMS int) int, inferFromMS, totalMS int) (perSecond []int, misses uint64) {
 	t.Helper()
 	h := newHarness(t, c)
 	tr := h.register(proto.RoleTrain, "resnet18", 8)
@@ -213,7 +213,7 @@ func sum(v []int) int {
 // admits), then returns to 150 ms. Training must come back within seconds; with an EWMA
 // (α 0.2) it ran only through the starvation rule, once every 5 s, for minutes.
 func TestTrainingRecoversAfterSlowPhase(t *testing.T) {
-	c := DefaultConfig()
+	c := testConfig{Config: DefaultConfig()}
 	c.LatencyBudget = 300 * msec
 	slow := func(at int) int {
 		if at >= 4000 && at < 7000 {
@@ -235,7 +235,7 @@ func TestTrainingRecoversAfterSlowPhase(t *testing.T) {
 // 20 s (caches, allocator, a JIT warming), with requests arriving from the start. The
 // warm-up and the estimate must follow them down instead of starving training.
 func TestTrainingFollowsSlowFirstMinutes(t *testing.T) {
-	c := DefaultConfig()
+	c := testConfig{Config: DefaultConfig()}
 	c.LatencyBudget = 300 * msec
 	warming := func(at int) int {
 		return 150 + 450*max(0, 20000-at)/20000

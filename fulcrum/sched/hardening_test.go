@@ -200,7 +200,7 @@ func TestWindowGrowsWrapsAndCompacts(t *testing.T) {
 // ceiling (HoldMax, 60 s by default) a turn is taken back at 60 s whatever came before,
 // and the trainer waiting behind it is granted then.
 func TestHoldLimitCannotRatchetPastCeiling(t *testing.T) {
-	c := DefaultConfig()
+	c := testConfig{Config: DefaultConfig()}
 	type expiry struct {
 		worker      string
 		held, limit time.Duration
@@ -283,7 +283,7 @@ func TestUnderReportedDurationsDoNotTakeTheShare(t *testing.T) {
 // than the full hold limit, so each of its dead connections costs the others a second,
 // not hold_min_ms; a worker of another process keeps the full limit.
 func TestProcessThatLetATurnExpireIsOnProbation(t *testing.T) {
-	c := DefaultConfig()
+	c := testConfig{Config: DefaultConfig()}
 	var limits []string
 	c.OnHoldExpired = func(w string, _ uint64, _ time.Time, held, _ time.Duration) {
 		limits = append(limits, fmt.Sprint(w, " ", held))

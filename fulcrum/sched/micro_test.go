@@ -38,7 +38,7 @@ type microSim struct {
 }
 
 func newMicroSim(t *testing.T, latency time.Duration, micro []int) *microSim {
-	h := newHarness(t, Config{LatencyBudget: latency, DefaultTrain: 10 * msec, DefaultInfer: 5 * msec, Starve: time.Hour})
+	h := newHarness(t, testConfig{LatencyBudget: latency, Config: Config{DefaultTrain: 10 * msec, DefaultInfer: 5 * msec, Starve: time.Hour}})
 	m := &microSim{h: h, pending: map[string]Grant{}, until: map[string]time.Time{}}
 	m.inf = h.register(proto.RoleInfer, "cam", 1)
 	m.tr = h.registerSpec(WorkerSpec{Role: proto.RoleTrain, Workload: "resnet18", Batch: 32, MicroBatches: micro})

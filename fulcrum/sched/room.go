@@ -76,7 +76,7 @@ func (s *Scheduler) budgetOfWorkload(wl *workload) time.Duration {
 	if l, ok := s.streamBudget[wl.name]; ok {
 		return l
 	}
-	return s.cfg.LatencyBudget
+	return s.latency
 }
 
 // learnRoom re-evaluates wl's learned room at now (after requests were served). Called

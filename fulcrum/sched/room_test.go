@@ -30,7 +30,7 @@ type simStream struct {
 
 type simSpec struct {
 	seed      uint64
-	cfg       Config
+	cfg       testConfig
 	trainMS   float64
 	train     tailmodel.Model
 	infer     tailmodel.Model
@@ -187,8 +187,8 @@ func simulate(t *testing.T, sp simSpec) simResult {
 	return res
 }
 
-func roomSimConfig(room bool) Config {
-	c := DefaultConfig()
+func roomSimConfig(room bool) testConfig {
+	c := testConfig{Config: DefaultConfig()}
 	c.LatencyBudget, c.Margin, c.DefaultTrain, c.DefaultInfer = 300*msec, 20*msec, 70*msec, 8*msec
 	if room {
 		c.RoomMaxFrac = 0.5

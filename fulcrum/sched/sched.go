@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/internal/limits"
 )
 
 // WorkerSpec is what a worker registers.
@@ -92,8 +93,11 @@ type Scheduler struct {
 	// trainPaused: training minibatches get no turns (the controller found no
 	// configuration that meets the budgets with training running).
 	trainPaused bool
+	// latency is L, the deadline of requests of a workload without a budget of its own
+	// (SetLatencyBudget: the controller's, from the operator's targets).
+	latency time.Duration
 	// streamBudget holds per-workload latency budgets (inference workload name → L_i)
-	// that replace cfg.LatencyBudget for that workload's requests; at most
+	// that replace the latency budget for that workload's requests; at most
 	// MaxStreamBudgets entries.
 	streamBudget map[string]time.Duration
 	// trainWeight holds the training workloads' time-share weights (name → w_j, default
@@ -261,6 +265,7 @@ func New(cfg Config, clock Clock, log *slog.Logger) *Scheduler {
 	}
 	return &Scheduler{
 		cfg:       cfg.withDefaults(),
+		latency:   DefaultLatencyBudget,
 		clock:     clock,
 		log:       log,
 		workers:   map[string]*worker{},
@@ -276,17 +281,31 @@ func (s *Scheduler) Config() Config {
 	return s.cfg
 }
 
-// SetLatencyBudget changes L for requests arriving from now on.
+// SetLatencyBudget changes L for requests arriving from now on. The controller calls it
+// with the operator's latency budget (its Targets); until then the scheduler holds
+// DefaultLatencyBudget.
 func (s *Scheduler) SetLatencyBudget(l time.Duration) {
 	if l <= 0 {
 		return
 	}
 	s.mu.Lock()
-	s.cfg.LatencyBudget = l
+	s.latency = l
 	s.restartRoomEvidence()
 	s.schedule()
 	s.unlockAndDeliver()
 }
+
+// LatencyBudget is L, the latency budget of the requests of a workload without one of
+// its own: the last SetLatencyBudget's, else DefaultLatencyBudget.
+func (s *Scheduler) LatencyBudget() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latency
+}
+
+// DefaultLatencyBudget is the latency budget a scheduler holds until its controller
+// gives it the operator's (fulcrumd's default one: limits.DefaultLatencyMS).
+const DefaultLatencyBudget = time.Duration(limits.DefaultLatencyMS * float64(time.Millisecond))
 
 // TrainRejoinGrace is how long a training worker that released the least-served
 // workload's minibatch keeps its claim on the next training turn while its acquire is on
@@ -295,7 +314,7 @@ const TrainRejoinGrace = 5 * time.Millisecond
 
 // MaxStreamBudgets bounds the per-workload latency budgets held: they are set by the
 // operator through the controller, one per inference stream planned for.
-const MaxStreamBudgets = 64
+const MaxStreamBudgets = limits.MaxStreams
 
 // SetStreamLatencyBudgets replaces the per-workload latency budgets (inference workload
 // name → L_i) for requests arriving from now on; a workload not named uses the latency
@@ -364,7 +383,7 @@ func (s *Scheduler) budgetOf(w *worker) time.Duration {
 	if l, ok := s.streamBudget[w.spec.Workload]; ok {
 		return l
 	}
-	return s.cfg.LatencyBudget
+	return s.latency
 }
 
 // unlockAndDeliver releases the lock, then hands out the grants decided under it, so a

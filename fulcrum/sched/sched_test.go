@@ -22,9 +22,17 @@ type harness struct {
 	got   []Grant
 }
 
-func newHarness(t *testing.T, cfg Config) *harness {
+// testConfig is a scheduler's configuration and the latency budget its controller
+// would give it (SetLatencyBudget; 0: DefaultLatencyBudget).
+type testConfig struct {
+	Config
+	LatencyBudget time.Duration
+}
+
+func newHarness(t *testing.T, cfg testConfig) *harness {
 	h := &harness{t: t, clock: NewFakeClock()}
-	h.s = New(cfg, h.clock, nil)
+	h.s = New(cfg.Config, h.clock, nil)
+	h.s.SetLatencyBudget(cfg.LatencyBudget)
 	return h
 }
 
@@ -88,8 +96,8 @@ func (h *harness) release(id string, g Grant, d time.Duration) {
 	h.must(h.s.Release(id, Release{Grant: g.ID, Duration: d}))
 }
 
-func cfg(latency, train, infer time.Duration) Config {
-	return Config{LatencyBudget: latency, DefaultTrain: train, DefaultInfer: infer, IdleAdmitArrivals: 0.1}
+func cfg(latency, train, infer time.Duration) testConfig {
+	return testConfig{LatencyBudget: latency, Config: Config{DefaultTrain: train, DefaultInfer: infer, IdleAdmitArrivals: 0.1}}
 }
 
 func TestInferenceBatchDispatchedWhenFull(t *testing.T) {
@@ -311,7 +319,7 @@ func TestDisconnectAccountsRequestsAsFailed(t *testing.T) {
 }
 
 func TestOverrunCounted(t *testing.T) {
-	h := newHarness(t, Config{LatencyBudget: 100 * msec, DefaultTrain: 20 * msec, OverrunFactor: 3, OverrunMin: 50 * msec})
+	h := newHarness(t, testConfig{LatencyBudget: 100 * msec, Config: Config{DefaultTrain: 20 * msec, OverrunFactor: 3, OverrunMin: 50 * msec}})
 	tr := h.register(proto.RoleTrain, "resnet18", 32)
 	h.must(h.s.Acquire(tr, 0))
 	g := h.one()

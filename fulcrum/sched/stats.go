@@ -210,7 +210,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	snap := Snapshot{LatencyBudgetMS: ms(s.cfg.LatencyBudget), Turns: s.turns, Overruns: s.overruns, TrainingPaused: s.trainPaused,
+	snap := Snapshot{LatencyBudgetMS: ms(s.latency), Turns: s.turns, Overruns: s.overruns, TrainingPaused: s.trainPaused,
 		DurationsClamped: s.clamped, HoldExpired: s.expired}
 	if t := s.turn; t != nil {
 		snap.TurnKind = t.grant.Kind
@@ -264,7 +264,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 				}
 			}
 		} else {
-			ws.LatencyBudgetMS = ms(s.cfg.LatencyBudget)
+			ws.LatencyBudgetMS = ms(s.latency)
 			if l, ok := s.streamBudget[wl.name]; ok {
 				ws.LatencyBudgetMS = ms(l)
 			}

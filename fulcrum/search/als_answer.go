@@ -8,6 +8,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/gp"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
+	"github.com/fulcrum-edge/fulcrum/internal/stats"
 )
 
 // posterior is the prediction at one mode: mean and sd of every log output.
@@ -156,7 +157,8 @@ type microTurn struct {
 }
 
 // microTurns estimates each micro-batch size's time and power relative to the
-// minibatch from the profiles (the median ratio over them; issue 32). The Gaussian
+// minibatch from the profiles (the median ratio over them, internal/stats' nearest
+// rank; issue 32). The Gaussian
 // processes model the minibatch only, so the planner predicts a micro-batch turn at an
 // unprofiled mode as the minibatch's prediction times these ratios; the decision itself
 // uses the measured turns.
@@ -179,9 +181,7 @@ func microTurns(known []plan.ModeProfile) []microTurn {
 				}
 			}
 		}
-		slices.Sort(rt)
-		slices.Sort(rp)
-		out = append(out, microTurn{samples: b, timeRel: rt[len(rt)/2], powRel: rp[len(rp)/2]})
+		out = append(out, microTurn{samples: b, timeRel: stats.Median(rt), powRel: stats.Median(rp)})
 	}
 	return out
 }

@@ -18,6 +18,11 @@ const (
 	MaxRhoMax    float64 = 1
 )
 
+// DefaultLatencyMS is the latency budget L fulcrumd starts with when its configuration
+// gives none, and the one a scheduler holds until its controller gives it the
+// operator's.
+const DefaultLatencyMS float64 = 100
+
 // The training-weight limits (a training job's share weight among the jobs, default 1).
 const (
 	// MinTrainWeight: a weight of 5e-324 was "above 0" yet starved the job (2 turns in
@@ -26,3 +31,7 @@ const (
 	// MaxTrainWeight: weights are relative, 1000:1 is already all of the time.
 	MaxTrainWeight = 1000
 )
+
+// MaxStreams bounds the workloads with targets of their own (latency budget, rate,
+// training weight): they are named by any local process, so what is held is bounded.
+const MaxStreams = 64

@@ -2,13 +2,13 @@ package server
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/api"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 )
 
 func outOfRange(field string, v, lo, hi float64, hint string) *api.Error {
@@ -57,8 +57,8 @@ func ValidateBudgets(b api.Budgets) error {
 	if e := checkRange("rho_max", b.RhoMax, hintRho); e != nil {
 		return e
 	}
-	if len(b.Streams) > sched.MaxStreamBudgets {
-		return api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "streams", "%d streams with budgets of their own: at most %d", len(b.Streams), sched.MaxStreamBudgets)
+	if len(b.Streams) > plan.MaxStreamTargets {
+		return api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "streams", "%d streams with budgets of their own: at most %d", len(b.Streams), plan.MaxStreamTargets)
 	}
 	for _, s := range b.Streams {
 		if e := checkWorkload(s.Workload); e != nil {
@@ -84,7 +84,7 @@ func ValidateBudgets(b api.Budgets) error {
 }
 
 func checkWeight(w float64) *api.Error {
-	if !(w >= plan.MinTrainWeight) || w > plan.MaxTrainWeight {
+	if plan.CheckTrainWeight(w) != nil || w == 0 {
 		return api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "train_weight",
 			"train_weight = %v is out of range: want a share weight from %g to %d (default 1; weights are relative)", w, plan.MinTrainWeight, plan.MaxTrainWeight)
 	}
@@ -226,9 +226,9 @@ func applyStream(u api.BudgetsUpdate, cur api.Budgets) (api.Budgets, error) {
 	case sb == api.StreamBudgets{Workload: u.Workload}:
 	case i >= 0:
 		b.Streams[i] = sb
-	case len(b.Streams) >= sched.MaxStreamBudgets:
+	case len(b.Streams) >= plan.MaxStreamTargets:
 		return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "workload",
-			"%d streams have budgets of their own (the limit): drop one first (shared = true)", sched.MaxStreamBudgets)
+			"%d streams have budgets of their own (the limit): drop one first (shared = true)", plan.MaxStreamTargets)
 	default:
 		b.Streams = append(b.Streams, sb)
 	}
@@ -238,23 +238,48 @@ func applyStream(u api.BudgetsUpdate, cur api.Budgets) (api.Budgets, error) {
 	return b, nil
 }
 
-// PlanBudgets returns b as the controller holds them: rate 0 where the rate is auto
-// (the controller measures it), power 0 for no power budget.
-func PlanBudgets(b api.Budgets) plan.Budgets {
-	out := plan.Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
+// The wire keeps types of its own (fulcrum/api is a leaf); these are the one
+// conversion each way between them and the controller's plan.Targets, field for field
+// (budgets_convert_test.go holds them complete).
+
+// TargetsOf returns b as the controller holds them: rate 0 where the rate is auto
+// (the controller measures it), power 0 for no power budget, and every workload's own
+// targets (StreamTargetOf).
+func TargetsOf(b api.Budgets) plan.Targets {
+	out := plan.Targets{LatencyMS: b.LatencyMS, PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
 	if !b.RateAuto {
 		out.RateRPS = b.RateRPS
+	}
+	for _, s := range b.Streams {
+		if out.Streams == nil {
+			out.Streams = map[string]plan.StreamTarget{}
+		}
+		out.Streams[s.Workload] = StreamTargetOf(s)
 	}
 	return out
 }
 
-// BudgetsFrom is the wire form of the controller's budgets b (defaults filled); where
-// b's rate is auto (0), RateRPS reports measuredRPS.
-func BudgetsFrom(b plan.Budgets, measuredRPS float64) api.Budgets {
-	b = b.WithDefaults()
-	out := api.Budgets{LatencyMS: b.LatencyMS, PowerMW: b.PowerMW, RateRPS: b.RateRPS, RateAuto: b.RateRPS == 0, Quantile: b.Quantile, RhoMax: b.RhoMax}
+// StreamTargetOf is one workload's own budgets on the wire as the controller holds them.
+func StreamTargetOf(s api.StreamBudgets) plan.StreamTarget {
+	return plan.StreamTarget{LatencyMS: s.LatencyMS, RateRPS: s.RateRPS, TrainWeight: s.TrainWeight}
+}
+
+// StreamBudgetsOf is the wire form of a workload's own targets.
+func StreamBudgetsOf(workload string, t plan.StreamTarget) api.StreamBudgets {
+	return api.StreamBudgets{Workload: workload, LatencyMS: t.LatencyMS, RateRPS: t.RateRPS, TrainWeight: t.TrainWeight}
+}
+
+// BudgetsFrom is the wire form of the controller's targets t (defaults filled; the
+// workloads' own in name order); where t's rate is auto (0), RateRPS reports
+// measuredRPS.
+func BudgetsFrom(t plan.Targets, measuredRPS float64) api.Budgets {
+	t = t.WithDefaults()
+	out := api.Budgets{LatencyMS: t.LatencyMS, PowerMW: t.PowerMW, RateRPS: t.RateRPS, RateAuto: t.RateRPS == 0, Quantile: t.Quantile, RhoMax: t.RhoMax}
 	if out.RateAuto {
 		out.RateRPS = measuredRPS
+	}
+	for _, w := range slices.Sorted(maps.Keys(t.Streams)) {
+		out.Streams = append(out.Streams, StreamBudgetsOf(w, t.Streams[w]))
 	}
 	return out
 }

@@ -72,9 +72,14 @@ func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int
 		}
 		mt.Batches = append(mt.Batches, bs)
 	}
-	sh := plan.Shape{EveryBatch: true}
+	// Each job's micro-batch turns (issue 32): the sizes every mode has (a size missing
+	// at one mode is left out, not the mode), largest first.
+	sh := plan.Shape{EveryBatch: true, MicroOptional: true}
+	micros := make([][]int, len(trains))
 	for j, w := range trains {
-		sh.Train = append(sh.Train, plan.Wanted{Workload: w, Batches: []int{trainBatch[j]}})
+		micros[j] = tab.MicroBatches(w, trainBatch[j])
+		slices.Reverse(micros[j])
+		sh.Train = append(sh.Train, plan.Wanted{Workload: w, Batches: []int{trainBatch[j]}, Micro: micros[j]})
 	}
 	for i, w := range infers {
 		sh.Infer = append(sh.Infer, plan.Wanted{Workload: w, Batches: mt.Batches[i]})
@@ -92,7 +97,7 @@ func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int
 	if len(mt.profiles) == 0 {
 		return nil, fmt.Errorf("ground truth has no mode with rows for every one of %v and %v", trains, infers)
 	}
-	mt.addMicro(tab, trainBatch)
+	mt.MicroBatches = plan.CommonMicro(mt.profiles, micros)
 	mt.byMode = make(map[powermode.Mode]int, len(mt.profiles))
 	modes := make([]powermode.Mode, len(mt.profiles))
 	for i, p := range mt.profiles {
@@ -104,51 +109,6 @@ func NewMultiTruth(tab *truth.Table, trains, infers []string, inferBatches []int
 	}
 	mt.space = sp
 	return mt, nil
-}
-
-// addMicro puts each job's micro-batch turns into the profiles, at the sizes the table
-// has for it at every mode (a size missing at one mode is left out, as NewPairTruth does).
-func (mt *MultiTruth) addMicro(tab *truth.Table, trainBatch []int) {
-	microBy := map[powermode.Mode]map[[2]int]plan.TrainPoint{} // mode -> (job, micro-batch) -> turn
-	for _, r := range tab.Rows {
-		if r.Role != truth.Train || r.MicroBatch <= 0 {
-			continue
-		}
-		j := slices.Index(mt.Trains, r.Workload)
-		if j < 0 || r.Batch != trainBatch[j] {
-			continue
-		}
-		if microBy[r.Mode] == nil {
-			microBy[r.Mode] = map[[2]int]plan.TrainPoint{}
-		}
-		microBy[r.Mode][[2]int{j, r.MicroBatch}] = plan.TrainPoint{Batch: r.MicroBatch, TimeMS: r.TimeMS, PowerMW: r.PowerMW, Minibatch: r.Batch}
-	}
-	has := false
-	mt.MicroBatches = make([][]int, len(mt.Trains))
-	for j, w := range mt.Trains {
-		micros := tab.MicroBatches(w, trainBatch[j])
-		slices.Reverse(micros)
-		mt.MicroBatches[j] = slices.DeleteFunc(micros, func(mb int) bool {
-			return slices.ContainsFunc(mt.profiles, func(p plan.MultiProfile) bool {
-				_, ok := microBy[p.Mode][[2]int{j, mb}]
-				return !ok
-			})
-		})
-		has = has || len(mt.MicroBatches[j]) > 0
-	}
-	if !has {
-		mt.MicroBatches = nil
-		return
-	}
-	for i := range mt.profiles {
-		p := &mt.profiles[i]
-		p.Micro = make([][]plan.TrainPoint, len(mt.Trains))
-		for j, mbs := range mt.MicroBatches {
-			for _, mb := range mbs {
-				p.Micro[j] = append(p.Micro[j], microBy[p.Mode][[2]int{j, mb}])
-			}
-		}
-	}
 }
 
 // WithoutMicro returns the truth without its micro-batch rows: every training turn a

@@ -68,40 +68,30 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 	}
 	sh := plan.PairShape(train, trainBatch, infer, batches)
 	sh.EveryBatch = true
-	byMode := map[powermode.Mode]plan.MultiProfile{}
-	// The training workload's micro-batch turns (issue 32), by mode and size.
-	microBy := map[powermode.Mode]map[int]plan.TrainPoint{}
-	for _, r := range tab.Rows {
-		if r.Role == truth.Train && r.Workload == train && r.Batch == trainBatch && r.MicroBatch > 0 {
-			if microBy[r.Mode] == nil {
-				microBy[r.Mode] = map[int]plan.TrainPoint{}
-			}
-			microBy[r.Mode][r.MicroBatch] = plan.TrainPoint{Batch: r.MicroBatch, TimeMS: r.TimeMS, PowerMW: r.PowerMW, Minibatch: r.Batch}
-		}
+	// The training workload's micro-batch turns (issue 32): the sizes every mode has (a
+	// size missing at one mode is left out, not the mode), largest first.
+	micros := tab.MicroBatches(train, trainBatch)
+	slices.Reverse(micros)
+	sh.Train[0].Micro, sh.MicroOptional = micros, true
+	ps := plan.Assemble(sh, rowsOf(tab, sh))
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("ground truth has no mode with both %s (train, batch %d) and %s (infer, batches %v)", train, trainBatch, infer, batches)
 	}
-	var modes []powermode.Mode
-	for _, mp := range plan.Assemble(sh, rowsOf(tab, sh)) {
+	if common := plan.CommonMicro(ps, [][]int{micros}); common != nil {
+		micros = common[0]
+	} else {
+		micros = nil
+	}
+	byMode := make(map[powermode.Mode]plan.MultiProfile, len(ps))
+	modes := make([]powermode.Mode, 0, len(ps))
+	for _, mp := range ps {
 		byMode[mp.Mode] = mp
 		modes = append(modes, mp.Mode)
-	}
-	if len(modes) == 0 {
-		return nil, fmt.Errorf("ground truth has no mode with both %s (train, batch %d) and %s (infer, batches %v)", train, trainBatch, infer, batches)
 	}
 	sp, err := powermode.NewSubspace(modes)
 	if err != nil {
 		return nil, fmt.Errorf("pair %s:%s: %w", train, infer, err)
 	}
-	// The micro-batch sizes every mode has (a size missing at one mode is left out).
-	micros := tab.MicroBatches(train, trainBatch)
-	slices.Reverse(micros)
-	micros = slices.DeleteFunc(micros, func(mb int) bool {
-		for _, m := range modes {
-			if _, ok := microBy[m][mb]; !ok {
-				return true
-			}
-		}
-		return false
-	})
 	pt := &PairTruth{Train: train, Infer: infer, TrainBatch: trainBatch, Batches: batches, Space: sp, MicroBatches: micros}
 	pt.dense = make([]int32, sp.GridSize())
 	for i := range pt.dense {
@@ -113,8 +103,8 @@ func NewPairTruth(tab *truth.Table, train, infer string, trainBatch int, inferBa
 		mp := byMode[m]
 		pt.train = append(pt.train, mp.Train[0])
 		pt.infer = append(pt.infer, mp.Infer[0]...)
-		for _, mb := range micros {
-			pt.micro = append(pt.micro, microBy[m][mb])
+		if len(micros) > 0 {
+			pt.micro = append(pt.micro, mp.Micro[0]...)
 		}
 	}
 	return pt, nil
@@ -157,9 +147,7 @@ func rowsOf(tab *truth.Table, sh plan.Shape) []plan.Measured {
 		if r.Role == truth.Train {
 			ws = sh.Train
 		}
-		// Micro-batch rows are a training turn's, not the minibatch's (issue 32):
-		// NewPairTruth reads them itself.
-		if r.MicroBatch == 0 && slices.ContainsFunc(ws, func(w plan.Wanted) bool { return w.Workload == r.Workload }) {
+		if slices.ContainsFunc(ws, func(w plan.Wanted) bool { return w.Workload == r.Workload }) {
 			out = append(out, plan.Measured{Row: r})
 		}
 	}

@@ -72,9 +72,9 @@ func TestBoardFaultsThroughDaemon(t *testing.T) {
 	ctx := context.Background()
 	d, err := daemon.Open(ctx, daemon.Options{
 		Server: daemon.Config{RuntimeDir: filepath.Join(dir, "run"),
-			Sched: sched.Config{LatencyBudget: time.Second, DefaultTrain: 100 * time.Millisecond, DefaultInfer: 20 * time.Millisecond}},
+			Sched: sched.Config{DefaultTrain: 100 * time.Millisecond, DefaultInfer: 20 * time.Millisecond}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
-		Control: cfg, Budgets: plan.Budgets{LatencyMS: 1000, PowerMW: powerW * 1000, RateRPS: 20},
+		Control: cfg, Targets: plan.Targets{LatencyMS: 1000, PowerMW: powerW * 1000, RateRPS: 20},
 		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	})
 	if err != nil {

@@ -240,11 +240,11 @@ func TestControllerEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	d, err := daemon.Open(ctx, daemon.Options{
 		Server: daemon.Config{RuntimeDir: filepath.Join(dir, "run"),
-			Sched: sched.Config{LatencyBudget: time.Duration(latencyMS) * time.Millisecond, DefaultTrain: 150 * time.Millisecond,
+			Sched: sched.Config{DefaultTrain: 150 * time.Millisecond,
 				DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 60 * time.Millisecond,
 				Window: window, RecentWindow: 3 * time.Second}},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
-		Control: ctlCfg, Budgets: plan.Budgets{LatencyMS: 1000, PowerMW: 60000},
+		Control: ctlCfg, Targets: plan.Targets{LatencyMS: 1000, PowerMW: 60000},
 		API:           server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 		MetricsListen: "127.0.0.1:0",
 	})

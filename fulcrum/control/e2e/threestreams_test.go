@@ -83,11 +83,10 @@ func threeStreams(t *testing.T, seeded bool) {
 	ctlCfg.Live = control.LiveOptions{Warmup: 1, Samples: 3, MinTime: 200 * time.Millisecond}
 	ctx := context.Background()
 	sc := sched.DefaultConfig() // fulcrumd's: ProfileWait lets long profile batches in
-	sc.LatencyBudget = time.Duration(latencyMS) * time.Millisecond
 	d, err := daemon.Open(ctx, daemon.Options{
 		Server:   daemon.Config{RuntimeDir: filepath.Join(dir, "run"), Sched: sc},
 		StateDir: state, Board: "sim:agx-orin-64gb", BoardRoot: root, Log: log,
-		Control: ctlCfg, Budgets: plan.Budgets{LatencyMS: latencyMS, PowerMW: 30000},
+		Control: ctlCfg, Targets: plan.Targets{LatencyMS: latencyMS, PowerMW: 30000},
 		API: server.Config{Group: "-", AllowUIDs: []int{os.Getuid()}},
 	})
 	if err != nil {

@@ -161,9 +161,9 @@ func TestControllerOnVirtualTime(t *testing.T) {
 			{At: lowerAt, Do: func(in *lifetime.Instant) {
 				lowered.drawMW = in.PowerMW()
 				lowered.newMW = math.Max(lowered.drawMW*0.8, 20000)
-				b := in.Budgets()
+				b := in.Targets().Shared()
 				b.PowerMW = lowered.newMW
-				lowered.err = in.SetBudgets(b)
+				lowered.err = in.SetTargets(b)
 			}},
 		}}
 	start := time.Now()

@@ -63,10 +63,11 @@ func TestManagedTrainAndInfer(t *testing.T) {
 	budget := 250 * time.Millisecond
 	srv := daemon.NewServer(daemon.Config{
 		RuntimeDir: t.TempDir(),
-		Sched: sched.Config{LatencyBudget: budget, DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, DevK: 2,
+		Sched: sched.Config{DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, DevK: 2,
 			// Generous: CI hosts are shared and timer wake-ups late under load.
 			Margin: 20 * time.Millisecond},
 	})
+	srv.Scheduler().SetLatencyBudget(budget) // as a controller would, from the operator's targets
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

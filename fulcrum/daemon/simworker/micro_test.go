@@ -34,9 +34,10 @@ func TestMicroBatchesUnderABudgetShorterThanAMinibatch(t *testing.T) {
 		t.Helper()
 		srv := daemon.NewServer(daemon.Config{
 			RuntimeDir: t.TempDir(),
-			Sched: sched.Config{LatencyBudget: budget, DefaultTrain: 150 * time.Millisecond, DefaultInfer: 10 * time.Millisecond,
+			Sched: sched.Config{DefaultTrain: 150 * time.Millisecond, DefaultInfer: 10 * time.Millisecond,
 				DevK: 2, Margin: 10 * time.Millisecond},
 		})
+		srv.Scheduler().SetLatencyBudget(budget) // as a controller would, from the operator's targets
 		if err := srv.Listen(); err != nil {
 			t.Fatal(err)
 		}

@@ -21,8 +21,9 @@ import (
 func TestFloodingWorkerCountsRefusalsAndCarriesOn(t *testing.T) {
 	srv := daemon.NewServer(daemon.Config{
 		RuntimeDir: t.TempDir(),
-		Sched:      sched.Config{LatencyBudget: 100 * time.Millisecond, DefaultTrain: time.Millisecond, DefaultInfer: 20 * time.Millisecond},
+		Sched:      sched.Config{DefaultTrain: time.Millisecond, DefaultInfer: 20 * time.Millisecond},
 	})
+	srv.Scheduler().SetLatencyBudget(100 * time.Millisecond) // as a controller would
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,8 @@ type daemonRun struct {
 func startDaemon(t *testing.T, dir string, budget time.Duration) *daemonRun {
 	t.Helper()
 	srv := daemon.NewServer(daemon.Config{RuntimeDir: dir,
-		Sched: sched.Config{LatencyBudget: budget, DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 20 * time.Millisecond}})
+		Sched: sched.Config{DefaultTrain: 150 * time.Millisecond, DefaultInfer: 30 * time.Millisecond, DevK: 2, Margin: 20 * time.Millisecond}})
+	srv.Scheduler().SetLatencyBudget(budget) // as a controller would, from the operator's targets
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -43,23 +42,18 @@ var _ server.Controller = (*API)(nil)
 // toAPIBudgets is the budgets in force in the API's wire form; where the rate is auto,
 // the measured rate is reported of the one stream planned for, none with several (each
 // has its own, in the status's streams).
-func (a *API) toAPIBudgets(b plan.Budgets) api.Budgets {
-	return a.budgetsOf(b, a.C.Status().Streams)
+func (a *API) toAPIBudgets(t plan.Targets) api.Budgets {
+	return a.budgetsOf(t, a.C.Status().Streams)
 }
 
 // budgetsOf is toAPIBudgets with the streams of one status, so that the rate the budgets
 // report is the one the streams and workloads of the same status show.
-func (a *API) budgetsOf(b plan.Budgets, streams []control.StreamStatus) api.Budgets {
+func (a *API) budgetsOf(t plan.Targets, streams []control.StreamStatus) api.Budgets {
 	measured := 0.0
-	if b.RateRPS == 0 && len(streams) == 1 {
+	if t.RateRPS == 0 && len(streams) == 1 {
 		measured = streams[0].MeasuredRateRPS
 	}
-	out := server.BudgetsFrom(b, measured)
-	ts := a.C.StreamTargets()
-	for _, w := range slices.Sorted(maps.Keys(ts)) {
-		out.Streams = append(out.Streams, api.StreamBudgets{Workload: w, LatencyMS: ts[w].LatencyMS, RateRPS: ts[w].RateRPS, TrainWeight: ts[w].TrainWeight})
-	}
-	return out
+	return server.BudgetsFrom(t, measured)
 }
 
 // Status implements server.Controller.
@@ -67,7 +61,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 	c := a.C
 	st := c.Status()
 	snap := c.Snapshot()
-	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.budgetsOf(st.Budgets, st.Streams), ModeHeld: c.Held(),
+	s := api.Status{Version: a.Version, Board: st.Board, Budgets: a.budgetsOf(st.Targets, st.Streams), ModeHeld: c.Held(),
 		Workers: server.WorkersFrom(snap.Workers), Workloads: server.WorkloadsFrom(snap.Workloads), Degraded: st.Degraded != "", DegradedReason: st.Degraded,
 		Optimizing: c.Searching(), Profiling: st.Profiling, TrainingPaused: snap.TrainingPaused, Turns: snap.Turns, Overruns: snap.Overruns, StartedAt: a.Started,
 		UptimeS: c.Now().Sub(a.Started).Seconds()}
@@ -138,7 +132,7 @@ func (a *API) Status(ctx context.Context) (api.Status, error) {
 // the board does now, so that "power budget" at 9.7 W measured against 30 W is not left
 // unexplained (issue 34), and what to do.
 func infeasibleWhy(p *api.Plan, st control.Status, power *api.Power, paused bool) string {
-	b := st.Budgets.WithDefaults()
+	b := st.Targets.WithDefaults()
 	fig := ""
 	switch p.Binding {
 	case "power":
@@ -228,7 +222,7 @@ func toAPITrainJobs(train []control.TrainChoice) []api.PlanTrainJob {
 }
 
 func (a *API) binding(ch *control.Choice) (string, bool) {
-	b := a.C.Budgets().WithDefaults()
+	b := a.C.Targets().WithDefaults()
 	// First the budgets themselves; then latency with the room the scheduler's admission
 	// test needs (see admissionBudgets), which the decision keeps.
 	for _, lim := range []struct{ latencyMS, powerMW, rho float64 }{
@@ -249,30 +243,30 @@ func (a *API) binding(ch *control.Choice) (string, bool) {
 
 // Budgets implements server.Controller.
 func (a *API) Budgets(context.Context) (api.Budgets, error) {
-	return a.toAPIBudgets(a.C.Budgets()), nil
+	return a.toAPIBudgets(a.C.Targets()), nil
 }
 
 // SetBudgets implements server.Controller.
 func (a *API) SetBudgets(_ context.Context, u api.BudgetsUpdate, by api.Caller) (api.Budgets, error) {
 	// Apply against the budgets held now; a concurrent update between reading and
 	// setting is resolved last-writer-wins, like two PUTs in a row.
-	cur := a.toAPIBudgets(a.C.Budgets())
+	cur := a.toAPIBudgets(a.C.Targets())
 	nb, err := server.ApplyUpdate(u, cur)
 	if err != nil {
 		return cur, err
 	}
 	if u.Workload != "" {
 		sb := nb.StreamOf(u.Workload)
-		if err := a.C.SetStreamTarget(u.Workload, control.StreamTarget{LatencyMS: sb.LatencyMS, RateRPS: sb.RateRPS, TrainWeight: sb.TrainWeight}, fromAPICaller(by)); err != nil {
+		if err := a.C.SetStreamTarget(u.Workload, server.StreamTargetOf(sb), fromAPICaller(by)); err != nil {
 			return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "workload", "%v", err)
 		}
 		a.C.SaveSettings()
-		return a.toAPIBudgets(a.C.Budgets()), nil
+		return a.toAPIBudgets(a.C.Targets()), nil
 	}
-	if err := a.C.SetBudgetsBy(server.PlanBudgets(nb), fromAPICaller(by)); err != nil {
+	if err := a.C.SetTargetsBy(server.TargetsOf(nb).Shared(), fromAPICaller(by)); err != nil {
 		return cur, api.Errorf(http.StatusBadRequest, api.CodeBadBudget, "", "%v", err)
 	}
-	return a.toAPIBudgets(a.C.Budgets()), nil
+	return a.toAPIBudgets(a.C.Targets()), nil
 }
 
 // Workers implements server.Controller.

@@ -112,7 +112,7 @@ func (a *API) Health(ctx context.Context) api.Health {
 // ResetBudgets implements server.Controller.
 func (a *API) ResetBudgets(_ context.Context, by api.Caller) (api.Budgets, error) {
 	if err := a.C.ResetBudgets(fromAPICaller(by)); err != nil {
-		return a.toAPIBudgets(a.C.Budgets()), api.Errorf(http.StatusInternalServerError, api.CodeInternal, "", "%v", err)
+		return a.toAPIBudgets(a.C.Targets()), api.Errorf(http.StatusInternalServerError, api.CodeInternal, "", "%v", err)
 	}
-	return a.toAPIBudgets(a.C.Budgets()), nil
+	return a.toAPIBudgets(a.C.Targets()), nil
 }
