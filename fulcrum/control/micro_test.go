@@ -224,7 +224,7 @@ func TestSeveralStreamsSetEachJobsMicroBatch(t *testing.T) {
 	e.seedMicro(8, 16)
 	e.seedStream(tInfer2)
 	rec := &recordMicro{Scheduler: e.sched}
-	c, err := New(Options{Sched: rec, Board: e.board, Store: e.store, Clock: e.clock, Budgets: plan.Budgets{LatencyMS: 60, PowerMW: 35000, RateRPS: 20}})
+	c, err := New(Options{Sched: rec, Board: e.board, Store: e.store, Clock: e.clock, Targets: plan.Targets{LatencyMS: 60, PowerMW: 35000, RateRPS: 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
