@@ -198,6 +198,26 @@ func noPlan(st api.Status) string {
 	return "none yet (no stored profiles for the running workloads? run fulcrumctl optimize)"
 }
 
+// planMicro is the jobs' micro-batches of a plan for several streams or jobs, as the
+// plan line shows them ("resnet18-train 8 (×4), mobilenetv3-train whole"; "" when every
+// job runs whole minibatches).
+func planMicro(jobs []api.PlanTrainJob) string {
+	var parts []string
+	some := false
+	for _, j := range jobs {
+		if j.MicroBatch > 0 && j.MicroBatch < j.Batch {
+			some = true
+			parts = append(parts, fmt.Sprintf("%s %d (×%d)", shown(j.Workload), j.MicroBatch, j.Batch/j.MicroBatch))
+			continue
+		}
+		parts = append(parts, shown(j.Workload)+" whole")
+	}
+	if !some {
+		return ""
+	}
+	return strings.Join(parts, ", ")
+}
+
 // writeStatus prints a readable status.
 func writeStatus(w io.Writer, st api.Status) error {
 	var b bytes.Buffer
@@ -239,7 +259,10 @@ func writeStatus(w io.Writer, st api.Status) error {
 		if p.InferBatch > 0 {
 			batch = strconv.Itoa(p.InferBatch)
 		}
-		if p.TrainMicroBatch > 0 {
+		switch micro := planMicro(p.TrainJobs); {
+		case micro != "":
+			batch += ", training micro-batches " + micro
+		case p.TrainMicroBatch > 0 && len(p.TrainJobs) == 0:
 			batch += fmt.Sprintf(", training micro-batch %d", p.TrainMicroBatch)
 		}
 		if p.ApplyError != "" {

@@ -568,3 +568,26 @@ func TestStatusUnreadableModeAndNotices(t *testing.T) {
 		t.Errorf("an unreadable mode printed as no board:\n%s", out)
 	}
 }
+
+// With several training jobs the plan line names each job's micro-batch (issue 32), as
+// the pair's plan line names its one.
+func TestStatusPlanShowsEveryJobsMicroBatch(t *testing.T) {
+	st := api.Status{Board: "sim:agx-orin-64gb", Budgets: api.Budgets{LatencyMS: 60, Quantile: 0.99, RhoMax: 0.95, RateAuto: true},
+		Plan: &api.Plan{Mode: api.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 3199000000}, InferBatch: 1, TrainMicroBatch: 8, Feasible: true,
+			TrainJobs: []api.PlanTrainJob{{Workload: "resnet18-train", Batch: 32, MicroBatch: 8}, {Workload: "lstm-train", Batch: 20}}}}
+	var b strings.Builder
+	if err := writeStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if want := "infer batch 1, training micro-batches resnet18-train 8 (×4), lstm-train whole, feasible"; !strings.Contains(b.String(), want) {
+		t.Errorf("status %q: want the plan line to say %q", b.String(), want)
+	}
+	st.Plan.TrainJobs[0].MicroBatch, st.Plan.TrainMicroBatch = 0, 0
+	b.Reset()
+	if err := writeStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "micro-batch") {
+		t.Errorf("status %q: every job runs whole minibatches, the plan line must not name micro-batches", b.String())
+	}
+}

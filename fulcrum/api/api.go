@@ -142,6 +142,10 @@ type Plan struct {
 	// TrainMicroBatch is the training micro-batch the plan runs each minibatch in (issue
 	// 32: k = minibatch/size turns); absent: whole minibatches.
 	TrainMicroBatch int `json:"train_micro_batch,omitempty"`
+	// TrainJobs is, when several inference streams or training jobs are planned for,
+	// every training job with the micro-batch the plan runs it in (absent: whole
+	// minibatches); TrainMicroBatch is then the first job's.
+	TrainJobs []PlanTrainJob `json:"train_jobs,omitempty"`
 	// Feasible is false when no known configuration meets every budget; Binding then
 	// names the constraint (latency, power, gpu_share) and training is paused.
 	Feasible                  bool      `json:"feasible"`
@@ -157,6 +161,15 @@ type Plan struct {
 	// change (the error); Status.Mode is what the board runs, Degraded is true and
 	// fulcrumd retries with a back-off.
 	ApplyError string `json:"apply_error,omitempty"`
+}
+
+// PlanTrainJob is one training job in a plan for several streams or jobs.
+type PlanTrainJob struct {
+	Workload string `json:"workload"`
+	Batch    int    `json:"batch"` // the minibatch
+	// MicroBatch is the samples of each of the minibatch's Batch/MicroBatch turns;
+	// absent: whole minibatches.
+	MicroBatch int `json:"micro_batch,omitempty"`
 }
 
 // Status is GET /v1/status.

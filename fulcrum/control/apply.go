@@ -10,6 +10,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
@@ -138,7 +139,7 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 		}
 	}
 	errs = append(errs, c.applyMicro(ch)...)
-	if c.cur == nil || c.cur.Mode != ch.Mode || c.cur.Batch != ch.Batch || c.cur.MicroBatch != ch.MicroBatch || !sameBatches(c.cur.Streams, ch.Streams) {
+	if c.cur == nil || c.cur.Mode != ch.Mode || c.cur.Batch != ch.Batch || c.cur.MicroBatch != ch.MicroBatch || !sameBatches(c.cur.Streams, ch.Streams) || !sameTrain(c.cur.Train, ch.Train) {
 		c.cfgSince = c.clock.Now()
 	}
 	c.cur = &ch
@@ -154,6 +155,9 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 			bs = append(bs, fmt.Sprintf("%s %d", s.Workload, s.Batch))
 		}
 		batches = "inference batches " + strings.Join(bs, ", ")
+		if mt := microText(ch.Train); mt != "" {
+			batches += ", " + mt
+		}
 	}
 	ev := Event{Kind: KindApply, Reason: fmt.Sprintf("mode %s and %s applied in %s", ch.Mode.Human(), batches, c.lastApply.Sub(start).Round(time.Microsecond)), Mode: &m, Batch: ch.Batch}
 	if err := errors.Join(errs...); err != nil {
@@ -163,29 +167,51 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch, "micro_batch", ch.MicroBatch)
 }
 
-// applyMicro sets the pair's training micro-batch the plan chose (issue 32): the size on
-// every training worker of the pair that declared micro-batches, 0 (the scheduler's
-// run-time choice) when the plan runs whole minibatches. Several streams and jobs are
-// not planned with micro-batches (their workers keep the run-time choice). Called
-// with c.mu held.
+// applyMicro sets the training micro-batches the plan chose (issue 32): on every
+// training worker that declared micro-batches, its job's size in ch (the pair's
+// MicroBatch, or the job's in Train when several streams or jobs are planned for), 0
+// (the scheduler's run-time choice) when the plan runs the job's whole minibatches or
+// the worker did not declare the size. Workers of a job ch plans nothing for keep what
+// they run. Called with c.mu held.
 func (c *Controller) applyMicro(ch Choice) []error {
-	if c.pair == nil || c.grp != nil {
-		return nil
-	}
 	var errs []error
 	for _, w := range c.sched.Snapshot().Workers {
-		if w.Role != proto.RoleTrain || w.Workload != c.pair.Train || len(w.MicroBatches) == 0 {
+		mb, ok := c.microOf(ch, w)
+		if !ok {
 			continue
 		}
-		mb := ch.MicroBatch
-		if mb != 0 && !slices.Contains(w.MicroBatches, mb) {
-			mb = 0 // a worker that did not declare the size keeps the run-time choice
-		}
-		if err := c.sched.SetMicroBatch(w.ID, mb); err != nil {
+		if err := c.setMicro(w.ID, mb); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errs
+}
+
+// microOf is the micro-batch size ch plans for worker w: its job's, 0 where the job runs
+// whole minibatches or w did not declare the size (the run-time choice); ok is false
+// for a worker that declared none or whose job ch plans nothing for. Called with c.mu
+// held.
+func (c *Controller) microOf(ch Choice, w sched.WorkerInfo) (mb int, ok bool) {
+	if w.Role != proto.RoleTrain || len(w.MicroBatches) == 0 {
+		return 0, false
+	}
+	if mb, ok = c.microFor(ch, w.Workload); ok && mb != 0 && !slices.Contains(w.MicroBatches, mb) {
+		mb = 0 // a worker that did not declare the size keeps the run-time choice
+	}
+	return mb, ok
+}
+
+// setMicro sets training worker id's micro-batch size and records it (keepMicro).
+// Called with c.mu held.
+func (c *Controller) setMicro(id string, mb int) error {
+	if err := c.sched.SetMicroBatch(id, mb); err != nil {
+		return err
+	}
+	if c.microSet == nil {
+		c.microSet = map[string]int{}
+	}
+	c.microSet[id] = mb
+	return nil
 }
 
 // Retries of a refused mode change wait applyRetryFirst, doubling per failure up to

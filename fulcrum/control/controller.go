@@ -141,13 +141,17 @@ type Choice struct {
 	Mode  powermode.Mode `json:"mode"`
 	Batch int            `json:"batch"` // the pair's stream's (with several: the first stream's)
 	// MicroBatch is the pair's training micro-batch size when the decision chose to run
-	// each minibatch as several turns (issue 32); 0: whole minibatches (or, for a
-	// trainer that declared micro-batches, the scheduler's run-time choice).
+	// each minibatch as several turns (issue 32; with several: the pair's job's, Train
+	// has every job's); 0: whole minibatches (or, for a trainer that declared
+	// micro-batches, the scheduler's run-time choice).
 	MicroBatch int        `json:"micro_batch,omitempty"`
 	Predicted  Prediction `json:"predicted"`
 	// Streams is every stream's batch and figures when several streams or training
 	// jobs are planned for (nil for a pair).
 	Streams []StreamChoice `json:"streams,omitempty"`
+	// Train is every training job's micro-batch when several streams or training jobs
+	// are planned for (nil for a pair: MicroBatch).
+	Train []TrainChoice `json:"train,omitempty"`
 }
 
 // Options wire a controller.
@@ -187,6 +191,8 @@ type Controller struct {
 	// (micro.go).
 	micro     map[string]int
 	microKeep bool
+	// microSet: the micro-batch size set per training worker (applyMicro, keepMicro).
+	microSet map[string]int
 	// settings: the configuration's budgets and the saved run-time settings (settings.go);
 	// loop: the control loop's heartbeat (health.go).
 	settings *settingsState
@@ -464,14 +470,7 @@ func (c *Controller) pairOf(snap sched.Snapshot) (*Pair, string) {
 	slices.Sort(batches)
 	// The micro-batch sizes the trainer declared (issue 32): profiled at every mode
 	// and chosen by the decision with the mode and the batch.
-	var micro []int
-	for _, mb := range tr.MicroBatches {
-		if mb > 0 && mb < tr.Batch && tr.Batch%mb == 0 && !slices.Contains(micro, mb) {
-			micro = append(micro, mb)
-		}
-	}
-	slices.Sort(micro)
-	return &Pair{Train: tr.Workload, TrainBatch: tr.Batch, Infer: inf.Workload, Batches: batches, MicroBatches: micro}, inf.ID
+	return &Pair{Train: tr.Workload, TrainBatch: tr.Batch, Infer: inf.Workload, Batches: batches, MicroBatches: declaredMicro(*tr)}, inf.ID
 }
 func samePair(a, b *Pair) bool {
 	if a == nil || b == nil {
@@ -604,7 +603,8 @@ func (c *Controller) Step(ctx context.Context) {
 	if c.cur == nil {
 		return
 	}
-	// A worker that (re)registered since the last decision serves the planned batch.
+	// A worker that (re)registered since the last decision serves the planned batch
+	// and runs the planned micro-batch.
 	for _, w := range snap.Workers {
 		if w.Role == proto.RoleInfer && w.Workload == c.pair.Infer && w.Batch != c.cur.Batch &&
 			(len(w.BatchSizes) == 0 || slices.Contains(w.BatchSizes, c.cur.Batch)) {
@@ -613,6 +613,7 @@ func (c *Controller) Step(ctx context.Context) {
 			}
 		}
 	}
+	c.keepMicro(snap)
 	// Latency broken: step down now.
 	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > b.LatencyMS &&
 		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown && c.latencySettled(now) {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
@@ -11,6 +12,19 @@ import (
 // KindMicroBatch: a training worker's micro-batch size changed (issue 32,
 // docs/runtime.md "Micro-batched training turns").
 const KindMicroBatch Kind = "micro_batch"
+
+// declaredMicro is the micro-batch sizes training worker w declared below its minibatch
+// (divisors of it), ascending, without repeats: what its job is profiled and planned at.
+func declaredMicro(w sched.WorkerInfo) []int {
+	var micro []int
+	for _, mb := range w.MicroBatches {
+		if mb > 0 && mb < w.Batch && w.Batch%mb == 0 && !slices.Contains(micro, mb) {
+			micro = append(micro, mb)
+		}
+	}
+	slices.Sort(micro)
+	return micro
+}
 
 // microCapable reports that a live training worker declared micro-batch sizes below its
 // minibatch: training can then run in turns shorter than a minibatch.
@@ -73,7 +87,9 @@ func (c *Controller) watchMicro() {
 }
 
 // noteMicro records an event for each training worker whose micro-batch size changed
-// since the controller last looked. Called with c.mu held.
+// since the controller last looked, saying whether it is the plan's size for the job
+// (the pair's, or each job's with several: applyMicro) or the scheduler's run-time
+// choice. Called with c.mu held.
 func (c *Controller) noteMicro(snap sched.Snapshot) {
 	if c.micro == nil {
 		c.micro = map[string]int{}
@@ -89,14 +105,47 @@ func (c *Controller) noteMicro(snap sched.Snapshot) {
 		if (!ok && w.MicroBatch == w.Batch) || prev == w.MicroBatch {
 			continue
 		}
-		reason := fmt.Sprintf("%s (%s): training runs its minibatch of %d as %d turn(s) of %d (the largest declared micro-batch whose turn fits the inference streams' admission room)",
-			w.ID, w.Workload, w.Batch, w.Batch/w.MicroBatch, w.MicroBatch)
+		why := "the largest declared micro-batch whose turn fits the inference streams' admission room"
+		if c.cur != nil {
+			if mb, ok := c.microFor(*c.cur, w.Workload); ok && mb == w.MicroBatch && mb > 0 {
+				why = "the plan's micro-batch for this job"
+			}
+		}
+		reason := fmt.Sprintf("%s (%s): training runs its minibatch of %d as %d turn(s) of %d (%s)",
+			w.ID, w.Workload, w.Batch, w.Batch/w.MicroBatch, w.MicroBatch, why)
 		c.events.Add(Event{Kind: KindMicroBatch, Reason: reason})
 		c.log.Info(reason)
 	}
 	for id := range c.micro {
 		if !seen[id] {
 			delete(c.micro, id)
+		}
+	}
+}
+
+// keepMicro sets the configuration in force's micro-batch on each training worker that
+// registered since it was applied (a trainer that reconnected, or was dropped past the
+// hold limit and came back): applyMicro set it only on the workers there then, and the
+// same workload coming back does not re-plan. It forgets the workers gone, so what it
+// keeps is bounded by the workers registered. Called with c.mu held.
+func (c *Controller) keepMicro(snap sched.Snapshot) {
+	if c.cur == nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, w := range snap.Workers {
+		live[w.ID] = true
+		mb, ok := c.microOf(*c.cur, w)
+		if set, done := c.microSet[w.ID]; !ok || (done && set == mb) {
+			continue
+		}
+		if err := c.setMicro(w.ID, mb); err != nil {
+			c.log.Warn("set the planned micro-batch on a new training worker", "worker", w.ID, "err", err)
+		}
+	}
+	for id := range c.microSet {
+		if !live[id] {
+			delete(c.microSet, id)
 		}
 	}
 }

@@ -166,3 +166,117 @@ func TestLiveProfilerMeasuresMissingMicroBatches(t *testing.T) {
 		t.Fatalf("known after profiling: %+v, want mode %s with its two micro-batch turns", k, m.Human())
 	}
 }
+
+// recordMicro is the real scheduler with every SetMicroBatch the controller made
+// recorded (worker → the last size set): the size set takes effect at the worker's next
+// minibatch, which these tests' scripted workers never start.
+type recordMicro struct {
+	*sched.Scheduler
+	mu  sync.Mutex
+	set map[string]int
+}
+
+func (r *recordMicro) SetMicroBatch(id string, mb int) error {
+	if err := r.Scheduler.SetMicroBatch(id, mb); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.set == nil {
+		r.set = map[string]int{}
+	}
+	r.set[id] = mb
+	return nil
+}
+
+func (r *recordMicro) sizeOf(id string) (int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	mb, ok := r.set[id]
+	return mb, ok
+}
+
+// seedMicro stores noise-free profiles of the training workload at micro-batch sizes of
+// its minibatch of 32 at the env's modes (the simulator's batch curve at that size).
+func (e *env) seedMicro(sizes ...int) {
+	e.t.Helper()
+	now := time.Now().UTC()
+	w := e.models[tTrain]
+	for _, m := range e.modes {
+		for _, mb := range sizes {
+			ms, mw := w.TimeMS(e.spec, m, mb), w.PowerMW(e.spec, m, mb)
+			if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: m, Batch: 32, MicroBatch: mb,
+				TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+				Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Issue 32 with several streams, on the fake clock: the stored micro-batch rows reach
+// the joint decision, which runs the trainer in micro-batches where its minibatch breaks
+// both streams' budgets; the controller sets the size on the trainer, and on a trainer
+// of the same job that registers later (a reconnect re-plans nothing).
+func TestSeveralStreamsSetEachJobsMicroBatch(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	e.seedMicro(8, 16)
+	e.seedStream(tInfer2)
+	rec := &recordMicro{Scheduler: e.sched}
+	c, err := New(Options{Sched: rec, Board: e.board, Store: e.store, Clock: e.clock, Targets: plan.Targets{LatencyMS: 60, PowerMW: 35000, RateRPS: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.board.set(20000, nil)
+	spec := sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32, MicroBatches: []int{8, 16}}
+	tr, _, err := e.sched.Register(spec, func(sched.Grant) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.registerInfer(tInfer)
+	e.registerInfer(tInfer2)
+	e.tick(c, 300*time.Millisecond)
+	st := c.Status()
+	if st.Current == nil || len(st.Current.Streams) != 2 {
+		t.Fatalf("status %+v: want a plan for both streams", st)
+	}
+	cur := *st.Current
+	if !cur.Predicted.Feasible || cur.MicroBatch == 0 || len(cur.Train) != 1 || cur.Train[0] != (TrainChoice{Workload: tTrain, Batch: 32, MicroBatch: cur.MicroBatch}) {
+		t.Fatalf("plan %+v (jobs %+v): want a feasible plan running %s in micro-batches", cur, cur.Train, tTrain)
+	}
+	// The decision is plan.MultiDecider's over the stored profiles with the micro-batch rows.
+	g := &group{Train: []TrainJob{{Workload: tTrain, Batch: 32, MicroBatches: []int{8, 16}}}, Streams: []StreamSpec{{tInfer, []int{1, 2, 4, 8}}, {tInfer2, []int{1, 2, 4, 8}}}}
+	ps, err := StoredMultiProfiles(e.store, e.spec.Name, g)
+	if err != nil || len(ps) != len(e.modes) || len(ps[0].Micro) != 1 || len(ps[0].Micro[0]) != 2 {
+		t.Fatalf("stored multi profiles: %d, %v; want one per mode with the two micro-batch rows", len(ps), err)
+	}
+	mb := plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: tInfer, RateRPS: 20, LatencyMS: 60}, {Name: tInfer2, RateRPS: 20, LatencyMS: 60}}, PowerMW: 35000}
+	d, err := c.Rules().ForMulti(mb, c.Config().InferBatches).Decide(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Mode != d.Best.Mode || !slices.Equal(d.Best.MicroBatches, []int{cur.MicroBatch}) || cur.Predicted.ThroughputSPS != d.Best.ObjectiveSPS {
+		t.Fatalf("applied %s micro-batch %d (%.1f samples/s); the decision is %s %v (%.1f)", cur.Mode.Human(), cur.MicroBatch, cur.Predicted.ThroughputSPS,
+			d.Best.Mode.Human(), d.Best.MicroBatches, d.Best.ObjectiveSPS)
+	}
+	if mb, ok := rec.sizeOf(tr); !ok || mb != cur.MicroBatch {
+		t.Fatalf("trainer %s set to micro-batch %d (%v), the plan runs %d", tr, mb, ok, cur.MicroBatch)
+	}
+	if e.sched.Snapshot().TrainingPaused {
+		t.Fatal("training paused under a feasible micro-batch plan")
+	}
+	// The trainer reconnects: the same job, nothing to re-plan, the plan's size again.
+	e.sched.Unregister(tr)
+	tr2, _, err := e.sched.Register(spec, func(sched.Grant) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tick(c, 100*time.Millisecond)
+	if mb, ok := rec.sizeOf(tr2); !ok || mb != cur.MicroBatch {
+		t.Fatalf("reconnected trainer %s set to micro-batch %d (%v), the plan runs %d", tr2, mb, ok, cur.MicroBatch)
+	}
+	if st := c.Status(); st.Current == nil || st.Current.MicroBatch != cur.MicroBatch {
+		t.Fatalf("plan after the reconnect %+v", st.Current)
+	}
+}

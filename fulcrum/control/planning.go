@@ -194,7 +194,7 @@ func (c *Controller) expectAt(m powermode.Mode) {
 	var g *group
 	var mp *plan.MultiProfile
 	if c.pair != nil {
-		g = &group{Train: []TrainJob{{c.pair.Train, c.pair.TrainBatch}}, Streams: []StreamSpec{{c.pair.Infer, c.pair.Batches}}}
+		g = &group{Train: []TrainJob{{Workload: c.pair.Train, Batch: c.pair.TrainBatch, MicroBatches: c.pair.MicroBatches}}, Streams: []StreamSpec{{c.pair.Infer, c.pair.Batches}}}
 		if ps, err := c.profiles(); err == nil {
 			if i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == m }); i >= 0 {
 				x := plan.MultiOf(ps[i])

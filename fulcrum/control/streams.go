@@ -30,6 +30,14 @@ import (
 type TrainJob struct {
 	Workload string `json:"workload"`
 	Batch    int    `json:"batch"`
+	// MicroBatches are the micro-batch sizes its first worker declared below the
+	// minibatch, ascending (issue 32): profiled at every mode, and the decision chooses
+	// one of them (or the whole minibatch) for the job.
+	MicroBatches []int `json:"micro_batches,omitempty"`
+}
+
+func sameJob(a, b TrainJob) bool {
+	return a.Workload == b.Workload && a.Batch == b.Batch && slices.Equal(a.MicroBatches, b.MicroBatches)
 }
 
 // StreamSpec is an inference workload planned for, with the batch sizes it may serve.
@@ -49,7 +57,7 @@ func sameGroup(a, b *group) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return slices.Equal(a.Train, b.Train) && slices.EqualFunc(a.Streams, b.Streams, func(x, y StreamSpec) bool {
+	return slices.EqualFunc(a.Train, b.Train, sameJob) && slices.EqualFunc(a.Streams, b.Streams, func(x, y StreamSpec) bool {
 		return x.Workload == y.Workload && slices.Equal(x.Batches, y.Batches)
 	})
 }
@@ -58,6 +66,10 @@ func sameGroup(a, b *group) bool {
 func (g *group) String() string {
 	var tr, st []string
 	for _, j := range g.Train {
+		if len(j.MicroBatches) > 0 {
+			tr = append(tr, fmt.Sprintf("%s (batch %d, micro-batches %v)", j.Workload, j.Batch, j.MicroBatches))
+			continue
+		}
 		tr = append(tr, fmt.Sprintf("%s (batch %d)", j.Workload, j.Batch))
 	}
 	for _, s := range g.Streams {
@@ -67,15 +79,15 @@ func (g *group) String() string {
 }
 
 // groupOf returns every distinct training and inference workload with a live worker
-// (the first worker of each gives the training minibatch and the batch sizes), or nil
-// when there is at most one of each: the pair plans that.
+// (the first worker of each gives the training minibatch, its micro-batch sizes and the
+// batch sizes), or nil when there is at most one of each: the pair plans that.
 func (c *Controller) groupOf(snap sched.Snapshot) *group {
 	g := &group{}
 	for _, w := range snap.Workers {
 		switch w.Role {
 		case proto.RoleTrain:
 			if !slices.ContainsFunc(g.Train, func(j TrainJob) bool { return j.Workload == w.Workload }) {
-				g.Train = append(g.Train, TrainJob{Workload: w.Workload, Batch: w.Batch})
+				g.Train = append(g.Train, TrainJob{Workload: w.Workload, Batch: w.Batch, MicroBatches: declaredMicro(w)})
 			}
 		case proto.RoleInfer:
 			if !slices.ContainsFunc(g.Streams, func(s StreamSpec) bool { return s.Workload == w.Workload }) {
@@ -168,11 +180,20 @@ type streamPoint struct {
 // StoredMultiProfiles returns the stored profiles of every workload of g on board, one
 // per mode where every training job has a profile at its minibatch and every stream at
 // one or more of its batch sizes. Each profile's repeats are its least-repeated point's.
+// A job's points stored at its declared micro-batch sizes become the profile's Micro
+// turns (issue 32); a mode stored without them offers that job whole minibatches.
 func StoredMultiProfiles(st *store.Store, board string, g *group) ([]plan.MultiProfile, error) {
-	sh := plan.Shape{}
+	return storedMultiProfiles(st, board, g, true)
+}
+
+// storedMultiProfiles is StoredMultiProfiles; without microOptional a mode is complete
+// only with every job's every declared micro-batch size (what a searcher may take as
+// known, as for the pair: LiveProfiler.Known).
+func storedMultiProfiles(st *store.Store, board string, g *group, microOptional bool) ([]plan.MultiProfile, error) {
+	sh := plan.Shape{MicroOptional: microOptional}
 	var ps []store.Profile
 	for _, job := range g.Train {
-		sh.Train = append(sh.Train, plan.Wanted{Workload: job.Workload, Batches: []int{job.Batch}})
+		sh.Train = append(sh.Train, plan.Wanted{Workload: job.Workload, Batches: []int{job.Batch}, Micro: job.MicroBatches})
 		l, err := st.List(store.Filter{Board: board, Workload: job.Workload, Role: truth.Train})
 		if err != nil {
 			return nil, err
@@ -216,6 +237,13 @@ func (c *Controller) multiProfiles() ([]plan.MultiProfile, error) {
 		for j := range p.Train {
 			if k > 1 {
 				p.Train[j].PowerMW *= k
+			}
+		}
+		for j := range p.Micro {
+			for x := range p.Micro[j] {
+				if k > 1 {
+					p.Micro[j][x].PowerMW *= k // micro-batch turns draw at the same mode
+				}
 			}
 		}
 		for i := range p.Infer {
@@ -312,6 +340,34 @@ type StreamChoice struct {
 	ratio         float64
 }
 
+// TrainChoice is one training job's part of a configuration planned for several streams
+// or jobs (issue 32): the micro-batch size the plan runs its minibatch in.
+type TrainChoice struct {
+	Workload string `json:"workload"`
+	Batch    int    `json:"batch"` // the minibatch
+	// MicroBatch is the samples of one turn when the plan runs the minibatch as
+	// Batch/MicroBatch turns; 0: whole minibatches (for a worker that declared
+	// micro-batches, the scheduler's run-time choice: the whole minibatch where it fits).
+	MicroBatch int `json:"micro_batch,omitempty"`
+}
+
+// sameTrain reports that two configurations run every job at the same micro-batch.
+func sameTrain(a, b []TrainChoice) bool { return slices.Equal(a, b) }
+
+// microFor is the micro-batch ch plans for a training workload's workers and whether ch
+// plans one for it at all (0: whole minibatches).
+func (c *Controller) microFor(ch Choice, workload string) (int, bool) {
+	for _, t := range ch.Train {
+		if t.Workload == workload {
+			return t.MicroBatch, true
+		}
+	}
+	if c.pair != nil && workload == c.pair.Train {
+		return ch.MicroBatch, true
+	}
+	return 0, false
+}
+
 // batchFor is the batch ch plans for an inference workload's workers (0: none).
 func (c *Controller) batchFor(ch Choice, workload string) int {
 	for _, s := range ch.Streams {
@@ -367,7 +423,7 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	for i, s := range c.grp.Streams {
 		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
 	}
-	c.decideMulti(ctx, kind, reason+": "+explainMulti(d, mb, dr.LatencyRatio), d, mb, dr.LatencyRatio)
+	c.decideMulti(ctx, kind, reason+": "+explainMulti(c.grp, d, mb, dr.LatencyRatio), d, mb, dr.LatencyRatio)
 }
 
 // streamRatios is each stream's learned measured/predicted p99 ratio (1: none), in the
@@ -380,9 +436,9 @@ func (c *Controller) streamRatios() []float64 {
 	return out
 }
 
-// explainMulti is a decision in an event's words.
+// explainMulti is a decision for g in an event's words.
 // ratios are the streams' learned measured/predicted p99 ratios the decision applied.
-func explainMulti(d plan.MultiDecision, mb plan.MultiBudgets, ratios []float64) string {
+func explainMulti(g *group, d plan.MultiDecision, mb plan.MultiBudgets, ratios []float64) string {
 	e := d.Best
 	var st []string
 	for i, s := range e.Streams {
@@ -392,6 +448,9 @@ func explainMulti(d plan.MultiDecision, mb plan.MultiBudgets, ratios []float64) 
 			continue
 		}
 		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
+	}
+	if mt := microText(trainChoices(g, e.MicroBatches)); mt != "" {
+		st = append(st, mt)
 	}
 	head := fmt.Sprintf("mode %s, %s; %.1f W, GPU share %.2f, training %.1f samples/s (P(every budget) %.3f, %d claimable)",
 		e.Mode.Human(), strings.Join(st, ", "), e.PowerMW/1000, e.Rho, e.ObjectiveSPS, d.PFeasible, d.Candidates)
@@ -420,12 +479,49 @@ func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, 
 			ch.Batch, ch.Predicted.LatencyMS, ch.Predicted.RateRPS = s.Batch, ratios[i]*s.LatencyMS, mb.Streams[i].RateRPS
 		}
 	}
+	ch.Train = trainChoices(c.grp, e.MicroBatches)
+	for _, t := range ch.Train {
+		if c.pair != nil && t.Workload == c.pair.Train {
+			ch.MicroBatch = t.MicroBatch // the pair's, as api.Plan.train_micro_batch shows it
+		}
+	}
 	m := e.Mode
 	meas := c.measured
 	pred := ch.Predicted
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch, Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
 	c.setTrainingPaused(c.trainingPausedFor(d.Feasible, string(d.Binding.Constraint)), reason)
+}
+
+// trainChoices are g's jobs with the micro-batch sizes a decision chose (one per job,
+// in job order; nil: whole minibatches for every job).
+func trainChoices(g *group, micro []int) []TrainChoice {
+	if g == nil {
+		return nil
+	}
+	out := make([]TrainChoice, len(g.Train))
+	for j, job := range g.Train {
+		out[j] = TrainChoice{Workload: job.Workload, Batch: job.Batch}
+		if j < len(micro) {
+			out[j].MicroBatch = micro[j]
+		}
+	}
+	return out
+}
+
+// microText is the jobs' micro-batches in an event's words ("" when every job runs
+// whole minibatches).
+func microText(train []TrainChoice) string {
+	var parts []string
+	for _, t := range train {
+		if t.MicroBatch > 0 && t.MicroBatch < t.Batch {
+			parts = append(parts, fmt.Sprintf("%s in micro-batches of %d (%d turns a minibatch)", t.Workload, t.MicroBatch, t.Batch/t.MicroBatch))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "training " + strings.Join(parts, ", ")
 }
 
 // stepMulti is Step's watch while several streams or jobs are planned for: each stream's
@@ -484,6 +580,7 @@ func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now tim
 			}
 		}
 	}
+	c.keepMicro(snap) // and a trainer its job's micro-batch
 	// A stream's latency broken (judged on requests served since the configuration in
 	// force was applied): learn every judged stream's measured/predicted p99 ratio, expect
 	// it at every mode (which puts the broken configuration over its budget) and decide
@@ -623,10 +720,10 @@ func newPooledLive(g *group, rates, weights []float64, st *store.Store, board st
 		if i > 0 {
 			only = truth.Infer
 		}
-		p.streams = append(p.streams, mk(Pair{Train: first.Workload, TrainBatch: first.Batch, Infer: s.Workload, Batches: s.Batches}, only))
+		p.streams = append(p.streams, mk(Pair{Train: first.Workload, TrainBatch: first.Batch, Infer: s.Workload, Batches: s.Batches, MicroBatches: first.MicroBatches}, only))
 	}
 	for _, j := range g.Train[1:] {
-		p.jobs = append(p.jobs, mk(Pair{Train: j.Workload, TrainBatch: j.Batch, Infer: g.Streams[0].Workload, Batches: g.Streams[0].Batches}, truth.Train))
+		p.jobs = append(p.jobs, mk(Pair{Train: j.Workload, TrainBatch: j.Batch, Infer: g.Streams[0].Workload, Batches: g.Streams[0].Batches, MicroBatches: j.MicroBatches}, truth.Train))
 	}
 	return p
 }
@@ -635,6 +732,9 @@ func newPooledLive(g *group, rates, weights []float64, st *store.Store, board st
 // together.
 func (p *pooledLive) each(m powermode.Mode, f func(*LiveProfiler) (plan.ModeProfile, error)) (plan.MultiProfile, error) {
 	mp := plan.MultiProfile{Mode: m, Train: make([]plan.TrainPoint, len(p.g.Train)), Infer: make([][]plan.InferPoint, len(p.g.Streams))}
+	if slices.ContainsFunc(p.g.Train, func(j TrainJob) bool { return len(j.MicroBatches) > 0 }) {
+		mp.Micro = make([][]plan.TrainPoint, len(p.g.Train)) // each job's micro-batch turns (issue 32)
+	}
 	before := p.Counts().Profiled
 	defer func() {
 		if p.Counts().Profiled > before {
@@ -654,6 +754,9 @@ func (p *pooledLive) each(m powermode.Mode, f func(*LiveProfiler) (plan.ModeProf
 		mp.Infer[i] = x.Infer
 		if i == 0 {
 			mp.Train[0], mp.Repeats = x.Train, x.Repeats
+			if mp.Micro != nil {
+				mp.Micro[0] = x.Micro
+			}
 			if p.overBudget(m) {
 				// The first pair drew over the power budget there: the mode is answered by
 				// its estimate (as Known answers it), and the others are not profiled at a
@@ -668,6 +771,9 @@ func (p *pooledLive) each(m powermode.Mode, f func(*LiveProfiler) (plan.ModeProf
 			return mp, err
 		}
 		mp.Train[j+1] = x.Train
+		if mp.Micro != nil {
+			mp.Micro[j+1] = x.Micro
+		}
 	}
 	return mp, nil
 }
@@ -714,7 +820,9 @@ func (p *pooledLive) Remeasure(ctx context.Context, m powermode.Mode) (plan.Mode
 // Known implements search.Profiler: every mode stored for every workload, pooled, and
 // the modes the first pair's guard abandoned as over the power budget (their estimates).
 func (p *pooledLive) Known() []plan.ModeProfile {
-	ps, err := StoredMultiProfiles(p.store, p.board, p.g)
+	// A mode stored without some job's declared micro-batch sizes is not known: a
+	// searcher that visits it has the jobs' profilers measure the missing sizes.
+	ps, err := storedMultiProfiles(p.store, p.board, p.g, false)
 	if err != nil {
 		p.streams[0].logger().Warn("reading stored profiles", "err", err)
 	}
@@ -856,10 +964,11 @@ func (c *Controller) expectAtGroup(g *group, mp *plan.MultiProfile) {
 	}
 }
 
-// keepStreams carries the other streams' batches of the configuration in force into ch,
-// a choice made for the pair alone (an operator's mode, the degraded fallback) while
-// several streams are planned for: they keep serving their batch, and status keeps
-// showing it. Called with c.mu held.
+// keepStreams carries the other streams' batches and the other jobs' micro-batches of
+// the configuration in force into ch, a choice made for the pair alone (an operator's
+// mode, the degraded fallback) while several streams are planned for: they keep serving
+// their batch and running their turns, and status keeps showing them. Called with c.mu
+// held.
 func (c *Controller) keepStreams(ch *Choice) {
 	if c.grp == nil || c.cur == nil || len(c.cur.Streams) == 0 || len(ch.Streams) > 0 {
 		return
@@ -870,6 +979,13 @@ func (c *Controller) keepStreams(ch *Choice) {
 			ch.Streams[i].Batch = ch.Batch
 		}
 		ch.Streams[i].PredLatencyMS, ch.Streams[i].Rho = 0, 0 // not predicted for this mode
+	}
+	// The jobs keep their micro-batches too, the pair's job taking the pair's choice.
+	ch.Train = slices.Clone(c.cur.Train)
+	for j := range ch.Train {
+		if c.pair != nil && ch.Train[j].Workload == c.pair.Train {
+			ch.Train[j].MicroBatch = ch.MicroBatch
+		}
 	}
 }
 

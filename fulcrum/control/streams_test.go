@@ -79,7 +79,7 @@ func TestPlanSeveralStreams(t *testing.T) {
 		t.Fatalf("status %+v: want a plan for both streams", st)
 	}
 	// The decision is plan.MultiDecider's over the stored profiles.
-	g := &group{Train: []TrainJob{{tTrain, 32}}, Streams: []StreamSpec{{tInfer, []int{1, 2, 4, 8}}, {tInfer2, []int{1, 2, 4, 8}}}}
+	g := &group{Train: []TrainJob{{Workload: tTrain, Batch: 32}}, Streams: []StreamSpec{{tInfer, []int{1, 2, 4, 8}}, {tInfer2, []int{1, 2, 4, 8}}}}
 	ps, err := StoredMultiProfiles(e.store, e.spec.Name, g)
 	if err != nil || len(ps) != len(e.modes) {
 		t.Fatalf("stored multi profiles: %d, %v; want one per seeded mode", len(ps), err)
@@ -200,7 +200,7 @@ func TestPlanTwoTrainingJobs(t *testing.T) {
 	if st.Current == nil || len(st.Current.Streams) != 1 || len(st.Train) != 2 {
 		t.Fatalf("status %+v: want a joint plan for two jobs and one stream", st)
 	}
-	g := &group{Train: []TrainJob{{tTrain, 32}, {tTrain2, w.Batch}}, Streams: []StreamSpec{{tInfer, []int{1, 2, 4, 8}}}}
+	g := &group{Train: []TrainJob{{Workload: tTrain, Batch: 32}, {Workload: tTrain2, Batch: w.Batch}}, Streams: []StreamSpec{{tInfer, []int{1, 2, 4, 8}}}}
 	ps, err := StoredMultiProfiles(e.store, e.spec.Name, g)
 	if err != nil || len(ps) != len(e.modes) {
 		t.Fatalf("stored multi profiles: %d, %v", len(ps), err)

@@ -78,6 +78,9 @@ type Scenario struct {
 	// many samples, and the minibatch counts once, after its last turn. False: none
 	// declared, k = 1.
 	MicroBatches bool
+	// MicroTrain, with MicroBatches, names the training workloads that declare them
+	// (the others declare none, k = 1); nil: every one.
+	MicroTrain []string
 	// NoiseFrac is the per-minibatch noise (log-normal sigma); 0 takes 0.03.
 	NoiseFrac float64
 	// Configure, when set, changes fulcrumd's options after daemon.DefaultOptions() and
@@ -400,10 +403,11 @@ func Run(ctx context.Context, sc Scenario) (Result, error) {
 	for i, n := range sc.Train {
 		w := models[n]
 		var micro []int
+		declares := sc.MicroBatches && (sc.MicroTrain == nil || slices.Contains(sc.MicroTrain, n))
 		switch {
-		case sc.MicroBatches && sc.Truth != nil:
+		case declares && sc.Truth != nil:
 			micro = truthMicroSizes(sc.Truth, n, w.Batch)
-		case sc.MicroBatches:
+		case declares:
 			micro = microSizes(w.Batch)
 		}
 		wk, err := h.register(proto.RoleTrain, w, w.Batch, nil, micro, uint64(100+i))

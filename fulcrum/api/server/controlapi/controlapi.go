@@ -181,6 +181,7 @@ func (a *API) plan() *api.Plan {
 		PredLatencyMS: ch.Predicted.LatencyMS, PredPowerMW: ch.Predicted.PowerMW,
 		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles",
 		ApplyError: st.ApplyError}
+	p.TrainJobs = toAPITrainJobs(ch.Train)
 	evs := a.C.Events().List(0)
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
@@ -208,6 +209,16 @@ func (a *API) plan() *api.Plan {
 		}
 	}
 	return p
+}
+
+// toAPITrainJobs is every job's micro-batch of a plan for several streams or jobs on the
+// wire (nil for a pair's plan).
+func toAPITrainJobs(train []control.TrainChoice) []api.PlanTrainJob {
+	var out []api.PlanTrainJob
+	for _, t := range train {
+		out = append(out, api.PlanTrainJob{Workload: t.Workload, Batch: t.Batch, MicroBatch: t.MicroBatch})
+	}
+	return out
 }
 
 func (a *API) binding(ch *control.Choice) (string, bool) {

@@ -10,7 +10,7 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
 )
 
-// The controller's own Heat, Caller and live refinement (control imports nothing of the API) reach the
+// The controller's own Heat, Caller, live refinement and a plan's training jobs (control imports nothing of the API) reach the
 // wire field by field: with every field set, the API's JSON is the controller's, and the
 // types have the same fields, so a field added on one side must be added on the other.
 func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
@@ -32,6 +32,7 @@ func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
 		{"caller", c, toAPICaller(c)},
 		{"caller back", c, fromAPICaller(*toAPICaller(c))},
 		{"refine", r, toAPIRefine(r)},
+		{"train jobs", []control.TrainChoice{{Workload: "resnet18-train", Batch: 32, MicroBatch: 8}, {Workload: "lstm-train", Batch: 20}}, toAPITrainJobs([]control.TrainChoice{{Workload: "resnet18-train", Batch: 32, MicroBatch: 8}, {Workload: "lstm-train", Batch: 20}})},
 	} {
 		want, _ := json.Marshal(pair.from)
 		got, _ := json.Marshal(pair.got)
@@ -47,6 +48,7 @@ func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
 		{reflect.TypeFor[control.Pooled](), reflect.TypeFor[api.RefinePooled]()},
 		{reflect.TypeFor[control.RefineConfig](), reflect.TypeFor[api.RefineConfig]()},
 		{reflect.TypeFor[control.RefineFailure](), reflect.TypeFor[api.RefineFailure]()},
+		{reflect.TypeFor[control.TrainChoice](), reflect.TypeFor[api.PlanTrainJob]()},
 	} {
 		if types[0].NumField() != types[1].NumField() {
 			t.Errorf("%s has %d fields, %s %d: copy the new one", types[0], types[0].NumField(), types[1], types[1].NumField())
