@@ -492,6 +492,26 @@ func (c *Controller) Step(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.watchMicro() // after this step's decision, whichever way the step ends
+	c.noteWorkers(snap, now, pair, grp, declined)
+	pn, standDown := c.observeBoard(ctx, now)
+	if standDown || c.pair == nil {
+		return
+	}
+	c.observeStreams(snap, now)
+	if c.holdDecisions(ctx, snap, now) {
+		return
+	}
+	if c.grp != nil {
+		c.stepMulti(ctx, snap, now)
+		return
+	}
+	c.stepPair(ctx, snap, now, pn)
+}
+
+// noteWorkers takes in who is registered: a changed pair or group asks for a plan and
+// forgets what was learned of the old one; declined profiles, learned admission rooms and
+// micro-batch sizes are noted. Called with c.mu held.
+func (c *Controller) noteWorkers(snap sched.Snapshot, now time.Time, pair *Pair, grp *group, declined []string) {
 	if changed := !samePair(pair, c.pair); changed || !sameGroup(grp, c.grp) {
 		if pair != nil {
 			verb := "workers registered"
@@ -516,19 +536,27 @@ func (c *Controller) Step(ctx context.Context) {
 	c.noteDeclined(declined)
 	c.noteRooms(snap, now)
 	c.noteMicro(snap)
-	var pn int
+}
+
+// observeBoard reads the board's power and heat and watches for another tool's mode
+// change; standDown reports that the controller stands down this step. pn is the number
+// of power readings in the window. Called with c.mu held.
+func (c *Controller) observeBoard(ctx context.Context, now time.Time) (pn int, standDown bool) {
 	if c.board != nil {
 		c.measured.PowerMW, pn = c.power.Average(now, c.cfg.PowerWindow)
 		c.observeHeat(ctx, now)
 		// Another tool's clock, core or EMC change (jetson_clocks, nvpmodel -m) is seen
 		// within one period; standing down, nothing below writes a mode.
 		if !c.job && c.watchExternal(ctx, now) {
-			return
+			return pn, true
 		}
 	}
-	if c.pair == nil {
-		return
-	}
+	return pn, false
+}
+
+// observeStreams updates the measured arrival rate (the pair's meter, and every stream's
+// with several), the recent p99 and its count. Called with c.mu held.
+func (c *Controller) observeStreams(snap sched.Snapshot, now time.Time) {
 	// Arrival rate: EWMA of the request counter's slope.
 	if wl, ok := snap.Workload(proto.RoleInfer, c.pair.Infer); ok {
 		c.rate.observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
@@ -549,34 +577,40 @@ func (c *Controller) Step(ctx context.Context) {
 			c.measured.RateRPS = m.rate
 		}
 	}
+}
+
+// holdDecisions reports whether nothing is decided this step beyond what it did itself:
+// a profiling job runs, the board is degraded, a refused mode write waits for its retry
+// (or is retried), or a re-search started. Called with c.mu held.
+func (c *Controller) holdDecisions(ctx context.Context, snap sched.Snapshot, now time.Time) bool {
 	if c.job {
-		return
+		return true
 	}
 	if c.board != nil && c.checkDegraded(ctx, now) {
-		return
+		return true
 	}
 	if c.want != nil && (c.needPlan == "" || now.Before(c.retryAt)) {
 		// The board refused the last mode change: nothing else is decided until it
 		// takes one (every decision would be another refused write), and the retry
 		// waits out the back-off. A budget change re-plans at the next retry instead.
 		if now.Before(c.retryAt) {
-			return
+			return true
 		}
 		c.apply(ctx, *c.want)
 		if c.want == nil {
 			c.needPlan = "the board accepts mode changes again"
 		}
-		return
+		return true
 	}
 	// Training paused by an infeasible plan, or a failed search: search again after a
 	// backed-off hold (research.go).
-	if c.maybeResearch(snap, now) {
-		return
-	}
-	if c.grp != nil {
-		c.stepMulti(ctx, snap, now)
-		return
-	}
+	return c.maybeResearch(snap, now)
+}
+
+// stepPair applies the pair's control rules in order (docs/controller.md): live
+// refinement, power broken, a plan asked for, the planned batch on new workers, latency
+// broken, rate drift, back up after a step. Called with c.mu held.
+func (c *Controller) stepPair(ctx context.Context, snap sched.Snapshot, now time.Time, pn int) {
 	rate, ready := c.planningRate(now)
 	b := c.targets
 	// Live refinement: its windows, and a trial ended the moment it breaks a budget.
@@ -621,6 +655,17 @@ func (c *Controller) Step(ctx context.Context) {
 		c.stepDownLatency(ctx, rate)
 		return
 	}
+	if c.driftReplan(ctx, now) {
+		return
+	}
+	c.maybeStepUp(ctx, now, rate, pn)
+}
+
+// driftReplan is rule 5: with the rate measured (no rate budget), a drift beyond the
+// meter's noise held for DriftHold re-plans from the stored profiles. It reports whether
+// it re-planned. Called with c.mu held.
+func (c *Controller) driftReplan(ctx context.Context, now time.Time) bool {
+	b := c.targets
 	// Rate drift: re-plan from stored profiles.
 	if b.RateRPS == 0 && c.planRate > 0 && !c.held {
 		if rateDrifted(c.rate.rate, c.planRate, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
@@ -629,12 +674,19 @@ func (c *Controller) Step(ctx context.Context) {
 			} else if now.Sub(c.driftSince) >= c.cfg.DriftHold {
 				c.driftSince = time.Time{}
 				c.plan(ctx, fmt.Sprintf("arrival rate drifted from %.1f/s to %.1f/s (over %.0f%% and %d σ of the meter's noise for %s)", c.planRate, c.rate.rate, c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold), c.rate.rate)
-				return
+				return true
 			}
 		} else {
 			c.driftSince = time.Time{}
 		}
 	}
+	return false
+}
+
+// maybeStepUp is rule 6: after a step down, back up once power and latency stayed under
+// the budgets by the hysteresis for Hold. Called with c.mu held.
+func (c *Controller) maybeStepUp(ctx context.Context, now time.Time, rate float64, pn int) {
+	b := c.targets
 	// Back up after a step, with hysteresis.
 	if c.stepped {
 		h := 1 - c.cfg.Hysteresis
