@@ -481,34 +481,14 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 	// Measured: scoring the store every 250 ms period while paused made the lifetime
 	// tests under -race run past their 10 min (TestPausedTrainingSearchesAgain).
 	c.ref.nearNext = now.Add(o.Window)
-	ps, err := c.profiles()
-	if err != nil {
-		return false
-	}
-	ps = underCap(c, ps, func(p plan.ModeProfile) powermode.Mode { return p.Mode })
 	d := c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches)
-	all, err := d.ScoreAll(ps)
-	if err != nil {
-		return false
-	}
-	from := cfgKey{c.cur.Mode, c.cur.Batch}
-	var best plan.Scored
-	found := false
-	for _, s := range all {
-		key := cfgKey{s.Mode, s.Batch}
-		if f := c.ref.failed[key]; f != nil && now.Before(f.retryAt) {
-			continue
-		}
-		if c.badLat[key] || d.Claims(s) || s.ViolationAdm > 0 || s.PFeasible < o.NearClaimP || s.ThroughputSPS <= 0 {
-			continue
-		}
-		if !found || s.PFeasible*s.ThroughputSPS > best.PFeasible*best.ThroughputSPS {
-			best, found = s, true
-		}
-	}
+	best, found := c.bestCandidate(d, now, func(s plan.Scored) bool {
+		return !c.badLat[cfgKey{s.Mode, s.Batch}] && !d.Claims(s) && s.ViolationAdm <= 0 && s.PFeasible >= o.NearClaimP && s.ThroughputSPS > 0
+	})
 	if !found {
 		return false
 	}
+	from := cfgKey{c.cur.Mode, c.cur.Batch}
 	cs, ok := c.scoreKey(from, rate)
 	if !ok {
 		return false
@@ -531,6 +511,22 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 // the one with the largest P × throughput.
 func (c *Controller) trialCandidate(d plan.Decider, cur plan.Scored, rate float64, now time.Time) (plan.Scored, bool) {
 	o := c.cfg.Refine
+	sp := c.board.Space()
+	return c.bestCandidate(d, now, func(s plan.Scored) bool {
+		// The confirmed configuration's figures are refined, a neighbour's may not be:
+		// comparing like with like (the neighbour against the confirmed one as stored)
+		// was measured and lost the one gain of the AGX sweep (docs/benchmarks.md "Live
+		// refinement"), so the model's ranking with what it knows stands.
+		return (cfgKey{s.Mode, s.Batch}) != (cfgKey{cur.Mode, cur.Batch}) &&
+			s.Feasible && s.ViolationAdm <= 0 && s.PFeasible >= o.TrialMinP && s.ThroughputSPS >= cur.ThroughputSPS*(1+o.TrialGain) &&
+			modeSteps(sp, cur.Mode, s.Mode) <= o.TrialSteps
+	})
+}
+
+// bestCandidate is the configuration to try among the stored ones under the thermal cap
+// that keep accepts, not backed off after a failed trial: the one with the largest
+// P × throughput (trialCandidate, nearClaim).
+func (c *Controller) bestCandidate(d plan.Decider, now time.Time, keep func(plan.Scored) bool) (plan.Scored, bool) {
 	ps, err := c.profiles()
 	if err != nil {
 		return plan.Scored{}, false
@@ -540,25 +536,13 @@ func (c *Controller) trialCandidate(d plan.Decider, cur plan.Scored, rate float6
 	if err != nil {
 		return plan.Scored{}, false
 	}
-	sp := c.board.Space()
 	var best plan.Scored
 	found := false
 	for _, s := range all {
-		key := cfgKey{s.Mode, s.Batch}
-		if key == (cfgKey{cur.Mode, cur.Batch}) {
+		if f := c.ref.failed[cfgKey{s.Mode, s.Batch}]; f != nil && now.Before(f.retryAt) {
 			continue
 		}
-		if f := c.ref.failed[key]; f != nil && now.Before(f.retryAt) {
-			continue
-		}
-		// The confirmed configuration's figures are refined, a neighbour's may not be:
-		// comparing like with like (the neighbour against the confirmed one as stored)
-		// was measured and lost the one gain of the AGX sweep (docs/benchmarks.md "Live
-		// refinement"), so the model's ranking with what it knows stands.
-		if !s.Feasible || s.ViolationAdm > 0 || s.PFeasible < o.TrialMinP || s.ThroughputSPS < cur.ThroughputSPS*(1+o.TrialGain) {
-			continue
-		}
-		if modeSteps(sp, cur.Mode, s.Mode) > o.TrialSteps {
+		if !keep(s) {
 			continue
 		}
 		if !found || s.PFeasible*s.ThroughputSPS > best.PFeasible*best.ThroughputSPS {
