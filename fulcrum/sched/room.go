@@ -123,6 +123,13 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	if now.Sub(r.evalAt) < s.cfg.RoomInterval {
 		return
 	}
+	// A profile batch ran within the window's span: the latencies are a search's (modes
+	// and batches not planned for the budget, the gaps of a search before any plan), not
+	// what the room can correct. The evidence restarts a span after the last one.
+	if !s.profiledAt.IsZero() && now.Sub(s.profiledAt) < s.cfg.Window {
+		r.changed, r.evalAt, r.n, r.near, r.blocked = now, now, 0, 0, false
+		return
+	}
 	// A grow is judged on the window's latencies since the change (a change in the turn
 	// times shows within its span, undiluted by the minutes before), a shrink on all of
 	// them (r.n, r.near).
