@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -385,5 +386,65 @@ func TestAdmissionRoomEvidenceRestartsOnBudgetChange(t *testing.T) {
 	st, _ = h.s.Snapshot().Workload(proto.RoleInfer, "cam")
 	if st.RoomChanges == 0 || st.RoomLearnedMS <= 0 {
 		t.Fatalf("room unchanged after 60 latencies in the new budget's guard band: %+v", st)
+	}
+}
+
+// A search's latencies teach the room nothing: while profile batches run (and for a
+// window's span after the last), latencies in the guard band leave the room alone — they
+// were served at modes and batches not planned for the budget, before any plan. Then
+// the same latencies grow it.
+func TestAdmissionRoomLearnsNothingFromASearch(t *testing.T) {
+	c := roomSimConfig(true)
+	c.RoomInterval = time.Second
+	h := newHarness(t, c)
+	inf := h.register(proto.RoleInfer, "cam", 1)
+	tr := h.register(proto.RoleTrain, "train", 8)
+	done := make(chan error, 1)
+	profiles := 0
+	serve := func(n int, search bool) {
+		for i := range n {
+			if search && i%10 == 0 { // a profile batch every second
+				go func() {
+					_, err := h.s.Profile(context.Background(), tr, 8)
+					done <- err
+				}()
+				for waited := 0; ; waited++ {
+					h.s.mu.Lock()
+					queued := len(h.s.profiles)
+					h.s.mu.Unlock()
+					if queued > 0 {
+						break
+					}
+					if waited > 5000 {
+						t.Fatal("profile request never queued")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				h.must(h.s.Acquire(tr, 0))
+			}
+			h.must(h.s.Acquire(inf, 0))
+			// 291 ms against 300: in the guard band.
+			h.must(h.s.Arrivals(inf, []proto.Request{{ID: fmt.Sprint(h.clock.Now().UnixNano(), i), AgeMS: 290}}))
+			for gs := h.grants(); len(gs) > 0; gs = h.grants() {
+				for _, g := range gs {
+					h.release(g.Worker, g, time.Millisecond)
+					if g.Kind == proto.KindProfile {
+						profiles++
+						h.must(<-done)
+					}
+				}
+			}
+			h.clock.Advance(100 * msec)
+		}
+	}
+	serve(600, true) // 60 s of a search
+	st, _ := h.s.Snapshot().Workload(proto.RoleInfer, "cam")
+	if profiles < 50 || st.RoomChanges != 0 {
+		t.Fatalf("after %d profile batches the room changed %d times (learned %v ms): a search's latencies grew it", profiles, st.RoomChanges, st.RoomLearnedMS)
+	}
+	serve(400, false) // the window's span after the last profile, then evidence
+	st, _ = h.s.Snapshot().Workload(proto.RoleInfer, "cam")
+	if st.RoomChanges == 0 || st.RoomLearnedMS <= 0 {
+		t.Fatalf("room unchanged 40 s after the search with every latency in the guard band: %+v", st)
 	}
 }
