@@ -76,7 +76,7 @@ type Config struct {
 	// step when its p99 comes within RoomGuard × its budget of the budget (or over it),
 	// shrunk on long evidence well below that band while its deadlines keep training
 	// out, at most once per RoomInterval, within [RoomMin, RoomMaxFrac × its budget].
-	// RoomMaxFrac = 0 turns learning off.
+	// RoomMaxFrac = 0 (the default) turns learning off.
 	RoomGuard    float64       `mapstructure:"room_guard"`
 	RoomMin      time.Duration `mapstructure:"room_min_ms"`
 	RoomMaxFrac  float64       `mapstructure:"room_max_frac"`

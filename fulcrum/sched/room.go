@@ -17,15 +17,16 @@ import (
 // then the budget's quantile runs over the budget with nothing to correct it. The
 // learned room closes that loop, per inference stream. It counts the latencies served
 // since the room last changed and those in the guard band [L·(1−RoomGuard), ∞) — near
-// the budget or over it — and every RoomInterval at most:
+// the budget or over it — none within the window's span of a profile batch (a search's
+// latencies, at modes not planned for the budget), and every RoomInterval at most:
 //
-//   - grows when more than the 1 % the budget allows are near (and at least two, among
-//     at least roomGrowSamples): in one step, by the overshoot of the window's p99 past
+//   - grows when more than the 1 % the budget allows of the window's latencies since the
+//     change are near (and at least two, among at least roomGrowSamples): in one step, by the overshoot of the window's p99 past
 //     the middle of the hold zone [L·(1−2·RoomGuard), L·(1−RoomGuard)) — the room that
 //     would have kept that quantile there, had the late requests' waits been that much
 //     shorter — at least RoomGuard × L;
 //   - shrinks when at most a quarter of the allowed 1 % are near among at least
-//     shrinkNeed latencies, the window's p99 below the hold zone, and this stream's
+//     shrinkNeed latencies counted since the change (not bounded by the window), the window's p99 below the hold zone, and this stream's
 //     deadlines kept training out since the last evaluation (otherwise the room costs
 //     nothing): by half the distance from the p99 to the zone's middle. shrinkNeed starts
 //     at roomShrinkSamples and doubles (up to roomShrinkSamplesMax) each time a grow
@@ -36,8 +37,8 @@ import (
 //     and after a change in the turn times it settles in one or two grows.
 //
 // It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 (the default) turns
-// learning off: the room buys the p99 with training time (docs/runtime.md "The learned
-// admission room").
+// learning off: the room buys the p99 with training time, a little even without tails
+// (docs/runtime.md "The learned admission room", "Settling" and "Shipping it").
 const (
 	// roomQuantile is the quantile the latency budget promises (p99 ≤ L).
 	roomQuantile = 0.99
