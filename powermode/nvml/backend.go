@@ -196,7 +196,11 @@ func (b *Backend) Space() *powermode.Space { return b.space }
 func (b *Backend) ClockControl() bool { return b.o.ClockControl }
 
 // Current returns the mode Apply set; before any Apply (the driver governs the clocks)
-// it reads the running graphics and memory clocks and snaps them to the space.
+// it reads the application clocks — the clocks the driver runs the GPU at under load,
+// the setting nvidia-smi -ac changes — and snaps them to the space. The running clocks
+// are the fallback where a GPU reports no application clocks: they follow the load (an
+// H100 idles at 345 MHz and runs at 1980 MHz a moment later), so a mode read from them
+// changed with every idle spell (seen on an H100, 2026-11-26).
 func (b *Backend) Current(ctx context.Context) (powermode.Mode, error) {
 	if err := ctx.Err(); err != nil {
 		return powermode.Mode{}, err
@@ -209,15 +213,28 @@ func (b *Backend) Current(ctx context.Context) (powermode.Mode, error) {
 	if b.applied != nil {
 		return *b.applied, nil
 	}
-	gr, ret := b.dev.GetClockInfo(gonvml.CLOCK_GRAPHICS)
-	if ret != gonvml.SUCCESS {
-		return powermode.Mode{}, fmt.Errorf("nvml: graphics clock: %w", ret)
+	gr, err := b.setClockMHz(gonvml.CLOCK_GRAPHICS, "graphics")
+	if err != nil {
+		return powermode.Mode{}, err
 	}
-	mem, ret := b.dev.GetClockInfo(gonvml.CLOCK_MEM)
-	if ret != gonvml.SUCCESS {
-		return powermode.Mode{}, fmt.Errorf("nvml: memory clock: %w", ret)
+	mem, err := b.setClockMHz(gonvml.CLOCK_MEM, "memory")
+	if err != nil {
+		return powermode.Mode{}, err
 	}
 	return b.space.SnapNearest(powermode.Mode{Cores: b.cores, CPUKHz: b.cpuKHz, GPUHz: int64(gr) * 1e6, EMCHz: int64(mem) * 1e6}), nil
+}
+
+// setClockMHz is the application clock of one domain, or the running clock where the GPU
+// reports none (not supported, or 0).
+func (b *Backend) setClockMHz(c gonvml.ClockType, what string) (uint32, error) {
+	if mhz, ret := b.dev.GetApplicationsClock(c); ret == gonvml.SUCCESS && mhz > 0 {
+		return mhz, nil
+	}
+	mhz, ret := b.dev.GetClockInfo(c)
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("nvml: %s clock: %w", what, ret)
+	}
+	return mhz, nil
 }
 
 func (b *Backend) usable() error {

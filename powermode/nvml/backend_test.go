@@ -67,7 +67,9 @@ type gpu struct {
 	memLocked    [][2]uint32
 	resets       []string
 	shutdowns    int
-	failGpuAt    uint32 // SetGpuLockedClocks at this MHz fails
+	failGpuAt    uint32    // SetGpuLockedClocks at this MHz fails
+	runningMHz   uint32    // graphics clock now (default 1752)
+	appMHz       [2]uint32 // application clocks (graphics, memory); 0: not supported
 }
 
 func newGPU() *gpu {
@@ -82,7 +84,20 @@ func newGPU() *gpu {
 			if c == gonvml.CLOCK_MEM {
 				return 2619, gonvml.SUCCESS
 			}
+			if g.runningMHz > 0 {
+				return g.runningMHz, gonvml.SUCCESS
+			}
 			return 1752, gonvml.SUCCESS // between levels: Current snaps it
+		},
+		GetApplicationsClockFunc: func(c gonvml.ClockType) (uint32, gonvml.Return) {
+			i := 0
+			if c == gonvml.CLOCK_MEM {
+				i = 1
+			}
+			if g.appMHz[i] == 0 {
+				return 0, gonvml.ERROR_NOT_SUPPORTED
+			}
+			return g.appMHz[i], gonvml.SUCCESS
 		},
 		GetPowerUsageFunc:             func() (uint32, gonvml.Return) { return 123456, gonvml.SUCCESS },
 		GetTotalEnergyConsumptionFunc: func() (uint64, gonvml.Return) { return 987654321, gonvml.SUCCESS },
@@ -206,6 +221,27 @@ func TestSpaceAndInfo(t *testing.T) {
 	}
 	if cur.GPUHz != 1755e6 || cur.EMCHz != 2619e6 {
 		t.Fatalf("current %s: want the running clocks snapped to 1755/2619 MHz", cur)
+	}
+}
+
+// Before any Apply, the mode is the application clocks, not the running clocks: an idle
+// H100 runs at 345 MHz with 1980 MHz set, and a mode read from the running clock moved
+// with the load.
+func TestCurrentIsTheApplicationClocks(t *testing.T) {
+	g := newGPU()
+	g.runningMHz = 345
+	g.appMHz = [2]uint32{1980, 2619}
+	b := openGPU(t, g, false)
+	cur, err := b.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.GPUHz != 1980e6 || cur.EMCHz != 2619e6 {
+		t.Fatalf("current %s with the GPU idle at 345 MHz: want the application clocks 1980/2619 MHz", cur.Human())
+	}
+	g.runningMHz = 1410 // under load, still the same setting
+	if again, _ := b.Current(context.Background()); again != cur {
+		t.Fatalf("current moved with the running clock: %s then %s", cur.Human(), again.Human())
 	}
 }
 
