@@ -191,7 +191,7 @@ func TestNothingCalledBeforeInit(t *testing.T) {
 
 func TestSpaceAndInfo(t *testing.T) {
 	g := newGPU()
-	b := openGPU(t, g, false)
+	b := openGPU(t, g, true)
 	s := b.Space()
 	if s.Size() != 8 || s.IsGrid() {
 		t.Fatalf("space: %d modes, grid %v; want the 8 supported pairs, not their grid", s.Size(), s.IsGrid())
@@ -251,10 +251,43 @@ func TestHostCPUWithoutCpufreq(t *testing.T) {
 	}
 }
 
+// Read-only, the space is the one pair the GPU is set to: the controller profiles it and
+// chooses batch sizes there. "Applying" it writes nothing; any other pair is refused.
+func TestReadOnlyPlansAtTheClocksSet(t *testing.T) {
+	g := newGPU()
+	g.runningMHz = 345
+	g.appMHz = [2]uint32{1755, 2619}
+	b := openGPU(t, g, false)
+	ctx := context.Background()
+	if b.Space().Size() != 1 || b.Supported().Size() != 8 {
+		t.Fatalf("read-only: space %d modes, supported %d; want 1 and 8", b.Space().Size(), b.Supported().Size())
+	}
+	at := b.Space().Modes()[0]
+	if at.GPUHz != 1755e6 || at.EMCHz != 2619e6 {
+		t.Fatalf("read-only space holds %s; want the application clocks 1755/2619 MHz", at.Human())
+	}
+	if err := b.Apply(ctx, at); err != nil {
+		t.Fatalf("applying the mode the GPU is set to: %v", err)
+	}
+	other := powermode.Mode{Cores: at.Cores, CPUKHz: at.CPUKHz, GPUHz: 1410e6, EMCHz: 2619e6}
+	if err := b.Apply(ctx, other); err == nil || !strings.Contains(err.Error(), "clock_control: true") {
+		t.Fatalf("read-only Apply of another pair: %v", err)
+	}
+	if cur, _ := b.Current(ctx); cur != at {
+		t.Fatalf("current %s after the no-op apply, want %s", cur.Human(), at.Human())
+	}
+	if len(g.gpuLocked)+len(g.memLocked)+len(g.resets) != 0 {
+		t.Fatalf("read-only backend wrote clocks: %+v", g)
+	}
+}
+
 func TestReadOnlyRefuses(t *testing.T) {
 	g := newGPU()
 	b := openGPU(t, g, false)
-	m := b.Space().Modes()[0]
+	m := b.Supported().Modes()[0]
+	if m == b.Space().Modes()[0] {
+		m = b.Supported().Modes()[1]
+	}
 	err := b.Apply(context.Background(), m)
 	if err == nil || !strings.Contains(err.Error(), "clock_control: true") {
 		t.Fatalf("read-only Apply: %v", err)
