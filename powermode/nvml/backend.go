@@ -204,8 +204,9 @@ func buildSpace(clocks ClockLister, uuid string, cores int, cpuKHz int64) (*powe
 // SoC "discrete" and its PCI bus id, L4T the driver version.
 func (b *Backend) Info() powermode.BoardInfo { return b.info }
 
-// Space is the set of supported (graphics, memory) clock pairs, with one cores level
-// (the host's CPU count) and one cpu_khz level (the host's maximum), never changed.
+// Space is what fulcrumd may choose: with clock control the set of supported (graphics,
+// memory) clock pairs, read-only the one pair the GPU is set to; with one cores level (the
+// host's CPU count) and one cpu_khz level (the host's maximum), never changed.
 func (b *Backend) Space() *powermode.Space { return b.space }
 
 // Supported is every (graphics, memory) clock pair the GPU lists, also when read-only
