@@ -182,7 +182,13 @@ def main():
                 code, reply = 503, str(e).encode()
             self.reply(code, reply)
 
-    httpd = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+        # The listen backlog: socketserver's 5 overflowed when a burst of clients connected
+        # while this process was busy (scripts/pytorch/restart.py sends from 64 threads; two
+        # connections were reset in a CI run at load 12), and a reset request is a lost one.
+        request_queue_size = 128
+
+    httpd = Server((args.host, args.port), Handler)
     print("listening on", httpd.server_address[1], flush=True)
     httpd.serve_forever()
 
