@@ -85,8 +85,10 @@ func (t Targets) Equal(o Targets) bool {
 // Validate rejects targets the controller cannot hold: the latency budget in range, the
 // rate, power, quantile and ρ cap in range or 0 (open / default), at most
 // MaxStreamTargets workloads with their own targets, each valid (StreamTarget.Validate).
-// Every message names the field and the valid range. It is the one check of the
-// operator's targets: configuration, control API, settings file and controller.
+// Every message names the field and the valid range; errors come in the order latency,
+// power, rate, quantile, ρ cap, workloads (the first is the one the control API
+// answers). It is the one check of the operator's targets: configuration, control API
+// (through Apply), settings file and controller.
 func (t Targets) Validate() error {
 	var errs []error
 	check := func(field string, v float64) {
@@ -97,13 +99,13 @@ func (t Targets) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	check(FieldRate, t.RateRPS)
 	check(FieldLatency, t.LatencyMS)
 	check(FieldPower, t.PowerMW)
+	check(FieldRate, t.RateRPS)
 	check(FieldQuantile, t.Quantile)
 	check(FieldRhoMax, t.RhoMax)
 	if len(t.Streams) > MaxStreamTargets {
-		errs = append(errs, fmt.Errorf("streams: %d workloads with targets of their own: at most %d", len(t.Streams), MaxStreamTargets))
+		errs = append(errs, fieldErrorf(FieldStreams, "streams: %d workloads with targets of their own: at most %d", len(t.Streams), MaxStreamTargets))
 	}
 	for _, w := range slices.Sorted(maps.Keys(t.Streams)) {
 		if err := t.Streams[w].Validate(w); err != nil {
