@@ -209,21 +209,21 @@ func (t Targets) MultiBudgets(streams []string, ratesRPS []float64, jobs []strin
 // StreamLatenciesMS are the per-workload latency budgets set (the scheduler's deadlines
 // besides the shared one).
 func (t Targets) StreamLatenciesMS() map[string]float64 {
-	out := map[string]float64{}
-	for w, s := range t.Streams {
-		if s.LatencyMS > 0 {
-			out[w] = s.LatencyMS
-		}
-	}
-	return out
+	return t.setPerWorkload(func(s StreamTarget) float64 { return s.LatencyMS })
 }
 
 // TrainWeights are the training weights set, by workload (the scheduler's shares).
 func (t Targets) TrainWeights() map[string]float64 {
+	return t.setPerWorkload(func(s StreamTarget) float64 { return s.TrainWeight })
+}
+
+// setPerWorkload is one field of the workloads' own targets, by workload, where it is
+// set (above 0: 0 is the shared value or the default); never nil.
+func (t Targets) setPerWorkload(field func(StreamTarget) float64) map[string]float64 {
 	out := map[string]float64{}
 	for w, s := range t.Streams {
-		if s.TrainWeight > 0 {
-			out[w] = s.TrainWeight
+		if v := field(s); v > 0 {
+			out[w] = v
 		}
 	}
 	return out
