@@ -172,6 +172,12 @@ const minModelRateRPS = MinRateRPS
 // one inference stream at rateRPS (the rate in force: the fixed one or the measured
 // one): no power budget becomes MaxPowerMW, the largest the model takes, and the
 // quantile and ρ cap their defaults.
+//
+// Not the board's maximum power: the code knows none (the catalog has no rating), and
+// "no power budget" must never refuse a configuration, while a ceiling near what the
+// board draws would make the decision's power term (P(power ≤ budget) under the
+// profiling noise) fall below 1 at the top modes, refusing some, and name power as the
+// binding constraint of plans made with no power budget.
 func (t Targets) Budgets(rateRPS float64) Budgets {
 	t = t.WithDefaults()
 	p := t.PowerMW
