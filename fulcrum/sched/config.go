@@ -72,11 +72,11 @@ type Config struct {
 	// cover: waking up, the grant's trip to the worker, the worker starting the batch.
 	Margin time.Duration `mapstructure:"margin_ms"`
 	// The learned admission room (room.go, docs/design.md §9): each inference stream's
-	// deadlines keep Margin plus a room learned from its latency window, grown when its
-	// p99 comes within RoomGuard × its budget of the budget (or over it), shrunk below
-	// that band while its deadlines keep training out, at most once per RoomInterval,
-	// within [RoomMin, RoomMaxFrac × its budget]. RoomMaxFrac = 0 (the default) turns
-	// learning off.
+	// deadlines keep Margin plus a room learned from its latency window, grown in one
+	// step when its p99 comes within RoomGuard × its budget of the budget (or over it),
+	// shrunk on long evidence well below that band while its deadlines keep training
+	// out, at most once per RoomInterval, within [RoomMin, RoomMaxFrac × its budget].
+	// RoomMaxFrac = 0 (the default) turns learning off.
 	RoomGuard    float64       `mapstructure:"room_guard"`
 	RoomMin      time.Duration `mapstructure:"room_min_ms"`
 	RoomMaxFrac  float64       `mapstructure:"room_max_frac"`

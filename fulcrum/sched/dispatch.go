@@ -154,6 +154,7 @@ func (s *Scheduler) grantProfile(now time.Time) bool {
 				"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)), "expected_ms", ms(exp))
 		}
 		s.profiles = slices.Delete(s.profiles, i, i+1)
+		s.profiledAt = now // the learned rooms do not learn from it (room.go)
 		s.grant(w, proto.KindProfile, p.batch, nil, exp, now, p)
 		return true
 	}

@@ -158,6 +158,9 @@ func (s *Scheduler) finish(w *worker, q *request, now time.Time, ok bool) {
 	delete(w.ids, q.id)
 	lat := now.Sub(q.arrived)
 	w.st.done(now, lat, ok, now.After(q.deadline))
+	if ok {
+		s.countRoom(w.workload, lat)
+	}
 	if ok && s.cfg.OnServed != nil {
 		s.cfg.OnServed(w.name, lat)
 	}

@@ -15,31 +15,42 @@ import (
 // Margin) is tuned on workers whose times are steady; a real framework's turns have
 // tails it does not see (allocator, Python threads, the server's own CPU work), and
 // then the budget's quantile runs over the budget with nothing to correct it. The
-// learned room closes that loop, per inference stream:
+// learned room closes that loop, per inference stream. It counts the latencies served
+// since the room last changed and those in the guard band [L·(1−RoomGuard), ∞) — near
+// the budget or over it — none within the window's span of a profile batch (a search's
+// latencies, at modes not planned for the budget), and every RoomInterval at most:
 //
-//   - every RoomInterval at most, from the latencies served since the room last
-//     changed (at least roomGrowSamples), it counts those in the guard band
-//     [L·(1−RoomGuard), ∞) — near the budget or over it. More than the 1 % the budget
-//     allows (and at least two): the room grows by half the overshoot of the p99 past
-//     the middle of the hold zone below, at least RoomGuard × L;
-//   - none at all among at least roomShrinkSamples, the p99 below the hold zone
-//     [L·(1−2·RoomGuard), L·(1−RoomGuard)), this stream's deadlines having kept
-//     training out since the last evaluation (otherwise the room costs nothing), and
-//     two intervals since the last change: it shrinks by half the distance from the
-//     p99 to the zone's middle (shrinking can wait; growing cannot);
-//   - otherwise nothing changes, so in steady state the room stays put.
+//   - grows when more than the 1 % the budget allows of the window's latencies since the
+//     change are near (and at least two, among at least roomGrowSamples): in one step, by the overshoot of the window's p99 past
+//     the middle of the hold zone [L·(1−2·RoomGuard), L·(1−RoomGuard)) — the room that
+//     would have kept that quantile there, had the late requests' waits been that much
+//     shorter — at least RoomGuard × L;
+//   - shrinks when at most a quarter of the allowed 1 % are near among at least
+//     shrinkNeed latencies counted since the change (not bounded by the window), the window's p99 below the hold zone, and this stream's
+//     deadlines kept training out since the last evaluation (otherwise the room costs
+//     nothing): by half the distance from the p99 to the zone's middle. shrinkNeed starts
+//     at roomShrinkSamples and doubles (up to roomShrinkSamplesMax) each time a grow
+//     undoes a shrink, halving again when a shrink holds: a room at its level is not
+//     probed again and again;
+//   - otherwise nothing changes. Between the grow and the shrink thresholds (a quarter of
+//     the allowed rate to all of it) lies a dead band: in steady state the room stays put,
+//     and after a change in the turn times it settles in one or two grows.
 //
 // It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 (the default) turns
-// learning off: the room buys the p99 with training time (docs/runtime.md "The learned
-// admission room"), and a violation the room cannot fix (the slow first minutes of a
-// fresh process) leaves a large room behind for as long as the shrink takes.
+// learning off: the room buys the p99 with training time, a little even without tails
+// (docs/runtime.md "The learned admission room", "Settling" and "Shipping it").
 const (
 	// roomQuantile is the quantile the latency budget promises (p99 ≤ L).
 	roomQuantile = 0.99
-	// roomGrowSamples and roomShrinkSamples: latencies served since the last change that
-	// an evaluation needs to grow or to shrink the room.
-	roomGrowSamples   = 50
-	roomShrinkSamples = 300
+	// roomGrowSamples: latencies served since the last change that a grow needs.
+	roomGrowSamples = 50
+	// roomShrinkSamples and roomShrinkSamplesMax bound the latencies a shrink needs:
+	// with none near among 600, fewer than 0.5 % would be near at 95 % confidence.
+	roomShrinkSamples    = 600
+	roomShrinkSamplesMax = 8 * roomShrinkSamples
+	// roomShrinkNear is the fraction of the allowed late rate (1 − roomQuantile) that a
+	// shrink tolerates near the budget.
+	roomShrinkNear = 0.25
 )
 
 // roomState is one inference stream's learned room.
@@ -48,6 +59,13 @@ type roomState struct {
 	changed time.Time     // last change (the latencies since are the evidence)
 	evalAt  time.Time     // last evaluation
 	changes uint64
+	// n and near count the latencies served since changed and those in the guard band
+	// (the window holds only its span: the shrink's evidence can be longer).
+	n, near int
+	// shrinkNeed is the latencies a shrink needs now (0: roomShrinkSamples); shrunk:
+	// the last change was a shrink.
+	shrinkNeed int
+	shrunk     bool
 	// blocked: the stream's deadlines kept a training minibatch out since evalAt.
 	blocked bool
 	// lastQMS is the quantile (ms) the last evaluation measured.
@@ -79,6 +97,18 @@ func (s *Scheduler) budgetOfWorkload(wl *workload) time.Duration {
 	return s.latency
 }
 
+// countRoom counts one latency served to wl in its room's evidence. Called with s.mu
+// held.
+func (s *Scheduler) countRoom(wl *workload, lat time.Duration) {
+	if wl.role != proto.RoleInfer || s.cfg.RoomMaxFrac <= 0 {
+		return
+	}
+	wl.room.n++
+	if ms(lat) >= ms(s.budgetOfWorkload(wl))*(1-s.cfg.RoomGuard) {
+		wl.room.near++
+	}
+}
+
 // learnRoom re-evaluates wl's learned room at now (after requests were served). Called
 // with s.mu held.
 func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
@@ -94,6 +124,16 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	if now.Sub(r.evalAt) < s.cfg.RoomInterval {
 		return
 	}
+	// A profile batch ran within the window's span: the latencies are a search's (modes
+	// and batches not planned for the budget, the gaps of a search before any plan), not
+	// what the room can correct. The evidence restarts a span after the last one.
+	if !s.profiledAt.IsZero() && now.Sub(s.profiledAt) < s.cfg.Window {
+		r.changed, r.evalAt, r.n, r.near, r.blocked = now, now, 0, 0, false
+		return
+	}
+	// A grow is judged on the window's latencies since the change (a change in the turn
+	// times shows within its span, undiluted by the minutes before), a shrink on all of
+	// them (r.n, r.near).
 	v := wl.st.latency.valuesSince(now, r.changed)
 	if len(v) < roomGrowSamples {
 		return
@@ -107,43 +147,47 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	l := ms(budget)
 	g := s.cfg.RoomGuard
 	hi, lo, mid := l*(1-g), l*(1-2*g), l*(1-1.5*g)
-	// near: latencies in the guard band or over the budget. The budget allows 1 % of
-	// requests late: the room grows as soon as more than that (and at least two) fall in
-	// the band among the latencies since the last change (the evidence accumulates
-	// until a change, so a rate just over 1 % is caught within a few hundred requests);
-	// it shrinks only after a long run with none at all (a faster shrink oscillated
-	// in the simulated tails, docs/runtime.md).
-	near := len(v) - sortSearch(v, hi)
-	allowed := (1 - roomQuantile) * float64(len(v))
+	nearW, _ := slices.BinarySearch(v, hi)
+	nearW = len(v) - nearW
+	need := r.shrinkNeed
+	if need == 0 {
+		need = roomShrinkSamples
+	}
 	maxExtra := max(time.Duration(s.cfg.RoomMaxFrac*float64(budget)), s.cfg.RoomMin)
-	next := r.extra
+	next, grow := r.extra, false
 	switch {
-	case near >= 2 && float64(near) > allowed:
-		next = r.extra + max(durMS((q-mid)/2), durMS(g*l))
-	case near == 0 && q < lo && blocked && len(v) >= roomShrinkSamples && now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
+	case nearW >= 2 && float64(nearW) > (1-roomQuantile)*float64(len(v)):
+		next, grow = r.extra+max(durMS(q-mid), durMS(g*l)), true
+	case float64(r.near) <= roomShrinkNear*(1-roomQuantile)*float64(r.n) && r.n >= need && q < lo && blocked &&
+		now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
 		next = r.extra - durMS((mid-q)/2)
 	}
 	next = min(max(next, s.cfg.RoomMin, 0), maxExtra)
-	// Changes below a millisecond are noise, not worth an event.
+	// Changes below a millisecond are noise, not worth an event. A grow the bound stops
+	// restarts the evidence: the room is where it can be, and a shrink must be judged on
+	// what it does from now on.
 	if d := next - r.extra; d > -time.Millisecond && d < time.Millisecond {
+		if grow {
+			r.changed, r.n, r.near = now, 0, 0
+		}
 		return
 	}
-	before := r.extra
-	r.extra, r.changed = next, now
+	switch {
+	case grow && r.shrunk:
+		r.shrinkNeed = min(2*need, roomShrinkSamplesMax) // the last shrink went too far
+	case !grow && r.shrunk:
+		r.shrinkNeed = max(need/2, roomShrinkSamples) // the last shrink held
+	}
+	before, samples, near := r.extra, r.n, r.near
+	r.extra, r.changed, r.n, r.near, r.shrunk = next, now, 0, 0, !grow
 	r.changes++
 	s.log.Info("admission room changed", "workload", wl.name, "room_ms", ms(s.cfg.Margin+next), "learned_ms", ms(next),
-		"before_ms", ms(before), "p99_ms", q, "budget_ms", l, "samples", len(v))
+		"before_ms", ms(before), "p99_ms", q, "budget_ms", l, "samples", samples, "near", near)
 	if f := s.cfg.OnRoom; f != nil {
 		c := RoomChange{Workload: wl.name, Room: s.cfg.Margin + next, Learned: next, Before: before,
-			P99: durMS(q), Budget: s.budgetOfWorkload(wl), Samples: len(v)}
+			P99: durMS(q), Budget: s.budgetOfWorkload(wl), Samples: samples}
 		s.out = append(s.out, pendingDelivery{fn: func() { f(c) }})
 	}
-}
-
-// sortSearch is the index of the first value ≥ x in the sorted v.
-func sortSearch(v []float64, x float64) int {
-	i, _ := slices.BinarySearch(v, x)
-	return i
 }
 
 // restartRoomEvidence makes every stream's learned room judge only latencies served from
@@ -153,7 +197,7 @@ func (s *Scheduler) restartRoomEvidence() {
 	now := s.clock.Now()
 	for _, wl := range s.wlOrder {
 		if !wl.room.changed.IsZero() {
-			wl.room.changed = now
+			wl.room.changed, wl.room.n, wl.room.near = now, 0, 0
 		}
 	}
 }

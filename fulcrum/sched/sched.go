@@ -87,9 +87,12 @@ type Scheduler struct {
 	profiles  []*profileReq
 	wake      Timer
 	wakeAt    time.Time
-	wakeGen   uint64
-	out       []pendingDelivery // grants to deliver once the lock is released
-	closed    bool
+	// profiledAt is when the last profile batch was granted: the learned rooms judge
+	// no latencies from a search (room.go).
+	profiledAt time.Time
+	wakeGen    uint64
+	out        []pendingDelivery // grants to deliver once the lock is released
+	closed     bool
 	// trainPaused: training minibatches get no turns (the controller found no
 	// configuration that meets the budgets with training running).
 	trainPaused bool
