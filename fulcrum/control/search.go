@@ -158,7 +158,7 @@ func (c *Controller) searchPooled(ctx context.Context, method string, g *group, 
 // profiles as events. latencyMS is the largest latency budget of the streams.
 func (c *Controller) liveProfiler(pair Pair, budgetMW, latencyMS float64, sat *SaturatedModes, only truth.Role) *LiveProfiler {
 	return &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
-		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, LatencyMS: latencyMS, Saturation: sat, Only: only,
+		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, LatencyMS: latencyMS, Saturation: sat, Only: only, Admission: c.Rules().Admission,
 		OnSaturated: func(m powermode.Mode, _ plan.ModeProfile, rec Saturated) {
 			mode := m
 			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("abandoned profiling mode %s: inference requests stayed queued the whole time a profile batch of %s waited, "+
