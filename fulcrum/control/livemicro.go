@@ -17,8 +17,8 @@ import (
 // a profile batch of that turn waits up to the scheduler's profile_wait for a gap in the
 // arrivals and then makes the requests that arrive during it miss their deadlines; and
 // the decision never claims such a turn (its latency breaks the budget at that mode),
-// nor a larger one. So, at a mode, the live profiler measures the inference batches
-// first and then the training turns from the smallest declared micro-batch up, and:
+// nor a larger one. So, at a mode, the live profiler measures the smallest training turn,
+// the inference batches, and then the other training turns from the smallest up, and:
 //
 //   - a micro-batch size whose turn is over the budget's admission room by the model —
 //     a smaller size measured at this mode already is, or its predicted turn
@@ -204,9 +204,13 @@ func (p *LiveProfiler) microFill(mp plan.ModeProfile, ratios map[sizePair]sizeRa
 	return mp, true
 }
 
-// orderTodo puts a mode's points in the order roomOn measures them: the inference
-// batches first (the room needs their turns), then the training turns ascending, the
-// whole minibatch last.
+// orderTodo puts a mode's points in the order roomOn measures them: the smallest training
+// turn, the inference batches (the room needs their turns), then the other training turns
+// ascending, the whole minibatch last. A training turn comes first, as it did before the
+// room chose the sizes, so that real inference batches run at the new mode before its
+// inference profile batches do: the check against batches faster than a fifth of the
+// real ones (decline.go) reads the latest real batches, which would still be the previous
+// mode's (a search stepping from the slowest mode to a fast one failed that way).
 func orderTodo(todo []store.Key) []store.Key {
 	out := slices.Clone(todo)
 	slices.SortStableFunc(out, func(a, b store.Key) int {
@@ -221,6 +225,10 @@ func orderTodo(todo []store.Key) []store.Key {
 		}
 		return 0
 	})
+	if i := slices.IndexFunc(out, func(k store.Key) bool { return k.Role == truth.Train }); i > 0 {
+		first := out[i]
+		out = slices.Insert(slices.Delete(out, i, i+1), 0, first)
+	}
 	return out
 }
 
