@@ -209,10 +209,12 @@ type LiveProfiler struct {
 	// OnSaturated, when set, is told of every mode abandoned as saturated. It must not
 	// block.
 	OnSaturated func(m powermode.Mode, mp plan.ModeProfile, rec Saturated)
-	// Admission is the scheduler's room the decision keeps (plan.Rules.Admission): with
-	// LatencyMS and declared micro-batch sizes, the training turns over that room are not
-	// measured (livemicro.go).
+	// Admission is the scheduler's room the decision keeps (plan.Rules.Admission). With
+	// ByRoom, LatencyMS and declared micro-batch sizes, the training turns over that room
+	// are not measured (livemicro.go); ByRoom is set for the pair's search only (several
+	// streams or jobs measure every size, as before).
 	Admission plan.Admission
+	ByRoom    bool
 	// OnDiscard, when set, is told once per point of the profile batches discarded there
 	// as too fast (n of them, the fastest fastestMS, against realMS for the workload's
 	// real batches). It must not block.

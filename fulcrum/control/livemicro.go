@@ -46,10 +46,11 @@ const microPredictSlack = 0.9
 const overRoomSamples = 2
 
 // roomOn says whether this profiler chooses the training sizes it measures by the room:
-// it measures both the training job and a stream, the latency budget is known, and the
-// trainer declared micro-batch sizes. Otherwise every point is measured as before.
+// asked to (ByRoom: the pair's search), it measures both the training job and the stream,
+// the latency budget is known, and the trainer declared micro-batch sizes. Otherwise
+// every point is measured as before.
 func (p *LiveProfiler) roomOn() bool {
-	return p.Only == "" && p.LatencyMS > 0 && len(p.Pair.MicroBatches) > 0
+	return p.ByRoom && p.Only == "" && p.LatencyMS > 0 && len(p.Pair.MicroBatches) > 0
 }
 
 // overRoom says a training turn of trainMS beside an inference turn of inferMS breaks the

@@ -89,7 +89,7 @@ func TestLiveProfilerSkipsMicroBatchesOverTheRoom(t *testing.T) {
 	latency := (t8+microPredictSlack*t16)/2 + inf
 	pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}, MicroBatches: []int{4, 8, 16}}
 	newLP := func() *LiveProfiler {
-		return &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm, Pair: pair, LatencyMS: latency,
+		return &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm, Pair: pair, LatencyMS: latency, ByRoom: true,
 			Options: LiveOptions{Samples: 3, MinTime: time.Millisecond, PowerSettle: time.Millisecond}}
 	}
 	lp := newLP()

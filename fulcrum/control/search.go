@@ -189,6 +189,7 @@ func (c *Controller) liveProfiler(pair Pair, budgetMW, latencyMS float64, sat *S
 // search runs one searcher over the board's space through a live profiler.
 func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Targets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
 	lp := c.liveProfiler(pair, b.PowerMW, b.LatencyMS, nil, "")
+	lp.ByRoom = true // the training sizes a claim can use (livemicro.go)
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
 		InferBatches: pair.Batches, Budgets: b.Budgets(rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
