@@ -333,7 +333,8 @@ func (p *LiveProfiler) OverBudgetModes() []OverBudget {
 // the estimated profiles of modes abandoned as over the present budget. A mode stored
 // without one of the trainer's micro-batch sizes is not known: a searcher that visits
 // it has Profile measure the missing sizes (docs/design.md §9 "Micro-batches profiled
-// live").
+// live") — unless each missing size is over the latency budget's room there (roomOn),
+// when the mode is known with those sizes at their predicted turns (livemicro.go).
 func (p *LiveProfiler) Known() []plan.ModeProfile {
 	out, err := storedProfiles(p.Store, p.board(), p.Pair, p.roomOn())
 	if err != nil {
