@@ -45,10 +45,21 @@ class LocalBatcher:
     """Serves submitted payloads without fulcrumd: whatever is queued, up to batch, as
     soon as the previous batch is done (what an application does on its own)."""
 
-    def __init__(self, handler, batch):
+    def __init__(self, handler, batch, warmup=None):
         self.handler, self.batch = handler, batch
         self.q = queue.Queue()
-        threading.Thread(target=self._loop, name="local-batcher", daemon=True).start()
+        ready = threading.Event()
+
+        def run():
+            try:
+                if warmup is not None:
+                    warmup()  # in the serving thread (see main)
+            finally:
+                ready.set()
+            self._loop()
+
+        threading.Thread(target=run, name="local-batcher", daemon=True).start()
+        ready.wait()
 
     def submit(self, payload):
         fut = concurrent.futures.Future()
@@ -117,19 +128,24 @@ def main():
         handler([np.zeros((side, side, 3), dtype=np.uint8)] * batch_size)
 
     # Warm up before taking requests (lazy initialisation, allocator): the first batches
-    # of a fresh model are several times slower.
-    for b in sizes:
-        on_profile(b)
-    with stats_lock:
-        stats.update(batches=0, requests=0, busy_s=0.0, batch_ms=[])
+    # of a fresh model are several times slower. Every size up to --batch, not only the
+    # declared ones (a deadline dispatches partial batches of any size, and on a GPU each
+    # new input shape loads kernels the first time), in the thread that will serve: CUDA
+    # libraries keep per-thread state, and a new thread pays each shape's set-up again
+    # (InferenceServer.start's note has the H200 numbers).
+    def warmup():
+        for b in range(1, args.batch + 1):
+            on_profile(b)
+        with stats_lock:
+            stats.update(batches=0, requests=0, busy_s=0.0, batch_ms=[])
 
     if args.socket == "none":
-        server = LocalBatcher(handler, args.batch)
+        server = LocalBatcher(handler, args.batch, warmup)
     else:
         # on_profile: fulcrumd times this workload at new power modes with real batches.
         client = Client(args.socket, role="infer", workload=args.workload or args.model, batch=args.batch,
                         batch_sizes=sizes, on_profile=on_profile)
-        server = InferenceServer(client, handler).start()
+        server = InferenceServer(client, handler).start(warmup)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -166,7 +182,13 @@ def main():
                 code, reply = 503, str(e).encode()
             self.reply(code, reply)
 
-    httpd = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+        # The listen backlog: socketserver's 5 overflowed when a burst of clients connected
+        # while this process was busy (scripts/pytorch/restart.py sends from 64 threads; two
+        # connections were reset in a CI run at load 12), and a reset request is a lost one.
+        request_queue_size = 128
+
+    httpd = Server((args.host, args.port), Handler)
     print("listening on", httpd.server_address[1], flush=True)
     httpd.serve_forever()
 

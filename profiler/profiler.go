@@ -51,17 +51,15 @@ type Options struct {
 	Source              string        // recorded source; empty: the runner's Source(), else store.SourceTegra
 }
 
-// Defaults returns o with the defaults filled in.
+// Defaults returns o with the defaults filled in. It is idempotent: a negative
+// (no) warm-up stays negative, so that Defaults of Defaults' answer is that answer
+// (Rule reads it as none).
 func (o Options) Defaults() Options {
 	if o.Warmup == 0 {
 		o.Warmup = 2
-	} else if o.Warmup < 0 {
-		o.Warmup = 0
 	}
 	if o.WarmupTime == 0 {
 		o.WarmupTime = 500 * time.Millisecond
-	} else if o.WarmupTime < 0 {
-		o.WarmupTime = 0
 	}
 	if o.MinSamples <= 0 {
 		o.MinSamples = 5
@@ -82,13 +80,12 @@ func (o Options) Defaults() Options {
 }
 
 // Rule is the stopping rule these options give, their defaults filled in (measure.Rule;
-// call it on Options as given, not on Defaults' answer, whose zero Warmup would read as
-// the default again; no minimum measuring
-// time: the sampler reads as the first measured minibatch starts, after a warm-up longer
-// than the sensor's averaging window, so every point has a reading of its own).
+// a negative warm-up is none; no minimum measuring time: the sampler reads as the first
+// measured minibatch starts, after a warm-up longer than the sensor's averaging window,
+// so every point has a reading of its own).
 func (o Options) Rule() measure.Rule {
 	o = o.Defaults()
-	return measure.Rule{Warmup: o.Warmup, WarmupTime: o.WarmupTime, MinSamples: o.MinSamples, MaxSamples: o.MaxSamples, TargetRSE: o.TargetRSE}
+	return measure.Rule{Warmup: max(o.Warmup, 0), WarmupTime: max(o.WarmupTime, 0), MinSamples: o.MinSamples, MaxSamples: o.MaxSamples, TargetRSE: o.TargetRSE}
 }
 
 // Profiler measures workloads on one board and stores the profiles.

@@ -972,7 +972,16 @@ func formatEvent(e api.Event) string {
 		}
 		by = fmt.Sprintf("  [uid %d, %s]", e.Caller.UID, who)
 	}
-	return fmt.Sprintf("%6d  %s  %-9s  %s%s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), shown(e.Kind), shown(e.Message), by)
+	msg := shown(e.Message)
+	// The error an event carries says why (a search failed: "apply mode …: nvml: read-only"):
+	// the table showed the reason without it, and the operator had to ask for JSON.
+	var d struct {
+		Err string `json:"error"`
+	}
+	if len(e.Data) > 0 && json.Unmarshal(e.Data, &d) == nil && d.Err != "" && !strings.Contains(e.Message, d.Err) {
+		msg += ": " + shown(d.Err)
+	}
+	return fmt.Sprintf("%6d  %s  %-9s  %s%s", e.Seq, e.Time.Local().Format("2006-01-02 15:04:05"), shown(e.Kind), msg, by)
 }
 
 // --- watch ---------------------------------------------------------------------------

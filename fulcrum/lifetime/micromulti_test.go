@@ -104,6 +104,45 @@ func workerOf(snap sched.Snapshot, workload string) (sched.WorkerInfo, bool) {
 	return snap.Workers[i], true
 }
 
+// runMicroPlan runs sc, probing the daemon 5 s before its end, and checks what every
+// several-workload micro-batch run needs of it: a plan in force then, and the training
+// rows of trainer (minibatch 32) stored live at each declared size (checkMicroRows).
+func runMicroPlan(t *testing.T, sc lifetime.Scenario, trainer string) (lifetime.Result, microSeen, map[powermode.Mode]map[int]store.Profile) {
+	t.Helper()
+	var at microSeen
+	probeAt := sc.Duration - 5*time.Second
+	sc.Probes = []lifetime.Probe{probeMicro(t, probeAt, &at)}
+	r := run(t, sc)
+	if at.cur == nil {
+		t.Fatalf("no plan in force at %s", probeAt)
+	}
+	rows := microRows(at.profiles, trainer, 32)
+	checkMicroRows(t, rows, trainer, []int{4, 8, 16})
+	return r, at, rows
+}
+
+// checkMicroPlanFollowed fails unless the plan in force is feasible with a training
+// micro-batch, training is not paused under it, trainer's worker runs the plan's
+// micro-batch and an event says so, and every stream's p99 after the plan is within
+// the budget.
+func checkMicroPlanFollowed(t *testing.T, r lifetime.Result, at microSeen, trainer string) {
+	t.Helper()
+	cur := *at.cur
+	if cur.MicroBatch == 0 || !cur.Predicted.Feasible {
+		t.Fatalf("plan %+v: want a feasible plan with a training micro-batch for %s (its minibatch breaks the %d ms budgets at every mode)", cur, trainer, microBudgetMS)
+	}
+	if at.snap.TrainingPaused {
+		t.Error("training paused under a feasible micro-batch plan")
+	}
+	if w, ok := workerOf(at.snap, trainer); !ok || w.MicroBatch != cur.MicroBatch {
+		t.Errorf("%s runs micro-batch %d (registered %v), the plan chose %d", trainer, w.MicroBatch, ok, cur.MicroBatch)
+	}
+	if !microEvent(at.events, trainer, cur.MicroBatch) {
+		t.Errorf("no micro_batch event says %s runs the plan's micro-batch %d", trainer, cur.MicroBatch)
+	}
+	checkP99AfterPlan(t, r, microBudgetMS)
+}
+
 // TestSeveralStreamsPlanMicroBatchFromLiveProfiles: issue 32 item 2 for several streams,
 // end to end in fulcrumd on virtual time. resnet18-train (batch 32, declaring 4/8/16)
 // beside two camera streams whose 60 ms budgets no mode meets with a whole minibatch of
@@ -120,20 +159,14 @@ func TestSeveralStreamsPlanMicroBatchFromLiveProfiles(t *testing.T) {
 		Infer: []lifetime.Stream{{Workload: "mobilenetv3-infer", RateRPS: 20, LatencyMS: microBudgetMS},
 			{Workload: "yolov8n-infer", RateRPS: 5, LatencyMS: microBudgetMS}},
 		Searcher: "gmd", Duration: d, Seed: 1, MicroBatches: true}
-	var at microSeen
-	sc.Probes = []lifetime.Probe{probeMicro(t, d-5*time.Second, &at)}
-	r := run(t, sc)
-	if at.cur == nil {
-		t.Fatalf("no plan in force at %s", d-5*time.Second)
-	}
-	rows := microRows(at.profiles, "resnet18-train", 32)
-	checkMicroRows(t, rows, "resnet18-train", []int{4, 8, 16})
+	r, at, rows := runMicroPlan(t, sc, "resnet18-train")
 	cur := *at.cur
 	t.Logf("%d modes profiled; plan: mode %s, streams %+v, micro-batch %d (jobs %+v), predicted %.1f samples/s, GPU share %.2f, feasible %v; training after the plan %v samples, paused %.0f s, %d micro-batch turns; streams %+v",
 		len(rows), cur.Mode.Human(), cur.Streams, cur.MicroBatch, cur.Train, cur.Predicted.ThroughputSPS, cur.Predicted.Rho, cur.Predicted.Feasible,
 		r.TrainSamplesAfterPlan["resnet18-train"], r.TrainPausedS, r.MicroTurns, r.Streams)
-	if cur.MicroBatch == 0 || !cur.Predicted.Feasible || len(cur.Streams) != 2 {
-		t.Fatalf("plan %+v: want a feasible plan for both streams with a training micro-batch (the minibatch breaks the %d ms budgets at every mode)", cur, microBudgetMS)
+	checkMicroPlanFollowed(t, r, at, "resnet18-train")
+	if len(cur.Streams) != 2 {
+		t.Fatalf("plan %+v: want one for both streams", cur)
 	}
 	if len(cur.Train) != 1 || cur.Train[0].Workload != "resnet18-train" || cur.Train[0].MicroBatch != cur.MicroBatch {
 		t.Errorf("plan's jobs %+v: want resnet18-train at micro-batch %d", cur.Train, cur.MicroBatch)
@@ -148,19 +181,9 @@ func TestSeveralStreamsPlanMicroBatchFromLiveProfiles(t *testing.T) {
 		t.Errorf("predicted %.3f samples/s, but the stored micro-batch %d at %s (%.2f ms) gives %.3f: the plan's turn must be the stored micro-batch row",
 			cur.Predicted.ThroughputSPS, cur.MicroBatch, cur.Mode.Human(), mp.TimeMS.Mean, want)
 	}
-	if at.snap.TrainingPaused {
-		t.Error("training paused under a feasible micro-batch plan")
-	}
-	if w, ok := workerOf(at.snap, "resnet18-train"); !ok || w.MicroBatch != cur.MicroBatch {
-		t.Errorf("the trainer runs micro-batch %d (registered %v), the plan chose %d", w.MicroBatch, ok, cur.MicroBatch)
-	}
-	if !microEvent(at.events, "resnet18-train", cur.MicroBatch) {
-		t.Errorf("no micro_batch event says the trainer runs the plan's micro-batch %d", cur.MicroBatch)
-	}
 	if n := r.TrainSamplesAfterPlan["resnet18-train"]; n <= 0 || r.MicroTurns == 0 {
 		t.Errorf("training after the plan: %v samples, %d micro-batch turns: it must continue in micro-batches", n, r.MicroTurns)
 	}
-	checkP99AfterPlan(t, r, microBudgetMS)
 }
 
 // TestTwoJobsOneDeclaringMicroBatches: two training jobs beside a 60 ms camera stream,
@@ -175,21 +198,12 @@ func TestTwoJobsOneDeclaringMicroBatches(t *testing.T) {
 	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train", "lstm-train"},
 		Infer:    []lifetime.Stream{{Workload: "mobilenetv3-infer", RateRPS: 25, LatencyMS: microBudgetMS}},
 		Searcher: "gmd", Duration: d, Seed: 1, MicroBatches: true, MicroTrain: []string{"resnet18-train"}}
-	var at microSeen
-	sc.Probes = []lifetime.Probe{probeMicro(t, d-5*time.Second, &at)}
-	r := run(t, sc)
-	if at.cur == nil {
-		t.Fatalf("no plan in force at %s", d-5*time.Second)
-	}
-	rows := microRows(at.profiles, "resnet18-train", 32)
-	checkMicroRows(t, rows, "resnet18-train", []int{4, 8, 16})
+	r, at, rows := runMicroPlan(t, sc, "resnet18-train")
 	cur := *at.cur
 	t.Logf("%d modes profiled; plan: mode %s, batch %d, micro-batch %d, jobs %+v, predicted %.1f samples/s, feasible %v (%s); training after the plan %v samples, paused %.0f s, %d micro-batch turns; streams %+v",
 		len(rows), cur.Mode.Human(), cur.Batch, cur.MicroBatch, cur.Train, cur.Predicted.ThroughputSPS, cur.Predicted.Feasible, cur.Predicted.Binding,
 		r.TrainSamplesAfterPlan, r.TrainPausedS, r.MicroTurns, r.Streams)
-	if cur.MicroBatch == 0 || !cur.Predicted.Feasible {
-		t.Fatalf("plan %+v: want a feasible plan with a micro-batch for resnet18-train", cur)
-	}
+	checkMicroPlanFollowed(t, r, at, "resnet18-train")
 	if len(cur.Train) != 2 || cur.Train[0] != (control.TrainChoice{Workload: "resnet18-train", Batch: 32, MicroBatch: cur.MicroBatch}) ||
 		cur.Train[1] != (control.TrainChoice{Workload: "lstm-train", Batch: 20}) {
 		t.Errorf("plan's jobs %+v: want resnet18-train at micro-batch %d, lstm-train whole", cur.Train, cur.MicroBatch)
@@ -197,22 +211,12 @@ func TestTwoJobsOneDeclaringMicroBatches(t *testing.T) {
 	if _, ok := rows[cur.Mode][cur.MicroBatch]; !ok {
 		t.Errorf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch, cur.Mode.Human())
 	}
-	if at.snap.TrainingPaused {
-		t.Error("training paused under a feasible micro-batch plan")
-	}
-	if w, ok := workerOf(at.snap, "resnet18-train"); !ok || w.MicroBatch != cur.MicroBatch {
-		t.Errorf("resnet18-train runs micro-batch %d (registered %v), the plan chose %d", w.MicroBatch, ok, cur.MicroBatch)
-	}
 	if w, ok := workerOf(at.snap, "lstm-train"); !ok || len(w.MicroBatches) != 0 || (w.MicroBatch != 0 && w.MicroBatch != w.Batch) {
 		t.Errorf("lstm-train worker %+v: it declared nothing and must run whole minibatches", w)
-	}
-	if !microEvent(at.events, "resnet18-train", cur.MicroBatch) {
-		t.Errorf("no micro_batch event says resnet18-train runs the plan's micro-batch %d", cur.MicroBatch)
 	}
 	for _, n := range sc.Train {
 		if r.TrainSamplesAfterPlan[n] <= 0 {
 			t.Errorf("job %s trained %v samples after the plan: both jobs must train", n, r.TrainSamplesAfterPlan[n])
 		}
 	}
-	checkP99AfterPlan(t, r, microBudgetMS)
 }

@@ -113,7 +113,8 @@ func edgeScale(edge, measured float64) float64 {
 // rankKey is what a decision ranks a configuration by.
 type rankKey struct{ objective, powerMW, violation, pFeasible float64 }
 
-// ranksAbove is the decision's order (Decider.better, MultiDecider.better).
+// ranksAbove is the order of evaluations (Eval.Better, MultiEval.Better) and of the
+// decision (Rules.better).
 func ranksAbove(ca, cb bool, a, b rankKey) bool {
 	if ca != cb {
 		return ca
@@ -292,14 +293,20 @@ func term(violation, least float64, at, i int, x, p float64) (float64, float64, 
 	return violation, least, at
 }
 
-// Claims reports whether a scored configuration may be claimed.
+// Claims reports whether a scored configuration may be claimed (Rules.claims, as the
+// pair's view's Decider.Claims).
 func (d MultiDecider) Claims(s MultiScored) bool { return d.claims(s.PFeasible) }
 
-// better is Decider.better with the training objective in place of the throughput.
-func (d MultiDecider) better(a, b MultiScored) bool {
-	return ranksAbove(d.Claims(a), d.Claims(b),
-		rankKey{a.ObjectiveSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
-		rankKey{b.ObjectiveSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
+// rank is what the decision ranks s by: its training objective.
+func (s MultiScored) rank() rankKey {
+	return rankKey{s.ObjectiveSPS, s.PowerMW, s.ViolationAdm, s.PFeasible}
+}
+
+// better is the decision's ranking of two scored configurations, claimable ones first
+// (ranksAbove): MultiDecider's, and the pair view's (Decider) with the pair's
+// throughput as the objective.
+func (r Rules) better(a, b rankKey) bool {
+	return ranksAbove(r.claims(a.pFeasible), r.claims(b.pFeasible), a, b)
 }
 
 // Decide chooses over every profiled mode and every batch vector, jointly. Best carries
@@ -328,7 +335,7 @@ func (d MultiDecider) Decide(profiles []MultiProfile) (MultiDecision, error) {
 			if d.Claims(s) {
 				claimable++
 			}
-			if n == 0 || d.better(s, best) {
+			if n == 0 || d.better(s.rank(), best.rank()) {
 				best = s.kept(train)
 			}
 			n++

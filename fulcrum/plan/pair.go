@@ -182,7 +182,7 @@ func (e Eval) microWords() string {
 
 // Decider is the decision (MultiDecider, docs/design.md §9) for one training job and
 // one stream: the pair's configurations are scored by Rules.scoreInto, claimed by
-// Rules.claims and ranked by ranksAbove, as MultiDecider's with k = m = 1 (there are no
+// Rules.claims and ranked by Rules.better, as MultiDecider's with k = m = 1 (there are no
 // latency ratios on the pair). The pair searchers (GMD, ALS) score their candidates
 // with ScoreAll and Claims in their inner loops; the daemon's controller and
 // `fulcrumctl bench` choose the pair's configuration through Decide.
@@ -268,14 +268,14 @@ func (d Decider) ScoreAll(profiles []ModeProfile) ([]Scored, error) {
 	return out, nil
 }
 
-// Claims reports whether a scored configuration may be claimed.
+// Claims reports whether a scored configuration may be claimed: the several-workload
+// decision's claim (Rules.claims, as MultiDecider.Claims).
 func (d Decider) Claims(s Scored) bool { return d.claims(s.PFeasible) }
 
-// better ranks two scored configurations for the decision (ranksAbove).
-func (d Decider) better(a, b Scored) bool {
-	return ranksAbove(d.Claims(a), d.Claims(b),
-		rankKey{a.ThroughputSPS, a.PowerMW, a.ViolationAdm, a.PFeasible},
-		rankKey{b.ThroughputSPS, b.PowerMW, b.ViolationAdm, b.PFeasible})
+// rank is what the decision ranks s by (Rules.better, MultiScored.rank's key): the
+// pair's objective is its training throughput.
+func (s Scored) rank() rankKey {
+	return rankKey{s.ThroughputSPS, s.PowerMW, s.ViolationAdm, s.PFeasible}
 }
 
 // Decide chooses over the profiles. The answer's Best carries model v1's figures
@@ -294,7 +294,7 @@ func (d Decider) Decide(profiles []ModeProfile) (Decision, error) {
 		if d.Claims(s) {
 			claimable++
 		}
-		if d.better(s, best) {
+		if d.better(s.rank(), best.rank()) {
 			best = s
 		}
 	}

@@ -85,8 +85,10 @@ func (t Targets) Equal(o Targets) bool {
 // Validate rejects targets the controller cannot hold: the latency budget in range, the
 // rate, power, quantile and ρ cap in range or 0 (open / default), at most
 // MaxStreamTargets workloads with their own targets, each valid (StreamTarget.Validate).
-// Every message names the field and the valid range. It is the one check of the
-// operator's targets: configuration, control API, settings file and controller.
+// Every message names the field and the valid range; errors come in the order latency,
+// power, rate, quantile, ρ cap, workloads (the first is the one the control API
+// answers). It is the one check of the operator's targets: configuration, control API
+// (through Apply), settings file and controller.
 func (t Targets) Validate() error {
 	var errs []error
 	check := func(field string, v float64) {
@@ -97,13 +99,13 @@ func (t Targets) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	check(FieldRate, t.RateRPS)
 	check(FieldLatency, t.LatencyMS)
 	check(FieldPower, t.PowerMW)
+	check(FieldRate, t.RateRPS)
 	check(FieldQuantile, t.Quantile)
 	check(FieldRhoMax, t.RhoMax)
 	if len(t.Streams) > MaxStreamTargets {
-		errs = append(errs, fmt.Errorf("streams: %d workloads with targets of their own: at most %d", len(t.Streams), MaxStreamTargets))
+		errs = append(errs, fieldErrorf(FieldStreams, "streams: %d workloads with targets of their own: at most %d", len(t.Streams), MaxStreamTargets))
 	}
 	for _, w := range slices.Sorted(maps.Keys(t.Streams)) {
 		if err := t.Streams[w].Validate(w); err != nil {
@@ -170,6 +172,12 @@ const minModelRateRPS = MinRateRPS
 // one inference stream at rateRPS (the rate in force: the fixed one or the measured
 // one): no power budget becomes MaxPowerMW, the largest the model takes, and the
 // quantile and ρ cap their defaults.
+//
+// Not the board's maximum power: the code knows none (the catalog has no rating), and
+// "no power budget" must never refuse a configuration, while a ceiling near what the
+// board draws would make the decision's power term (P(power ≤ budget) under the
+// profiling noise) fall below 1 at the top modes, refusing some, and name power as the
+// binding constraint of plans made with no power budget.
 func (t Targets) Budgets(rateRPS float64) Budgets {
 	t = t.WithDefaults()
 	p := t.PowerMW
@@ -207,21 +215,21 @@ func (t Targets) MultiBudgets(streams []string, ratesRPS []float64, jobs []strin
 // StreamLatenciesMS are the per-workload latency budgets set (the scheduler's deadlines
 // besides the shared one).
 func (t Targets) StreamLatenciesMS() map[string]float64 {
-	out := map[string]float64{}
-	for w, s := range t.Streams {
-		if s.LatencyMS > 0 {
-			out[w] = s.LatencyMS
-		}
-	}
-	return out
+	return t.setPerWorkload(func(s StreamTarget) float64 { return s.LatencyMS })
 }
 
 // TrainWeights are the training weights set, by workload (the scheduler's shares).
 func (t Targets) TrainWeights() map[string]float64 {
+	return t.setPerWorkload(func(s StreamTarget) float64 { return s.TrainWeight })
+}
+
+// setPerWorkload is one field of the workloads' own targets, by workload, where it is
+// set (above 0: 0 is the shared value or the default); never nil.
+func (t Targets) setPerWorkload(field func(StreamTarget) float64) map[string]float64 {
 	out := map[string]float64{}
 	for w, s := range t.Streams {
-		if s.TrainWeight > 0 {
-			out[w] = s.TrainWeight
+		if v := field(s); v > 0 {
+			out[w] = v
 		}
 	}
 	return out

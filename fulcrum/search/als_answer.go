@@ -138,17 +138,6 @@ const alsMinClaimProb = 0.01
 // repeat shrinks the decision's σ by less than 12%.
 const alsMaxRepeats = 4
 
-// nextConfirm returns the confirming profile that starts the plan with the largest
-// expected gain: the throughput a configuration would add over what the decision claims
-// now (claimSPS), times the probability that the decision claims it once measured
-// (claimProb), when k ≤ left profiles are spent on it. For an unprofiled mode that is a
-// first profile and k−1 repeats, predicted by the surrogates (their sd and the
-// measurement noise combined, no floor: the decision, not this ranking, keeps the
-// margin); for a profiled one, k repeats, predicted from the repeats so far or, for a
-// mode measured once, from the surrogates' posterior there (fresh repeats replace the
-// first measurement, which was picked for looking good). Ties go to the shorter plan.
-// Only the first profile is taken: the next call plans again with what it measured.
-// ok is false when no plan is expected to gain.
 // microTurn is a training micro-batch size as the confirmation planner predicts it: its
 // samples and its time and power relative to the minibatch's at the same mode.
 type microTurn struct {
@@ -158,10 +147,9 @@ type microTurn struct {
 
 // microTurns estimates each micro-batch size's time and power relative to the
 // minibatch from the profiles (the median ratio over them, internal/stats' nearest
-// rank; issue 32). The Gaussian
-// processes model the minibatch only, so the planner predicts a micro-batch turn at an
-// unprofiled mode as the minibatch's prediction times these ratios; the decision itself
-// uses the measured turns.
+// rank; issue 32). The Gaussian processes model the minibatch only, so the planner
+// predicts a micro-batch turn at an unprofiled mode as the minibatch's prediction times
+// these ratios; the decision itself uses the measured turns.
 func microTurns(known []plan.ModeProfile) []microTurn {
 	var sizes []int
 	for _, mp := range known {
@@ -196,6 +184,17 @@ func microAt(mp plan.ModeProfile, samples int) (plan.TrainPoint, bool) {
 	return plan.TrainPoint{}, false
 }
 
+// nextConfirm returns the confirming profile that starts the plan with the largest
+// expected gain: the throughput a configuration would add over what the decision claims
+// now (claimSPS), times the probability that the decision claims it once measured
+// (claimProb), when k ≤ left profiles are spent on it. For an unprofiled mode that is a
+// first profile and k−1 repeats, predicted by the surrogates (their sd and the
+// measurement noise combined, no floor: the decision, not this ranking, keeps the
+// margin); for a profiled one, k repeats, predicted from the repeats so far or, for a
+// mode measured once, from the surrogates' posterior there (fresh repeats replace the
+// first measurement, which was picked for looking good). Ties go to the shorter plan.
+// Only the first profile is taken: the next call plans again with what it measured.
+// ok is false when no plan is expected to gain.
 func (m *ALSModel) nextConfirm(model *plan.Model, dec plan.Decider, known []plan.ModeProfile, measured map[int]bool, post map[int]posterior, claimSPS float64, left int, canRepeat bool) (confirmAction, bool) {
 	no, nb := m.nOut(), len(m.batches)
 	micro := microTurns(known)

@@ -27,7 +27,8 @@ type Backend struct {
 	o      Options
 	uuid   string
 	info   powermode.BoardInfo
-	space  *powermode.Space
+	space  *powermode.Space // what the controller may choose: every pair, or read-only the one it runs at
+	full   *powermode.Space // every supported (graphics, memory) pair
 	cores  int
 	cpuKHz int64
 	pciBus string // NVML's bus id, e.g. "00000000:17:00.0"
@@ -118,8 +119,23 @@ func open(lib gonvml.Interface, clocks ClockLister, o Options) (*Backend, error)
 	if err != nil {
 		return nil, fmt.Errorf("nvml: GPU %d (%s): %w", o.Device, name, err)
 	}
-	b.space = space
+	b.space, b.full = space, space
 	b.lockMem = len(space.Levels().EMCHz) > 1
+	if !o.ClockControl {
+		// Read-only, the one mode fulcrumd can run at is the one the GPU is set to: a space
+		// of that mode alone lets the controller profile it and choose batch sizes there.
+		// The whole table made every search fail at its first refused write, and nothing
+		// was planned (an H200, 2026-11-26).
+		at, err := b.setMode()
+		if err != nil {
+			return nil, fmt.Errorf("nvml: GPU %d (%s): %w", o.Device, name, err)
+		}
+		if b.space, err = powermode.NewSubspace([]powermode.Mode{at}); err != nil {
+			return nil, fmt.Errorf("nvml: GPU %d (%s): %w", o.Device, name, err)
+		}
+		o.Logger.Info("nvml: read-only: fulcrumd plans at the clocks the GPU is set to; nvml.clock_control: true lets it choose clocks",
+			"mode", at.Human())
+	}
 	o.Logger.Info("nvml: GPU opened", "index", o.Device, "name", name, "uuid", uuid, "modes", space.Size(),
 		"clock_control", o.ClockControl)
 	return b, nil
@@ -188,15 +204,24 @@ func buildSpace(clocks ClockLister, uuid string, cores int, cpuKHz int64) (*powe
 // SoC "discrete" and its PCI bus id, L4T the driver version.
 func (b *Backend) Info() powermode.BoardInfo { return b.info }
 
-// Space is the set of supported (graphics, memory) clock pairs, with one cores level
-// (the host's CPU count) and one cpu_khz level (the host's maximum), never changed.
+// Space is what fulcrumd may choose: with clock control the set of supported (graphics,
+// memory) clock pairs, read-only the one pair the GPU is set to; with one cores level (the
+// host's CPU count) and one cpu_khz level (the host's maximum), never changed.
 func (b *Backend) Space() *powermode.Space { return b.space }
+
+// Supported is every (graphics, memory) clock pair the GPU lists, also when read-only
+// (where Space is the one pair it is set to).
+func (b *Backend) Supported() *powermode.Space { return b.full }
 
 // ClockControl reports whether Apply may change clocks.
 func (b *Backend) ClockControl() bool { return b.o.ClockControl }
 
 // Current returns the mode Apply set; before any Apply (the driver governs the clocks)
-// it reads the running graphics and memory clocks and snaps them to the space.
+// it reads the application clocks — the clocks the driver runs the GPU at under load,
+// the setting nvidia-smi -ac changes — and snaps them to the space. The running clocks
+// are the fallback where a GPU reports no application clocks: they follow the load (an
+// H100 idles at 345 MHz and runs at 1980 MHz a moment later), so a mode read from them
+// changed with every idle spell (seen on an H100, 2026-11-26).
 func (b *Backend) Current(ctx context.Context) (powermode.Mode, error) {
 	if err := ctx.Err(); err != nil {
 		return powermode.Mode{}, err
@@ -209,15 +234,33 @@ func (b *Backend) Current(ctx context.Context) (powermode.Mode, error) {
 	if b.applied != nil {
 		return *b.applied, nil
 	}
-	gr, ret := b.dev.GetClockInfo(gonvml.CLOCK_GRAPHICS)
-	if ret != gonvml.SUCCESS {
-		return powermode.Mode{}, fmt.Errorf("nvml: graphics clock: %w", ret)
+	return b.setMode()
+}
+
+// setMode is the application clocks snapped to the supported pairs.
+func (b *Backend) setMode() (powermode.Mode, error) {
+	gr, err := b.setClockMHz(gonvml.CLOCK_GRAPHICS, "graphics")
+	if err != nil {
+		return powermode.Mode{}, err
 	}
-	mem, ret := b.dev.GetClockInfo(gonvml.CLOCK_MEM)
-	if ret != gonvml.SUCCESS {
-		return powermode.Mode{}, fmt.Errorf("nvml: memory clock: %w", ret)
+	mem, err := b.setClockMHz(gonvml.CLOCK_MEM, "memory")
+	if err != nil {
+		return powermode.Mode{}, err
 	}
-	return b.space.SnapNearest(powermode.Mode{Cores: b.cores, CPUKHz: b.cpuKHz, GPUHz: int64(gr) * 1e6, EMCHz: int64(mem) * 1e6}), nil
+	return b.full.SnapNearest(powermode.Mode{Cores: b.cores, CPUKHz: b.cpuKHz, GPUHz: int64(gr) * 1e6, EMCHz: int64(mem) * 1e6}), nil
+}
+
+// setClockMHz is the application clock of one domain, or the running clock where the GPU
+// reports none (not supported, or 0).
+func (b *Backend) setClockMHz(c gonvml.ClockType, what string) (uint32, error) {
+	if mhz, ret := b.dev.GetApplicationsClock(c); ret == gonvml.SUCCESS && mhz > 0 {
+		return mhz, nil
+	}
+	mhz, ret := b.dev.GetClockInfo(c)
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("nvml: %s clock: %w", what, ret)
+	}
+	return mhz, nil
 }
 
 func (b *Backend) usable() error {
@@ -232,9 +275,18 @@ func (b *Backend) usable() error {
 // must be the host's (the only levels). On error the clocks are put back as they were.
 func (b *Backend) Apply(ctx context.Context, m powermode.Mode) error {
 	if !b.o.ClockControl {
+		// The mode the GPU is set to is "applied" by writing nothing; any other is refused.
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err := b.usable(); err != nil {
+			return err
+		}
+		if at, err := b.setMode(); err == nil && at == m {
+			return nil
+		}
 		return fmt.Errorf("nvml: apply %s: %s", m, EnableHint)
 	}
-	if !b.space.Contains(m) {
+	if !b.full.Contains(m) {
 		return fmt.Errorf("nvml: apply %s: not a supported clock pair of this GPU (fulcrumctl board modes lists them)", m)
 	}
 	if err := ctx.Err(); err != nil {

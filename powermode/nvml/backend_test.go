@@ -67,7 +67,9 @@ type gpu struct {
 	memLocked    [][2]uint32
 	resets       []string
 	shutdowns    int
-	failGpuAt    uint32 // SetGpuLockedClocks at this MHz fails
+	failGpuAt    uint32    // SetGpuLockedClocks at this MHz fails
+	runningMHz   uint32    // graphics clock now (default 1752)
+	appMHz       [2]uint32 // application clocks (graphics, memory); 0: not supported
 }
 
 func newGPU() *gpu {
@@ -82,7 +84,20 @@ func newGPU() *gpu {
 			if c == gonvml.CLOCK_MEM {
 				return 2619, gonvml.SUCCESS
 			}
+			if g.runningMHz > 0 {
+				return g.runningMHz, gonvml.SUCCESS
+			}
 			return 1752, gonvml.SUCCESS // between levels: Current snaps it
+		},
+		GetApplicationsClockFunc: func(c gonvml.ClockType) (uint32, gonvml.Return) {
+			i := 0
+			if c == gonvml.CLOCK_MEM {
+				i = 1
+			}
+			if g.appMHz[i] == 0 {
+				return 0, gonvml.ERROR_NOT_SUPPORTED
+			}
+			return g.appMHz[i], gonvml.SUCCESS
 		},
 		GetPowerUsageFunc:             func() (uint32, gonvml.Return) { return 123456, gonvml.SUCCESS },
 		GetTotalEnergyConsumptionFunc: func() (uint64, gonvml.Return) { return 987654321, gonvml.SUCCESS },
@@ -176,7 +191,7 @@ func TestNothingCalledBeforeInit(t *testing.T) {
 
 func TestSpaceAndInfo(t *testing.T) {
 	g := newGPU()
-	b := openGPU(t, g, false)
+	b := openGPU(t, g, true)
 	s := b.Space()
 	if s.Size() != 8 || s.IsGrid() {
 		t.Fatalf("space: %d modes, grid %v; want the 8 supported pairs, not their grid", s.Size(), s.IsGrid())
@@ -209,16 +224,70 @@ func TestSpaceAndInfo(t *testing.T) {
 	}
 }
 
+// Before any Apply, the mode is the application clocks, not the running clocks: an idle
+// H100 runs at 345 MHz with 1980 MHz set, and a mode read from the running clock moved
+// with the load.
+func TestCurrentIsTheApplicationClocks(t *testing.T) {
+	g := newGPU()
+	g.runningMHz = 345
+	g.appMHz = [2]uint32{1980, 2619}
+	b := openGPU(t, g, false)
+	cur, err := b.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.GPUHz != 1980e6 || cur.EMCHz != 2619e6 {
+		t.Fatalf("current %s with the GPU idle at 345 MHz: want the application clocks 1980/2619 MHz", cur.Human())
+	}
+	g.runningMHz = 1410 // under load, still the same setting
+	if again, _ := b.Current(context.Background()); again != cur {
+		t.Fatalf("current moved with the running clock: %s then %s", cur.Human(), again.Human())
+	}
+}
+
 func TestHostCPUWithoutCpufreq(t *testing.T) {
 	if got := hostCPUKHz(t.TempDir()); got != UncontrolledCPUKHz {
 		t.Fatalf("no cpufreq: %d", got)
 	}
 }
 
+// Read-only, the space is the one pair the GPU is set to: the controller profiles it and
+// chooses batch sizes there. "Applying" it writes nothing; any other pair is refused.
+func TestReadOnlyPlansAtTheClocksSet(t *testing.T) {
+	g := newGPU()
+	g.runningMHz = 345
+	g.appMHz = [2]uint32{1755, 2619}
+	b := openGPU(t, g, false)
+	ctx := context.Background()
+	if b.Space().Size() != 1 || b.Supported().Size() != 8 {
+		t.Fatalf("read-only: space %d modes, supported %d; want 1 and 8", b.Space().Size(), b.Supported().Size())
+	}
+	at := b.Space().Modes()[0]
+	if at.GPUHz != 1755e6 || at.EMCHz != 2619e6 {
+		t.Fatalf("read-only space holds %s; want the application clocks 1755/2619 MHz", at.Human())
+	}
+	if err := b.Apply(ctx, at); err != nil {
+		t.Fatalf("applying the mode the GPU is set to: %v", err)
+	}
+	other := powermode.Mode{Cores: at.Cores, CPUKHz: at.CPUKHz, GPUHz: 1410e6, EMCHz: 2619e6}
+	if err := b.Apply(ctx, other); err == nil || !strings.Contains(err.Error(), "clock_control: true") {
+		t.Fatalf("read-only Apply of another pair: %v", err)
+	}
+	if cur, _ := b.Current(ctx); cur != at {
+		t.Fatalf("current %s after the no-op apply, want %s", cur.Human(), at.Human())
+	}
+	if len(g.gpuLocked)+len(g.memLocked)+len(g.resets) != 0 {
+		t.Fatalf("read-only backend wrote clocks: %+v", g)
+	}
+}
+
 func TestReadOnlyRefuses(t *testing.T) {
 	g := newGPU()
 	b := openGPU(t, g, false)
-	m := b.Space().Modes()[0]
+	m := b.Supported().Modes()[0]
+	if m == b.Space().Modes()[0] {
+		m = b.Supported().Modes()[1]
+	}
 	err := b.Apply(context.Background(), m)
 	if err == nil || !strings.Contains(err.Error(), "clock_control: true") {
 		t.Fatalf("read-only Apply: %v", err)

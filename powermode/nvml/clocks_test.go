@@ -95,8 +95,8 @@ func TestDLClocksSizedQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if b.Space().Size() != 7 {
-		t.Fatalf("space of %d modes, want 7", b.Space().Size())
+	if b.Supported().Size() != 7 || b.Space().Size() != 1 {
+		t.Fatalf("%d supported modes, space of %d (read-only); want 7 and 1", b.Supported().Size(), b.Space().Size())
 	}
 }
 

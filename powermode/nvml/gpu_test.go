@@ -21,8 +21,8 @@ func TestRealGPUReadOnly(t *testing.T) {
 	}
 	defer b.Close()
 	ctx := context.Background()
-	lv := b.Space().Levels()
-	t.Logf("%+v: %d modes, memory clocks %v Hz, %d graphics clocks %d..%d Hz", b.Info(), b.Space().Size(),
+	lv := b.Supported().Levels()
+	t.Logf("%+v: %d modes, memory clocks %v Hz, %d graphics clocks %d..%d Hz", b.Info(), b.Supported().Size(),
 		lv.EMCHz, len(lv.GPUHz), lv.GPUHz[0], lv.GPUHz[len(lv.GPUHz)-1])
 	if len(lv.GPUHz) < 2 {
 		t.Errorf("only %d graphics clocks listed: the sized query is not returning the table", len(lv.GPUHz))
@@ -39,8 +39,15 @@ func TestRealGPUReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Apply(ctx, cur); err == nil {
-		t.Fatal("read-only backend applied a mode")
+	if err := b.Apply(ctx, cur); err != nil {
+		t.Fatalf("read-only: applying the mode the GPU is set to writes nothing and succeeds: %v", err)
+	}
+	other := b.Supported().Modes()[0]
+	if other == cur {
+		other = b.Supported().Modes()[1]
+	}
+	if err := b.Apply(ctx, other); err == nil {
+		t.Fatalf("read-only backend applied %s", other.Human())
 	}
 	t.Logf("current %s, power %.0f mW, energy %d mJ", cur.Human(), p.TotalMW, e1)
 }

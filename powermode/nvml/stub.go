@@ -23,6 +23,9 @@ func (*Backend) Info() powermode.BoardInfo { return powermode.BoardInfo{} }
 // Space is nil.
 func (*Backend) Space() *powermode.Space { return nil }
 
+// Supported is nil.
+func (*Backend) Supported() *powermode.Space { return nil }
+
 // ClockControl is false.
 func (*Backend) ClockControl() bool { return false }
 

@@ -28,7 +28,7 @@ REQUESTS=$(python3 -c "print(max(1, int(float('$RATE') * float('$DURATION_S'))))
 die() { echo "compare.sh: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this needs an NVIDIA GPU and driver (for a simulated board use examples/compare_sharing.sh)"
-nvidia-smi -i "$GPU" -L >/dev/null 2>&1 || die "nvidia-smi cannot see GPU $GPU (nvidia-smi -L lists them)"
+nvidia-smi -i "$GPU" --query-gpu=name --format=csv,noheader >/dev/null 2>&1 || die "nvidia-smi cannot see GPU $GPU (nvidia-smi -L lists them)"
 python3 - <<'PY' || die "python3 with a CUDA build of torch and torchvision is needed (pip install torch torchvision)"
 import sys
 try:

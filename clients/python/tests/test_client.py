@@ -474,6 +474,44 @@ class StopTest(unittest.TestCase):
         self.assertEqual((wl["served"], wl["failed"]), (1, 0), wl)
 
 
+class WarmupTest(unittest.TestCase):
+    def test_warmup_runs_in_the_serving_thread_before_start_returns(self):
+        """start(warmup) runs warmup in the thread that then calls the handler (CUDA keeps
+        per-thread state: a warm-up elsewhere is paid again there), and returns after it."""
+        d = Daemon()
+        self.addCleanup(d.stop)
+        inf = Client(d.sock, role="infer", workload="warminfer", batch=2, batch_sizes=[1, 2])
+        self.addCleanup(inf.close)
+        threads = {}
+
+        def warmup():
+            time.sleep(0.2)
+            threads["warmup"] = threading.get_ident()
+
+        def handler(ps):
+            threads["handler"] = threading.get_ident()
+            return [p + 1 for p in ps]
+
+        srv = InferenceServer(inf, handler).start(warmup)
+        self.addCleanup(srv.stop)
+        self.assertIn("warmup", threads, "start() returned before the warm-up ran")
+        self.assertNotEqual(threads["warmup"], threading.get_ident())
+        self.assertEqual(srv.submit(1).result(timeout=10), 2)
+        self.assertEqual(threads["handler"], threads["warmup"])
+
+    def test_warmup_failure_is_raised_by_start(self):
+        d = Daemon()
+        self.addCleanup(d.stop)
+        inf = Client(d.sock, role="infer", workload="warmfail", batch=1, batch_sizes=[1])
+        self.addCleanup(inf.close)
+
+        def warmup():
+            raise RuntimeError("CUDA out of memory")
+
+        with self.assertRaisesRegex(RuntimeError, "out of memory"):
+            InferenceServer(inf, lambda ps: ps).start(warmup)
+
+
 class ProfilesTest(unittest.TestCase):
     def test_no_on_profile_declines_profile_batches(self):
         d = Daemon()

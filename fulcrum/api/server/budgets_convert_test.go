@@ -81,3 +81,28 @@ func TestTargetsConversionFieldForField(t *testing.T) {
 		t.Errorf("auto rate back: %+v; want rate 0 (measured)", back)
 	}
 }
+
+// An update on the wire and plan's update are the same fields (the wire adds whether the
+// body named a workload, which ApplyUpdate answers itself), and TargetsUpdateOf copies
+// each: the update rules live in plan alone (plan.Targets.Apply), so a field the
+// conversion forgets would be an update silently dropped.
+func TestTargetsUpdateConversionFieldForField(t *testing.T) {
+	wire, upd := fieldNames(reflect.TypeFor[api.BudgetsUpdate](), "workloadGiven"), fieldNames(reflect.TypeFor[plan.TargetsUpdate]())
+	if !slices.Equal(wire, upd) {
+		t.Fatalf("api.BudgetsUpdate has %v, plan.TargetsUpdate %v: keep them field for field", wire, upd)
+	}
+	in := api.BudgetsUpdate{LatencyMS: ptr(1.5), PowerMW: ptr(2.5), RateRPS: ptr(3.5), RateAuto: ptr(true), Quantile: ptr(4.5),
+		RhoMax: ptr(5.5), Workload: "cam", Shared: true, TrainWeight: ptr(6.5)}
+	iv := reflect.ValueOf(in)
+	for i := range iv.NumField() {
+		if f := iv.Type().Field(i); f.IsExported() && iv.Field(i).IsZero() {
+			t.Fatalf("the test leaves %s zero: give every field a value", f.Name)
+		}
+	}
+	got := reflect.ValueOf(server.TargetsUpdateOf(in))
+	for _, n := range upd {
+		if !reflect.DeepEqual(got.FieldByName(n).Interface(), iv.FieldByName(n).Interface()) {
+			t.Errorf("TargetsUpdateOf: %s = %v; want %v", n, got.FieldByName(n), iv.FieldByName(n))
+		}
+	}
+}
