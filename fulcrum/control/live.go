@@ -209,6 +209,12 @@ type LiveProfiler struct {
 	// OnSaturated, when set, is told of every mode abandoned as saturated. It must not
 	// block.
 	OnSaturated func(m powermode.Mode, mp plan.ModeProfile, rec Saturated)
+	// Admission is the scheduler's room the decision keeps (plan.Rules.Admission). With
+	// ByRoom, LatencyMS and declared micro-batch sizes, the training turns over that room
+	// are not measured (livemicro.go); ByRoom is set for the pair's search only (several
+	// streams or jobs measure every size, as before).
+	Admission plan.Admission
+	ByRoom    bool
 	// OnDiscard, when set, is told once per point of the profile batches discarded there
 	// as too fast (n of them, the fastest fastestMS, against realMS for the workload's
 	// real batches). It must not block.
@@ -327,11 +333,23 @@ func (p *LiveProfiler) OverBudgetModes() []OverBudget {
 // the estimated profiles of modes abandoned as over the present budget. A mode stored
 // without one of the trainer's micro-batch sizes is not known: a searcher that visits
 // it has Profile measure the missing sizes (docs/design.md §9 "Micro-batches profiled
-// live").
+// live") — unless each missing size is over the latency budget's room there (roomOn),
+// when the mode is known with those sizes at their predicted turns (livemicro.go).
 func (p *LiveProfiler) Known() []plan.ModeProfile {
-	out, err := storedProfiles(p.Store, p.board(), p.Pair, false)
+	out, err := storedProfiles(p.Store, p.board(), p.Pair, p.roomOn())
 	if err != nil {
 		p.logger().Warn("reading stored profiles", "err", err)
+	}
+	if p.roomOn() {
+		// A mode lacking only sizes over the room is known, at their predicted turns.
+		ratios := p.microRatios()
+		kept := out[:0]
+		for _, mp := range out {
+			if mp, ok := p.microFill(mp, ratios); ok {
+				kept = append(kept, mp)
+			}
+		}
+		out = kept
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -417,6 +435,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 	have := map[store.Key]store.Profile{}
 	keys := p.keys(m)
 	var missing []store.Key
+	absentMicro := 0 // missing micro-batch points never stored
 	cool := p.cool(ctx)
 	for _, k := range keys {
 		prof, err := p.Store.Get(k)
@@ -427,8 +446,21 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 			have[k] = prof
 		case errors.Is(err, store.ErrNotFound):
 			missing = append(missing, k)
+			if k.MicroBatch > 0 {
+				absentMicro++
+			}
 		default:
 			return plan.ModeProfile{}, err
+		}
+	}
+	if len(missing) > 0 && absentMicro == len(missing) && p.roomOn() {
+		// Only micro-batch sizes are missing: when each is over the room, the visit
+		// would measure nothing (livemicro.go).
+		if mp, ok := p.microFill(p.toModeProfile(m, have), p.microRatios()); ok {
+			p.mu.Lock()
+			p.counts.FromStore++
+			p.mu.Unlock()
+			return mp, nil
 		}
 	}
 	p.mu.Lock()
@@ -524,6 +556,9 @@ func (p *LiveProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.Mo
 		p.repeats = map[store.Key][]store.Profile{}
 	}
 	for _, k := range keys {
+		if _, ok := fresh[k]; !ok {
+			continue // a micro-batch size over the room, not measured (livemicro.go)
+		}
 		p.repeats[k] = append(p.repeats[k], fresh[k])
 		if err := p.Store.Put(combineRepeats(p.repeats[k]), store.Overwrite); err != nil {
 			return plan.ModeProfile{}, fmt.Errorf("store the repeats of %s: %w", k, err)
@@ -596,12 +631,41 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 	}
 	applied := p.clock().Now()
 	p.logger().Info("profiling a mode live", "mode", m.Human(), "points", len(todo), "repeat", !put)
+	room := p.roomOn()
+	var ratios map[sizePair]sizeRatio
+	if room {
+		todo = orderTodo(todo)
+		ratios = p.microRatios()
+	}
+	overMicro := false // a micro-batch size was left out as over the room
 	for _, k := range todo {
 		id := inferID
 		if k.Role == truth.Train {
 			id = trainID
 		}
-		prof, avg, err := p.measure(ctx, k, id, o, applied, budget, put)
+		rule := o.rule()
+		if room && k.Role == truth.Train {
+			// The training turns measured so far at this mode (a repeat's stored ones
+			// are this mode's too), below this one.
+			at := p.haveProfile(have)
+			pts := map[int]plan.TrainPoint{}
+			for s, t := range trainPoints(at) {
+				if s < k.Turn() {
+					pts[s] = t
+				}
+			}
+			over := overMicro || p.turnOverRoom(k.Turn(), pts, shortestInfer(at.Infer), ratios)
+			switch {
+			case over && k.MicroBatch > 0:
+				overMicro = true
+				delete(have, k) // a repeat's stored value is not measured again
+				p.logger().Info("not profiling a micro-batch size over the latency budget's room", "mode", m.Human(), "point", k.String())
+				continue
+			case over:
+				rule = o.overRoomRule()
+			}
+		}
+		prof, avg, err := p.measure(ctx, k, id, rule, applied, budget, put)
 		if errors.Is(err, errOverBudget) {
 			p.mu.Lock()
 			rec := OverBudget{Mode: m, PowerMW: avg, BudgetMW: budget, At: p.clock().Now().UTC()}
@@ -634,6 +698,9 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 		p.mu.Unlock()
 	}
 	mp = p.toModeProfile(m, have)
+	if room {
+		mp, _ = p.microFill(mp, ratios) // the sizes left out, at their predicted turns
+	}
 	if p.OnProfile != nil && put { // a repeat is counted (Counts.Remeasured), not announced
 		p.OnProfile(m, mp, nil)
 	}
@@ -700,7 +767,8 @@ func (o LiveOptions) rule() measure.Rule {
 // the controller's readings (liveMeter, which also runs the power guard after every
 // batch); with put, it stores the profile. When the guard trips it returns
 // errOverBudget and the average that broke the budget.
-func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, o LiveOptions, applied time.Time, budgetMW float64, put bool) (store.Profile, float64, error) {
+func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, rule measure.Rule, applied time.Time, budgetMW float64, put bool) (store.Profile, float64, error) {
+	o := p.Options.withDefaults()
 	size := k.Turn() // a micro-batch turn runs its own samples
 	meter := &liveMeter{p: p, o: o, k: k, applied: applied, budgetMW: budgetMW}
 	// A batch far faster than the workload's real ones ran nothing real: discarded.
@@ -718,7 +786,7 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 			}
 		}
 	}()
-	loop := measure.Loop{Rule: o.rule(), Clock: p.clock(), Meter: meter, Discard: func(d time.Duration, kept int) (bool, error) {
+	loop := measure.Loop{Rule: rule, Clock: p.clock(), Meter: meter, Discard: func(d time.Duration, kept int) (bool, error) {
 		ms := float64(d) / float64(time.Millisecond)
 		if ref <= 0 || ms >= discardFraction*ref {
 			return false, nil

@@ -158,7 +158,7 @@ func (c *Controller) searchPooled(ctx context.Context, method string, g *group, 
 // profiles as events. latencyMS is the largest latency budget of the streams.
 func (c *Controller) liveProfiler(pair Pair, budgetMW, latencyMS float64, sat *SaturatedModes, only truth.Role) *LiveProfiler {
 	return &LiveProfiler{Sched: c.sched, Board: c.board, Store: c.store, Power: c.power, Clock: c.clock, Log: c.log,
-		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, LatencyMS: latencyMS, Saturation: sat, Only: only,
+		Pair: pair, Options: c.cfg.Live, BudgetMW: budgetMW, LatencyMS: latencyMS, Saturation: sat, Only: only, Admission: c.Rules().Admission,
 		OnSaturated: func(m powermode.Mode, _ plan.ModeProfile, rec Saturated) {
 			mode := m
 			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: fmt.Sprintf("abandoned profiling mode %s: inference requests stayed queued the whole time a profile batch of %s waited, "+
@@ -189,6 +189,7 @@ func (c *Controller) liveProfiler(pair Pair, budgetMW, latencyMS float64, sat *S
 // search runs one searcher over the board's space through a live profiler.
 func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Targets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
 	lp := c.liveProfiler(pair, b.PowerMW, b.LatencyMS, nil, "")
+	lp.ByRoom = true // the training sizes a claim can use (livemicro.go)
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
 		InferBatches: pair.Batches, Budgets: b.Budgets(rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}

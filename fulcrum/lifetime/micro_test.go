@@ -130,14 +130,42 @@ func TestDecisionChoosesMicroBatchFromLiveProfiles(t *testing.T) {
 	if len(rows) == 0 {
 		t.Fatal("no training profile stored")
 	}
+	// Every mode has its minibatch and the smallest micro-batch; a larger size is left out
+	// only where its turn is over the 60 ms budget's room (livemicro.go), and the
+	// minibatch, over the room there too, is then measured with two batches (issue 32:
+	// each of its batches costs deadlines).
+	spec, models := testboard.Spec(t, testboard.AGXOrin), testboard.Workloads(t)
+	left := 0
 	for m, byMicro := range rows {
-		for _, mb := range []int{0, 4, 8, 16} {
+		for _, mb := range []int{0, 4} {
 			if _, ok := byMicro[mb]; !ok {
-				t.Errorf("mode %s: no stored training profile at micro-batch %d (have %d rows): the live profiler must measure every declared size", m.Human(), mb, len(byMicro))
+				t.Errorf("mode %s: no stored training profile at micro-batch %d (have %d rows)", m.Human(), mb, len(byMicro))
+			}
+		}
+		for i, mb := range []int{8, 16} {
+			if _, ok := byMicro[mb]; ok {
+				continue
+			}
+			left++
+			if i == 0 {
+				if _, ok := byMicro[16]; ok {
+					t.Errorf("mode %s: micro-batch 16 stored, 8 left out: sizes are left out from the first over the room up", m.Human())
+				}
+			}
+			turn := models["resnet18-train"].TimeMS(spec, m, mb) + models["mobilenetv3-infer"].TimeMS(spec, m, 1)
+			if turn < 0.75*microBudgetMS {
+				t.Errorf("mode %s: micro-batch %d left out, but its turn with an inference batch takes %.1f ms, well within the %d ms budget", m.Human(), mb, turn, microBudgetMS)
+			}
+			if p := byMicro[0]; p.Samples != 2*max(p.Repeats, 1) {
+				t.Errorf("mode %s: the minibatch measured with %d batches in %d measurement(s) beside a size over the room: want 2 each", m.Human(), p.Samples, max(p.Repeats, 1))
 			}
 		}
 	}
+	if left == 0 {
+		t.Errorf("every declared size measured at all %d modes: the turn of 16 (≥ 52 ms at the fastest mode) is over the %d ms budget's room at most of them", len(rows), microBudgetMS)
+	}
 	cur := *at.cur
+	t.Logf("%d micro-batch sizes left out as over the room", left)
 	t.Logf("%d modes profiled; plan: mode %s, inference batch %d, micro-batch %d, predicted %.1f samples/s, p99 %.1f ms, feasible %v; training after the plan %v samples, paused %.0f s, %d micro-batch turns",
 		len(rows), cur.Mode.Human(), cur.Batch, cur.MicroBatch, cur.Predicted.ThroughputSPS, cur.Predicted.LatencyMS, cur.Predicted.Feasible,
 		r.TrainSamplesAfterPlan["resnet18-train"], r.TrainPausedS, r.MicroTurns)

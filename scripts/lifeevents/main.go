@@ -47,6 +47,7 @@ func run() error {
 	logPath := flag.String("log", "", "write fulcrumd's debug log here")
 	refine := flag.Bool("refine", true, "live refinement (controller.refine.enabled)")
 	trials := flag.Bool("trials", true, "live refinement's trials (controller.refine.trials)")
+	micro := flag.Bool("micro", false, "the trainers declare the table's micro-batch sizes (bench --lifetime --micro)")
 	flag.Parse()
 	if *truthPath == "" {
 		return fmt.Errorf("--truth is required: make one with fulcrumctl sim truth --board %s --out FILE", *board)
@@ -62,6 +63,7 @@ func run() error {
 	}
 	sc := lifetime.Scenario{Board: *board, Truth: tb, Train: strings.Split(*train, ","), PowerBudgetMW: *powerW * 1000,
 		Searcher: *searcher, Duration: *duration, Seed: *seed, BoardInterval: *boardInterval}
+	sc.MicroBatches = *micro
 	sc.Configure = func(o *daemon.Options) {
 		if *maxProfiles > 0 {
 			o.Control.MaxProfiles = *maxProfiles
