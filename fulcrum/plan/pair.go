@@ -156,8 +156,13 @@ func (m *Model) Choose(profiles []ModeProfile) (Plan, error) {
 func (p Plan) Explain(b Budgets) string {
 	e := p.Best
 	if p.Feasible {
-		return fmt.Sprintf("mode %s, inference batch %d%s: training %.1f samples/s, p%g latency %.1f ms ≤ %.0f ms, power %.1f W ≤ %.1f W, GPU share for inference %.0f%%",
-			e.Mode.Human(), e.Batch, e.microWords(), e.ThroughputSPS, b.Quantile*100, e.LatencyMS, b.LatencyMS, e.PowerMW/1000, b.PowerMW/1000, e.Rho*100)
+		// No power budget is MaxPowerMW to the model; "≤ 1000.0 W" read as a budget nobody set.
+		power := fmt.Sprintf("power %.1f W ≤ %.1f W", e.PowerMW/1000, b.PowerMW/1000)
+		if b.PowerMW >= MaxPowerMW {
+			power = fmt.Sprintf("power %.1f W (no power budget)", e.PowerMW/1000)
+		}
+		return fmt.Sprintf("mode %s, inference batch %d%s: training %.1f samples/s, p%g latency %.1f ms ≤ %.0f ms, %s, GPU share for inference %.0f%%",
+			e.Mode.Human(), e.Batch, e.microWords(), e.ThroughputSPS, b.Quantile*100, e.LatencyMS, b.LatencyMS, power, e.Rho*100)
 	}
 	var what string
 	switch p.Binding {

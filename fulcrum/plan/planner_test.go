@@ -95,6 +95,17 @@ func TestChooseBestAndInfeasible(t *testing.T) {
 	if s := pl.Explain(m.Budgets()); !strings.Contains(s, "binding constraint is power") {
 		t.Errorf("explain: %s", s)
 	}
+	// With no power budget (MaxPowerMW to the model) a feasible plan's explanation says so
+	// instead of "≤ 1000.0 W"; with one it names it.
+	feasible := Plan{Best: Eval{Mode: mid.Mode, Batch: 1, PowerMW: 19000, Feasible: true}, Feasible: true}
+	open := m.Budgets()
+	open.PowerMW = MaxPowerMW
+	if s := feasible.Explain(open); !strings.Contains(s, "power 19.0 W (no power budget)") || strings.Contains(s, "1000.0 W") {
+		t.Errorf("explain without a power budget: %s", s)
+	}
+	if s := feasible.Explain(m.Budgets()); !strings.Contains(s, "power 19.0 W ≤ ") {
+		t.Errorf("explain with a power budget: %s", s)
+	}
 	if _, err := m.Choose(nil); err == nil {
 		t.Error("Choose(nil): want error")
 	}
