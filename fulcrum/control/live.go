@@ -647,7 +647,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 		if room && k.Role == truth.Train {
 			// The training turns measured so far at this mode (a repeat's stored ones
 			// are this mode's too), below this one.
-			at := p.haveProfile(have)
+			at := p.toModeProfile(m, have)
 			pts := map[int]plan.TrainPoint{}
 			for s, t := range trainPoints(at) {
 				if s < k.Turn() {

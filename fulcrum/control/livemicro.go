@@ -233,22 +233,6 @@ func orderTodo(todo []store.Key) []store.Key {
 	return out
 }
 
-// haveProfile is the pair's profile of what have holds at mode m so far.
-func (p *LiveProfiler) haveProfile(have map[store.Key]store.Profile) plan.ModeProfile {
-	var mp plan.ModeProfile
-	for k, x := range have {
-		switch {
-		case k.Role == truth.Infer:
-			mp.Infer = append(mp.Infer, plan.InferPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean})
-		case k.MicroBatch > 0:
-			mp.Micro = append(mp.Micro, plan.TrainPoint{Batch: k.MicroBatch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean, Minibatch: k.Batch})
-		default:
-			mp.Train = plan.TrainPoint{Batch: k.Batch, TimeMS: x.TimeMS.Mean, PowerMW: x.PowerMW.Mean}
-		}
-	}
-	return mp
-}
-
 // overRoomRule is the stopping rule of a whole minibatch over the room: overRoomSamples
 // batches, no warm-up, no minimum time, no precision wait.
 func (o LiveOptions) overRoomRule() measure.Rule {
