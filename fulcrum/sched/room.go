@@ -3,6 +3,7 @@ package sched
 // The admission room learned from the live latency window (issue 28, docs/design.md §9).
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -100,6 +101,8 @@ type roomState struct {
 	blocked bool
 	// spreadSeen: the last evaluation found the turn times spread out.
 	spreadSeen bool
+	// why is the rule behind the last change (RoomChange.Why).
+	why string
 	// lastQMS is the quantile (ms) the last evaluation measured.
 	lastQMS float64
 }
@@ -113,6 +116,8 @@ type RoomChange struct {
 	// P99 is the stream's measured quantile that caused the change, and Budget its L.
 	P99, Budget time.Duration
 	Samples     int
+	// Why is the rule that moved the room, in an operator's words.
+	Why string
 }
 
 // roomOf is the room the admission test keeps before w's deadlines. Called with s.mu
@@ -194,15 +199,19 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 		need = roomShrinkSamples
 	}
 	maxExtra := max(time.Duration(s.cfg.RoomMaxFrac*float64(budget)), s.cfg.RoomMin)
-	next, grow := r.extra, false
+	next, grow, why := r.extra, false, ""
 	switch {
 	case spread:
 		next, grow = maxExtra, true
+		why = fmt.Sprintf("turn times spread out: over %.0f%% of the last %s's turns lay further from their expected times than the older turns' %.0fth percentile; to the bound",
+			100*roomSpreadRise*(1-roomSpreadQuantile), roomSpreadRecent, 100*roomSpreadQuantile)
 	case nearW >= 2 && float64(nearW) > (1-roomQuantile)*float64(len(v)):
 		next, grow = r.extra+max(durMS(q-mid), durMS(g*l)), true
+		why = fmt.Sprintf("%d of %d latencies since the last change within %.0f%% of the budget", nearW, len(v), 100*g)
 	case float64(r.near) <= roomShrinkNear*(1-roomQuantile)*float64(r.n) && r.n >= need && q < lo && blocked &&
 		now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
 		next = r.extra - durMS((mid-q)/2)
+		why = fmt.Sprintf("p99 %.0f ms below the guard band over %d latencies with training kept out", q, r.n)
 	}
 	next = min(max(next, s.cfg.RoomMin, 0), maxExtra)
 	// Changes below a millisecond are noise, not worth an event. A grow the bound stops
@@ -224,13 +233,13 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 		s.log.Info("turn times spread out: the admission room goes to its bound", "workload", wl.name)
 	}
 	before, samples, near := r.extra, r.n, r.near
-	r.extra, r.changed, r.n, r.near, r.shrunk = next, now, 0, 0, !grow
+	r.extra, r.changed, r.n, r.near, r.shrunk, r.why = next, now, 0, 0, !grow, why
 	r.changes++
 	s.log.Info("admission room changed", "workload", wl.name, "room_ms", ms(s.cfg.Margin+next), "learned_ms", ms(next),
 		"before_ms", ms(before), "p99_ms", q, "budget_ms", l, "samples", samples, "near", near)
 	if f := s.cfg.OnRoom; f != nil {
 		c := RoomChange{Workload: wl.name, Room: s.cfg.Margin + next, Learned: next, Before: before,
-			P99: durMS(q), Budget: s.budgetOfWorkload(wl), Samples: samples}
+			P99: durMS(q), Budget: s.budgetOfWorkload(wl), Samples: samples, Why: why}
 		s.out = append(s.out, pendingDelivery{fn: func() { f(c) }})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ type simResult struct {
 	served  map[string][]simServed
 	changes map[string][]time.Duration // when each stream's room changed
 	learned map[string][]time.Duration // the learned room after each of those changes
+	why     map[string][]string        // the rule behind each of those changes
 	samples []time.Duration            // when each training minibatch was released
 	refused map[string]int             // requests refused (rate_limited) per stream
 	h       *harness
@@ -142,7 +144,7 @@ func simulate(t *testing.T, sp simSpec) simResult {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(sp.seed, 28))
 	res := simResult{served: map[string][]simServed{}, changes: map[string][]time.Duration{}, learned: map[string][]time.Duration{},
-		refused: map[string]int{}}
+		why: map[string][]string{}, refused: map[string]int{}}
 	var mu sync.Mutex
 	start := time.Time{}
 	c := sp.cfg
@@ -154,6 +156,7 @@ func simulate(t *testing.T, sp simSpec) simResult {
 		mu.Lock()
 		res.changes[rc.Workload] = append(res.changes[rc.Workload], res.h.clock.Now().Sub(start))
 		res.learned[rc.Workload] = append(res.learned[rc.Workload], rc.Learned)
+		res.why[rc.Workload] = append(res.why[rc.Workload], rc.Why)
 		mu.Unlock()
 	}
 	h := newHarness(t, c)
@@ -378,6 +381,13 @@ func TestAdmissionRoomFollowsTurnSpread(t *testing.T) {
 	at, learned := r.changes["cam"][0], r.learned["cam"][0]
 	if at < spec.spreadAt || at > spec.spreadAt+15*time.Second || learned != 150*msec {
 		t.Errorf("first change at %v to %v: want within 15 s after %v, to the bound 150 ms (RoomMaxFrac × budget)", at, learned, spec.spreadAt)
+	}
+	// The change says which rule made it (the event and status show it).
+	if why := r.why["cam"][0]; !strings.Contains(why, "turn times spread out") {
+		t.Errorf("first change's reason %q: want the turn times' rule named", why)
+	}
+	if st, _ := r.h.s.Snapshot().Workload(proto.RoleInfer, "cam"); st.RoomWhy != r.why["cam"][len(r.why["cam"])-1] {
+		t.Errorf("status gives the last change's reason as %q, the change said %q", st.RoomWhy, r.why["cam"][len(r.why["cam"])-1])
 	}
 	n, near := 0, 0
 	for _, x := range r.served["cam"] {
