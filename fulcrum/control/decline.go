@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
@@ -21,12 +22,18 @@ import (
 var ErrNoProfiles = errors.New("workers declined profile batches")
 
 // Discarding a profile batch: one that took under a fifth of the median of the same
-// workload's latest real batches of that size, once realMinForDiscard of them ran. A
-// client that answers a profile grant at once (no on_profile handler) reports
-// microseconds for a batch that really takes tens of milliseconds (issue 27).
+// workload's latest real batches of that size at the mode being measured (released since
+// it was applied), once realMinForDiscard of them ran there; without them, under a
+// fiftieth of its latest real batches at any mode. A client that answers a profile grant
+// at once (no on_profile handler) reports microseconds for a batch that really takes
+// tens of milliseconds (issue 27). Real batches at another mode are no reference at a
+// fifth: during a search, inference batches served at a mode with one core at 115 MHz
+// (82.5 ms at batch 1 with the fitted tails) had every honest profile batch at a fast
+// mode (5.5 ms) discarded and the search failed (the lifetime two-stream run, seed 2).
 const (
-	discardFraction   = 0.2
-	realMinForDiscard = 3
+	discardFraction        = 0.2
+	discardFractionAnyMode = 0.02
+	realMinForDiscard      = 3
 )
 
 // declinedOf returns the workloads of snap ("name (role)") whose live workers all
@@ -118,16 +125,21 @@ func (c *Controller) searchRefused(reason string, blocked []string) {
 		reason, strings.Join(blocked, ", "))})
 }
 
-// discardRef is the reference a point's profile batches are checked against: the
-// median of the workload's latest real batches of that size (0: none yet, or too few).
-func (p *LiveProfiler) discardRef(k store.Key) float64 {
+// discardRef is the reference a point's profile batches are checked against and the
+// fraction of it under which one is discarded: the median of the workload's real batches
+// of that size since the mode was applied (at a fifth), else of its latest at any mode
+// (at a fiftieth); 0: none yet, or too few.
+func (p *LiveProfiler) discardRef(k store.Key, applied time.Time) (refMS, fraction float64) {
 	role := proto.RoleTrain
 	if k.Role == truth.Infer {
 		role = proto.RoleInfer
 	}
-	ms, n := p.Sched.RealBatchMS(role, k.Workload, k.Turn()) // a micro-batch's real turns by its size
-	if n < realMinForDiscard {
-		return 0
+	// A micro-batch's real turns by its size.
+	if ms, n := p.Sched.RealBatchMS(role, k.Workload, k.Turn(), applied); n >= realMinForDiscard {
+		return ms, discardFraction
 	}
-	return ms
+	if ms, n := p.Sched.RealBatchMS(role, k.Workload, k.Turn(), time.Time{}); n >= realMinForDiscard {
+		return ms, discardFractionAnyMode
+	}
+	return 0, 0
 }

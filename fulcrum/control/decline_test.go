@@ -152,7 +152,7 @@ func TestTooFastProfileBatchesDiscarded(t *testing.T) {
 			}
 		}
 	}
-	if ms, n := e.sched.RealBatchMS(proto.RoleInfer, tInfer, 1); n != 4 || ms <= 1 {
+	if ms, n := e.sched.RealBatchMS(proto.RoleInfer, tInfer, 1, time.Time{}); n != 4 || ms <= 1 {
 		t.Fatalf("real batches recorded: %.2f ms over %d", ms, n)
 	}
 	type discard struct {
@@ -186,5 +186,83 @@ func TestTooFastProfileBatchesDiscarded(t *testing.T) {
 	// The training point, whose batches are real, was measured and stored.
 	if ps, _ := e.store.List(store.Filter{Board: e.spec.Name, Role: truth.Train}); len(ps) != 1 {
 		t.Fatalf("%d training profiles stored, want 1", len(ps))
+	}
+}
+
+// Real batches served at another, much slower mode are no reference at a fifth: a search
+// that had just served requests at one core and 115 MHz (82.5 ms at batch 1) discarded
+// every honest 5.5 ms profile batch at a fast mode and failed (lifetime, two streams,
+// seed 2). Here the real batches take 15× the profile batches' time, as there; the point
+// is measured and stored, nothing discarded. A handler that runs nothing (40 µs) is still
+// caught against the same real batches (TestTooFastProfileBatchesDiscarded).
+func TestProfileBatchesAtAFasterModeAreKept(t *testing.T) {
+	e := newEnv(t, sched.RealClock{})
+	defer e.sched.Close()
+	pm := NewPowerMonitor(10 * time.Second)
+	e.board.mu.Lock()
+	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
+	e.board.mu.Unlock()
+	m := e.modes[2]
+	var mu sync.Mutex
+	served := 0
+	deliver := func(g sched.Grant) {
+		go func() {
+			wl := e.models[tInfer]
+			if strings.HasPrefix(g.Worker, proto.RoleTrain) {
+				wl = e.models[tTrain]
+			}
+			d := time.Duration(wl.TimeMS(e.spec, e.board.current(), g.Batch) * float64(time.Millisecond))
+			if g.Kind == proto.KindInfer {
+				d *= 15 // served at a mode fifteen times slower for this workload
+			}
+			_ = pm.Sample(context.Background(), e.board, time.Now())
+			if err := e.sched.Release(g.Worker, sched.Release{Grant: g.ID, Duration: d}); err != nil {
+				return
+			}
+			if g.Kind == proto.KindInfer {
+				mu.Lock()
+				served++
+				mu.Unlock()
+			}
+			_ = e.sched.Acquire(g.Worker, 0)
+		}()
+	}
+	trainID, inferID := e.register(deliver)
+	for _, id := range []string{trainID, inferID} {
+		if err := e.sched.Acquire(id, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if err := e.sched.Arrivals(inferID, []proto.Request{{ID: "r" + string(rune('a'+i))}}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			mu.Lock()
+			n := served
+			mu.Unlock()
+			if n > i {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("a real inference batch was not served")
+			}
+		}
+	}
+	var discards int
+	lp := &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm,
+		Pair:      Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}},
+		Options:   LiveOptions{Samples: 3, MinTime: time.Millisecond, PowerSettle: time.Millisecond},
+		OnDiscard: func(store.Key, int, float64, float64) { discards++ }}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := lp.Profile(ctx, m); err != nil {
+		t.Fatalf("profiling a mode faster than the real batches' one: %v", err)
+	}
+	if discards != 0 || lp.Counts().Discarded != 0 {
+		t.Fatalf("%d points with discards (%d batches): honest profile batches were discarded", discards, lp.Counts().Discarded)
+	}
+	if ps, _ := e.store.List(store.Filter{Board: e.spec.Name, Workload: tInfer}); len(ps) != 1 {
+		t.Fatalf("%d inference profiles stored, want 1", len(ps))
 	}
 }

@@ -44,9 +44,10 @@ type Scheduler interface {
 	Config() sched.Config
 	// ExpectTimes resets a worker's expected turn times after a mode change.
 	ExpectTimes(workerID string, times map[int]time.Duration) error
-	// RealBatchMS is the median time of a workload's latest real batches of a size,
-	// and how many there are (profile batches faster than a fifth of it are discarded).
-	RealBatchMS(role, workload string, batch int) (float64, int)
+	// RealBatchMS is the median time of a workload's latest real batches of a size
+	// released at or after since (zero: any), and how many there are (profile batches far
+	// faster than them are discarded: decline.go).
+	RealBatchMS(role, workload string, batch int, since time.Time) (float64, int)
 }
 
 var _ Scheduler = (*sched.Scheduler)(nil)

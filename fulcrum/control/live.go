@@ -772,7 +772,7 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	size := k.Turn() // a micro-batch turn runs its own samples
 	meter := &liveMeter{p: p, o: o, k: k, applied: applied, budgetMW: budgetMW}
 	// A batch far faster than the workload's real ones ran nothing real: discarded.
-	ref := p.discardRef(k)
+	ref, frac := p.discardRef(k, applied)
 	discarded, fastest := 0, math.Inf(1)
 	defer func() {
 		if discarded > 0 {
@@ -788,14 +788,14 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	}()
 	loop := measure.Loop{Rule: rule, Clock: p.clock(), Meter: meter, Discard: func(d time.Duration, kept int) (bool, error) {
 		ms := float64(d) / float64(time.Millisecond)
-		if ref <= 0 || ms >= discardFraction*ref {
+		if ref <= 0 || ms >= frac*ref {
 			return false, nil
 		}
 		discarded++
 		fastest = min(fastest, ms)
 		if discarded >= 2*o.Samples && discarded > kept {
-			return true, fmt.Errorf("%d profile batches took under a fifth of the workload's real batches (fastest %.3f ms, real %.1f ms): "+
-				"its on_profile handler does not run a real batch of that size; fix it, or set none so that the worker declines profile batches", discarded, fastest, ref)
+			return true, fmt.Errorf("%d profile batches took under %.0f%% of the workload's real batches (fastest %.3f ms, real %.1f ms): "+
+				"its on_profile handler does not run a real batch of that size; fix it, or set none so that the worker declines profile batches", discarded, 100*frac, fastest, ref)
 		}
 		return true, nil
 	}}

@@ -48,28 +48,43 @@ func (s *Scheduler) BetweenTurns(ctx context.Context, fn func(context.Context) e
 var ErrProfilesDeclined = errors.New("the worker declined profile batches at registration (its client has no on_profile handler; set one to profile this workload live)")
 
 // RealBatchMS returns the median time (ms) of the latest real — training or inference,
-// not profile — batches of size batch that workload (role, name) ran, at whatever modes
-// they ran, and how many there are (at most realKeep). A profile batch far faster than
-// this did not run the workload.
-func (s *Scheduler) RealBatchMS(role, name string, batch int) (float64, int) {
+// not profile — batches of size batch that workload (role, name) ran and released at or
+// after since (the zero time: at whatever modes they ran), and how many there are (at
+// most realKeep). A profile batch far faster than this did not run the workload.
+func (s *Scheduler) RealBatchMS(role, name string, batch int, since time.Time) (float64, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wl, ok := s.workloads[role+"/"+name]
-	if !ok || len(wl.real[batch]) == 0 {
+	if !ok {
 		return 0, 0
 	}
-	return samplestats.Median(wl.real[batch]), len(wl.real[batch])
+	var ms []float64
+	for _, r := range wl.real[batch] {
+		if !r.at.Before(since) {
+			ms = append(ms, r.ms)
+		}
+	}
+	if len(ms) == 0 {
+		return 0, 0
+	}
+	return samplestats.Median(ms), len(ms)
 }
 
 // realKeep is how many real batch times per size RealBatchMS keeps.
 const realKeep = 16
 
-// addReal records a real batch's time (ms).
-func (wl *workload) addReal(batch int, ms float64) {
+// realBatch is a real batch's time (ms) and when it was released.
+type realBatch struct {
+	at time.Time
+	ms float64
+}
+
+// addReal records a real batch's time (ms), released at now.
+func (wl *workload) addReal(batch int, ms float64, now time.Time) {
 	if wl.real == nil {
-		wl.real = map[int][]float64{}
+		wl.real = map[int][]realBatch{}
 	}
-	xs := append(wl.real[batch], ms)
+	xs := append(wl.real[batch], realBatch{at: now, ms: ms})
 	if len(xs) > realKeep {
 		xs = xs[len(xs)-realKeep:]
 	}

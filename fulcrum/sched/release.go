@@ -44,7 +44,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		}
 		s.noteTurn(spreadTrain, w.trainEst(mb), ms, now)
 		w.trainEst(mb).add(ms)
-		w.addReal(mb, ms)
+		w.addReal(mb, ms, now)
 		w.trainUsed += used
 		s.trainHold, s.trainHoldUntil = w, now.Add(TrainRejoinGrace)
 		w.mbDone += mb
@@ -67,7 +67,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		// Time per batch is measured on full and partial batches alike; keyed by the
 		// number of requests actually served.
 		e.add(ms)
-		w.addReal(t.grant.Batch, ms)
+		w.addReal(t.grant.Batch, ms, now)
 		res := map[string]proto.Result{}
 		for _, x := range r.Results {
 			res[x.ID] = x

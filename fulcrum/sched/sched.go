@@ -186,9 +186,9 @@ type workload struct {
 	// trainMicro is the expected training turn (ms) by micro-batch size below the
 	// minibatch (micro.go).
 	trainMicro map[int]*estimate
-	infer      map[int]*estimate // expected inference batch time by size (ms)
-	prof       map[int]*estimate // expected profile batch time by size (ms)
-	real       map[int][]float64 // latest real (train/infer) batch times by size (ms): RealBatchMS
+	infer      map[int]*estimate   // expected inference batch time by size (ms)
+	prof       map[int]*estimate   // expected profile batch time by size (ms)
+	real       map[int][]realBatch // latest real (train/infer) batch times by size: RealBatchMS
 	st         *stats
 	// room is an inference stream's learned admission room (room.go).
 	room roomState
