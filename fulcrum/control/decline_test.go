@@ -98,63 +98,8 @@ func TestDeclinedWorkloadIsNotProfiledLive(t *testing.T) {
 // batches are discarded, said once per point, and a point made of nothing else fails
 // instead of storing a bogus profile.
 func TestTooFastProfileBatchesDiscarded(t *testing.T) {
-	e := newEnv(t, sched.RealClock{})
-	defer e.sched.Close()
-	pm := NewPowerMonitor(10 * time.Second)
-	e.board.mu.Lock()
-	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
-	e.board.mu.Unlock()
-	m := e.modes[2]
-	var mu sync.Mutex
-	served := 0
-	deliver := func(g sched.Grant) {
-		go func() {
-			wl := e.models[tInfer]
-			if strings.HasPrefix(g.Worker, proto.RoleTrain) {
-				wl = e.models[tTrain]
-			}
-			d := time.Duration(wl.TimeMS(e.spec, e.board.current(), g.Batch) * float64(time.Millisecond))
-			if g.Kind == proto.KindProfile && wl == e.models[tInfer] {
-				d = 40 * time.Microsecond // what the README's snippet did: no on_profile
-			}
-			_ = pm.Sample(context.Background(), e.board, time.Now())
-			if err := e.sched.Release(g.Worker, sched.Release{Grant: g.ID, Duration: d}); err != nil {
-				return
-			}
-			if g.Kind == proto.KindInfer {
-				mu.Lock()
-				served++
-				mu.Unlock()
-			}
-			_ = e.sched.Acquire(g.Worker, 0)
-		}()
-	}
-	trainID, inferID := e.register(deliver)
-	for _, id := range []string{trainID, inferID} {
-		if err := e.sched.Acquire(id, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Real inference batches of one request, so that there is a reference.
-	for i := range 4 {
-		if err := e.sched.Arrivals(inferID, []proto.Request{{ID: "r" + string(rune('a'+i))}}); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			mu.Lock()
-			n := served
-			mu.Unlock()
-			if n > i {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("a real inference batch was not served")
-			}
-		}
-	}
-	if ms, n := e.sched.RealBatchMS(proto.RoleInfer, tInfer, 1, time.Time{}); n != 4 || ms <= 1 {
-		t.Fatalf("real batches recorded: %.2f ms over %d", ms, n)
-	}
+	// What the README's snippet did: no on_profile, a profile grant answered at once.
+	e, pm, m := realBatchesServed(t, 1, 40*time.Microsecond)
 	type discard struct {
 		k      store.Key
 		n      int
@@ -196,13 +141,38 @@ func TestTooFastProfileBatchesDiscarded(t *testing.T) {
 // is measured and stored, nothing discarded. A handler that runs nothing (40 µs) is still
 // caught against the same real batches (TestTooFastProfileBatchesDiscarded).
 func TestProfileBatchesAtAFasterModeAreKept(t *testing.T) {
+	e, pm, m := realBatchesServed(t, 15, 0) // served at a mode 15× slower for this workload
+	var discards int
+	lp := &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm,
+		Pair:      Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}},
+		Options:   LiveOptions{Samples: 3, MinTime: time.Millisecond, PowerSettle: time.Millisecond},
+		OnDiscard: func(store.Key, int, float64, float64) { discards++ }}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := lp.Profile(ctx, m); err != nil {
+		t.Fatalf("profiling a mode faster than the real batches' one: %v", err)
+	}
+	if discards != 0 || lp.Counts().Discarded != 0 {
+		t.Fatalf("%d points with discards (%d batches): honest profile batches were discarded", discards, lp.Counts().Discarded)
+	}
+	if ps, _ := e.store.List(store.Filter{Board: e.spec.Name, Workload: tInfer}); len(ps) != 1 {
+		t.Fatalf("%d inference profiles stored, want 1", len(ps))
+	}
+}
+
+// realBatchesServed starts a pair on a real clock whose workers take the model's time at
+// the board's mode, real inference batches inferScale times that and inference profile
+// batches fakeProfile (0: the model's time), and has four real inference batches of one
+// request served, the too-fast check's reference. It returns the env, the power monitor
+// the workers sample and a mode to profile.
+func realBatchesServed(t *testing.T, inferScale float64, fakeProfile time.Duration) (*env, *PowerMonitor, powermode.Mode) {
+	t.Helper()
 	e := newEnv(t, sched.RealClock{})
-	defer e.sched.Close()
+	t.Cleanup(e.sched.Close)
 	pm := NewPowerMonitor(10 * time.Second)
 	e.board.mu.Lock()
 	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) }
 	e.board.mu.Unlock()
-	m := e.modes[2]
 	var mu sync.Mutex
 	served := 0
 	deliver := func(g sched.Grant) {
@@ -212,8 +182,11 @@ func TestProfileBatchesAtAFasterModeAreKept(t *testing.T) {
 				wl = e.models[tTrain]
 			}
 			d := time.Duration(wl.TimeMS(e.spec, e.board.current(), g.Batch) * float64(time.Millisecond))
-			if g.Kind == proto.KindInfer {
-				d *= 15 // served at a mode fifteen times slower for this workload
+			switch {
+			case g.Kind == proto.KindProfile && wl == e.models[tInfer] && fakeProfile > 0:
+				d = fakeProfile
+			case g.Kind == proto.KindInfer:
+				d = time.Duration(float64(d) * inferScale)
 			}
 			_ = pm.Sample(context.Background(), e.board, time.Now())
 			if err := e.sched.Release(g.Worker, sched.Release{Grant: g.ID, Duration: d}); err != nil {
@@ -249,20 +222,8 @@ func TestProfileBatchesAtAFasterModeAreKept(t *testing.T) {
 			}
 		}
 	}
-	var discards int
-	lp := &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm,
-		Pair:      Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}},
-		Options:   LiveOptions{Samples: 3, MinTime: time.Millisecond, PowerSettle: time.Millisecond},
-		OnDiscard: func(store.Key, int, float64, float64) { discards++ }}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := lp.Profile(ctx, m); err != nil {
-		t.Fatalf("profiling a mode faster than the real batches' one: %v", err)
+	if ms, n := e.sched.RealBatchMS(proto.RoleInfer, tInfer, 1, time.Time{}); n != 4 || ms <= 1 {
+		t.Fatalf("real batches recorded: %.2f ms over %d", ms, n)
 	}
-	if discards != 0 || lp.Counts().Discarded != 0 {
-		t.Fatalf("%d points with discards (%d batches): honest profile batches were discarded", discards, lp.Counts().Discarded)
-	}
-	if ps, _ := e.store.List(store.Filter{Board: e.spec.Name, Workload: tInfer}); len(ps) != 1 {
-		t.Fatalf("%d inference profiles stored, want 1", len(ps))
-	}
+	return e, pm, e.modes[2]
 }
