@@ -51,10 +51,10 @@ type LiveOptions struct {
 	// SensorWindow is the span of board activity one power reading may average: the
 	// sensor's averaging window and how late it reports it (an INA3221's ~430 ms average,
 	// read up to one more window late; the lifetime board's 500 ms physics step alike)
-	// [1 s]. A reading counts as a training point's own only where measured batches of
-	// the point covered at least sensorCover of the SensorWindow before it, and a
-	// training point that fits the room is measured at least SensorWindow plus
-	// minBatchReadings sample periods so that such readings exist (readableSpans).
+	// [2 × PowerSettle: 1 s]. A reading counts as a training point's own only where its
+	// measured batches ran for at least sensorCover of the SensorWindow before it, and a
+	// training turn that fits the latency budget's room is measured long enough for such
+	// readings (trainReadTime, sensorPower).
 	SensorWindow time.Duration
 }
 
@@ -81,7 +81,9 @@ func (o LiveOptions) withDefaults() LiveOptions {
 		o.SensorLag = 100 * time.Millisecond
 	}
 	if o.SensorWindow <= 0 {
-		o.SensorWindow = time.Second
+		// PowerSettle is the same memory of the sensor, seen from a mode change: the
+		// readings that still show the previous mode.
+		o.SensorWindow = 2 * o.PowerSettle
 	}
 	return o
 }
@@ -680,8 +682,11 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 			}
 		}
 		floor := 0.0
-		if k.Role == truth.Train && rule.MinTime > 0 {
-			// Long enough for readings that show this training turn alone (readableSpans).
+		if room && k.Role == truth.Train && rule.MinTime > 0 {
+			// A turn that fits the room runs back to back: long enough for readings that
+			// show it alone (sensorPower). Where the room is not judged (several streams
+			// or jobs, no micro-batches, no latency budget) a turn may wait for gaps in
+			// the arrivals one batch at a time, and a longer measurement only waits longer.
 			rule.MinTime = max(rule.MinTime, o.trainReadTime())
 		}
 		if k.Role == truth.Train {
@@ -793,43 +798,48 @@ const sensorCover = 0.8
 
 // trainReadTime is how long a training point that fits the latency budget's room is
 // measured at least: a SensorWindow to fill the sensor's window, then room for
-// minBatchReadings readings a SensorLag apart (the simulator's loop period, the
-// controller's 100 ms sampling by default).
+// minBatchReadings readings at a tenth of it (the controller samples every 100 ms, a
+// tenth of the default window): 1.4 s by default.
 func (o LiveOptions) trainReadTime() time.Duration {
-	return o.SensorWindow + time.Duration(minBatchReadings+1)*o.SensorLag
+	return o.SensorWindow + time.Duration(minBatchReadings+1)*o.SensorWindow/10
 }
 
-// readableSpans are the times in [from, to] at which a power reading shows the batches
-// ran alone: the SensorWindow before them was covered by ran for at least sensorCover
-// of it (checked on a 10 ms grid).
-func readableSpans(ran []Interval, window time.Duration, from, to time.Time) []Interval {
+// sensorPower is a training point's power from the readings taken in [from, to] (the
+// controller's PowerMonitor) that show its measured batches nearly alone: a reading
+// averages about the SensorWindow before it, and counts when the batches ran for at
+// least sensorCover of that window (on a 10 ms grid). It is Σ reading / Σ cover over
+// them, n their number; n is 0 when fewer than minBatchReadings count. Dividing by the
+// cover counts what ran in the gaps (inference requests, idle) as the point's own, so it
+// errs high by at most (1 − c)/c of the gaps' power — a few per cent — rather than low
+// by their share.
+func (m *liveMeter) sensorPower(from, to time.Time) (mw float64, n int) {
 	const step = 10 * time.Millisecond
-	if len(ran) == 0 || window <= 0 {
-		return nil
+	window := m.o.SensorWindow
+	if len(m.ran) == 0 || window <= 0 {
+		return 0, 0
 	}
-	var out []Interval
-	open := false
-	for t := from.Add(window); !t.After(to); t = t.Add(step) {
-		w0 := t.Add(-window)
-		var cov time.Duration
-		for _, iv := range ran {
-			a, b := maxTime(iv.From, w0), minTime(iv.To, t)
-			if b.After(a) {
-				cov += b.Sub(a)
+	var sum, cover float64
+	for t := from; t.Before(to); t = t.Add(step) {
+		r, k := m.p.Power.Mean(t, minTime(t.Add(step-time.Nanosecond), to))
+		if k == 0 {
+			continue
+		}
+		at := t.Add(step / 2)
+		w0 := at.Add(-window)
+		var ran time.Duration
+		for _, iv := range m.ran {
+			if a, b := maxTime(iv.From, w0), minTime(iv.To, at); b.After(a) {
+				ran += b.Sub(a)
 			}
 		}
-		ok := float64(cov) >= sensorCover*float64(window)
-		switch {
-		case ok && !open:
-			out = append(out, Interval{From: t, To: t})
-			open = true
-		case ok:
-			out[len(out)-1].To = t
-		default:
-			open = false
+		if c := float64(ran) / float64(window); c >= sensorCover {
+			sum, cover, n = sum+r*float64(k), cover+c*float64(k), n+k
 		}
 	}
-	return out
+	if n < minBatchReadings {
+		return 0, 0
+	}
+	return sum / cover, n
 }
 
 // rule is the stopping rule of a live point (measure.Rule, the offline profiler's rule):
@@ -887,7 +897,9 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		return store.Profile{}, false, 0, fmt.Errorf("profile %s: %w", k, err)
 	}
 	prof = res.Profile(k, store.SourceLive)
-	if !meter.read && prof.PowerMW.Mean < floorMW {
+	switch {
+	case meter.read:
+	case floorMW > 0 && prof.PowerMW.Mean < floorMW:
 		p.logger().Info("a training turn the power sensor could not read alone takes a smaller turn's power at the mode as its floor",
 			"point", k.String(), "read_mw", prof.PowerMW.Mean, "floor_mw", floorMW)
 		prof.PowerMW.Mean = floorMW
@@ -924,7 +936,7 @@ type liveMeter struct {
 	ran       []Interval // when each measured batch ran
 	throttled *store.Throttled
 	overMW    float64 // the average that tripped the guard
-	read      bool    // Stop took the power from readings of the batches alone (readableSpans)
+	read      bool    // Stop took the power from readings of the batches alone (sensorPower)
 }
 
 // Ran implements measure.Meter.
@@ -987,15 +999,13 @@ func (m *liveMeter) Stop(ctx context.Context, s measure.Span) (measure.Power, er
 	// step): the per-batch rule below stored training turns at 0.24–0.69 of their true
 	// power, and plans from them drew 1.5–4× their prediction (docs/benchmarks.md
 	// "After-plan breaks").
-	var spans []Interval
 	if m.k.Role == truth.Train {
-		spans = readableSpans(m.ran, o.SensorWindow, maxTime(settled, s.Start), s.End)
+		if mw, k := m.sensorPower(maxTime(settled, s.Start), s.End); k > 0 {
+			m.read = true
+			return measure.Power{MeanMW: mw, Readings: k, Throttled: m.throttled}, nil
+		}
 	}
-	pw, n := m.p.Power.MeanIn(spans)
-	m.read = n >= minBatchReadings
-	if !m.read {
-		pw, n = m.p.Power.MeanIn(m.batches)
-	}
+	pw, n := m.p.Power.MeanIn(m.batches)
 	if n < minBatchReadings {
 		pw, n = m.p.Power.Mean(from, s.End)
 	}
