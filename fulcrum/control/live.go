@@ -48,15 +48,17 @@ type LiveOptions struct {
 	// window is set by its driver), so only readings at least this far into a batch are
 	// attributed to it [100 ms].
 	SensorLag time.Duration
-	// SensorWindow is the span of board activity one power reading may average: the
-	// sensor's averaging window and how late it reports it (an INA3221's ~430 ms average,
-	// read up to one more window late; the lifetime board's 500 ms physics step alike)
-	// [2 × PowerSettle: 1 s]. A reading counts as a training point's own only where its
-	// measured batches ran for at least sensorCover of the SensorWindow before it, and a
-	// training turn that fits the latency budget's room is measured long enough for such
-	// readings (trainReadTime, sensorPower).
-	SensorWindow time.Duration
 }
+
+// sensorWindow is the span of board activity one power reading may average: the
+// sensor's averaging window and how late it reports it (an INA3221's ~430 ms average,
+// read up to one more window late; the lifetime board's 500 ms physics step alike):
+// twice PowerSettle, which is the same memory of the sensor seen from a mode change
+// (1 s by default). A reading counts as a training point's own only where its measured
+// batches ran for at least sensorCover of the window before it, and a training turn
+// that fits the latency budget's room is measured long enough for such readings
+// (trainReadTime, sensorPower).
+func (o LiveOptions) sensorWindow() time.Duration { return 2 * o.PowerSettle }
 
 func (o LiveOptions) withDefaults() LiveOptions {
 	if o.Warmup <= 0 {
@@ -79,11 +81,6 @@ func (o LiveOptions) withDefaults() LiveOptions {
 	}
 	if o.SensorLag <= 0 {
 		o.SensorLag = 100 * time.Millisecond
-	}
-	if o.SensorWindow <= 0 {
-		// PowerSettle is the same memory of the sensor, seen from a mode change: the
-		// readings that still show the previous mode.
-		o.SensorWindow = 2 * o.PowerSettle
 	}
 	return o
 }
@@ -797,16 +794,17 @@ const minBatchReadings = 3
 const sensorCover = 0.8
 
 // trainReadTime is how long a training point that fits the latency budget's room is
-// measured at least: a SensorWindow to fill the sensor's window, then room for
+// measured at least: a sensorWindow to fill the sensor's window, then room for
 // minBatchReadings readings at a tenth of it (the controller samples every 100 ms, a
 // tenth of the default window): 1.4 s by default.
 func (o LiveOptions) trainReadTime() time.Duration {
-	return o.SensorWindow + time.Duration(minBatchReadings+1)*o.SensorWindow/10
+	w := o.sensorWindow()
+	return w + time.Duration(minBatchReadings+1)*w/10
 }
 
 // sensorPower is a training point's power from the readings taken in [from, to] (the
 // controller's PowerMonitor) that show its measured batches nearly alone: a reading
-// averages about the SensorWindow before it, and counts when the batches ran for at
+// averages about the sensorWindow before it, and counts when the batches ran for at
 // least sensorCover of that window (on a 10 ms grid). It is Σ reading / Σ cover over
 // them, n their number; n is 0 when fewer than minBatchReadings count. Dividing by the
 // cover counts what ran in the gaps (inference requests, idle) as the point's own, so it
@@ -814,7 +812,7 @@ func (o LiveOptions) trainReadTime() time.Duration {
 // by their share.
 func (m *liveMeter) sensorPower(from, to time.Time) (mw float64, n int) {
 	const step = 10 * time.Millisecond
-	window := m.o.SensorWindow
+	window := m.o.sensorWindow()
 	if len(m.ran) == 0 || window <= 0 {
 		return 0, 0
 	}
@@ -993,7 +991,7 @@ func (m *liveMeter) Stop(ctx context.Context, s measure.Span) (measure.Power, er
 		}
 	}
 	// First, the readings whose whole sensor window the measured batches filled: a
-	// reading averages the last SensorWindow or so, and a batch shorter than that (a
+	// reading averages the last sensorWindow or so, and a batch shorter than that (a
 	// micro-batch turn of 16–60 ms, or batches waiting for gaps in the arrivals) is read
 	// mixed with whatever ran around it. Measured on the lifetime board (500 ms physics
 	// step): the per-batch rule below stored training turns at 0.24–0.69 of their true

@@ -79,9 +79,8 @@ func TestLiveProfileStopRule(t *testing.T) {
 		trainProfiles = 0
 		mu.Unlock()
 		lp := &LiveProfiler{Sched: e.sched, Board: e.board, Store: e.store, Power: pm,
-			Pair: Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}},
-			Options: LiveOptions{Samples: 5, MinTime: time.Nanosecond, PowerSettle: time.Millisecond, MaxSamples: tc.maxSamples, TargetRSE: 0.021,
-				SensorWindow: time.Nanosecond}} // a sensor read at once: the stopping rule alone
+			Pair:    Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}},
+			Options: LiveOptions{Samples: 5, MinTime: time.Nanosecond, PowerSettle: time.Millisecond, MaxSamples: tc.maxSamples, TargetRSE: 0.021}}
 		m := e.modes[2+i]
 		mp, err := lp.Profile(ctx, m)
 		if err != nil {
