@@ -89,6 +89,8 @@ type WorkloadStats struct {
 	AdmissionRoomMS        float64 `json:"admission_room_ms,omitempty"`
 	AdmissionRoomLearnedMS float64 `json:"admission_room_learned_ms,omitempty"`
 	AdmissionRoomChanges   uint64  `json:"admission_room_changes,omitempty"`
+	// AdmissionRoomWhy is the rule behind the learned room's last change.
+	AdmissionRoomWhy string `json:"admission_room_why,omitempty"`
 }
 
 // ImportResponse is POST /v1/profiles/import's answer.

@@ -242,10 +242,10 @@ type Controller struct {
 	corrP       map[powermode.Mode]float64 // measured/predicted power where a budget broke
 	// corrAll: with several streams, the largest measured/predicted power ratio where the
 	// budget broke, expected at every mode without a ratio of its own until the workloads
-	// change or a search measures again (streams.go, stepMulti).
+	// change or a search measures again (streams.go, powerBrokenMulti).
 	corrAll float64
 	// latRatio: with several streams, each stream's largest measured/predicted p99 ratio
-	// where its budget broke, expected at every mode (streams.go, stepMulti) until the
+	// where its budget broke, expected at every mode (streams.go, latencyBrokenMulti) until the
 	// workloads change or a search measures again.
 	latRatio map[string]float64
 	// ratioCalm is when every stream last went under budget·(1−Hysteresis) with
@@ -501,11 +501,7 @@ func (c *Controller) Step(ctx context.Context) {
 	if c.holdDecisions(ctx, snap, now) {
 		return
 	}
-	if c.grp != nil {
-		c.stepMulti(ctx, snap, now)
-		return
-	}
-	c.stepPair(ctx, snap, now, pn)
+	c.stepPlanned(ctx, snap, now, pn)
 }
 
 // noteWorkers takes in who is registered: a changed pair or group asks for a plan and
@@ -607,21 +603,33 @@ func (c *Controller) holdDecisions(ctx context.Context, snap sched.Snapshot, now
 	return c.maybeResearch(snap, now)
 }
 
-// stepPair applies the pair's control rules in order (docs/controller.md): live
-// refinement, power broken, a plan asked for, the planned batch on new workers, latency
-// broken, rate drift, back up after a step. Called with c.mu held.
-func (c *Controller) stepPair(ctx context.Context, snap sched.Snapshot, now time.Time, pn int) {
+// stepPlanned applies the control rules in order (docs/controller.md) to the workloads
+// planned for, one training job and one inference stream (the pair) or several: live
+// refinement, power broken, a plan asked for, the planned batches and micro-batches on
+// new workers, a stream's latency broken, easing learned latency ratios, rate drift,
+// back up after a step. Each rule is written once; what still depends on the count
+// (issue 29's last part, issue 31 item 3) is the reaction to a broken budget — the pair
+// steps down to a stored configuration and back up after the hold (guard.go), several
+// workloads learn a correction and decide again (streams.go) — and live refinement,
+// which so far knows one stream and one job. Called with c.mu held.
+func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now time.Time, pn int) {
 	rate, ready := c.planningRate(now)
-	b := c.targets
+	if c.grp != nil {
+		_, ready = c.streamRates(now) // Step has observed every stream's rate meter
+	}
 	// Live refinement: its windows, and a trial ended the moment it breaks a budget.
 	if c.refineStep(ctx, snap, now, rate) {
 		return
 	}
-	// Power broken (judged on readings taken since the last change only): step down now,
+	// Power broken (judged on readings taken since the last change only): act now,
 	// before anything else — also when a lowered budget is what broke it.
 	if avg, over := c.powerOver(now); over {
 		c.measured.PowerMW = avg
 		c.violations["power"]++
+		if c.grp != nil {
+			c.powerBrokenMulti(ctx, now, avg)
+			return
+		}
 		if strings.HasPrefix(c.needPlan, reasonBudgets) {
 			c.needPlan = "" // the step is chosen against the new budgets; step_up re-plans later
 		}
@@ -631,56 +639,120 @@ func (c *Controller) stepPair(ctx context.Context, snap sched.Snapshot, now time
 	if c.needPlan != "" && ready {
 		reason := c.needPlan
 		c.needPlan = ""
-		c.plan(ctx, reason, rate)
+		if c.grp != nil {
+			c.planMulti(ctx, reason, true)
+		} else {
+			c.plan(ctx, reason, rate)
+		}
 		return
 	}
 	if c.cur == nil {
 		return
 	}
-	// A worker that (re)registered since the last decision serves the planned batch
-	// and runs the planned micro-batch.
-	for _, w := range snap.Workers {
-		if w.Role == proto.RoleInfer && w.Workload == c.pair.Infer && w.Batch != c.cur.Batch &&
-			(len(w.BatchSizes) == 0 || slices.Contains(w.BatchSizes, c.cur.Batch)) {
-			if err := c.sched.SetInferBatch(w.ID, c.cur.Batch); err != nil {
-				c.log.Warn("set the planned inference batch on a new worker", "worker", w.ID, "err", err)
-			}
-		}
+	c.keepBatches(snap) // a worker that (re)registered serves its stream's planned batch
+	c.keepMicro(snap)   // and a trainer runs its job's planned micro-batch
+	if c.latencyBroken(ctx, snap, now, rate) {
+		return
 	}
-	c.keepMicro(snap)
-	// Latency broken: step down now.
-	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > b.LatencyMS &&
-		now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown && c.latencySettled(now) {
-		c.violations["latency"]++
-		c.stepDownLatency(ctx, rate)
+	if c.easeRatios(ctx, snap, now) {
 		return
 	}
 	if c.driftReplan(ctx, now) {
 		return
 	}
-	c.maybeStepUp(ctx, now, rate, pn)
+	if c.grp == nil {
+		c.maybeStepUp(ctx, now, rate, pn)
+	}
 }
 
-// driftReplan is rule 5: with the rate measured (no rate budget), a drift beyond the
-// meter's noise held for DriftHold re-plans from the stored profiles. It reports whether
-// it re-planned. Called with c.mu held.
-func (c *Controller) driftReplan(ctx context.Context, now time.Time) bool {
-	b := c.targets
-	// Rate drift: re-plan from stored profiles.
-	if b.RateRPS == 0 && c.planRate > 0 && !c.held {
-		if rateDrifted(c.rate.rate, c.planRate, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
-			if c.driftSince.IsZero() {
-				c.driftSince = now
-			} else if now.Sub(c.driftSince) >= c.cfg.DriftHold {
-				c.driftSince = time.Time{}
-				c.plan(ctx, fmt.Sprintf("arrival rate drifted from %.1f/s to %.1f/s (over %.0f%% and %d σ of the meter's noise for %s)", c.planRate, c.rate.rate, c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold), c.rate.rate)
-				return true
+// keepBatches sets the planned batch on every inference worker that serves another one
+// (it registered or re-registered since the decision) and can serve the planned one.
+// Called with c.mu held.
+func (c *Controller) keepBatches(snap sched.Snapshot) {
+	for _, w := range snap.Workers {
+		if w.Role != proto.RoleInfer {
+			continue
+		}
+		if want := c.batchFor(*c.cur, w.Workload); want > 0 && w.Batch != want && (len(w.BatchSizes) == 0 || slices.Contains(w.BatchSizes, want)) {
+			if err := c.sched.SetInferBatch(w.ID, want); err != nil {
+				c.log.Warn("set the planned inference batch on a new worker", "worker", w.ID, "err", err)
 			}
-		} else {
-			c.driftSince = time.Time{}
 		}
 	}
+}
+
+// latencyBroken is the latency rule: the pair's p99 over the budget steps down
+// (stepDownLatency); with several streams a stream's p99 over its own budget is learned
+// from and decided again (latencyBrokenMulti). It reports whether it acted. Called with
+// c.mu held.
+func (c *Controller) latencyBroken(ctx context.Context, snap sched.Snapshot, now time.Time, rate float64) bool {
+	if now.Sub(c.lastStep) < c.cfg.Cooldown || now.Sub(c.lastLatStep) < c.cfg.LatencyCooldown || !c.latencySettled(now) {
+		return false
+	}
+	if c.grp != nil {
+		return c.latencyBrokenMulti(ctx, snap, now)
+	}
+	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS {
+		c.violations["latency"]++
+		c.stepDownLatency(ctx, rate)
+		return true
+	}
 	return false
+}
+
+// driftReplan is the drift rule: a stream whose rate is measured (no rate budget, its
+// own or the shared one) and drifted beyond the meter's noise from the rate planned for,
+// held for DriftHold, re-plans from the stored profiles. It reports whether it
+// re-planned. Called with c.mu held.
+func (c *Controller) driftReplan(ctx context.Context, now time.Time) bool {
+	if c.held || c.targets.RateRPS > 0 {
+		c.driftSince = time.Time{}
+		return false
+	}
+	var drifted []string
+	for _, s := range c.plannedRates() {
+		if s.planned > 0 && !s.fixed && rateDrifted(s.rate, s.planned, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
+			drifted = append(drifted, fmt.Sprintf("%s from %.1f/s to %.1f/s", s.workload, s.planned, s.rate))
+		}
+	}
+	switch {
+	case len(drifted) == 0:
+		c.driftSince = time.Time{}
+	case c.driftSince.IsZero():
+		c.driftSince = now
+	case now.Sub(c.driftSince) >= c.cfg.DriftHold:
+		c.driftSince = time.Time{}
+		reason := fmt.Sprintf("arrival rate drifted: %s (over %.0f%% and %d σ of the meter's noise for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold)
+		if c.grp != nil {
+			c.planMulti(ctx, reason, false)
+		} else {
+			c.plan(ctx, reason, c.rate.rate)
+		}
+		return true
+	}
+	return false
+}
+
+// plannedRate is one stream's measured rate against the rate the plan in force was
+// made for; fixed: its rate is a budget, not measured.
+type plannedRate struct {
+	workload      string
+	rate, planned float64
+	fixed         bool
+}
+
+// plannedRates are the streams planned for with their rates. Called with c.mu held.
+func (c *Controller) plannedRates() []plannedRate {
+	if c.grp == nil {
+		return []plannedRate{{workload: c.pair.Infer, rate: c.rate.rate, planned: c.planRate}}
+	}
+	var out []plannedRate
+	for _, s := range c.grp.Streams {
+		if m := c.meters[s.Workload]; m != nil {
+			out = append(out, plannedRate{workload: s.Workload, rate: m.rate, planned: m.planned, fixed: c.targets.Streams[s.Workload].RateRPS > 0})
+		}
+	}
+	return out
 }
 
 // maybeStepUp is rule 6: after a step down, back up once power and latency stayed under

@@ -39,9 +39,13 @@ func (c *Controller) noteRooms(snap sched.Snapshot, now time.Time) {
 		}
 		n := wl.RoomChanges - c.rooms.seen[wl.Workload]
 		c.rooms.seen[wl.Workload], c.rooms.at[wl.Workload] = wl.RoomChanges, now
+		why := ""
+		if wl.RoomWhy != "" {
+			why = "; the last because " + wl.RoomWhy
+		}
 		c.events.Add(Event{Kind: KindRoom, Reason: fmt.Sprintf(
-			"%s: admission room now %.0f ms (margin + %.0f ms learned; %d change(s) since the last event) for p99 %.0f ms against %.0f ms",
-			wl.Workload, wl.AdmissionRoomMS, wl.RoomLearnedMS, n, wl.Latency.P99MS, wl.LatencyBudgetMS),
+			"%s: admission room now %.0f ms (margin + %.0f ms learned; %d change(s) since the last event) for p99 %.0f ms against %.0f ms%s",
+			wl.Workload, wl.AdmissionRoomMS, wl.RoomLearnedMS, n, wl.Latency.P99MS, wl.LatencyBudgetMS, why),
 			Measured: &Measured{LatencyP99MS: wl.Latency.P99MS}})
 	}
 	// Forget streams no longer in the snapshot (bounded by the scheduler's workloads).

@@ -3,6 +3,7 @@ package control
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,12 @@ func TestLearnedRoomReachesDecisionAndEvents(t *testing.T) {
 	}
 	if n := countKind(c.Events().List(0), KindRoom); n != 1 {
 		t.Fatalf("%d admission_room events for %d changes within %v: want 1 (rate-limited)", n, wl.RoomChanges, RoomEventEvery)
+	}
+	// The event says which rule moved the room: here the latencies near the budget.
+	for _, ev := range c.Events().List(0) {
+		if ev.Kind == KindRoom && !strings.Contains(ev.Reason, "the last because") {
+			t.Fatalf("admission_room event %q: want the rule behind the change named", ev.Reason)
+		}
 	}
 	serve(300) // 30 s more
 	if n := countKind(c.Events().List(0), KindRoom); n != 2 {

@@ -524,165 +524,113 @@ func microText(train []TrainChoice) string {
 	return "training " + strings.Join(parts, ", ")
 }
 
-// stepMulti is Step's watch while several streams or jobs are planned for: each stream's
-// rate and p99 against its own budget, board power against the power budget. A broken
-// budget is acted on at once by re-deciding with what was learned (the power correction
-// at the mode, the stream's broken batch left out); a drifted rate re-plans after
-// DriftHold. Called with c.mu held.
-func (c *Controller) stepMulti(ctx context.Context, snap sched.Snapshot, now time.Time) {
-	// Step has observed every stream's rate meter.
-	_, ready := c.streamRates(now)
+// powerBrokenMulti is the power rule while several streams or jobs are planned for:
+// board power avg over the budget at the mode in force is learned as a correction there
+// (and expected at every mode without one of its own), and every stream and job is
+// decided again. Called with c.mu held.
+func (c *Controller) powerBrokenMulti(ctx context.Context, now time.Time, avg float64) {
 	b := c.targets
-	if avg, over := c.powerOver(now); over {
-		c.measured.PowerMW = avg
-		c.violations["power"]++
-		c.lastStep = now
-		k := 1.0
-		if c.cur.Predicted.PowerMW > 0 {
-			k = max(1, avg/c.cur.Predicted.PowerMW)
-			// The prediction in force already carries the mode's correction, or the
-			// ratio learned elsewhere: the ratio to the stored profiles is the product.
-			prior, own := c.corrP[c.cur.Mode]
-			if !own {
-				prior = c.corrAll
-			}
-			c.corrP[c.cur.Mode] = max(prior, 1) * k
-			// Profiles that under-predict the power at one mode (measured the same way,
-			// with the same workers) are expected to at the others: expecting the same
-			// ratio at the modes without one of their own moves to a mode within the
-			// budget at once, where learning it mode by mode walked down one mode change
-			// per violation (TestSeveralStreamsPowerUnderPredictedEverywhere; issue 34).
-			c.corrAll = max(c.corrAll, c.corrP[c.cur.Mode])
+	c.lastStep = now
+	k := 1.0
+	if c.cur.Predicted.PowerMW > 0 {
+		k = max(1, avg/c.cur.Predicted.PowerMW)
+		// The prediction in force already carries the mode's correction, or the
+		// ratio learned elsewhere: the ratio to the stored profiles is the product.
+		prior, own := c.corrP[c.cur.Mode]
+		if !own {
+			prior = c.corrAll
 		}
-		c.needPlan = ""
-		c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction, expected at every mode not measured over the budget%s",
-			avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k, c.heatNote()), false)
-		c.stepped = true
-		return
+		c.corrP[c.cur.Mode] = max(prior, 1) * k
+		// Profiles that under-predict the power at one mode (measured the same way,
+		// with the same workers) are expected to at the others: expecting the same
+		// ratio at the modes without one of their own moves to a mode within the
+		// budget at once, where learning it mode by mode walked down one mode change
+		// per violation (TestSeveralStreamsPowerUnderPredictedEverywhere; issue 34).
+		c.corrAll = max(c.corrAll, c.corrP[c.cur.Mode])
 	}
-	if c.needPlan != "" && ready {
-		reason := c.needPlan
-		c.needPlan = ""
-		c.planMulti(ctx, reason, true)
-		return
-	}
-	if c.cur == nil {
-		return
-	}
-	// A worker that (re)registered since the last decision serves its stream's batch.
-	for _, w := range snap.Workers {
-		if w.Role != proto.RoleInfer {
+	c.needPlan = ""
+	c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction, expected at every mode not measured over the budget%s",
+		avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k, c.heatNote()), false)
+	c.stepped = true
+}
+
+// latencyBrokenMulti is the latency rule while several streams or jobs are planned for:
+// a stream's latency broken (judged on requests served since the configuration in force
+// was applied) teaches every judged stream's measured/predicted p99 ratio, expected at
+// every mode (which puts the broken configuration over its budget), and everything is
+// decided again. Learning nothing but the broken point walked from mode to mode, each as
+// under-predicted as the last (three streams on the simulated AGX: 7 mode changes down
+// to 1 core; issue 34). It reports whether it re-decided. Called with c.mu held.
+func (c *Controller) latencyBrokenMulti(ctx context.Context, snap sched.Snapshot, now time.Time) bool {
+	var over []string
+	judged := map[string]float64{} // stream → measured p99
+	unforeseen := false
+	for _, s := range c.cur.Streams {
+		wl, ok := snap.Workload(proto.RoleInfer, s.Workload)
+		if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency {
 			continue
 		}
-		if want := c.batchFor(*c.cur, w.Workload); want > 0 && w.Batch != want && (len(w.BatchSizes) == 0 || slices.Contains(w.BatchSizes, want)) {
-			if err := c.sched.SetInferBatch(w.ID, want); err != nil {
-				c.log.Warn("set the planned inference batch on a new worker", "worker", w.ID, "err", err)
+		judged[s.Workload] = wl.LatencyRecent.P99MS
+		if wl.LatencyRecent.P99MS > s.LatencyBudgetMS {
+			over = append(over, s.Workload)
+			// A p99 over the budget where the decision expected it over (no known
+			// configuration meets every budget: training is paused and the least
+			// violating one runs) teaches nothing: deciding again walked from one
+			// least violating configuration to the next.
+			unforeseen = unforeseen || s.PredLatencyMS <= s.LatencyBudgetMS
+		}
+	}
+	if len(over) > 0 && c.latRatio == nil {
+		c.latRatio = map[string]float64{}
+	}
+	if len(over) > 0 && !unforeseen {
+		c.lastLatStep = now
+		for _, s := range c.cur.Streams {
+			if p99, ok := judged[s.Workload]; ok && s.PredLatencyMS > 0 {
+				c.latRatio[s.Workload] = max(c.latRatio[s.Workload], p99/(s.PredLatencyMS/max(s.ratio, 1)), 1)
 			}
 		}
 	}
-	c.keepMicro(snap) // and a trainer its job's micro-batch
-	// A stream's latency broken (judged on requests served since the configuration in
-	// force was applied): learn every judged stream's measured/predicted p99 ratio, expect
-	// it at every mode (which puts the broken configuration over its budget) and decide
-	// again. Learning nothing but the broken point walked from mode to mode, each as
-	// under-predicted as the last (three streams on the simulated AGX: 7 mode changes
-	// down to 1 core; issue 34).
-	if now.Sub(c.lastStep) >= c.cfg.Cooldown && now.Sub(c.lastLatStep) >= c.cfg.LatencyCooldown && c.latencySettled(now) {
-		var over []string
-		judged := map[string]float64{} // stream → measured p99
-		unforeseen := false
+	if len(over) > 0 && unforeseen {
+		c.violations["latency"]++
+		c.lastStep, c.lastLatStep = now, now
+		if c.badPoint == nil {
+			c.badPoint = map[streamPoint]bool{}
+		}
+		var broke, learned []string
 		for _, s := range c.cur.Streams {
-			wl, ok := snap.Workload(proto.RoleInfer, s.Workload)
-			if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency {
+			p99, ok := judged[s.Workload]
+			if !ok {
 				continue
 			}
-			judged[s.Workload] = wl.LatencyRecent.P99MS
-			if wl.LatencyRecent.P99MS > s.LatencyBudgetMS {
-				over = append(over, s.Workload)
-				// A p99 over the budget where the decision expected it over (no known
-				// configuration meets every budget: training is paused and the least
-				// violating one runs) teaches nothing: deciding again walked from one
-				// least violating configuration to the next.
-				unforeseen = unforeseen || s.PredLatencyMS <= s.LatencyBudgetMS
+			// The prediction in force is model v1's times the ratio it was decided
+			// with: the ratio to model v1 is p99 over its quotient.
+			k := 0.0
+			if model := s.PredLatencyMS / max(s.ratio, 1); model > 0 {
+				k = p99 / model
+				c.latRatio[s.Workload] = max(c.latRatio[s.Workload], k, 1)
+				learned = append(learned, fmt.Sprintf("%s %.2f×", s.Workload, c.latRatio[s.Workload]))
 			}
-		}
-		if len(over) > 0 && c.latRatio == nil {
-			c.latRatio = map[string]float64{}
-		}
-		if len(over) > 0 && !unforeseen {
-			c.lastLatStep = now
-			for _, s := range c.cur.Streams {
-				if p99, ok := judged[s.Workload]; ok && s.PredLatencyMS > 0 {
-					c.latRatio[s.Workload] = max(c.latRatio[s.Workload], p99/(s.PredLatencyMS/max(s.ratio, 1)), 1)
+			if slices.Contains(over, s.Workload) && s.PredLatencyMS <= s.LatencyBudgetMS {
+				if k == 0 {
+					// No prediction to learn from (a mode the operator chose): the point
+					// itself is left out. Otherwise the ratio learned puts it over.
+					c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
 				}
+				broke = append(broke, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms; %.2f× model v1's)",
+					s.Workload, p99, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS, k))
 			}
 		}
-		if len(over) > 0 && unforeseen {
-			c.violations["latency"]++
-			c.lastStep, c.lastLatStep = now, now
-			if c.badPoint == nil {
-				c.badPoint = map[streamPoint]bool{}
-			}
-			var broke, learned []string
-			for _, s := range c.cur.Streams {
-				p99, ok := judged[s.Workload]
-				if !ok {
-					continue
-				}
-				// The prediction in force is model v1's times the ratio it was decided
-				// with: the ratio to model v1 is p99 over its quotient.
-				k := 0.0
-				if model := s.PredLatencyMS / max(s.ratio, 1); model > 0 {
-					k = p99 / model
-					c.latRatio[s.Workload] = max(c.latRatio[s.Workload], k, 1)
-					learned = append(learned, fmt.Sprintf("%s %.2f×", s.Workload, c.latRatio[s.Workload]))
-				}
-				if slices.Contains(over, s.Workload) && s.PredLatencyMS <= s.LatencyBudgetMS {
-					if k == 0 {
-						// No prediction to learn from (a mode the operator chose): the point
-						// itself is left out. Otherwise the ratio learned puts it over.
-						c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
-					}
-					broke = append(broke, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms; %.2f× model v1's)",
-						s.Workload, p99, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS, k))
-				}
-			}
-			expect := "no prediction to learn a ratio from"
-			if len(learned) > 0 {
-				expect = "expecting each judged stream's measured/predicted ratio to model v1 at every mode (" + strings.Join(learned, ", ") + ")"
-			}
-			c.planMulti(ctx, fmt.Sprintf("%s; %s, re-deciding%s",
-				strings.Join(broke, "; "), expect, c.heatNote()), false)
-			c.stepped = true
-			return
+		expect := "no prediction to learn a ratio from"
+		if len(learned) > 0 {
+			expect = "expecting each judged stream's measured/predicted ratio to model v1 at every mode (" + strings.Join(learned, ", ") + ")"
 		}
+		c.planMulti(ctx, fmt.Sprintf("%s; %s, re-deciding%s",
+			strings.Join(broke, "; "), expect, c.heatNote()), false)
+		c.stepped = true
+		return true
 	}
-	if c.easeRatios(ctx, snap, now) {
-		return
-	}
-	// A measured rate drifted: re-plan.
-	if c.held {
-		return
-	}
-	var drifted []string
-	for _, s := range c.grp.Streams {
-		m := c.meters[s.Workload]
-		if m == nil || m.planned <= 0 || c.targets.Streams[s.Workload].RateRPS > 0 || b.RateRPS > 0 {
-			continue
-		}
-		if rateDrifted(m.rate, m.planned, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
-			drifted = append(drifted, fmt.Sprintf("%s from %.1f/s to %.1f/s", s.Workload, m.planned, m.rate))
-		}
-	}
-	switch {
-	case len(drifted) == 0:
-		c.driftSince = time.Time{}
-	case c.driftSince.IsZero():
-		c.driftSince = now
-	case now.Sub(c.driftSince) >= c.cfg.DriftHold:
-		c.driftSince = time.Time{}
-		c.planMulti(ctx, fmt.Sprintf("arrival rate drifted: %s (over %.0f%% and %d σ of the meter's noise for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold), false)
-	}
+	return false
 }
 
 // pooledLive is the search.Profiler a searcher walks while several streams or jobs are

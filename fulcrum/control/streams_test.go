@@ -313,9 +313,43 @@ func TestSearchSeveralStreams(t *testing.T) {
 	if st.Current == nil || len(st.Current.Streams) != 2 || countKind(evs, KindPlan) != 1 {
 		t.Fatalf("after the search: current %+v, events %v", st.Current, evs)
 	}
-	modes := st.StoredProfiles // modes stored for both streams and the job
-	if modes == 0 || modes > 4 || st.Live.Profiled != 2*modes {
-		t.Fatalf("%d modes stored for every workload, %d live profiles: want ≤ 4 modes, each profiled for both streams", modes, st.Live.Profiled)
+	// One mode here draws 31.8 W against the 30 W budget. Where the power guard trips
+	// there depends on when its 1 s average first has enough readings (taken on the wall
+	// clock as grants are delivered): at the training point, at an inference point, or —
+	// on a loaded host — only while a further stream is measured, after the first pair's
+	// profile run completed. Such a mode may hold part of its points; every other mode is
+	// profiled once per stream, its training measured once.
+	abandoned := map[powermode.Mode]bool{}
+	runs := map[powermode.Mode]int{} // profile runs, one "profiled mode … live" event each
+	for _, ev := range evs {
+		if ev.Kind != KindProfile || ev.Mode == nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(ev.Reason, "abandoned profiling mode"):
+			abandoned[*ev.Mode] = true
+		case strings.HasPrefix(ev.Reason, "profiled mode"):
+			runs[*ev.Mode]++
+		}
+	}
+	var complete []powermode.Mode
+	total := 0
+	for m, n := range runs {
+		total += n
+		switch {
+		case abandoned[m] && n > 1:
+			t.Fatalf("mode %s: %d profile runs, but the guard abandoned it: only the first pair's may have completed", m.Human(), n)
+		case !abandoned[m] && n != 2:
+			t.Fatalf("mode %s: %d profile runs, want one for each of the 2 streams", m.Human(), n)
+		case !abandoned[m]:
+			complete = append(complete, m)
+		}
+	}
+	if len(complete) == 0 || len(runs) > 4 || st.Live.Profiled != total || st.Live.Modes != len(runs) {
+		t.Fatalf("%d modes profiled for both streams, %d with any profile run (≤ 4 wanted); status counts %d runs at %d modes, the events %d", len(complete), len(runs), st.Live.Profiled, st.Live.Modes, total)
+	}
+	if st.StoredProfiles < len(complete) || st.StoredProfiles > len(complete)+len(abandoned) {
+		t.Fatalf("%d modes stored for every workload: want the %d profiled for both streams (and at most the %d abandoned)", st.StoredProfiles, len(complete), len(abandoned))
 	}
 	// The search-done event counts distinct modes (what the searcher's budget caps) and
 	// names the profile runs apart (issue 34: "30 modes profiled live" for 13 modes).
@@ -325,16 +359,38 @@ func TestSearchSeveralStreams(t *testing.T) {
 			done = ev.Reason
 		}
 	}
-	if st.Live.Modes != modes || !strings.Contains(done, fmt.Sprintf("%d modes profiled live (%d profile runs", modes, 2*modes)) {
-		t.Fatalf("%d modes profiled: status counts %d modes; event %q", modes, st.Live.Modes, done)
+	if !strings.Contains(done, fmt.Sprintf("%d modes profiled live (%d profile runs", len(runs), total)) {
+		t.Fatalf("%d modes profiled in %d runs; event %q", len(runs), total, done)
 	}
 	ys, err := e.store.List(store.Filter{Board: e.spec.Name, Workload: tInfer2})
-	if err != nil || len(ys) != 4*modes {
-		t.Fatalf("%d profiles of %s stored (%v), want 4 batch sizes × %d modes", len(ys), tInfer2, err, modes)
+	if err != nil {
+		t.Fatal(err)
 	}
 	trains, err := e.store.List(store.Filter{Board: e.spec.Name, Workload: tTrain})
-	if err != nil || len(trains) != modes {
-		t.Fatalf("%d training profiles stored (%v), want one per mode (measured once, not per stream)", len(trains), err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range complete {
+		ny := 0
+		for _, y := range ys {
+			if y.Mode == m {
+				ny++
+			}
+		}
+		nt := 0
+		for _, tr := range trains {
+			if tr.Mode == m {
+				nt++
+			}
+		}
+		if ny != 4 || nt != 1 {
+			t.Fatalf("mode %s: %d profiles of %s (want its 4 batch sizes), %d training profiles (want one: measured once, not per stream)", m.Human(), ny, tInfer2, nt)
+		}
+	}
+	for _, tr := range trains {
+		if !slices.Contains(complete, tr.Mode) && !abandoned[tr.Mode] {
+			t.Fatalf("training stored at mode %s, which no profile run completed or abandoned", tr.Mode.Human())
+		}
 	}
 	var named bool
 	for _, ev := range evs {

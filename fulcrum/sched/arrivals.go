@@ -206,9 +206,11 @@ func (s *Scheduler) requestCost(w *worker, now time.Time) (cost, use float64) {
 	rate := w.st.rate(now, w.since)
 	n := int(math.Ceil(rate * s.budgetOf(w).Seconds()))
 	n = min(max(n, 1), w.spec.Batch)
-	// The median alone (no deviations): a spread or a slow warm-up measurement must not
-	// make an honest stream look costly.
-	cost = s.expInferK(w, n, 0).Seconds() / float64(n)
+	// The median alone (no deviations), warm-up included (typical): a spread or a slow
+	// warm-up measurement must not make an honest stream look costly. (With the latest
+	// warm-up measurement, one tail of a heavy-tailed worker made an 8 req/s stream look
+	// 13× as costly and had its requests refused: TestAdmissionRoomPerStream, seed 16.)
+	cost = s.expInferBy(w, n, (*estimate).typical).Seconds() / float64(n)
 	return cost, rate * cost
 }
 

@@ -18,11 +18,17 @@ func (s *Scheduler) expInfer(w *worker, n int) time.Duration {
 
 // expInferK is expInfer with k deviations of guard (0: the median alone).
 func (s *Scheduler) expInferK(w *worker, n int, k float64) time.Duration {
+	return s.expInferBy(w, n, func(e *estimate) float64 { return e.guarded(k) })
+}
+
+// expInferBy is the expected time of an inference batch of n, each measured size's
+// estimate read by val.
+func (s *Scheduler) expInferBy(w *worker, n int, val func(*estimate) float64) time.Duration {
 	if n < 1 {
 		n = 1
 	}
 	if e := w.infer[n]; e != nil && e.n > 0 {
-		return durMS(e.guarded(k))
+		return durMS(val(e))
 	}
 	// Interpolate between the nearest measured sizes below and above; above the largest
 	// measured size scale proportionally (an upper bound: fixed per-batch costs do not
@@ -33,7 +39,7 @@ func (s *Scheduler) expInferK(w *worker, n int, k float64) time.Duration {
 		if e.n == 0 {
 			continue
 		}
-		v := e.guarded(k)
+		v := val(e)
 		if size < n && size > loN {
 			loN, lo = size, v
 		}

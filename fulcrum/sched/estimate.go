@@ -178,6 +178,16 @@ func (e *estimate) upper() float64 {
 	return v[len(v)-2]
 }
 
+// typical is the median (ms) of every measurement held, warm-up included: a cost that
+// one slow measurement does not set (during warm-up value is the latest measurement,
+// and with heavy tails an inference batch may take 28× its median).
+func (e *estimate) typical() float64 {
+	if len(e.win) == 0 {
+		return 0
+	}
+	return samplestats.Median(e.win)
+}
+
 // guarded is what deadline decisions use (ms): the expected duration plus k deviations,
 // and, once settled with k > 0, no less than the second-largest measurement in the
 // window (a recurring tail). k = 0 is the median alone.

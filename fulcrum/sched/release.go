@@ -42,6 +42,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		if t.grant.MicroBatch > 0 {
 			mb = t.grant.MicroBatch
 		}
+		s.noteTurn(spreadTrain, w.trainEst(mb), ms, now)
 		w.trainEst(mb).add(ms)
 		w.addReal(mb, ms)
 		w.trainUsed += used
@@ -58,6 +59,7 @@ func (s *Scheduler) Release(id string, r Release) error {
 		w.st.trained(now, n, whole)
 	case proto.KindInfer:
 		e := w.infer[t.grant.Batch]
+		s.noteTurn(spreadInfer, e, ms, now)
 		if e == nil {
 			e = &estimate{}
 			w.infer[t.grant.Batch] = e

@@ -3,6 +3,8 @@ package sched
 // The admission room learned from the live latency window (issue 28, docs/design.md §9).
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -33,8 +35,18 @@ import (
 //     undoes a shrink, halving again when a shrink holds: a room at its level is not
 //     probed again and again;
 //   - otherwise nothing changes. Between the grow and the shrink thresholds (a quarter of
-//     the allowed rate to all of it) lies a dead band: in steady state the room stays put,
-//     and after a change in the turn times it settles in one or two grows.
+//     the allowed rate to all of it) lies a dead band: in steady state the room stays put.
+//
+// A change in the turn times shows in the latencies only when a tail meets a request:
+// after the spread doubled, 10–20 s could pass without one latency in the band while the
+// shrink's evidence, counted mostly before the change, still said "quiet" — the room shrank
+// and grew back 10–65 s later (docs/runtime.md "Settling"). The turns show it at once:
+// when more than roomSpreadRise × (1 − roomSpreadQuantile) of the inference (or training)
+// turns of the last roomSpreadRecent lay further from their expected times, |ln(d/median)|,
+// than the window's older turns' roomSpreadQuantile (at least roomSpreadTurns on each
+// side), the turn times spread out: the shrink's evidence restarts, so a shrink is judged
+// only on latencies of the new turn times, and when the next evaluation finds it again the
+// room goes to its bound.
 //
 // It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 (the default) turns
 // learning off: the room buys the p99 with training time, a little even without tails
@@ -51,6 +63,25 @@ const (
 	// roomShrinkNear is the fraction of the allowed late rate (1 − roomQuantile) that a
 	// shrink tolerates near the budget.
 	roomShrinkNear = 0.25
+	// The turn times spread out when more than roomSpreadRise × (1 − roomSpreadQuantile)
+	// of the turns of the last roomSpreadRecent lay beyond the window's older turns'
+	// roomSpreadQuantile of |ln(duration/expected)|, among at least roomSpreadTurns
+	// turns on each side. Traced (TestAdmissionRoomLearnedFromHeavyTails, seeds 1, 16, 17,
+	// 20): 0.00–0.21 of the inference turns in steady state (above 0.25 at single
+	// evaluations in seeds 5, 6 and 14), 0.19–0.35 within 10 s of the spread doubling.
+	roomSpreadRecent   = 10 * time.Second
+	roomSpreadQuantile = 0.9
+	roomSpreadRise     = 2.5
+	roomSpreadTurns    = 50
+	// roomSpreadMin: turns within 25 % of their expected times (|ln| ≤ ln 1.25) never
+	// count as spread out.
+	roomSpreadMin = 0.2231435513142097 // ln 1.25
+)
+
+// The turn kinds whose spread the rooms watch (Scheduler.turnSpread).
+const (
+	spreadInfer = iota
+	spreadTrain
 )
 
 // roomState is one inference stream's learned room.
@@ -68,6 +99,10 @@ type roomState struct {
 	shrunk     bool
 	// blocked: the stream's deadlines kept a training minibatch out since evalAt.
 	blocked bool
+	// spreadSeen: the last evaluation found the turn times spread out.
+	spreadSeen bool
+	// why is the rule behind the last change (RoomChange.Why).
+	why string
 	// lastQMS is the quantile (ms) the last evaluation measured.
 	lastQMS float64
 }
@@ -81,6 +116,8 @@ type RoomChange struct {
 	// P99 is the stream's measured quantile that caused the change, and Budget its L.
 	P99, Budget time.Duration
 	Samples     int
+	// Why is the rule that moved the room, in an operator's words.
+	Why string
 }
 
 // roomOf is the room the admission test keeps before w's deadlines. Called with s.mu
@@ -140,6 +177,14 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	}
 	blocked := r.blocked
 	r.evalAt, r.blocked = now, false
+	// The turns spread out: the shrink's evidence restarts at once; two evaluations in a
+	// row move the room (one alone was a false alarm in 3 of 20 seeds' steady minutes).
+	spreadNow := s.turnsSpreadOut(now)
+	spread := spreadNow && r.spreadSeen
+	if spreadNow {
+		r.n, r.near = 0, 0
+	}
+	r.spreadSeen = spreadNow
 	slices.Sort(v)
 	q := samplestats.Quantile(v, roomQuantile)
 	r.lastQMS = q
@@ -154,13 +199,19 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 		need = roomShrinkSamples
 	}
 	maxExtra := max(time.Duration(s.cfg.RoomMaxFrac*float64(budget)), s.cfg.RoomMin)
-	next, grow := r.extra, false
+	next, grow, why := r.extra, false, ""
 	switch {
+	case spread:
+		next, grow = maxExtra, true
+		why = fmt.Sprintf("turn times spread out: over %.0f%% of the last %s's turns lay further from their expected times than the older turns' %.0fth percentile; to the bound",
+			100*roomSpreadRise*(1-roomSpreadQuantile), roomSpreadRecent, 100*roomSpreadQuantile)
 	case nearW >= 2 && float64(nearW) > (1-roomQuantile)*float64(len(v)):
 		next, grow = r.extra+max(durMS(q-mid), durMS(g*l)), true
+		why = fmt.Sprintf("%d of %d latencies since the last change within %.0f%% of the budget", nearW, len(v), 100*g)
 	case float64(r.near) <= roomShrinkNear*(1-roomQuantile)*float64(r.n) && r.n >= need && q < lo && blocked &&
 		now.Sub(r.changed) >= 2*s.cfg.RoomInterval:
 		next = r.extra - durMS((mid-q)/2)
+		why = fmt.Sprintf("p99 %.0f ms below the guard band over %d latencies with training kept out", q, r.n)
 	}
 	next = min(max(next, s.cfg.RoomMin, 0), maxExtra)
 	// Changes below a millisecond are noise, not worth an event. A grow the bound stops
@@ -178,14 +229,17 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	case !grow && r.shrunk:
 		r.shrinkNeed = max(need/2, roomShrinkSamples) // the last shrink held
 	}
+	if spread {
+		s.log.Info("turn times spread out: the admission room goes to its bound", "workload", wl.name)
+	}
 	before, samples, near := r.extra, r.n, r.near
-	r.extra, r.changed, r.n, r.near, r.shrunk = next, now, 0, 0, !grow
+	r.extra, r.changed, r.n, r.near, r.shrunk, r.why = next, now, 0, 0, !grow, why
 	r.changes++
 	s.log.Info("admission room changed", "workload", wl.name, "room_ms", ms(s.cfg.Margin+next), "learned_ms", ms(next),
 		"before_ms", ms(before), "p99_ms", q, "budget_ms", l, "samples", samples, "near", near)
 	if f := s.cfg.OnRoom; f != nil {
 		c := RoomChange{Workload: wl.name, Room: s.cfg.Margin + next, Learned: next, Before: before,
-			P99: durMS(q), Budget: s.budgetOfWorkload(wl), Samples: samples}
+			P99: durMS(q), Budget: s.budgetOfWorkload(wl), Samples: samples, Why: why}
 		s.out = append(s.out, pendingDelivery{fn: func() { f(c) }})
 	}
 }
@@ -200,4 +254,51 @@ func (s *Scheduler) restartRoomEvidence() {
 			wl.room.changed, wl.room.n, wl.room.near = now, 0, 0
 		}
 	}
+}
+
+// noteTurn records how far a finished turn of kind (spreadInfer, spreadTrain) lay from
+// its estimate e's expected time, before the turn (ms) is folded into e: |ln(ms/median)|,
+// slower or faster alike. Nothing is kept while no room learns. Called with s.mu held.
+func (s *Scheduler) noteTurn(kind int, e *estimate, ms float64, now time.Time) {
+	if s.cfg.RoomMaxFrac <= 0 || e == nil || !e.settled || ms <= 0 {
+		return
+	}
+	v := e.value()
+	if v <= 0 {
+		return
+	}
+	if s.turnSpread[kind] == nil {
+		s.turnSpread[kind] = newWindow(s.cfg.Window, s.cfg.WindowSamples)
+	}
+	s.turnSpread[kind].add(now, math.Abs(math.Log(ms/v)))
+}
+
+// turnsSpreadOut reports whether the inference or the training turns of the last
+// roomSpreadRecent lay further from their expected times than the window's older turns
+// of the same kind (room.go's comment at the top). Called with s.mu held.
+func (s *Scheduler) turnsSpreadOut(now time.Time) bool {
+	for _, w := range s.turnSpread {
+		if w == nil {
+			continue
+		}
+		all := w.values(now)
+		recent := len(w.valuesSince(now, now.Add(-roomSpreadRecent)))
+		older := all[:len(all)-recent]
+		if recent < roomSpreadTurns || len(older) < roomSpreadTurns {
+			continue
+		}
+		// A spread within ±roomSpreadMin of the expected times is noise whatever its
+		// change: a steady worker's turns do not move its room.
+		cut := max(samplestats.Quantile(slices.Sorted(slices.Values(older)), roomSpreadQuantile), roomSpreadMin)
+		beyond := 0
+		for _, x := range all[len(older):] {
+			if x > cut {
+				beyond++
+			}
+		}
+		if float64(beyond) > roomSpreadRise*(1-roomSpreadQuantile)*float64(recent) {
+			return true
+		}
+	}
+	return false
 }

@@ -2,9 +2,11 @@ package sched
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,7 +53,9 @@ type simResult struct {
 	served  map[string][]simServed
 	changes map[string][]time.Duration // when each stream's room changed
 	learned map[string][]time.Duration // the learned room after each of those changes
+	why     map[string][]string        // the rule behind each of those changes
 	samples []time.Duration            // when each training minibatch was released
+	refused map[string]int             // requests refused (rate_limited) per stream
 	h       *harness
 }
 
@@ -139,7 +143,8 @@ const settleQuiet = 60 * time.Second
 func simulate(t *testing.T, sp simSpec) simResult {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(sp.seed, 28))
-	res := simResult{served: map[string][]simServed{}, changes: map[string][]time.Duration{}, learned: map[string][]time.Duration{}}
+	res := simResult{served: map[string][]simServed{}, changes: map[string][]time.Duration{}, learned: map[string][]time.Duration{},
+		why: map[string][]string{}, refused: map[string]int{}}
 	var mu sync.Mutex
 	start := time.Time{}
 	c := sp.cfg
@@ -151,6 +156,7 @@ func simulate(t *testing.T, sp simSpec) simResult {
 		mu.Lock()
 		res.changes[rc.Workload] = append(res.changes[rc.Workload], res.h.clock.Now().Sub(start))
 		res.learned[rc.Workload] = append(res.learned[rc.Workload], rc.Learned)
+		res.why[rc.Workload] = append(res.why[rc.Workload], rc.Why)
 		mu.Unlock()
 	}
 	h := newHarness(t, c)
@@ -197,7 +203,12 @@ func simulate(t *testing.T, sp simSpec) simResult {
 			}
 			if len(reqs) > 0 {
 				if err := h.s.Arrivals(l.id, reqs); err != nil {
-					t.Fatalf("arrivals: %v", err)
+					// A real worker is told which requests were refused and goes on.
+					var pe *proto.Error
+					if !errors.As(err, &pe) || pe.Code != proto.CodeRateLimited {
+						t.Fatalf("arrivals: %v", err)
+					}
+					res.refused[l.s.name] += len(pe.IDs)
 				}
 			}
 		}
@@ -251,8 +262,9 @@ func roomSimConfig(room bool) testConfig {
 // within the budget in at least 8 of 10 seeds, bounded, changing at most a few times a
 // minute in steady state. Training pays for it (logged: the room keeps minibatches out
 // whose tails would make requests late). Then the spread doubles: the room follows and
-// settles within 30 s (settleAfter: a quiet minute within ±15 ms) in at least 15 of 20
-// seeds — the rule before the one-step grow and the long shrink evidence settled in 8 of 20.
+// settles within 30 s (settleAfter: a quiet minute within ±15 ms) in at least 18 of 20
+// seeds — 19 with the turn-spread rule (room.go), one seed of slack; 16 without it, 8
+// with the rule before the one-step grow and the long shrink evidence.
 func TestAdmissionRoomLearnedFromHeavyTails(t *testing.T) {
 	within, off, settled := 0, 0, 0
 	const seeds, p99Seeds = 20, 10
@@ -300,21 +312,26 @@ func TestAdmissionRoomLearnedFromHeavyTails(t *testing.T) {
 	if within < 8 {
 		t.Errorf("learned room: p99 within the 300 ms budget in %d of %d seeds, want ≥ 8", within, p99Seeds)
 	}
-	// The issue asks for every run; 16 of 20 is what this rule reaches (docs/runtime.md
-	// "Settling"), the rule before it 8 of 20.
-	if settled < 15 {
-		t.Errorf("the room settled within 30 s after the spread doubled in %d of %d seeds, want ≥ 15", settled, seeds)
+	// The issue asks for every run; 19 of 20 is what this rule reaches (docs/runtime.md
+	// "Settling": seed 17's turns did not show the doubling clearly enough), the rule
+	// without the turns' spread 16, the one before it 8.
+	if settled < 18 {
+		t.Errorf("the room settled within 30 s after the spread doubled in %d of %d seeds, want ≥ 18", settled, seeds)
 	}
 }
 
 // Each stream learns its own room against its own budget under the fitted tails: both
-// p99s stay within their budgets in at least 12 of 15 seeds (the fixed room: see the
+// p99s stay within their budgets in at least 14 of 20 seeds (the fixed room: see the
 // first test). Over 120 s the p99 of the 4 req/s stream is its third-largest latency,
 // set by one or two tail minibatches: the rule before the one-step grow had 13 of 15
-// (32 of 40), this one 12 of 15 (docs/runtime.md "Settling").
+// (32 of 40), this one 15 of 20 (12 of the first 15; docs/runtime.md "Settling"). Neither
+// stream asks for more than a few per cent of the GPU, so none of their requests is ever
+// refused (rate_limited): seed 16 was, when one tail measurement during warm-up set a
+// stream's cost per request (arrivals.go requestCost).
 func TestAdmissionRoomPerStream(t *testing.T) {
 	within := 0
-	for seed := uint64(1); seed <= 15; seed++ {
+	const seeds = 20
+	for seed := uint64(1); seed <= seeds; seed++ {
 		spec := simSpec{seed: seed, trainMS: 70, train: fittedTrainTail, infer: fittedInferTail, cfg: roomSimConfig(true),
 			streams: []simStream{
 				{name: "cam", budget: 300 * msec, rateHz: 8, inferMS: 8, batch: 4},
@@ -326,18 +343,64 @@ func TestAdmissionRoomPerStream(t *testing.T) {
 		snap := r.h.s.Snapshot()
 		cam, _ := snap.Workload(proto.RoleInfer, "cam")
 		cls, _ := snap.Workload(proto.RoleInfer, "cls")
-		t.Logf("seed %d: cam p99 %.0f ms (budget 300, room %.0f ms), cls p99 %.0f ms (budget 450, room %.0f ms), minibatches 60–120 s %d",
-			seed, pc, cam.AdmissionRoomMS, pk, cls.AdmissionRoomMS, r.minibatches(60*time.Second, 120*time.Second))
+		t.Logf("seed %d: cam p99 %.0f ms (budget 300, room %.0f ms), cls p99 %.0f ms (budget 450, room %.0f ms), minibatches 60–120 s %d, refused %v",
+			seed, pc, cam.AdmissionRoomMS, pk, cls.AdmissionRoomMS, r.minibatches(60*time.Second, 120*time.Second), r.refused)
 		if pc <= 300 && pk <= 450 {
 			within++
+		}
+		if len(r.refused) > 0 {
+			t.Errorf("seed %d: requests refused (rate_limited) %v: streams using a few per cent of the GPU were held to their share", seed, r.refused)
 		}
 		if cam.RoomChanges != uint64(len(r.changes["cam"])) || cls.RoomChanges != uint64(len(r.changes["cls"])) {
 			t.Errorf("seed %d: changes counted %d/%d, events %d/%d", seed, cam.RoomChanges, cls.RoomChanges, len(r.changes["cam"]), len(r.changes["cls"]))
 		}
 	}
-	// The issue's target is every seed.
-	if within < 12 {
-		t.Errorf("each stream's p99 within its own budget in %d of 15 seeds, want ≥ 12", within)
+	// The issue's target is every seed; 15 of 20 is what this rule reaches, one of slack.
+	if within < 14 {
+		t.Errorf("each stream's p99 within its own budget in %d of %d seeds, want ≥ 14", within, seeds)
+	}
+}
+
+// When the turn times spread out, the room goes to its bound before the latencies ask for
+// it: a change in the turn times shows in the latencies only when a tail meets a request,
+// 10–40 s later with the fitted tails, while the turns show it at once (room.go). Steady
+// turns (±10 %) never move the room; the spread quadrupling at 45 s moves it within 15 s,
+// to the bound, while at most 1 % of the window's latencies (its 30 s span before the
+// change) were in the guard band: what the latency rule alone does not grow on (without
+// the turns' rule the first change came at 73 s, to 17 ms).
+func TestAdmissionRoomFollowsTurnSpread(t *testing.T) {
+	body := tailmodel.Model{Sigma: 0.1}
+	spec := simSpec{seed: 1, trainMS: 70, train: body, infer: body, cfg: roomSimConfig(true),
+		streams: []simStream{{name: "cam", budget: 300 * msec, rateHz: 10, inferMS: 8, batch: 4}},
+		dur:     90 * time.Second, spreadAt: 45 * time.Second, spreadK: 4}
+	r := simulate(t, spec)
+	t.Logf("changes at %v, learned %v", r.changes["cam"], r.learned["cam"])
+	if len(r.changes["cam"]) == 0 {
+		t.Fatal("the room never changed after the turn times' spread quadrupled")
+	}
+	at, learned := r.changes["cam"][0], r.learned["cam"][0]
+	if at < spec.spreadAt || at > spec.spreadAt+15*time.Second || learned != 150*msec {
+		t.Errorf("first change at %v to %v: want within 15 s after %v, to the bound 150 ms (RoomMaxFrac × budget)", at, learned, spec.spreadAt)
+	}
+	// The change says which rule made it (the event and status show it).
+	if why := r.why["cam"][0]; !strings.Contains(why, "turn times spread out") {
+		t.Errorf("first change's reason %q: want the turn times' rule named", why)
+	}
+	if st, _ := r.h.s.Snapshot().Workload(proto.RoleInfer, "cam"); st.RoomWhy != r.why["cam"][len(r.why["cam"])-1] {
+		t.Errorf("status gives the last change's reason as %q, the change said %q", st.RoomWhy, r.why["cam"][len(r.why["cam"])-1])
+	}
+	n, near := 0, 0
+	for _, x := range r.served["cam"] {
+		if x.at >= at-30*time.Second && x.at <= at {
+			n++
+			if x.lat >= 285*msec {
+				near++
+			}
+		}
+	}
+	t.Logf("%d of %d latencies in the guard band in the window's span before the change", near, n)
+	if float64(near) > 0.01*float64(n) {
+		t.Errorf("%d of %d latencies in the guard band before the change: the room followed the latencies, not the turns", near, n)
 	}
 }
 

@@ -90,6 +90,10 @@ type Scheduler struct {
 	// profiledAt is when the last profile batch was granted: the learned rooms judge
 	// no latencies from a search (room.go).
 	profiledAt time.Time
+	// turnSpread holds, while rooms learn, how far each recent inference and training
+	// turn lay from its expected time (room.go): a change in the turn times shows there
+	// at once, in a stream's latencies only when a tail happens to meet its requests.
+	turnSpread [2]*window
 	wakeGen    uint64
 	out        []pendingDelivery // grants to deliver once the lock is released
 	closed     bool

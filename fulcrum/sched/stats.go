@@ -177,6 +177,8 @@ type WorkloadStats struct {
 	AdmissionRoomMS float64 `json:"admission_room_ms,omitempty"`
 	RoomLearnedMS   float64 `json:"admission_room_learned_ms,omitempty"`
 	RoomChanges     uint64  `json:"admission_room_changes,omitempty"`
+	// RoomWhy is the rule behind the learned room's last change ("" before one).
+	RoomWhy string `json:"admission_room_why,omitempty"`
 }
 
 // Snapshot is the scheduler's state and measurements at one instant.
@@ -271,6 +273,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 			ws.AdmissionRoomMS = ms(s.cfg.Margin + wl.room.extra)
 			ws.RoomLearnedMS = ms(wl.room.extra)
 			ws.RoomChanges = wl.room.changes
+			ws.RoomWhy = wl.room.why
 		}
 		if wl.role != proto.RoleTrain && len(wl.infer) > 0 {
 			ws.ExpectedBatchMS = map[int]float64{}

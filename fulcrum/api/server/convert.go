@@ -48,7 +48,8 @@ func WorkloadsFrom(ws []sched.WorkloadStats) []api.WorkloadStats {
 			TurnWait:        quantilesFrom(w.TurnWait), Overruns: w.Overruns, StarvedAdmits: w.StarvedAdmits,
 			DurationsClamped: w.DurationsClamped, HoldExpired: w.HoldExpired,
 			DurationsUnderReported: w.DurationsUnderReported, Refused: w.Refused,
-			AdmissionRoomMS: w.AdmissionRoomMS, AdmissionRoomLearnedMS: w.RoomLearnedMS, AdmissionRoomChanges: w.RoomChanges}
+			AdmissionRoomMS: w.AdmissionRoomMS, AdmissionRoomLearnedMS: w.RoomLearnedMS, AdmissionRoomChanges: w.RoomChanges,
+			AdmissionRoomWhy: w.RoomWhy}
 	}
 	return out
 }
