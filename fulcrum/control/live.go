@@ -50,6 +50,16 @@ type LiveOptions struct {
 	SensorLag time.Duration
 }
 
+// sensorWindow is the span of board activity one power reading may average: the
+// sensor's averaging window and how late it reports it (an INA3221's ~430 ms average,
+// read up to one more window late; the lifetime board's 500 ms physics step alike):
+// twice PowerSettle, which is the same memory of the sensor seen from a mode change
+// (1 s by default). A reading counts as a training point's own only where its measured
+// batches ran for at least sensorCover of the window before it, and a training turn
+// that fits the latency budget's room is measured long enough for such readings
+// (trainReadTime, sensorPower).
+func (o LiveOptions) sensorWindow() time.Duration { return 2 * o.PowerSettle }
+
 func (o LiveOptions) withDefaults() LiveOptions {
 	if o.Warmup <= 0 {
 		o.Warmup = 1
@@ -638,6 +648,9 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 		ratios = p.microRatios()
 	}
 	overMicro := false // a micro-batch size was left out as over the room
+	// The training turns measured in this visit whose power the sensor read alone, by
+	// turn size: the floor of the power of a longer turn it cannot read.
+	readable := map[int]float64{}
 	for _, k := range todo {
 		id := inferID
 		if k.Role == truth.Train {
@@ -665,7 +678,24 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 				rule = o.overRoomRule()
 			}
 		}
-		prof, avg, err := p.measure(ctx, k, id, rule, applied, budget, put)
+		floor := 0.0
+		if room && k.Role == truth.Train && rule.MinTime > 0 {
+			// A turn that fits the room runs back to back: long enough for readings that
+			// show it alone (sensorPower). Where the room is not judged (several streams
+			// or jobs, no micro-batches, no latency budget) a turn may wait for gaps in
+			// the arrivals one batch at a time, and a longer measurement only waits longer.
+			rule.MinTime = max(rule.MinTime, o.trainReadTime())
+		}
+		if k.Role == truth.Train {
+			// A training turn draws at least what a smaller one at this mode drew (a bigger
+			// batch keeps the GPU busier): the floor of a turn the sensor cannot read.
+			for turn, mw := range readable {
+				if turn < k.Turn() {
+					floor = max(floor, mw)
+				}
+			}
+		}
+		prof, read, avg, err := p.measure(ctx, k, id, rule, applied, budget, put, floor)
 		if errors.Is(err, errOverBudget) {
 			p.mu.Lock()
 			rec := OverBudget{Mode: m, PowerMW: avg, BudgetMW: budget, At: p.clock().Now().UTC()}
@@ -693,6 +723,9 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 			return plan.ModeProfile{}, false, err
 		}
 		have[k] = prof
+		if read && k.Role == truth.Train {
+			readable[k.Turn()] = prof.PowerMW.Mean
+		}
 		p.mu.Lock()
 		p.counts.Points++
 		p.mu.Unlock()
@@ -754,6 +787,59 @@ func (p *LiveProfiler) cool(ctx context.Context) bool {
 // their mean rather than the mean over the whole measurement.
 const minBatchReadings = 3
 
+// sensorCover is the least share of the sensor window before a reading that the point's
+// measured batches must have run for the reading to count as theirs alone: inference
+// requests served between them (up to ~17 % of the GPU at 30 req/s of 5.8 ms batches)
+// still let it count, batches waiting for gaps in the arrivals do not.
+const sensorCover = 0.8
+
+// trainReadTime is how long a training point that fits the latency budget's room is
+// measured at least: a sensorWindow to fill the sensor's window, then room for
+// minBatchReadings readings at a tenth of it (the controller samples every 100 ms, a
+// tenth of the default window): 1.4 s by default.
+func (o LiveOptions) trainReadTime() time.Duration {
+	w := o.sensorWindow()
+	return w + time.Duration(minBatchReadings+1)*w/10
+}
+
+// sensorPower is a training point's power from the readings taken in [from, to] (the
+// controller's PowerMonitor) that show its measured batches nearly alone: a reading
+// averages about the sensorWindow before it, and counts when the batches ran for at
+// least sensorCover of that window (on a 10 ms grid). It is Σ reading / Σ cover over
+// them, n their number; n is 0 when fewer than minBatchReadings count. Dividing by the
+// cover counts what ran in the gaps (inference requests, idle) as the point's own, so it
+// errs high by at most (1 − c)/c of the gaps' power — a few per cent — rather than low
+// by their share.
+func (m *liveMeter) sensorPower(from, to time.Time) (mw float64, n int) {
+	const step = 10 * time.Millisecond
+	window := m.o.sensorWindow()
+	if len(m.ran) == 0 || window <= 0 {
+		return 0, 0
+	}
+	var sum, cover float64
+	for t := from; t.Before(to); t = t.Add(step) {
+		r, k := m.p.Power.Mean(t, minTime(t.Add(step-time.Nanosecond), to))
+		if k == 0 {
+			continue
+		}
+		at := t.Add(step / 2)
+		w0 := at.Add(-window)
+		var ran time.Duration
+		for _, iv := range m.ran {
+			if a, b := maxTime(iv.From, w0), minTime(iv.To, at); b.After(a) {
+				ran += b.Sub(a)
+			}
+		}
+		if c := float64(ran) / float64(window); c >= sensorCover {
+			sum, cover, n = sum+r*float64(k), cover+c*float64(k), n+k
+		}
+	}
+	if n < minBatchReadings {
+		return 0, 0
+	}
+	return sum / cover, n
+}
+
 // rule is the stopping rule of a live point (measure.Rule, the offline profiler's rule):
 // no warm-up time, since PowerSettle leaves the readings of the mode change out instead;
 // MinTime so that the controller's sampler, reading at its own period, reads each point;
@@ -765,9 +851,11 @@ func (o LiveOptions) rule() measure.Rule {
 // measure profiles one point through the shared measurement loop (profiler/measure):
 // warm-up profile batches, then measured ones until the stopping rule holds; power from
 // the controller's readings (liveMeter, which also runs the power guard after every
-// batch); with put, it stores the profile. When the guard trips it returns
-// errOverBudget and the average that broke the budget.
-func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, rule measure.Rule, applied time.Time, budgetMW float64, put bool) (store.Profile, float64, error) {
+// batch); with put, it stores the profile. read says that its power came from readings
+// that show its batches alone (liveMeter.Stop); where they did not, a power under floorMW
+// (a smaller training turn's at the mode, read alone; 0: none) is raised to it. When the
+// guard trips it returns errOverBudget and the average that broke the budget.
+func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string, rule measure.Rule, applied time.Time, budgetMW float64, put bool, floorMW float64) (prof store.Profile, read bool, overMW float64, err error) {
 	o := p.Options.withDefaults()
 	size := k.Turn() // a micro-batch turn runs its own samples
 	meter := &liveMeter{p: p, o: o, k: k, applied: applied, budgetMW: budgetMW}
@@ -801,14 +889,21 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 	}}
 	res, err := loop.Run(ctx, func(ctx context.Context) (time.Duration, error) { return p.Sched.Profile(ctx, workerID, size) })
 	if errors.Is(err, errOverBudget) {
-		return store.Profile{}, meter.overMW, errOverBudget
+		return store.Profile{}, false, meter.overMW, errOverBudget
 	}
 	if err != nil {
-		return store.Profile{}, 0, fmt.Errorf("profile %s: %w", k, err)
+		return store.Profile{}, false, 0, fmt.Errorf("profile %s: %w", k, err)
 	}
-	prof := res.Profile(k, store.SourceLive)
+	prof = res.Profile(k, store.SourceLive)
+	switch {
+	case meter.read:
+	case floorMW > 0 && prof.PowerMW.Mean < floorMW:
+		p.logger().Info("a training turn the power sensor could not read alone takes a smaller turn's power at the mode as its floor",
+			"point", k.String(), "read_mw", prof.PowerMW.Mean, "floor_mw", floorMW)
+		prof.PowerMW.Mean = floorMW
+	}
 	if !put {
-		return prof, 0, nil
+		return prof, meter.read, 0, nil
 	}
 	err = p.Store.Put(prof)
 	if errors.Is(err, store.ErrExists) && prof.Throttled == nil {
@@ -819,9 +914,9 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		}
 	}
 	if err != nil && !errors.Is(err, store.ErrExists) {
-		return store.Profile{}, 0, fmt.Errorf("store live profile %s: %w", k, err)
+		return store.Profile{}, false, 0, fmt.Errorf("store live profile %s: %w", k, err)
 	}
-	return prof, 0, nil
+	return prof, meter.read, 0, nil
 }
 
 // liveMeter is the live profiler's measure.Meter: a point's power from the controller's
@@ -836,8 +931,10 @@ type liveMeter struct {
 	budgetMW float64
 
 	batches   []Interval // when readings show a measured batch alone
+	ran       []Interval // when each measured batch ran
 	throttled *store.Throttled
 	overMW    float64 // the average that tripped the guard
+	read      bool    // Stop took the power from readings of the batches alone (sensorPower)
 }
 
 // Ran implements measure.Meter.
@@ -847,6 +944,7 @@ func (m *liveMeter) Ran(ctx context.Context, b measure.Ran) error {
 			m.throttled = store.NoteHeat(m.throttled, h)
 		}
 		m.batches = append(m.batches, Interval{From: b.At.Add(-b.Took + m.o.SensorLag), To: b.At})
+		m.ran = append(m.ran, Interval{From: b.At.Add(-b.Took), To: b.At})
 	}
 	if m.budgetMW <= 0 {
 		return nil
@@ -890,6 +988,19 @@ func (m *liveMeter) Stop(ctx context.Context, s measure.Span) (measure.Power, er
 	for i := range m.batches {
 		if m.batches[i].From.Before(settled) {
 			m.batches[i].From = settled
+		}
+	}
+	// First, the readings whose whole sensor window the measured batches filled: a
+	// reading averages the last sensorWindow or so, and a batch shorter than that (a
+	// micro-batch turn of 16–60 ms, or batches waiting for gaps in the arrivals) is read
+	// mixed with whatever ran around it. Measured on the lifetime board (500 ms physics
+	// step): the per-batch rule below stored training turns at 0.24–0.69 of their true
+	// power, and plans from them drew 1.5–4× their prediction (docs/benchmarks.md
+	// "After-plan breaks").
+	if m.k.Role == truth.Train {
+		if mw, k := m.sensorPower(maxTime(settled, s.Start), s.End); k > 0 {
+			m.read = true
+			return measure.Power{MeanMW: mw, Readings: k, Throttled: m.throttled}, nil
 		}
 	}
 	pw, n := m.p.Power.MeanIn(m.batches)

@@ -22,6 +22,14 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 	done := sched.NewEvent(c.clock)
 	c.job, c.jobDone, c.jobMethod = true, done, method
 	c.held = false
+	// The live profiler pauses training while it measures a mode; the micro-batch watch
+	// (watchMicro) of a latency-infeasible plan would resume it as soon as the search
+	// moved the board to a mode where a micro-batch fits, and training then ran beside
+	// the profile batches (measured on the lifetime board: 30–39 W against a 20 W budget
+	// through a re-search, docs/benchmarks.md "After-plan breaks"). The plan after the
+	// search decides the pause again; a failed search keeps the watch as it was.
+	keepMicro := c.microKeep
+	c.microKeep = false
 	pair := *c.pair
 	grp := c.grp // never changed in place: Step replaces it
 	var mb plan.MultiBudgets
@@ -59,6 +67,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			c.events.Add(Event{Kind: KindProfile, Reason: method + " search stopped; returning to the previous configuration", Err: err.Error()})
 			prev := *c.cur
 			c.apply(c.base, prev)
+			c.microKeep = keepMicro
 			out.Choice = c.cur
 			return
 		}
