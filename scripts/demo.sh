@@ -103,10 +103,16 @@ if [ -z "$planned" ]; then
 	echo "known limits\": a mode where inference keeps the GPU busy starves the profile batches)."
 fi
 echo "Training was paused while each mode was measured (so that only the measured workload's"
-echo "power is read); it runs now. Status after 20 s (rates are over the last 30 s, so they"
-echo "still include a little of the search):"
+echo "power is read); the plan decides whether it runs now. Status after 20 s (rates are over"
+echo "the last 30 s, so they still include a little of the search):"
 sleep 20
 run "$CTL" status
+if "$CTL" status | grep -q "training paused"; then
+	echo "(Training stays paused: a stream's p99 went a little over its budget under the plan, and"
+	echo " fulcrumd now expects the measured/predicted ratio at every mode, so no configuration is"
+	echo " claimed with training running; it eases the ratio after a calm hold. A known limit of the"
+	echo " several-streams rules: docs/controller.md \"Left to do\".)"
+fi
 
 say "6. MobileNetV3's arrival rate doubles: a second server of that stream starts (40 requests/s)"
 worker --role infer --workload mobilenetv3-infer --rate 20 --latency 300ms --duration 600s --seed 7 >"$D/infer2.json" 2>"$D/infer2.log" &
