@@ -50,7 +50,7 @@ func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
 				ps[i].Micro[j].PowerMW *= k
 			}
 		}
-		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.badLat[cfgKey{ps[i].Mode, ip.Batch}] })
+		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.isBad(c.pair.Infer, ps[i].Mode, ip.Batch) })
 	}
 	return slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return len(p.Infer) == 0 }), nil
 }
