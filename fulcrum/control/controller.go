@@ -221,8 +221,8 @@ type Controller struct {
 
 	// Several inference streams or training jobs (issue 19; streams.go): grp is nil
 	// while one of each is registered (the pair above is then the whole plan).
-	grp      *group
-	meters   map[string]*rateMeter // per-stream arrival rate, by workload
+	grp    *group
+	meters map[string]*rateMeter // per-stream arrival rate, by workload
 	// badPoint: (stream, mode, batch) that broke its stream's latency budget (rule 4;
 	// the pair's stream too), left out of every decision until the budgets change.
 	badPoint map[streamPoint]bool

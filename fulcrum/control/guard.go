@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
 )
 
 // checkDegraded falls back to the lowest-power known mode when power has not been

@@ -166,14 +166,14 @@ func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
 // streamInForce is one stream of the configuration in force as the latency rules judge
 // it: its batch, budget and prediction, and the scheduler's recent window.
 type streamInForce struct {
-	name            string
-	batch           int
-	budgetMS        float64
-	predMS          float64 // model v1's p99 of the configuration in force (0: none)
-	p99MS           float64
-	count           int // requests the p99 is over
-	judged, broken  bool
-	stepRatio       float64 // p99 over the prediction, ≥ 1 (1 without a prediction)
+	name           string
+	batch          int
+	budgetMS       float64
+	predMS         float64 // model v1's p99 of the configuration in force (0: none)
+	p99MS          float64
+	count          int // requests the p99 is over
+	judged, broken bool
+	stepRatio      float64 // p99 over the prediction, ≥ 1 (1 without a prediction)
 }
 
 // streamsInForce is every stream of the configuration in force: the pair's one, or the
@@ -266,7 +266,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	c.lastStep, c.lastLatStep = now, now
 	cur := *c.cur
 	streams := c.streamsInForce()
-	broken := map[string]int{}  // stream → its batch in force
+	broken := map[string]int{}    // stream → its batch in force
 	stepK := map[string]float64{} // stream → this step's ratio
 	for _, s := range streams {
 		stepK[s.name] = s.stepRatio
