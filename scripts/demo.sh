@@ -108,10 +108,10 @@ echo "the last 30 s, so they still include a little of the search):"
 sleep 20
 run "$CTL" status
 if "$CTL" status | grep -q "training paused"; then
-	echo "(Training stays paused: a stream's p99 went a little over its budget under the plan, and"
-	echo " fulcrumd now expects the measured/predicted ratio at every mode, so no configuration is"
-	echo " claimed with training running; it eases the ratio after a calm hold. A known limit of the"
-	echo " several-streams rules: docs/controller.md \"Left to do\".)"
+	echo "(Training stays paused: no stored configuration is predicted to meet every budget with"
+	echo " training running, or a step left only such ones; fulcrumd searches again after a hold"
+	echo " and steps back up once every budget has room: docs/controller.md \"When nothing is"
+	echo " feasible\" and rule 6.)"
 fi
 
 say "6. MobileNetV3's arrival rate doubles: a second server of that stream starts (40 requests/s)"
