@@ -45,6 +45,13 @@ type Config struct {
 	// LatencyCooldown is the least time between latency steps: the latency window must
 	// have forgotten what the previous configuration did (sched's recent window).
 	LatencyCooldown time.Duration `mapstructure:"latency_cooldown_ms"`
+	// LatencyPause is the latency rule's last resort (rule 4): a stream's p99 over its
+	// budget with no stored configuration that has a shorter training turn or a smaller
+	// batch pauses training for this long at the configuration in force, doubling when
+	// the p99 breaks again soon after training resumed, up to ResearchBackoffMax times
+	// it. LatencyPauseOff leaves training running there (the p99 stays broken).
+	LatencyPause    time.Duration `mapstructure:"latency_pause_ms"`
+	LatencyPauseOff bool          `mapstructure:"latency_pause_off"`
 	PowerFail       time.Duration `mapstructure:"power_fail_ms"`       // no power reading this long: degraded
 	MinLatency      int           `mapstructure:"min_latency_samples"` // served requests in the window before latency is judged
 	MinProfiles     int           `mapstructure:"min_profiles"`        // fewer stored profiles than this: run the searcher
@@ -81,7 +88,7 @@ func DefaultConfig() Config {
 		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second,
 		DriftRel: 0.25, DriftHold: 3 * time.Second,
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
-		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
+		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, LatencyPause: 20 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
 		ResearchHold: 50 * time.Second, ResearchBackoffMax: 16,
@@ -93,7 +100,7 @@ func (c Config) withDefaults() Config {
 	durs := []struct{ v, d *time.Duration }{
 		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
 		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
-		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown},
+		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown}, {&c.LatencyPause, &d.LatencyPause},
 		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold},
 	}
 	for _, x := range durs {
@@ -240,7 +247,9 @@ type Controller struct {
 	belowSince  time.Time
 	lastStep    time.Time
 	lastLatStep time.Time
-	lastApply   time.Time
+	// latPause is the latency rule's last resort in force (latpause.go).
+	latPause  latencyPause
+	lastApply time.Time
 	// corrP: measured/predicted power at the modes where the power budget broke (rule 2),
 	// applied to every stored profile there.
 	corrP map[powermode.Mode]float64
@@ -638,6 +647,7 @@ func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now t
 	}
 	c.keepBatches(snap) // a worker that (re)registered serves its stream's planned batch
 	c.keepMicro(snap)   // and a trainer runs its job's planned micro-batch
+	c.endLatencyPause(now)
 	if c.latencyBroken(ctx, now, rate) {
 		return
 	}
@@ -668,7 +678,7 @@ func (c *Controller) keepBatches(snap sched.Snapshot) {
 // force was applied, steps down (stepDownLatency). It reports whether it acted. Called
 // with c.mu held.
 func (c *Controller) latencyBroken(ctx context.Context, now time.Time, rate float64) bool {
-	if now.Sub(c.lastStep) < c.cfg.Cooldown || now.Sub(c.lastLatStep) < c.cfg.LatencyCooldown || !c.latencySettled(now) {
+	if now.Sub(c.lastStep) < c.cfg.Cooldown || now.Sub(c.lastLatStep) < c.cfg.LatencyCooldown || !c.latencySettled(now) || c.latPause.active {
 		return false
 	}
 	if !c.latencyOver() {

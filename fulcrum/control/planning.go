@@ -171,6 +171,7 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 	// inference and power come first: training waits until a plan is feasible again —
 	// unless only the latency budget binds and training can run in micro-batch turns
 	// short enough for the admission room (issue 32, §9).
+	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(c.trainingPausedFor(pred.Feasible, pred.Binding), reason)
 }
 

@@ -350,6 +350,9 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		if c.grp == nil && !known[0] {
 			why = fmt.Sprintf(" (the training turn in force at mode %s has no stored time: only a smaller batch there counts)", cur.Mode.Human())
 		}
+		if c.pauseForLatency(now, what, why) {
+			return
+		}
 		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("%s, but no stored configuration has a shorter training minibatch or smaller batch within the power budget%s", what, why)})
 		return
 	}

@@ -466,6 +466,7 @@ func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, 
 	pred := ch.Predicted
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch, Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
+	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(c.trainingPausedFor(d.Feasible, string(d.Binding.Constraint)), reason)
 }
 
