@@ -383,7 +383,11 @@ func (c *Controller) latencyWords(streams []streamInForce, m powermode.Mode) str
 // maybeStepUp is rule 6: after a step down, back up once power and every stream's
 // latency stayed under the budgets by the hysteresis for Hold. Called with c.mu held.
 func (c *Controller) maybeStepUp(ctx context.Context, now time.Time, rate float64, pn int) {
-	if !c.stepped {
+	if !c.stepped || c.latPause.active {
+		// The latency rule's last resort holds training back: the p99 it brings down is
+		// no reason to step up (that ended every pause after hold_ms, and the
+		// configuration stepped to broke the budget again).
+		c.belowSince = time.Time{}
 		return
 	}
 	b := c.targets
