@@ -21,7 +21,8 @@ type latencyPause struct {
 }
 
 // pauseForLatency pauses training as the latency rule's last resort, or reports why not
-// (off, or training paused already). what says which stream broke its budget where.
+// (off, or training paused already). what says which stream broke its budget where, why
+// why the step has nowhere to go.
 // Called with c.mu held.
 func (c *Controller) pauseForLatency(now time.Time, what, why string) bool {
 	if c.cfg.LatencyPauseOff || c.sched.Snapshot().TrainingPaused {
@@ -41,7 +42,7 @@ func (c *Controller) pauseForLatency(now time.Time, what, why string) bool {
 	p.active, p.until, p.last = true, now.Add(d), d
 	c.sched.SetTrainingPaused(true)
 	c.lastStep, c.lastLatStep = now, now
-	reason := fmt.Sprintf("%s, but no stored configuration has a shorter training minibatch or smaller batch within the power budget%s: training paused for %s at the configuration in force (the last resort; pause %d in a row, doubling while the p99 breaks again soon after training resumes; a trainer that declares micro-batches gives the rule shorter turns to step to)",
+	reason := fmt.Sprintf("%s, but %s: training paused for %s at the configuration in force (the last resort; pause %d in a row, doubling while the p99 breaks again soon after training resumes; a trainer that declares micro-batches gives the rule shorter turns to step to)",
 		what, why, d, p.n+1)
 	c.events.Add(Event{Kind: KindStepDown, Reason: reason})
 	c.log.Info(reason)

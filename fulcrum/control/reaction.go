@@ -272,9 +272,17 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		stepK[s.name] = s.stepRatio
 		if s.broken || c.grp == nil { // the pair's rule is called once its stream broke
 			broken[s.name] = s.batch
-			c.markBad(s.name, cur.Mode, s.batch)
 		}
 	}
+	// The broken (stream, mode, batch) points are left out of plans from now on, but
+	// not out of this step: a shorter training turn at the same mode and batch is what
+	// a request waits behind less (with it left out, a stream at batch 1 on the
+	// fastest-training mode had only larger batches to step to there).
+	defer func() {
+		for name, b := range broken {
+			c.markBad(name, cur.Mode, b)
+		}
+	}()
 	s, err := c.stepSpace(rate)
 	if err != nil || len(s.profiles) == 0 {
 		c.events.Add(Event{Kind: KindStepDown, Reason: "latency over budget but no stored profile to step to", Err: fmt.Sprint(err)})
@@ -308,9 +316,9 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		}
 		return w
 	}
-	var best, fastest plan.MultiEval
-	var haveBest, haveFastest bool
-	fastestW := 0.0
+	var best, fastest, model plan.MultiEval
+	var haveBest, haveFastest, haveModel bool
+	fastestW, modelW := 0.0, 0.0
 	s.each(func(e plan.MultiEval, train []plan.TrainPoint) {
 		shorter := false
 		for j, t := range train {
@@ -330,6 +338,14 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		if w := worst(e); !haveFastest || w < fastestW {
 			fastest, fastestW, haveFastest = e, w, true
 		}
+		// As model v1 predicts it (no step ratio): the fallback that may keep training.
+		unscaled := true
+		for i, st := range e.Streams {
+			unscaled = unscaled && st.LatencyMS <= b.Streams[i].LatencyMS*(1-c.cfg.PlanMargin)
+		}
+		if w := worst(e); unscaled && (!haveModel || w < modelW) {
+			model, modelW, haveModel = e, w, true
+		}
 		for i, st := range e.Streams {
 			if st.LatencyMS*ratio(s.names[i]) > b.Streams[i].LatencyMS*(1-c.cfg.PlanMargin) {
 				return
@@ -340,18 +356,36 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		}
 	})
 	how := "the highest-throughput one predicted within the budget"
+	what := c.latencyWords(streams, cur.Mode)
+	if !haveBest && haveModel {
+		// None within at this step's ratios, but some within as model v1 predicts: the
+		// lowest latency of those (a few-% overshoot read against a prediction the
+		// scheduler's fill makes 2–3× too low scales every candidate out: make demo's step 5).
+		best, haveBest = model, true
+		how = "none is predicted within the budget at this step's ratio: the one with the lowest predicted latency among those model v1 predicts within it"
+	}
 	if !haveBest {
+		// Nothing shorter is predicted within the budget at this step's ratios: the last
+		// resort pauses training here rather than stepping to a configuration predicted
+		// to break the budget too (on two heavy-tailed streams that stepping moved the
+		// configuration every few seconds, to batches predicted at 2–3 s, late all along).
+		why := "no stored configuration has a shorter training minibatch or smaller batch within the power budget"
+		switch {
+		case haveFastest:
+			why = "no stored configuration with a shorter training minibatch or smaller batch is predicted within the latency budget at this step's ratio"
+		case c.grp == nil && !known[0]:
+			why += fmt.Sprintf(" (the training turn in force at mode %s has no stored time: only a smaller batch there counts)", cur.Mode.Human())
+		}
+		if c.pauseForLatency(now, what, why) {
+			return
+		}
 		best, haveBest = fastest, haveFastest
 		how = "none is predicted within the budget: the one with the lowest predicted latency"
 	}
-	what := c.latencyWords(streams, cur.Mode)
 	if !haveBest {
 		why := ""
 		if c.grp == nil && !known[0] {
 			why = fmt.Sprintf(" (the training turn in force at mode %s has no stored time: only a smaller batch there counts)", cur.Mode.Human())
-		}
-		if c.pauseForLatency(now, what, why) {
-			return
 		}
 		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("%s, but no stored configuration has a shorter training minibatch or smaller batch within the power budget%s", what, why)})
 		return
