@@ -107,11 +107,16 @@ echo "power is read); the plan decides whether it runs now. Status after 20 s (r
 echo "the last 30 s, so they still include a little of the search):"
 sleep 20
 run "$CTL" status
-if "$CTL" status | grep -q "training paused"; then
-	echo "(Training stays paused: a stream's p99 went a little over its budget under the plan, and"
-	echo " fulcrumd now expects the measured/predicted ratio at every mode, so no configuration is"
-	echo " claimed with training running; it eases the ratio after a calm hold. A known limit of the"
-	echo " several-streams rules: docs/controller.md \"Left to do\".)"
+if "$CTL" status | grep -q "training paused" && "$CTL" events | tail -3 | grep -q "the last resort"; then
+	echo "(Training is held back for a while: a stream's p99 went over its budget at the plan and"
+	echo " no stored configuration has a shorter training turn or a smaller batch, so the latency"
+	echo " rule's last resort pauses training and resumes it after latency_pause_ms, doubling if"
+	echo " the p99 breaks again soon after: docs/controller.md rule 4.)"
+elif "$CTL" status | grep -q "training paused"; then
+	echo "(Training stays paused: no stored configuration is predicted to meet every budget with"
+	echo " training running, or a step left only such ones; fulcrumd searches again after a hold"
+	echo " and steps back up once every budget has room: docs/controller.md \"When nothing is"
+	echo " feasible\" and rule 6.)"
 fi
 
 say "6. MobileNetV3's arrival rate doubles: a second server of that stream starts (40 requests/s)"

@@ -42,6 +42,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	want, fails, since, retryAt := c.want, c.applyFails, c.applyFailSince, c.retryAt
 	c.apply(ctx, ch)
 	c.microKeep = false
+	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(false, "mode set by the operator")
 	if c.cur == nil || c.cur.Mode != m {
 		c.want, c.applyFails, c.applyFailSince, c.retryAt = want, fails, since, retryAt

@@ -37,7 +37,7 @@ func (c *Controller) SetTargetsBy(t plan.Targets, by *Caller) error {
 	old := c.targets.Shared()
 	t.Streams = c.targets.Streams
 	c.targets = t
-	c.badLat = map[cfgKey]bool{}
+	c.badPoint = nil // every stream's: the pair's rule 4 forgot its points on a budget change
 	c.held = false
 	if c.cur != nil || c.pair != nil {
 		c.needPlan = reasonBudgets

@@ -45,6 +45,13 @@ type Config struct {
 	// LatencyCooldown is the least time between latency steps: the latency window must
 	// have forgotten what the previous configuration did (sched's recent window).
 	LatencyCooldown time.Duration `mapstructure:"latency_cooldown_ms"`
+	// LatencyPause is the latency rule's last resort (rule 4): a stream's p99 over its
+	// budget with no stored configuration that has a shorter training turn or a smaller
+	// batch pauses training for this long at the configuration in force, doubling when
+	// the p99 breaks again soon after training resumed, up to ResearchBackoffMax times
+	// it. LatencyPauseOff leaves training running there (the p99 stays broken).
+	LatencyPause    time.Duration `mapstructure:"latency_pause_ms"`
+	LatencyPauseOff bool          `mapstructure:"latency_pause_off"`
 	PowerFail       time.Duration `mapstructure:"power_fail_ms"`       // no power reading this long: degraded
 	MinLatency      int           `mapstructure:"min_latency_samples"` // served requests in the window before latency is judged
 	MinProfiles     int           `mapstructure:"min_profiles"`        // fewer stored profiles than this: run the searcher
@@ -81,7 +88,7 @@ func DefaultConfig() Config {
 		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second,
 		DriftRel: 0.25, DriftHold: 3 * time.Second,
 		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
-		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, PowerFail: time.Second,
+		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, LatencyPause: 20 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
 		ResearchHold: 50 * time.Second, ResearchBackoffMax: 16,
@@ -93,7 +100,7 @@ func (c Config) withDefaults() Config {
 	durs := []struct{ v, d *time.Duration }{
 		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
 		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
-		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown},
+		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown}, {&c.LatencyPause, &d.LatencyPause},
 		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold},
 	}
 	for _, x := range durs {
@@ -221,9 +228,11 @@ type Controller struct {
 
 	// Several inference streams or training jobs (issue 19; streams.go): grp is nil
 	// while one of each is registered (the pair above is then the whole plan).
-	grp      *group
-	meters   map[string]*rateMeter // per-stream arrival rate, by workload
-	badPoint map[streamPoint]bool  // (stream, mode, batch) that broke its stream's budget
+	grp    *group
+	meters map[string]*rateMeter // per-stream arrival rate, by workload
+	// badPoint: (stream, mode, batch) that broke its stream's latency budget (rule 4;
+	// the pair's stream too), left out of every decision until the budgets change.
+	badPoint map[streamPoint]bool
 
 	needPlan    string // reason a plan is due ("" none)
 	forceSearch string // searcher to run for the next plan ("" none)
@@ -238,25 +247,15 @@ type Controller struct {
 	belowSince  time.Time
 	lastStep    time.Time
 	lastLatStep time.Time
-	lastApply   time.Time
-	corrP       map[powermode.Mode]float64 // measured/predicted power where a budget broke
-	// corrAll: with several streams, the largest measured/predicted power ratio where the
-	// budget broke, expected at every mode without a ratio of its own until the workloads
-	// change or a search measures again (streams.go, powerBrokenMulti).
-	corrAll float64
-	// latRatio: with several streams, each stream's largest measured/predicted p99 ratio
-	// where its budget broke, expected at every mode (streams.go, latencyBrokenMulti) until the
-	// workloads change or a search measures again.
-	latRatio map[string]float64
-	// ratioCalm is when every stream last went under budget·(1−Hysteresis) with
-	// training paused by the learned ratios; ratioRetries counts the eases since the
-	// ratios were last learned afresh (streams.go, easeRatios).
-	ratioCalm    time.Time
-	ratioRetries int
+	// latPause is the latency rule's last resort in force (latpause.go).
+	latPause  latencyPause
+	lastApply time.Time
+	// corrP: measured/predicted power at the modes where the power budget broke (rule 2),
+	// applied to every stored profile there.
+	corrP map[powermode.Mode]float64
 	// cfgSince is when the mode or a batch in force was last changed: latency is judged
 	// only on requests served since (latencySettled).
 	cfgSince   time.Time
-	badLat     map[cfgKey]bool // configurations that broke the latency budget
 	measured   Measured
 	latCount   int
 	live       LiveCounts
@@ -300,7 +299,7 @@ func New(o Options) (*Controller, error) {
 	c := &Controller{cfg: cfg, sched: o.Sched, board: o.Board, store: o.Store, clock: o.Clock, log: o.Log,
 		presets: o.Presets, pnames: o.PresetNames, targets: b,
 		base: context.Background(), violations: map[string]uint64{},
-		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{}, badLat: map[cfgKey]bool{},
+		power: NewPowerMonitor(10 * cfg.PowerWindow), corrP: map[powermode.Mode]float64{},
 		settings: &settingsState{file: SettingsFile{Path: o.SettingsPath}, config: b.Clone()}}
 	c.mu.co, _ = o.Clock.(sched.Coop)
 	c.events = NewEventLog(cfg.Events, o.Clock.Now)
@@ -525,8 +524,6 @@ func (c *Controller) noteWorkers(snap sched.Snapshot, now time.Time, pair *Pair,
 			}
 		}
 		c.pair, c.grp = pair, grp
-		c.corrAll = 0    // other workloads, other power mix
-		c.latRatio = nil // other streams queued ahead of each other
 		c.forgetGone(grp)
 	}
 	c.noteDeclined(declined)
@@ -606,12 +603,15 @@ func (c *Controller) holdDecisions(ctx context.Context, snap sched.Snapshot, now
 // stepPlanned applies the control rules in order (docs/controller.md) to the workloads
 // planned for, one training job and one inference stream (the pair) or several: live
 // refinement, power broken, a plan asked for, the planned batches and micro-batches on
-// new workers, a stream's latency broken, easing learned latency ratios, rate drift,
-// back up after a step. Each rule is written once; what still depends on the count
-// (issue 29's last part, issue 31 item 3) is the reaction to a broken budget — the pair
-// steps down to a stored configuration and back up after the hold (guard.go), several
-// workloads learn a correction and decide again (streams.go) — and live refinement,
-// which so far knows one stream and one job. Called with c.mu held.
+// new workers, a stream's latency broken, rate drift, back up after a step. Each rule is
+// written once for any number of streams and jobs; the reaction to a broken budget
+// (reaction.go) steps to a stored configuration — power: learn the correction at the mode
+// in force and take the best predicted within the budget with every candidate scaled by
+// the step's ratio; latency: leave the broken stream's point out and take a shorter
+// training turn or a smaller batch, scaled by each stream's ratio for this step only —
+// and after the hold below the budgets the decision is taken again and followed where it
+// predicts more training. Live refinement so far knows one stream and one job. Called
+// with c.mu held.
 func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now time.Time, pn int) {
 	rate, ready := c.planningRate(now)
 	if c.grp != nil {
@@ -626,10 +626,6 @@ func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now t
 	if avg, over := c.powerOver(now); over {
 		c.measured.PowerMW = avg
 		c.violations["power"]++
-		if c.grp != nil {
-			c.powerBrokenMulti(ctx, now, avg)
-			return
-		}
 		if strings.HasPrefix(c.needPlan, reasonBudgets) {
 			c.needPlan = "" // the step is chosen against the new budgets; step_up re-plans later
 		}
@@ -651,18 +647,14 @@ func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now t
 	}
 	c.keepBatches(snap) // a worker that (re)registered serves its stream's planned batch
 	c.keepMicro(snap)   // and a trainer runs its job's planned micro-batch
-	if c.latencyBroken(ctx, snap, now, rate) {
-		return
-	}
-	if c.easeRatios(ctx, snap, now) {
+	c.endLatencyPause(now)
+	if c.latencyBroken(ctx, now, rate) {
 		return
 	}
 	if c.driftReplan(ctx, now) {
 		return
 	}
-	if c.grp == nil {
-		c.maybeStepUp(ctx, now, rate, pn)
-	}
+	c.maybeStepUp(ctx, now, rate, pn)
 }
 
 // keepBatches sets the planned batch on every inference worker that serves another one
@@ -681,23 +673,20 @@ func (c *Controller) keepBatches(snap sched.Snapshot) {
 	}
 }
 
-// latencyBroken is the latency rule: the pair's p99 over the budget steps down
-// (stepDownLatency); with several streams a stream's p99 over its own budget is learned
-// from and decided again (latencyBrokenMulti). It reports whether it acted. Called with
-// c.mu held.
-func (c *Controller) latencyBroken(ctx context.Context, snap sched.Snapshot, now time.Time, rate float64) bool {
-	if now.Sub(c.lastStep) < c.cfg.Cooldown || now.Sub(c.lastLatStep) < c.cfg.LatencyCooldown || !c.latencySettled(now) {
+// latencyBroken is the latency rule: a stream's recent p99 (the pair's, or each of
+// several) over its own budget, judged on requests served since the configuration in
+// force was applied, steps down (stepDownLatency). It reports whether it acted. Called
+// with c.mu held.
+func (c *Controller) latencyBroken(ctx context.Context, now time.Time, rate float64) bool {
+	if now.Sub(c.lastStep) < c.cfg.Cooldown || now.Sub(c.lastLatStep) < c.cfg.LatencyCooldown || !c.latencySettled(now) || c.latPause.active {
 		return false
 	}
-	if c.grp != nil {
-		return c.latencyBrokenMulti(ctx, snap, now)
+	if !c.latencyOver() {
+		return false
 	}
-	if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS {
-		c.violations["latency"]++
-		c.stepDownLatency(ctx, rate)
-		return true
-	}
-	return false
+	c.violations["latency"]++
+	c.stepDownLatency(ctx, rate)
+	return true
 }
 
 // driftReplan is the drift rule: a stream whose rate is measured (no rate budget, its
@@ -753,27 +742,6 @@ func (c *Controller) plannedRates() []plannedRate {
 		}
 	}
 	return out
-}
-
-// maybeStepUp is rule 6: after a step down, back up once power and latency stayed under
-// the budgets by the hysteresis for Hold. Called with c.mu held.
-func (c *Controller) maybeStepUp(ctx context.Context, now time.Time, rate float64, pn int) {
-	b := c.targets
-	// Back up after a step, with hysteresis.
-	if c.stepped {
-		h := 1 - c.cfg.Hysteresis
-		below := (b.PowerMW == 0 || c.board == nil || (pn > 0 && c.measured.PowerMW < b.PowerMW*h)) &&
-			(c.latCount == 0 || c.measured.LatencyP99MS < b.LatencyMS*h)
-		switch {
-		case !below:
-			c.belowSince = time.Time{}
-		case c.belowSince.IsZero():
-			c.belowSince = now
-		case now.Sub(c.belowSince) >= c.cfg.Hold && now.Sub(c.lastStep) >= c.cfg.Cooldown:
-			c.belowSince = time.Time{}
-			c.stepUp(ctx, rate)
-		}
-	}
 }
 
 // powerOver reports the board's mean power since the configuration in force settled

@@ -73,7 +73,7 @@ func (c *Controller) trainingPausedFor(feasible bool, binding string) bool {
 // pauses training, a room that grew (a faster mode's times) resumes it. Called with c.mu
 // held.
 func (c *Controller) watchMicro() {
-	if !c.microKeep {
+	if !c.microKeep || c.latPause.active { // the latency rule's last resort holds its own pause
 		return
 	}
 	snap := c.sched.Snapshot() // after this step's decision, if it made one

@@ -50,7 +50,7 @@ func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
 				ps[i].Micro[j].PowerMW *= k
 			}
 		}
-		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.badLat[cfgKey{ps[i].Mode, ip.Batch}] })
+		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.isBad(c.pair.Infer, ps[i].Mode, ip.Batch) })
 	}
 	return slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return len(p.Infer) == 0 }), nil
 }
@@ -171,6 +171,7 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 	// inference and power come first: training waits until a plan is feasible again —
 	// unless only the latency budget binds and training can run in micro-batch turns
 	// short enough for the admission room (issue 32, §9).
+	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(c.trainingPausedFor(pred.Feasible, pred.Binding), reason)
 }
 

@@ -349,7 +349,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 			return true
 		}
 		if c.latCount >= c.cfg.MinLatency && c.measured.LatencyP99MS > c.targets.LatencyMS && c.latencySettled(now) {
-			c.badLat[t.key] = true
+			c.markBad(c.pair.Infer, t.key.m, t.key.b)
 			c.violations["latency"]++
 			c.abandon(ctx, fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget", c.measured.LatencyP99MS, c.targets.LatencyMS), now, rate)
 			return true
@@ -483,7 +483,7 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 	c.ref.nearNext = now.Add(o.Window)
 	d := c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches)
 	best, found := c.bestCandidate(d, now, func(s plan.Scored) bool {
-		return !c.badLat[cfgKey{s.Mode, s.Batch}] && !d.Claims(s) && s.ViolationAdm <= 0 && s.PFeasible >= o.NearClaimP && s.ThroughputSPS > 0
+		return !c.isBad(c.pair.Infer, s.Mode, s.Batch) && !d.Claims(s) && s.ViolationAdm <= 0 && s.PFeasible >= o.NearClaimP && s.ThroughputSPS > 0
 	})
 	if !found {
 		return false

@@ -56,7 +56,7 @@ func TestLatencyStepIgnoresTheLiveBiasOfTheModeInForce(t *testing.T) {
 		seq := c.Status().LastEvent
 		c.mu.Lock()
 		for b := 1; b < cur.Batch; b++ { // the smaller batches broke the latency budget before
-			c.badLat[cfgKey{cur.Mode, b}] = true
+			c.markBad(c.pair.Infer, cur.Mode, b)
 		}
 		if c.ref.evidence == nil {
 			c.ref.evidence = map[powermode.Mode][]liveWindow{}
@@ -114,7 +114,7 @@ func TestLatencyStepWhenEveryBatchOfTheModeBroke(t *testing.T) {
 		c.mu.Lock()
 		for _, b := range []int{1, 2, 4, 8} { // every other batch there broke the budget before
 			if b != cur.Batch {
-				c.badLat[cfgKey{cur.Mode, b}] = true
+				c.markBad(c.pair.Infer, cur.Mode, b)
 			}
 		}
 		if refine { // live evidence at the mode in force, as on a board
@@ -164,23 +164,22 @@ func TestLatencyStepCountsThePowerCorrectionOnce(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for b := 1; b < cur.Batch; b++ { // only the faster mode remains shorter
-		c.badLat[cfgKey{cur.Mode, b}] = true
+		c.markBad(c.pair.Infer, cur.Mode, b)
 	}
 	c.corrP[fast] = k
-	ps, err := c.profiles()
+	space, err := c.stepSpace(20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, _ := c.evalAll(ps, 20)
 	var lo, hi float64
-	for _, ev := range es {
+	space.each(func(ev plan.MultiEval, _ []plan.TrainPoint) {
 		if ev.Mode == fast && ev.Rho <= c.targets.Budgets(20).RhoMax {
 			if lo == 0 || ev.PowerMW < lo {
 				lo = ev.PowerMW
 			}
 			hi = max(hi, ev.PowerMW)
 		}
-	}
+	})
 	// A budget every configuration at the fast mode fits with k once, none with k twice.
 	limit := hi * 1.05
 	if lo == 0 || lo*k <= limit {

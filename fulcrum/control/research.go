@@ -95,9 +95,8 @@ func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 		c.research.failed = ""
 	case c.research.failed != "":
 		why = "the last search failed (" + c.research.failed + ")"
-	case c.cur != nil && !c.cur.Predicted.Feasible && snap.TrainingPaused && len(c.latRatio) == 0 &&
+	case c.cur != nil && !c.cur.Predicted.Feasible && snap.TrainingPaused &&
 		(c.cfg.Searcher != "als" || c.cfg.ResearchPausedALS):
-		// (Learned latency ratios have their own way back: easeRatios.)
 		why = fmt.Sprintf("training is paused: no known configuration meets the budgets (%s binds)", cmp.Or(c.cur.Predicted.Binding, "a budget"))
 	}
 	if c.cur != nil && c.cur.Predicted.Feasible {

@@ -71,8 +71,6 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			out.Choice = c.cur
 			return
 		}
-		c.corrAll = 0 // measured again: the ratio learned before is the old profiles'
-		c.latRatio = nil
 		c.live.Modes += counts.Modes
 		c.live.Profiled += counts.Profiled
 		c.live.FromStore += counts.FromStore

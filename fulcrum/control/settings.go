@@ -339,7 +339,6 @@ func (c *Controller) ResetBudgets(by *Caller) error {
 		cfg = c.settings.config.Clone()
 	}
 	c.targets = cfg
-	c.badLat = map[cfgKey]bool{}
 	c.badPoint = nil
 	c.held = false
 	if c.cur != nil || c.pair != nil {

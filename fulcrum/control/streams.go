@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -149,7 +148,6 @@ func (c *Controller) SetStreamTarget(workload string, t StreamTarget, by *Caller
 			delete(c.badPoint, k)
 		}
 	}
-	delete(c.latRatio, workload) // another rate or budget: learned afresh
 	if c.cur != nil || c.pair != nil {
 		c.needPlan = reasonBudgets
 	}
@@ -230,10 +228,7 @@ func (c *Controller) multiProfiles() ([]plan.MultiProfile, error) {
 	}
 	for pi := range ps {
 		p := &ps[pi]
-		k, own := c.corrP[p.Mode]
-		if !own {
-			k = c.corrAll // what the board drew over the prediction elsewhere
-		}
+		k := c.corrP[p.Mode]
 		for j := range p.Train {
 			if k > 1 {
 				p.Train[j].PowerMW *= k
@@ -253,7 +248,7 @@ func (c *Controller) multiProfiles() ([]plan.MultiProfile, error) {
 				}
 			}
 			name := c.grp.Streams[i].Workload
-			p.Infer[i] = slices.DeleteFunc(p.Infer[i], func(ip plan.InferPoint) bool { return c.badPoint[streamPoint{name, p.Mode, ip.Batch}] })
+			p.Infer[i] = slices.DeleteFunc(p.Infer[i], func(ip plan.InferPoint) bool { return c.isBad(name, p.Mode, ip.Batch) })
 		}
 	}
 	return slices.DeleteFunc(ps, func(p plan.MultiProfile) bool {
@@ -283,12 +278,13 @@ func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 }
 
 // forgetGone drops the rate meters and the broken (stream, mode, batch) points of the
-// streams not in g (nil: none), so that what is kept is bounded by the workers registered
+// streams not in g (nil: the pair's stream only), so that what is kept is bounded by the workers registered
 // now — workload names are chosen by any local process — and a stream that comes back
 // measures its rate afresh. Called with c.mu held.
 func (c *Controller) forgetGone(g *group) {
 	in := func(name string) bool {
-		return g != nil && slices.ContainsFunc(g.Streams, func(s StreamSpec) bool { return s.Workload == name })
+		return (g != nil && slices.ContainsFunc(g.Streams, func(s StreamSpec) bool { return s.Workload == name })) ||
+			(g == nil && c.pair != nil && c.pair.Infer == name)
 	}
 	for name := range c.meters {
 		if !in(name) {
@@ -333,11 +329,9 @@ type StreamChoice struct {
 	Batch           int     `json:"batch"`
 	LatencyBudgetMS float64 `json:"latency_budget_ms"`
 	RateRPS         float64 `json:"rate_rps"` // the rate planned for
-	// PredLatencyMS is the p99 expected: model v1's times the stream's learned
-	// measured/predicted ratio (ratio, 1 before one is learned).
+	// PredLatencyMS is the p99 model v1 expects.
 	PredLatencyMS float64 `json:"predicted_latency_ms"`
 	Rho           float64 `json:"rho"`
-	ratio         float64
 }
 
 // TrainChoice is one training job's part of a configuration planned for several streams
@@ -411,9 +405,7 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	rates, _ := c.streamRates(c.clock.Now())
 	mb := c.multiBudgets(rates)
 	ps = underCap(c, ps, func(p plan.MultiProfile) powermode.Mode { return p.Mode })
-	dr := c.Rules().ForMulti(mb, c.cfg.InferBatches)
-	dr.LatencyRatio = c.streamRatios()
-	d, err := dr.Decide(ps)
+	d, err := c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(ps)
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: fmt.Sprintf("no stored profile of every stream: run fulcrumctl optimize: %v", err)})
 		return
@@ -423,30 +415,14 @@ func (c *Controller) planMulti(ctx context.Context, reason string, search bool) 
 	for i, s := range c.grp.Streams {
 		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
 	}
-	c.decideMulti(ctx, kind, reason+": "+explainMulti(c.grp, d, mb, dr.LatencyRatio), d, mb, dr.LatencyRatio)
-}
-
-// streamRatios is each stream's learned measured/predicted p99 ratio (1: none), in the
-// group's order. Called with c.mu held.
-func (c *Controller) streamRatios() []float64 {
-	out := make([]float64, len(c.grp.Streams))
-	for i, s := range c.grp.Streams {
-		out[i] = max(c.latRatio[s.Workload], 1)
-	}
-	return out
+	c.decideMulti(ctx, kind, reason+": "+explainMulti(c.grp, d, mb), d, mb)
 }
 
 // explainMulti is a decision for g in an event's words.
-// ratios are the streams' learned measured/predicted p99 ratios the decision applied.
-func explainMulti(g *group, d plan.MultiDecision, mb plan.MultiBudgets, ratios []float64) string {
+func explainMulti(g *group, d plan.MultiDecision, mb plan.MultiBudgets) string {
 	e := d.Best
 	var st []string
 	for i, s := range e.Streams {
-		k := ratios[i]
-		if k > 1 {
-			st = append(st, fmt.Sprintf("%s batch %d (%.0f ms, %.2f× the model's %.0f ms, of %.0f ms at %.1f/s)", s.Name, s.Batch, k*s.LatencyMS, k, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
-			continue
-		}
 		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
 	}
 	if mt := microText(trainChoices(g, e.MicroBatches)); mt != "" {
@@ -464,9 +440,9 @@ func explainMulti(g *group, d plan.MultiDecision, mb plan.MultiBudgets, ratios [
 	return head
 }
 
-// decideMulti applies the decision d, made with the streams' latency ratios, and
+// decideMulti applies the decision d (or a step's configuration, reaction.go) and
 // records it. Called with c.mu held.
-func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, d plan.MultiDecision, mb plan.MultiBudgets, ratios []float64) {
+func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, d plan.MultiDecision, mb plan.MultiBudgets) {
 	e := d.Best
 	ch := Choice{Mode: e.Mode, Predicted: Prediction{ThroughputSPS: e.ObjectiveSPS, PowerMW: e.PowerMW, Rho: e.Rho, Feasible: d.Feasible}}
 	if !d.Feasible {
@@ -474,9 +450,9 @@ func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, 
 	}
 	for i, s := range e.Streams {
 		ch.Streams = append(ch.Streams, StreamChoice{Workload: s.Name, Batch: s.Batch, LatencyBudgetMS: mb.Streams[i].LatencyMS,
-			RateRPS: mb.Streams[i].RateRPS, PredLatencyMS: ratios[i] * s.LatencyMS, Rho: s.Rho, ratio: ratios[i]})
+			RateRPS: mb.Streams[i].RateRPS, PredLatencyMS: s.LatencyMS, Rho: s.Rho})
 		if c.pair != nil && s.Name == c.pair.Infer {
-			ch.Batch, ch.Predicted.LatencyMS, ch.Predicted.RateRPS = s.Batch, ratios[i]*s.LatencyMS, mb.Streams[i].RateRPS
+			ch.Batch, ch.Predicted.LatencyMS, ch.Predicted.RateRPS = s.Batch, s.LatencyMS, mb.Streams[i].RateRPS
 		}
 	}
 	ch.Train = trainChoices(c.grp, e.MicroBatches)
@@ -490,6 +466,7 @@ func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, 
 	pred := ch.Predicted
 	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch, Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
+	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(c.trainingPausedFor(d.Feasible, string(d.Binding.Constraint)), reason)
 }
 
@@ -522,115 +499,6 @@ func microText(train []TrainChoice) string {
 		return ""
 	}
 	return "training " + strings.Join(parts, ", ")
-}
-
-// powerBrokenMulti is the power rule while several streams or jobs are planned for:
-// board power avg over the budget at the mode in force is learned as a correction there
-// (and expected at every mode without one of its own), and every stream and job is
-// decided again. Called with c.mu held.
-func (c *Controller) powerBrokenMulti(ctx context.Context, now time.Time, avg float64) {
-	b := c.targets
-	c.lastStep = now
-	k := 1.0
-	if c.cur.Predicted.PowerMW > 0 {
-		k = max(1, avg/c.cur.Predicted.PowerMW)
-		// The prediction in force already carries the mode's correction, or the
-		// ratio learned elsewhere: the ratio to the stored profiles is the product.
-		prior, own := c.corrP[c.cur.Mode]
-		if !own {
-			prior = c.corrAll
-		}
-		c.corrP[c.cur.Mode] = max(prior, 1) * k
-		// Profiles that under-predict the power at one mode (measured the same way,
-		// with the same workers) are expected to at the others: expecting the same
-		// ratio at the modes without one of their own moves to a mode within the
-		// budget at once, where learning it mode by mode walked down one mode change
-		// per violation (TestSeveralStreamsPowerUnderPredictedEverywhere; issue 34).
-		c.corrAll = max(c.corrAll, c.corrP[c.cur.Mode])
-	}
-	c.needPlan = ""
-	c.planMulti(ctx, fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s (%.2f× the predicted); re-deciding with the correction, expected at every mode not measured over the budget%s",
-		avg/1000, b.PowerMW/1000, c.cur.Mode.Human(), k, c.heatNote()), false)
-	c.stepped = true
-}
-
-// latencyBrokenMulti is the latency rule while several streams or jobs are planned for:
-// a stream's latency broken (judged on requests served since the configuration in force
-// was applied) teaches every judged stream's measured/predicted p99 ratio, expected at
-// every mode (which puts the broken configuration over its budget), and everything is
-// decided again. Learning nothing but the broken point walked from mode to mode, each as
-// under-predicted as the last (three streams on the simulated AGX: 7 mode changes down
-// to 1 core; issue 34). It reports whether it re-decided. Called with c.mu held.
-func (c *Controller) latencyBrokenMulti(ctx context.Context, snap sched.Snapshot, now time.Time) bool {
-	var over []string
-	judged := map[string]float64{} // stream → measured p99
-	unforeseen := false
-	for _, s := range c.cur.Streams {
-		wl, ok := snap.Workload(proto.RoleInfer, s.Workload)
-		if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency {
-			continue
-		}
-		judged[s.Workload] = wl.LatencyRecent.P99MS
-		if wl.LatencyRecent.P99MS > s.LatencyBudgetMS {
-			over = append(over, s.Workload)
-			// A p99 over the budget where the decision expected it over (no known
-			// configuration meets every budget: training is paused and the least
-			// violating one runs) teaches nothing: deciding again walked from one
-			// least violating configuration to the next.
-			unforeseen = unforeseen || s.PredLatencyMS <= s.LatencyBudgetMS
-		}
-	}
-	if len(over) > 0 && c.latRatio == nil {
-		c.latRatio = map[string]float64{}
-	}
-	if len(over) > 0 && !unforeseen {
-		c.lastLatStep = now
-		for _, s := range c.cur.Streams {
-			if p99, ok := judged[s.Workload]; ok && s.PredLatencyMS > 0 {
-				c.latRatio[s.Workload] = max(c.latRatio[s.Workload], p99/(s.PredLatencyMS/max(s.ratio, 1)), 1)
-			}
-		}
-	}
-	if len(over) > 0 && unforeseen {
-		c.violations["latency"]++
-		c.lastStep, c.lastLatStep = now, now
-		if c.badPoint == nil {
-			c.badPoint = map[streamPoint]bool{}
-		}
-		var broke, learned []string
-		for _, s := range c.cur.Streams {
-			p99, ok := judged[s.Workload]
-			if !ok {
-				continue
-			}
-			// The prediction in force is model v1's times the ratio it was decided
-			// with: the ratio to model v1 is p99 over its quotient.
-			k := 0.0
-			if model := s.PredLatencyMS / max(s.ratio, 1); model > 0 {
-				k = p99 / model
-				c.latRatio[s.Workload] = max(c.latRatio[s.Workload], k, 1)
-				learned = append(learned, fmt.Sprintf("%s %.2f×", s.Workload, c.latRatio[s.Workload]))
-			}
-			if slices.Contains(over, s.Workload) && s.PredLatencyMS <= s.LatencyBudgetMS {
-				if k == 0 {
-					// No prediction to learn from (a mode the operator chose): the point
-					// itself is left out. Otherwise the ratio learned puts it over.
-					c.badPoint[streamPoint{s.Workload, c.cur.Mode, s.Batch}] = true
-				}
-				broke = append(broke, fmt.Sprintf("stream %s: p99 latency %.1f ms over its %.0f ms budget at mode %s batch %d (predicted %.1f ms; %.2f× model v1's)",
-					s.Workload, p99, s.LatencyBudgetMS, c.cur.Mode.Human(), s.Batch, s.PredLatencyMS, k))
-			}
-		}
-		expect := "no prediction to learn a ratio from"
-		if len(learned) > 0 {
-			expect = "expecting each judged stream's measured/predicted ratio to model v1 at every mode (" + strings.Join(learned, ", ") + ")"
-		}
-		c.planMulti(ctx, fmt.Sprintf("%s; %s, re-deciding%s",
-			strings.Join(broke, "; "), expect, c.heatNote()), false)
-		c.stepped = true
-		return true
-	}
-	return false
 }
 
 // pooledLive is the search.Profiler a searcher walks while several streams or jobs are
@@ -935,61 +803,4 @@ func (c *Controller) keepStreams(ch *Choice) {
 			ch.Train[j].MicroBatch = ch.MicroBatch
 		}
 	}
-}
-
-// ratioRetryHolds is how many control Holds every stream must stay calm, with training
-// paused by the learned latency ratios, before the ratios are eased (doubling with each
-// ease that did not last, up to 16 times).
-const ratioRetryHolds = 10
-
-// easeRatios is the way back from a pause the learned ratios caused: the ratios were
-// learned at one instant (a busy host, a warm-up), and with training paused the p99 says
-// nothing about them, so training would otherwise stay paused until the workloads or the
-// budgets change. Once every stream has stayed under budget·(1−Hysteresis) for the retry
-// hold, each ratio's excess over 1 is halved (dropped under 1.05) and the streams are
-// decided again. An ease that was wrong costs one latency violation, which learns the
-// ratio again; the next hold is twice as long. Called with c.mu held; reports whether it
-// re-decided.
-func (c *Controller) easeRatios(ctx context.Context, snap sched.Snapshot, now time.Time) bool {
-	if len(c.latRatio) == 0 || c.held || c.cur.Predicted.Feasible {
-		c.ratioCalm = time.Time{}
-		if len(c.latRatio) == 0 {
-			c.ratioRetries = 0
-		}
-		return false
-	}
-	h := 1 - c.cfg.Hysteresis
-	for _, s := range c.cur.Streams {
-		wl, ok := snap.Workload(proto.RoleInfer, s.Workload)
-		if !ok || wl.LatencyRecent.Count < c.cfg.MinLatency || wl.LatencyRecent.P99MS > h*s.LatencyBudgetMS {
-			c.ratioCalm = time.Time{}
-			return false
-		}
-	}
-	hold := time.Duration(ratioRetryHolds<<min(c.ratioRetries, 4)) * c.cfg.Hold
-	if c.ratioCalm.IsZero() {
-		c.ratioCalm = now
-	}
-	if now.Sub(c.ratioCalm) < hold {
-		return false
-	}
-	c.ratioCalm = time.Time{}
-	c.ratioRetries++
-	var eased []string
-	for _, w := range slices.Sorted(maps.Keys(c.latRatio)) {
-		k := c.latRatio[w]
-		nk := 1 + (k-1)/2
-		if nk < 1.05 {
-			delete(c.latRatio, w)
-			nk = 1
-		} else {
-			c.latRatio[w] = nk
-		}
-		eased = append(eased, fmt.Sprintf("%s %.2f× → %.2f×", w, k, nk))
-	}
-	c.lastStep = now
-	c.planMulti(ctx, fmt.Sprintf("every stream's p99 stayed under %.0f%% of its budget for %s with training paused by the learned latency ratios: easing them (%s) and re-deciding",
-		h*100, hold, strings.Join(eased, ", ")), false)
-	c.stepped = true
-	return true
 }

@@ -9,6 +9,9 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/powermode"
+	"github.com/fulcrum-edge/fulcrum/profiler/store"
+	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // slowStream is an inference worker whose requests the test serves at the latency it
@@ -35,12 +38,23 @@ func (e *env) slowStream(name string) *slowStream {
 // serve serves n requests of s, each latencyMS after it arrived.
 func (s *slowStream) serve(t *testing.T, sc *sched.Scheduler, n int, latencyMS float64) {
 	t.Helper()
+	s.serveBatches(t, sc, n, 1, latencyMS)
+}
+
+// serveBatches serves n batches of s of batch requests each (the batch the stream is set
+// to, so that the scheduler grants at once), each latencyMS after it arrived.
+func (s *slowStream) serveBatches(t *testing.T, sc *sched.Scheduler, n, batch int, latencyMS float64) {
+	t.Helper()
 	for range n {
 		s.seq++
 		if err := sc.Acquire(s.id, s.seq); err != nil {
 			t.Fatal(err)
 		}
-		if err := sc.Arrivals(s.id, []proto.Request{{ID: fmt.Sprintf("%s-%d", s.name, s.seq), AgeMS: latencyMS}}); err != nil {
+		reqs := make([]proto.Request, batch)
+		for k := range reqs {
+			reqs[k] = proto.Request{ID: fmt.Sprintf("%s-%d-%d", s.name, s.seq, k), AgeMS: latencyMS}
+		}
+		if err := sc.Arrivals(s.id, reqs); err != nil {
 			t.Fatal(err)
 		}
 		var g sched.Grant
@@ -91,26 +105,31 @@ func modelLatencyMS(t *testing.T, c *Controller) map[string]float64 {
 }
 
 // Several streams that each measure twice model v1's latency at every mode: the
-// controller learns the ratio at the first violation and moves once, to a configuration
-// predicted within the budgets after the correction, or, where none is, to the least
-// violating one with training paused, and stays there. It walked from mode to mode,
-// each violation leaving out one (stream, mode, batch) and finding the next as
-// under-predicted (issue 34 item 3: 7 mode changes in 60 s, down to 1 core, on the
-// simulated AGX with three streams).
+// controller steps once (rule 4: a smaller batch of the broken stream or a shorter
+// training turn, the highest-throughput one predicted within the budgets at this step's
+// ratio) and stays; it walked from mode to mode, each violation leaving out one (stream,
+// mode, batch) and finding the next as under-predicted (issue 34 item 3: 7 mode changes
+// in 60 s, down to 1 core, on the simulated AGX with three streams). Where nothing
+// smaller or shorter is stored (batch 1 at the fastest-training mode), the mode stays and
+// the rule's last resort pauses training at it, for latency_pause_ms and then twice that
+// as the p99 breaks again soon after training resumed, as for the pair (latpause.go):
+// before issue 29's last part the learned ratio put every configuration over the budget
+// and paused training until the ratios eased, which is what a few-% overshoot did too
+// (TestSeveralStreamsFewPercentOverKeepsTraining).
 func TestSeveralStreamsLatencyUnderPredictedEverywhere(t *testing.T) {
 	const ratio = 2.0
 	for _, tc := range []struct {
 		name             string
 		latMS, rateRPS   float64
-		wantPaused       bool
+		wantApplied      int
 		wantViolationsLE uint64
 	}{
-		// The first plan's streams are predicted at 112 and 116 ms: at twice that no
-		// stored configuration is within 200 ms.
-		{name: "none within the budget", latMS: 200, rateRPS: 5, wantPaused: true, wantViolationsLE: 1},
+		// The first plan's streams are predicted at 112 and 116 ms, batch 1 at the
+		// fastest-training mode: nothing is smaller or shorter.
+		{name: "nothing smaller or shorter", latMS: 200, rateRPS: 5, wantApplied: 1, wantViolationsLE: 60},
 		// At 40 req/s the first plan batches (229 and 237 ms predicted); batch 1 is
 		// within 250 ms at twice the model.
-		{name: "one within the budget", latMS: 250, rateRPS: 40, wantPaused: false, wantViolationsLE: 1},
+		{name: "one within the budget", latMS: 250, rateRPS: 40, wantApplied: 2, wantViolationsLE: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, sched.NewFakeClock())
@@ -143,23 +162,108 @@ func TestSeveralStreamsLatencyUnderPredictedEverywhere(t *testing.T) {
 			}
 			v, _ := c.Counters()
 			t.Logf("%d configurations applied in 60 s (%s); %d latency violations acted on", len(changes), strings.Join(changes, " → "), v["latency"])
-			if len(changes) > 2 || v["latency"] > tc.wantViolationsLE {
-				t.Fatalf("%d configurations applied in 60 s (%s) after %d latency violations: the controller walked instead of learning the ratio",
-					len(changes), strings.Join(changes, " → "), v["latency"])
+			if len(changes) != tc.wantApplied || v["latency"] > tc.wantViolationsLE {
+				t.Fatalf("%d configurations applied in 60 s (%s) after %d latency violations: want %d, at most %d violations",
+					len(changes), strings.Join(changes, " → "), v["latency"], tc.wantApplied, tc.wantViolationsLE)
 			}
-			paused := e.sched.Snapshot().TrainingPaused
-			if paused != tc.wantPaused {
-				t.Errorf("training paused: %v, want %v", paused, tc.wantPaused)
+			if tc.wantApplied == 1 {
+				// The last resort: paused 20 s, resumed, paused 40 s (still paused at 60 s).
+				var pauses, resumes []string
+				for _, ev := range c.Events().List(0) {
+					switch {
+					case ev.Kind == KindStepDown && strings.Contains(ev.Reason, "training paused for"):
+						pauses = append(pauses, ev.Reason[strings.Index(ev.Reason, "training paused for"):][:len("training paused for 20s")])
+					case ev.Kind == KindStepUp && strings.Contains(ev.Reason, "training resumed at the configuration in force"):
+						resumes = append(resumes, ev.Reason)
+					}
+				}
+				if len(pauses) != 2 || pauses[0] != "training paused for 20s" || pauses[1] != "training paused for 40s" || len(resumes) != 1 {
+					t.Fatalf("last resort: pauses %q, %d resumes: want 20 s, a resume, then 40 s", pauses, len(resumes))
+				}
+				if !e.sched.Snapshot().TrainingPaused {
+					t.Error("training runs 60 s in, inside the second last-resort pause")
+				}
+				return
 			}
-			// Where training runs, what runs is within every budget at the measured ratio.
+			if e.sched.Snapshot().TrainingPaused {
+				t.Error("training paused: no decision predicted the configuration in force over a budget")
+			}
+			// What runs after the step is within every budget at the measured ratio.
 			st := c.Status()
 			model := modelLatencyMS(t, c)
 			for _, s := range st.Current.Streams {
-				if ratio*model[s.Workload] > s.LatencyBudgetMS && !paused {
-					t.Errorf("stream %s at %s batch %d: %.1f ms measured against %.0f ms, and training runs", s.Workload, st.Current.Mode.Human(), s.Batch, ratio*model[s.Workload], s.LatencyBudgetMS)
+				if ratio*model[s.Workload] > s.LatencyBudgetMS {
+					t.Errorf("stream %s at %s batch %d: %.1f ms measured against %.0f ms", s.Workload, st.Current.Mode.Human(), s.Batch, ratio*model[s.Workload], s.LatencyBudgetMS)
 				}
 			}
 		})
+	}
+}
+
+// Issue 29's last part, the harm measured in make demo's step 5 (about one run in two):
+// the scheduler spends each request's slack on training, so every stream's p99 sits near
+// its budget whatever model v1 predicts, and a few-% overshoot (p99 308.9 ms over 300)
+// was read as a 2× model error expected at every mode: every configuration looked over
+// the budget, the decision claimed none and training paused (here it survives in
+// micro-batches only because the micro-batch watch keeps them running; the demo has
+// none). Now a stream a few % over its budget at a claimed configuration steps to a
+// stored one with a shorter training turn predicted within the budgets at this step's
+// ratio — a trainer whose micro-batch of 16 takes 90 % of its minibatch's time (small
+// batches leave the GPU idle) — and the plan in force stays claimed.
+func TestSeveralStreamsFewPercentOverKeepsTraining(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	e.seedStream(tInfer2)
+	now := time.Now().UTC()
+	w := e.models[tTrain]
+	for _, m := range e.modes {
+		ms, mw := 0.9*w.TimeMS(e.spec, m, 32), w.PowerMW(e.spec, m, 16)
+		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 16,
+			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const budgetMS = 300.0
+	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: budgetMS, PowerMW: 60000, RateRPS: 5})
+	e.board.set(20000, nil)
+	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32, MicroBatches: []int{16}}, func(sched.Grant) {}); err != nil {
+		t.Fatal(err)
+	}
+	streams := []*slowStream{e.slowStream(tInfer), e.slowStream(tInfer2)}
+	e.tick(c, 100*time.Millisecond)
+	first := c.Status().Current
+	if first == nil || len(first.Streams) != 2 || !first.Predicted.Feasible || first.MicroBatch != 0 {
+		t.Fatalf("test premise: want a claimed joint plan of whole minibatches, got %+v", first)
+	}
+	t.Logf("first plan: %s, model v1 %v", first.Mode.Human(), modelLatencyMS(t, c))
+	e.tick(c, e.sched.Config().RecentWindow)
+	// Both streams 3 % over the budget at the first configuration, as the scheduler's
+	// admission overshoots it; elsewhere at 85 % of it (the budget less the scheduler's
+	// margin: it spends the slack on training).
+	for range 40 {
+		lat := 0.85 * budgetMS
+		cur := c.Status().Current
+		if cur.Mode == first.Mode && cur.MicroBatch == first.MicroBatch && sameBatches(cur.Streams, first.Streams) {
+			lat = 1.03 * budgetMS
+		}
+		for i, s := range streams {
+			s.serveBatches(t, e.sched, 4, max(cur.Streams[i].Batch, 1), lat)
+		}
+		e.tick(c, time.Second)
+	}
+	for _, ev := range c.Events().List(0) {
+		t.Logf("%s: %s", ev.Kind, ev.Reason)
+	}
+	if e.sched.Snapshot().TrainingPaused {
+		t.Fatal("training paused after a 3 % overshoot, although a stored configuration with a shorter training turn is predicted within the budget")
+	}
+	cur := c.Status().Current
+	if cur.Mode == first.Mode && cur.MicroBatch == first.MicroBatch && sameBatches(cur.Streams, first.Streams) {
+		t.Fatalf("still at the broken configuration %s (micro-batch %d)", cur.Mode.Human(), cur.MicroBatch)
+	}
+	if !cur.Predicted.Feasible {
+		t.Errorf("at %s micro-batch %d, predicted infeasible: a 3 %% overshoot made every configuration look over the budget", cur.Mode.Human(), cur.MicroBatch)
 	}
 }
 
@@ -212,48 +316,60 @@ func TestSeveralStreamsLatencyJudgedSinceTheChange(t *testing.T) {
 	}
 }
 
-// Training paused because the learned ratios put every configuration over a budget
-// comes back once the streams stay well under their budgets for the retry hold: the
-// ratios are eased and the streams decided again (it stayed paused until the workloads
-// or the budgets changed).
-func TestSeveralStreamsPausedByRatiosEaseBack(t *testing.T) {
+// Several streams step back up (rule 6, the pair's, for any count since issue 29's last
+// part): the board draws 1.5× the prediction at the first plan's mode only; the power
+// step goes down by that ratio, and once power stayed under budget·(1−hysteresis) for the
+// hold the decision is taken again with the correction learned there and moves to the
+// better mode below it. Before, several streams had no step up (the ratio was expected at
+// every mode and kept until the workloads changed).
+func TestSeveralStreamsStepBackUp(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 200, PowerMW: 60000, RateRPS: 5})
-	e.board.set(20000, nil)
-	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32}, func(sched.Grant) {}); err != nil {
-		t.Fatal(err)
-	}
-	streams := []*slowStream{e.slowStream(tInfer), e.slowStream(tInfer2)}
+	const budget = 33000.0
+	c := e.controller(Config{}, plan.Targets{LatencyMS: 400, PowerMW: budget, RateRPS: 5})
+	e.register(nil)
+	e.registerInfer(tInfer2)
 	e.tick(c, 100*time.Millisecond)
-	for range 30 { // twice model v1 at every mode: nothing fits, training paused
-		model := modelLatencyMS(t, c)
-		for _, s := range streams {
-			s.serve(t, e.sched, 4, 2*model[s.name])
+	first := c.Status().Current
+	if first == nil || len(first.Streams) != 2 {
+		t.Fatalf("no joint plan: %+v", first)
+	}
+	draw := func(m powermode.Mode) float64 {
+		mw := e.models[tTrain].PowerMW(e.spec, m, 32)
+		if m == first.Mode {
+			return 1.5 * mw
 		}
-		e.tick(c, time.Second)
+		return mw
 	}
-	if !e.sched.Snapshot().TrainingPaused {
-		t.Fatal("test premise: training not paused by the learned ratios")
-	}
-	for range 120 { // then well under the budget
-		for _, s := range streams {
-			s.serve(t, e.sched, 4, 50)
-		}
-		e.tick(c, time.Second)
-	}
-	eased := 0
+	e.board.mu.Lock()
+	e.board.powerFn = draw
+	e.board.mu.Unlock()
+	e.tick(c, 30*time.Second)
+	var down, up *Choice
 	for _, ev := range c.Events().List(0) {
 		t.Logf("%s: %s", ev.Kind, ev.Reason)
-		if strings.Contains(ev.Reason, "easing them") {
-			eased++
+	}
+	st := c.Status()
+	for _, ev := range c.Events().List(0) {
+		if ev.Kind == KindStepDown && down == nil && ev.Mode != nil {
+			down = &Choice{Mode: *ev.Mode, Predicted: *ev.Predicted}
+		}
+		if ev.Kind == KindStepUp && ev.Mode != nil {
+			up = &Choice{Mode: *ev.Mode, Predicted: *ev.Predicted}
 		}
 	}
-	if eased == 0 {
-		t.Fatal("no easing of the learned ratios after 120 s well under the budgets with training paused")
+	if down == nil || up == nil {
+		t.Fatalf("step down %v, step up %v: want both", down, up)
+	}
+	if up.Mode == first.Mode || up.Predicted.ThroughputSPS <= down.Predicted.ThroughputSPS {
+		t.Fatalf("stepped up to %s (%.1f samples/s) from %s (%.1f): want a mode other than the broken %s, predicted to train more",
+			up.Mode.Human(), up.Predicted.ThroughputSPS, down.Mode.Human(), down.Predicted.ThroughputSPS, first.Mode.Human())
+	}
+	if st.Current.Mode != up.Mode || draw(st.Current.Mode) > budget {
+		t.Fatalf("ends at %s drawing %.1f W: want the stepped-up %s, within the %.1f W budget", st.Current.Mode.Human(), draw(st.Current.Mode)/1000, up.Mode.Human(), budget/1000)
 	}
 	if e.sched.Snapshot().TrainingPaused {
-		t.Errorf("training still paused after %d eases with every stream at 50 ms against 200", eased)
+		t.Error("training paused")
 	}
 }

@@ -563,6 +563,18 @@ func (m *MultiModel) eachTrainCombo(p MultiProfile, f func(train []TrainPoint, p
 	})
 }
 
+// EachEval calls f with every configuration of p scored against the exact budgets — every
+// vector of training turns and of batch sizes, in the decision's order (eachTrainCombo) —
+// and the training turns it was scored with. The controller's step rules choose among
+// them (docs/controller.md). f may keep e but not train; the evaluations share
+// TrainShares, which f must not change.
+func (m *MultiModel) EachEval(p MultiProfile, f func(e MultiEval, train []TrainPoint)) error {
+	shares := m.shares(len(p.Train))
+	return m.eachTrainCombo(p, func(train []TrainPoint, pts []InferPoint) {
+		f(m.evaluate(p.Mode, train, shares, pts), train)
+	})
+}
+
 // EachTrainVector calls f with every vector of training turns at p, one per job from
 // its TrainChoices, the first job's choice varying fastest and whole minibatches first.
 // It stops at f's first error. f must not keep the slice.

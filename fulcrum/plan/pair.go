@@ -106,6 +106,21 @@ func pairEval(e MultiEval, binding int, t TrainPoint) Eval {
 		PowerMW: e.PowerMW, ThroughputSPS: e.TrainSPS[0], Feasible: e.Feasible, Violation: e.Violation, Binding: termConstraint(binding, 1)}
 }
 
+// Multi is the model of one stream and one job the pair's model is a view of: its
+// evaluations are the pair's to the bit (Pair).
+func (m *Model) Multi() *MultiModel { return m.mm }
+
+// Pair is a one-stream, one-job evaluation in the pair's view (what Model.Evaluate
+// answers for the same configuration).
+func (e MultiEval) Pair() Eval {
+	micro := 0
+	if len(e.MicroBatches) > 0 {
+		micro = e.MicroBatches[0]
+	}
+	return Eval{Mode: e.Mode, Batch: e.Streams[0].Batch, MicroBatch: micro, Rho: e.Rho, LatencyMS: e.Streams[0].LatencyMS,
+		PowerMW: e.PowerMW, ThroughputSPS: e.TrainSPS[0], Feasible: e.Feasible, Violation: e.Violation, Binding: e.Binding.Constraint}
+}
+
 // BestAtMode returns the best inference batch size and training micro-batch at a
 // profiled mode, chosen jointly.
 func (m *Model) BestAtMode(p ModeProfile) (Eval, bool) {
