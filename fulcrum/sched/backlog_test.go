@@ -145,3 +145,41 @@ func TestUnmeasuredMinibatchIsNotTheDefaultBesideMeasuredMicroBatches(t *testing
 		t.Fatalf("grant %+v: want a micro-batch turn of 16 (a whole minibatch is expected at ~194 ms, over the 150 ms budget's room)", g)
 	}
 }
+
+// TestBacklogCaughtUpInALargerBatch (issue 32/31): four requests arrive just after a
+// 70 ms training turn starts, beside a stream planned at batch 1 (10 ms) with a 100 ms
+// budget. Served one at a time after the turn they end at 80, 90, 100 and 110 ms: the
+// third and fourth late (the lifetime sweep: bursts of 4–8 requests behind a 127 ms
+// minibatch at 30 req/s, 150 ms, ending 7–28 ms late). The worker registered batch
+// sizes up to 4: the backlog goes in one batch of 4 (14 ms) and every request is in time.
+// A worker that registered no larger size keeps its batch.
+func TestBacklogCaughtUpInALargerBatch(t *testing.T) {
+	for _, sizes := range [][]int{{1, 2, 4}, nil} {
+		c := cfg(100*msec, 70*msec, 10*msec)
+		c.Margin = 5 * msec
+		h := newHarness(t, c)
+		inf := h.registerSpec(WorkerSpec{Role: proto.RoleInfer, Workload: "cam", Batch: 1, BatchSizes: sizes})
+		tr := h.register(proto.RoleTrain, "train", 32)
+		if sizes != nil {
+			h.must(h.s.ExpectTimes(inf, map[int]time.Duration{1: 10 * msec, 2: 12 * msec, 4: 14 * msec}))
+		}
+		h.must(h.s.Acquire(inf, 1))
+		h.must(h.s.Acquire(tr, 1))
+		g := h.one()
+		if g.Kind != proto.KindTrain {
+			t.Fatalf("first grant %+v: want training (nothing queued)", g)
+		}
+		h.clock.Advance(msec)
+		h.arrive(inf, "a", "b", "c", "d")
+		h.none()
+		h.release(tr, g, 69*msec)
+		g = h.one()
+		want := 4
+		if sizes == nil {
+			want = 1
+		}
+		if g.Kind != proto.KindInfer || len(g.RequestIDs) != want || g.Batch != want {
+			t.Fatalf("batch sizes %v: grant after the training turn %+v: want an inference batch of %d", sizes, g, want)
+		}
+	}
+}

@@ -391,7 +391,7 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 }
 
 func (s *Scheduler) grantInfer(w *worker, now time.Time) {
-	n := min(len(w.queue), w.spec.Batch)
+	n := min(len(w.queue), s.catchUpBatch(w, now))
 	reqs := slices.Clone(w.queue[:n])
 	w.queue = slices.Delete(w.queue, 0, n)
 	exp := s.expInfer(w, n)
@@ -401,6 +401,42 @@ func (s *Scheduler) grantInfer(w *worker, now time.Time) {
 		s.turn.grant.Deadline = max(left, 0)
 		s.out[len(s.out)-1].g.Deadline = s.turn.grant.Deadline
 	}
+}
+
+// catchUpBatch is the batch size w's queue is served at now: its batch, unless the
+// queue is longer and served in batches of it some request would miss its deadline (less
+// the room) — a burst of arrivals during a training turn, a batch of 1 chosen for a
+// stream whose requests come one at a time — while a larger size the worker registered
+// (batch_sizes) serves them all in time: then the smallest such size (the first batch
+// takes as many requests, the rest go on at the batch). None in time: the largest,
+// which ends the backlog soonest. Called with s.mu held.
+func (s *Scheduler) catchUpBatch(w *worker, now time.Time) int {
+	b := max(w.spec.Batch, 1)
+	if len(w.queue) <= b || len(w.spec.BatchSizes) == 0 || slices.Max(w.spec.BatchSizes) <= b {
+		return b
+	}
+	room := s.roomOf(w)
+	inTime := func(first int) bool {
+		end := now
+		for i, size := 0, first; i < len(w.queue); i, size = i+size, b {
+			size = min(size, len(w.queue)-i)
+			end = end.Add(s.expInfer(w, size))
+			if end.Add(room).After(w.queue[i].deadline) {
+				return false
+			}
+		}
+		return true
+	}
+	if inTime(b) {
+		return b
+	}
+	sizes := slices.Sorted(slices.Values(w.spec.BatchSizes))
+	for _, c := range sizes {
+		if c > b && inTime(c) {
+			return c
+		}
+	}
+	return sizes[len(sizes)-1]
 }
 
 func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, exp time.Duration, now time.Time, p *profileReq) {
