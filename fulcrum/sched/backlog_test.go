@@ -183,3 +183,31 @@ func TestBacklogCaughtUpInALargerBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestNoCatchUpForARequestLateAnyway: the oldest queued request is already too close to
+// its deadline to be served in time at batch 1, and the one behind it has time to spare:
+// a larger batch would save nobody and end the oldest later (the lifetime sweep, 10
+// req/s, 150 ms: a catch-up batch of 6 ended the oldest 2.6 ms later than its own batch
+// would have), so the batch stays 1.
+func TestNoCatchUpForARequestLateAnyway(t *testing.T) {
+	c := cfg(100*msec, 70*msec, 10*msec)
+	c.Margin = 5 * msec
+	h := newHarness(t, c)
+	inf := h.registerSpec(WorkerSpec{Role: proto.RoleInfer, Workload: "cam", Batch: 1, BatchSizes: []int{1, 2, 4}})
+	tr := h.register(proto.RoleTrain, "train", 32)
+	h.must(h.s.ExpectTimes(inf, map[int]time.Duration{1: 10 * msec, 2: 12 * msec, 4: 14 * msec}))
+	h.must(h.s.Acquire(inf, 1))
+	h.must(h.s.Acquire(tr, 1))
+	g := h.one()
+	h.clock.Advance(msec)
+	h.arrive(inf, "a") // deadline 101 ms
+	h.clock.Advance(40 * msec)
+	h.arrive(inf, "b") // deadline 141 ms
+	h.release(tr, g, 49*msec)
+	// At 90 ms: a alone ends at 100 (+5 room > 101: late either way), b at 110 (in time);
+	// a batch of 2 ends both at 102.
+	g = h.one()
+	if g.Kind != proto.KindInfer || len(g.RequestIDs) != 1 || g.RequestIDs[0] != "a" {
+		t.Fatalf("grant %+v: want request a alone (a larger batch saves nobody)", g)
+	}
+}

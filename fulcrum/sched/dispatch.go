@@ -404,39 +404,45 @@ func (s *Scheduler) grantInfer(w *worker, now time.Time) {
 }
 
 // catchUpBatch is the batch size w's queue is served at now: its batch, unless the
-// queue is longer and served in batches of it some request would miss its deadline (less
-// the room) — a burst of arrivals during a training turn, a batch of 1 chosen for a
-// stream whose requests come one at a time — while a larger size the worker registered
-// (batch_sizes) serves them all in time: then the smallest such size (the first batch
-// takes as many requests, the rest go on at the batch). None in time: the largest,
-// which ends the backlog soonest. Called with s.mu held.
+// queue is longer and served in batches of it some requests would miss their deadlines
+// (less the room) — a burst of arrivals during a training turn beside a stream planned
+// at batch 1 — and a larger size the worker registered (batch_sizes) leaves fewer late:
+// then the size that leaves the fewest (the smallest of those). The first batch takes
+// that many requests, the rest go on at the batch; a bigger first batch also ends its
+// oldest request later, so a request late either way is not made later for nothing.
+// Called with s.mu held.
 func (s *Scheduler) catchUpBatch(w *worker, now time.Time) int {
 	b := max(w.spec.Batch, 1)
 	if len(w.queue) <= b || len(w.spec.BatchSizes) == 0 || slices.Max(w.spec.BatchSizes) <= b {
 		return b
 	}
 	room := s.roomOf(w)
-	inTime := func(first int) bool {
-		end := now
+	late := func(first int) int {
+		n, end := 0, now
 		for i, size := 0, first; i < len(w.queue); i, size = i+size, b {
 			size = min(size, len(w.queue)-i)
 			end = end.Add(s.expInfer(w, size))
-			if end.Add(room).After(w.queue[i].deadline) {
-				return false
+			for _, q := range w.queue[i : i+size] {
+				if end.Add(room).After(q.deadline) {
+					n++
+				}
 			}
 		}
-		return true
+		return n
 	}
-	if inTime(b) {
-		return b
-	}
-	sizes := slices.Sorted(slices.Values(w.spec.BatchSizes))
-	for _, c := range sizes {
-		if c > b && inTime(c) {
-			return c
+	best, fewest := b, late(b)
+	for _, c := range slices.Sorted(slices.Values(w.spec.BatchSizes)) {
+		if fewest == 0 {
+			break
+		}
+		if c <= b {
+			continue
+		}
+		if n := late(c); n < fewest {
+			best, fewest = c, n
 		}
 	}
-	return sizes[len(sizes)-1]
+	return best
 }
 
 func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, exp time.Duration, now time.Time, p *profileReq) {
