@@ -409,7 +409,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		jb := jobs[ji]
 		c := &cfgs[jb.c]
 		run := LifeRun{Board: spec.Board, Truth: spec.Truth, Train: c.trains, PowerMW: c.powMW, Method: methods[jb.m].name,
-			Duration: spec.Duration, Seed: int64(deriveSeed(spec.Seed, "", "lifetime", uint64(jb.c)) >> 1), Noise: spec.Noise,
+			Duration: spec.Duration, Seed: LifetimeRunSeed(spec.Seed, jb.c), Noise: spec.Noise,
 			Changes: slices.Clone(spec.Changes), Micro: spec.Micro}
 		for _, w := range c.infers {
 			run.Infer = append(run.Infer, LifeStream{Workload: w, RateRPS: c.rate, LatencyMS: c.latMS})
@@ -599,6 +599,13 @@ func summariseLifetime(name string, outs []LifeOutcome, durS float64) LifetimeSt
 		st.SearchPct = 100 * st.MeanSearchS / durS
 	}
 	return st
+}
+
+// LifetimeRunSeed is the seed of the lifetime benchmark's run of configuration index
+// config (in the sweep's order, the report's configurations) under the sweep's seed: what
+// replays one run through lifetime.Run (scripts/lifeevents --bench-seed --index).
+func LifetimeRunSeed(seed uint64, config int) int64 {
+	return int64(deriveSeed(seed, "", "lifetime", uint64(config)) >> 1)
 }
 
 // withinShare is how much of the time after its first plan a run may break a budget for

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
+	"github.com/fulcrum-edge/fulcrum/internal/stats"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/powermode/sim"
 	"github.com/fulcrum-edge/fulcrum/powermode/tegra"
@@ -160,6 +161,8 @@ type worker struct {
 	budget   time.Duration
 	latMS    []float64
 	latAt    []time.Time // each served request's arrival
+	latEnd   []time.Time // and its release (the scheduler's window holds it from then)
+	recentAt int         // the first of them in the recent window at the last sample
 	late     int
 	refused  int
 	requests int
@@ -315,6 +318,7 @@ func (wk *worker) deliver(g sched.Grant) {
 					l := now.Sub(at)
 					wk.latMS = append(wk.latMS, float64(l)/float64(time.Millisecond))
 					wk.latAt = append(wk.latAt, at)
+					wk.latEnd = append(wk.latEnd, now)
 					if l > wk.budget {
 						wk.late++
 					}
@@ -490,3 +494,27 @@ func (c *stepCache) stepped() {
 
 // written forgets one file (faketree's write hook).
 func (c *stepCache) written(abs string) { delete(c.files, c.realPath(abs)) }
+
+// recentAfterPlanBroken is the harness's latency rule after the first plan: the
+// scheduler's recent-window rule (the p99 of the requests released within the last span,
+// over budgetMS with at least minCount of them; sched's window and quantiles), over the
+// requests of that window that arrived after the plan (planAt) only. A search's late
+// requests released after the plan stay in the scheduler's window for span but are the
+// search's, not the plan's: the within rule judges the plans (docs/benchmarks.md).
+func (wk *worker) recentAfterPlanBroken(now time.Time, span time.Duration, planAt time.Time, minCount int, budgetMS float64) bool {
+	cut := now.Add(-span)
+	for wk.recentAt < len(wk.latEnd) && wk.latEnd[wk.recentAt].Before(cut) {
+		wk.recentAt++
+	}
+	var v []float64
+	for j := wk.recentAt; j < len(wk.latEnd); j++ {
+		if wk.latAt[j].After(planAt) {
+			v = append(v, wk.latMS[j])
+		}
+	}
+	if len(v) == 0 || len(v) < minCount {
+		return false
+	}
+	slices.Sort(v)
+	return stats.Quantile(v, 0.99) > budgetMS
+}

@@ -58,9 +58,22 @@ func (s *Scheduler) expInferBy(w *worker, n int, val func(*estimate) float64) ti
 	return s.cfg.DefaultInfer
 }
 
+// expTrain is the expected time of w's whole minibatch. Not measured (a mode whose
+// profile measured only micro-batches: the minibatch did not fit the room), it is the
+// largest measured micro-batch's scaled to the minibatch — an upper bound, small
+// batches using the GPU less well — rather than the default, which can be half of it.
 func (s *Scheduler) expTrain(w *worker) time.Duration {
 	if w.train.n > 0 {
 		return durMS(w.train.guarded(s.cfg.DevK))
+	}
+	m := 0
+	for size, e := range w.trainMicro {
+		if e.n > 0 && size > m && size < w.spec.Batch {
+			m = size
+		}
+	}
+	if m > 0 {
+		return durMS(w.trainMicro[m].guarded(s.cfg.DevK) * float64(w.spec.Batch) / float64(m))
 	}
 	return s.cfg.DefaultTrain
 }
@@ -338,9 +351,20 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 		// The batch served after the turn holds what is queued plus what is expected to
 		// arrive during the turn, up to the batch size.
 		rate := w.st.rate(now, w.since)
-		n := min(w.spec.Batch, len(w.queue)+int(math.Ceil(rate*exp.Seconds())))
+		arrivals := int(math.Ceil(rate * exp.Seconds()))
+		n := min(w.spec.Batch, len(w.queue)+arrivals)
 		if len(w.queue) > 0 {
-			queued = append(queued, q{w: w, deadline: w.queue[0].deadline, service: s.expInfer(w, n)})
+			// A queue longer than the batch is served in batches, oldest first: each
+			// batch's oldest request waits for the turn and every batch ahead of it (the
+			// last batch also takes what arrives during the turn).
+			b := max(w.spec.Batch, 1)
+			for i := 0; i < len(w.queue); i += b {
+				size := min(b, len(w.queue)-i)
+				if i+b >= len(w.queue) {
+					size = min(b, size+arrivals)
+				}
+				queued = append(queued, q{w: w, deadline: w.queue[i].deadline, service: s.expInfer(w, size)})
+			}
 			continue
 		}
 		// Empty queue: a request arriving right after the turn starts must still be
@@ -367,7 +391,7 @@ func (s *Scheduler) admit(now time.Time, exp time.Duration) *worker {
 }
 
 func (s *Scheduler) grantInfer(w *worker, now time.Time) {
-	n := min(len(w.queue), w.spec.Batch)
+	n := min(len(w.queue), s.catchUpBatch(w, now))
 	reqs := slices.Clone(w.queue[:n])
 	w.queue = slices.Delete(w.queue, 0, n)
 	exp := s.expInfer(w, n)
@@ -377,6 +401,48 @@ func (s *Scheduler) grantInfer(w *worker, now time.Time) {
 		s.turn.grant.Deadline = max(left, 0)
 		s.out[len(s.out)-1].g.Deadline = s.turn.grant.Deadline
 	}
+}
+
+// catchUpBatch is the batch size w's queue is served at now: its batch, unless the
+// queue is longer and served in batches of it some requests would miss their deadlines
+// (less the room) — a burst of arrivals during a training turn beside a stream planned
+// at batch 1 — and a larger size the worker registered (batch_sizes) leaves fewer late:
+// then the size that leaves the fewest (the smallest of those). The first batch takes
+// that many requests, the rest go on at the batch; a bigger first batch also ends its
+// oldest request later, so a request late either way is not made later for nothing.
+// Called with s.mu held.
+func (s *Scheduler) catchUpBatch(w *worker, now time.Time) int {
+	b := max(w.spec.Batch, 1)
+	if len(w.queue) <= b || len(w.spec.BatchSizes) == 0 || slices.Max(w.spec.BatchSizes) <= b {
+		return b
+	}
+	room := s.roomOf(w)
+	late := func(first int) int {
+		n, end := 0, now
+		for i, size := 0, first; i < len(w.queue); i, size = i+size, b {
+			size = min(size, len(w.queue)-i)
+			end = end.Add(s.expInfer(w, size))
+			for _, q := range w.queue[i : i+size] {
+				if end.Add(room).After(q.deadline) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	best, fewest := b, late(b)
+	for _, c := range slices.Sorted(slices.Values(w.spec.BatchSizes)) {
+		if fewest == 0 {
+			break
+		}
+		if c <= b {
+			continue
+		}
+		if n := late(c); n < fewest {
+			best, fewest = c, n
+		}
+	}
+	return best
 }
 
 func (s *Scheduler) grant(w *worker, kind string, batch int, reqs []*request, exp time.Duration, now time.Time, p *profileReq) {

@@ -13,7 +13,8 @@ package sched
 // minibatch counts once in the throughput. Each turn is admitted, held to a hold limit
 // and starved on its own (micro-batch) expected time. The micro-batch size is chosen
 // when a minibatch starts: the one set through SetMicroBatch, or else the largest
-// declared size whose expected turn fits every inference stream's room.
+// declared size whose expected turn fits every inference stream's room; within a
+// minibatch it only goes down, to a size dividing the samples left (startMinibatch).
 
 import (
 	"fmt"
@@ -173,10 +174,18 @@ func (s *Scheduler) chooseMicro(w *worker, now time.Time) int {
 	return sizes[0]
 }
 
-// startMinibatch chooses the micro-batch size of w's next minibatch (at a minibatch
-// boundary only: the k turns of one minibatch have the same size). Called with s.mu held.
+// startMinibatch chooses the micro-batch size of w's next minibatch at a minibatch
+// boundary. Within a minibatch the size only goes down, to a size that divides the
+// samples left: a step to a slower mode (or a tighter budget) sets a shorter turn, and
+// the old size's turn may no longer fit the room — training would stall until the
+// starvation rule ran one longer than the budget. Each turn's loss is scaled by its own
+// micro_batch/batch, so the accumulated gradient is still the minibatch's (workers
+// count samples: docs/protocol.md). Called with s.mu held.
 func (s *Scheduler) startMinibatch(w *worker, now time.Time) {
 	if w.mbDone != 0 {
+		if m := s.chooseMicro(w, now); m < w.microSize() && (w.spec.Batch-w.mbDone)%m == 0 {
+			s.setMicro(w, m, now)
+		}
 		return
 	}
 	m := s.chooseMicro(w, now)
@@ -184,6 +193,11 @@ func (s *Scheduler) startMinibatch(w *worker, now time.Time) {
 		w.micro = m
 		return
 	}
+	s.setMicro(w, m, now)
+}
+
+// setMicro changes the size of w's turns to m. Called with s.mu held.
+func (s *Scheduler) setMicro(w *worker, m int, now time.Time) {
 	from := w.microSize()
 	w.micro = m
 	w.microChanges++
@@ -194,8 +208,10 @@ func (s *Scheduler) startMinibatch(w *worker, now time.Time) {
 }
 
 // SetMicroBatch fixes the micro-batch size training worker id runs its minibatches at,
-// from its next minibatch on: one of the sizes it declared (or its minibatch); 0 gives
-// the choice back to the scheduler (the largest size that fits the room).
+// from its next minibatch on (a smaller size from its next turn, when it divides the
+// samples left of the minibatch in progress): one of the sizes it declared (or its
+// minibatch); 0 gives the choice back to the scheduler (the largest size that fits the
+// room).
 func (s *Scheduler) SetMicroBatch(id string, m int) error {
 	s.mu.Lock()
 	defer s.unlockAndDeliver()

@@ -18,8 +18,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fulcrum-edge/fulcrum/fulcrum/bench"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/internal/vclock"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -48,7 +50,13 @@ func run() error {
 	refine := flag.Bool("refine", true, "live refinement (controller.refine.enabled)")
 	trials := flag.Bool("trials", true, "live refinement's trials (controller.refine.trials)")
 	micro := flag.Bool("micro", false, "the trainers declare the table's micro-batch sizes (bench --lifetime --micro)")
+	benchSeed := flag.Uint64("bench-seed", 0, "with --index: the seed of fulcrumctl bench --lifetime --seed N's run of that configuration (overrides --seed)")
+	index := flag.Int("index", -1, "with --bench-seed: the configuration's index in the bench report's configurations (from 0)")
+	trace := flag.Bool("trace", false, "print each second a latency budget was over (the scheduler's recent window), with the configuration in force, among the events")
 	flag.Parse()
+	if *index >= 0 {
+		*seed = bench.LifetimeRunSeed(*benchSeed, *index)
+	}
 	if *truthPath == "" {
 		return fmt.Errorf("--truth is required: make one with fulcrumctl sim truth --board %s --out FILE", *board)
 	}
@@ -82,6 +90,39 @@ func run() error {
 		defer lf.Close()
 		sc.Log = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	type line struct {
+		atS  float64
+		text string
+	}
+	var lines []line
+	if *trace {
+		sc.Probes = append(sc.Probes, lifetime.Probe{At: time.Second, Every: time.Second, Do: func(in *lifetime.Instant) {
+			snap, st := in.Snapshot(), in.Status()
+			for _, w := range snap.Workloads {
+				r := w.LatencyRecent
+				if w.Role != proto.RoleInfer || r.Count < 20 || r.P99MS <= w.LatencyBudgetMS {
+					continue
+				}
+				s := fmt.Sprintf("%7.1fs %-10s %s p99 %.1f ms > %.0f ms over %d (max %.1f), room %.1f ms",
+					in.Elapsed().Seconds(), "BROKEN", w.Workload, r.P99MS, w.LatencyBudgetMS, r.Count, r.MaxMS, w.AdmissionRoomMS)
+				if c := st.Current; c != nil {
+					s += fmt.Sprintf(" | in force: %s batch %d micro %d, predicted p99 %.1f ms", c.Mode, c.Batch, c.MicroBatch, c.Predicted.LatencyMS)
+				}
+				for _, wk := range snap.Workers {
+					if wk.Role == proto.RoleTrain {
+						s += fmt.Sprintf(" | %s turns of %d", wk.Workload, wk.MicroBatch)
+					}
+				}
+				if snap.TrainingPaused {
+					s += " | training paused"
+				}
+				if st.Stepped {
+					s += " | stepped"
+				}
+				lines = append(lines, line{in.Elapsed().Seconds(), s})
+			}
+		}})
+	}
 	res, err := lifetime.Run(context.Background(), sc)
 	if err != nil {
 		return err
@@ -94,12 +135,19 @@ func run() error {
 		if m := e.Measured; m != nil {
 			s += fmt.Sprintf(" | measured: %.2f req/s, p99 %.1f ms, %.1f W (1 s)", m.RateRPS, m.LatencyP99MS, m.PowerMW/1000)
 		}
+		for len(lines) > 0 && lines[0].atS <= e.Time.Sub(vclock.Epoch).Seconds() {
+			fmt.Println(lines[0].text)
+			lines = lines[1:]
+		}
 		fmt.Println(s)
 	}
-	fmt.Printf("trained %v samples; first plan %.1f s; %d profiles; search %.0f s; training paused %.0f s; latency broken %.0f s; power broken %.1f s; mean power %.1f W; final mode %s\n",
-		res.TrainSamples, res.FirstPlanS, res.ProfilesTaken, res.SearchS, res.TrainPausedS, res.LatencyBrokenS, res.PowerBrokenS, res.MeanPowerMW/1000, res.FinalMode)
+	for _, l := range lines {
+		fmt.Println(l.text)
+	}
+	fmt.Printf("trained %v samples; first plan %.1f s; %d profiles; search %.0f s; training paused %.0f s; latency broken %.0f s (%.0f s after the first plan); power broken %.1f s (%.1f s after it); mean power %.1f W; final mode %s\n",
+		res.TrainSamples, res.FirstPlanS, res.ProfilesTaken, res.SearchS, res.TrainPausedS, res.LatencyBrokenS, res.LatencyBrokenAfterPlanS, res.PowerBrokenS, res.PowerBrokenAfterPlanS, res.MeanPowerMW/1000, res.FinalMode)
 	for _, s := range res.Streams {
-		fmt.Printf("stream %s: %d served, %d late, p99 %.1f ms (after the first plan %.1f ms)\n", s.Workload, s.Served, s.Late, s.P99MS, s.P99AfterPlanMS)
+		fmt.Printf("stream %s: %d served, %d late, p99 %.1f ms (after the first plan %.1f ms, %d of %d late)\n", s.Workload, s.Served, s.Late, s.P99MS, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
 	}
 	return nil
 }

@@ -721,8 +721,9 @@ class Client:
                 yield MicroStep(Grant(0, "unmanaged", total, [], 0.0), done, total, max(1, total // left), left / total, True)
                 return
             m = g.micro_batch if 0 < g.micro_batch < total else total
-            # fulcrumd keeps one size for a minibatch's turns; after it restarted it may
-            # start afresh with another: count samples, never run past the minibatch.
+            # fulcrumd may lower the size within a minibatch (to one dividing what is
+            # left), and after it restarted may start afresh with another: count
+            # samples, scale by this turn's size, never run past the minibatch.
             m = min(m, total - done)
             start = time.monotonic()
             try:
