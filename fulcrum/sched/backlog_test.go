@@ -80,13 +80,7 @@ func TestSmallerMicroBatchTakesOverMidMinibatch(t *testing.T) {
 	tr := h.registerSpec(WorkerSpec{Role: proto.RoleTrain, Workload: "r", Batch: 32, MicroBatches: []int{4, 8, 16}})
 	h.must(h.s.SetMicroBatch(tr, 8))
 	var sizes []int
-	turn := func() {
-		t.Helper()
-		h.must(h.s.Acquire(tr, 0))
-		g := h.one()
-		sizes = append(sizes, g.MicroBatch)
-		h.release(tr, g, 10*msec)
-	}
+	turn := trainTurns(t, h, tr, &sizes)
 	turn()
 	turn() // 16 of 32 run in turns of 8
 	h.must(h.s.SetMicroBatch(tr, 4))
@@ -106,13 +100,7 @@ func TestSmallerMicroBatchTakesOverMidMinibatch(t *testing.T) {
 	tr2 := h2.registerSpec(WorkerSpec{Role: proto.RoleTrain, Workload: "r", Batch: 24, MicroBatches: []int{6, 8}})
 	h2.must(h2.s.SetMicroBatch(tr2, 8))
 	sizes = nil
-	turn2 := func() {
-		t.Helper()
-		h2.must(h2.s.Acquire(tr2, 0))
-		g := h2.one()
-		sizes = append(sizes, g.MicroBatch)
-		h2.release(tr2, g, 10*msec)
-	}
+	turn2 := trainTurns(t, h2, tr2, &sizes)
 	turn2()
 	h2.must(h2.s.SetMicroBatch(tr2, 6))
 	turn2()
@@ -120,6 +108,18 @@ func TestSmallerMicroBatchTakesOverMidMinibatch(t *testing.T) {
 	turn2()
 	if fmt.Sprint(sizes) != fmt.Sprint([]int{8, 8, 8, 6}) {
 		t.Fatalf("micro-batch turns %v: want 8, 8, 8 (6 does not divide the 16 left), then 6 from the next minibatch", sizes)
+	}
+}
+
+// trainTurns returns a function that runs one 10 ms training turn of worker id on h and
+// appends the micro-batch size its grant named to sizes.
+func trainTurns(t *testing.T, h *harness, id string, sizes *[]int) func() {
+	return func() {
+		t.Helper()
+		h.must(h.s.Acquire(id, 0))
+		g := h.one()
+		*sizes = append(*sizes, g.MicroBatch)
+		h.release(id, g, 10*msec)
 	}
 }
 
