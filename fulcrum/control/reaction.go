@@ -335,7 +335,8 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		if !shorter || e.Rho > b.RhoMax || (power > 0 && e.PowerMW > power*(1-c.cfg.StepMargin)) {
 			return
 		}
-		if w := worst(e); !haveFastest || w < fastestW {
+		w := worst(e)
+		if !haveFastest || w < fastestW {
 			fastest, fastestW, haveFastest = e, w, true
 		}
 		// As model v1 predicts it (no step ratio): the fallback that may keep training.
@@ -343,7 +344,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		for i, st := range e.Streams {
 			unscaled = unscaled && st.LatencyMS <= b.Streams[i].LatencyMS*(1-c.cfg.PlanMargin)
 		}
-		if w := worst(e); unscaled && (!haveModel || w < modelW) {
+		if unscaled && (!haveModel || w < modelW) {
 			model, modelW, haveModel = e, w, true
 		}
 		for i, st := range e.Streams {

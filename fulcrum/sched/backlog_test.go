@@ -2,12 +2,20 @@ package sched
 
 import (
 	"fmt"
-	"time"
-
 	"testing"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 )
+
+// backlogHarness is a 100 ms budget, 50 ms training and 10 ms inference turns, a 5 ms
+// margin: a camera stream at batch 1 and a trainer registered.
+func backlogHarness(t *testing.T) (h *harness, inf, tr string) {
+	c := cfg(100*msec, 50*msec, 10*msec)
+	c.Margin = 5 * msec
+	h = newHarness(t, c)
+	return h, h.register(proto.RoleInfer, "cam", 1), h.register(proto.RoleTrain, "train", 32)
+}
 
 // TestTrainingWaitsForTheQueuedBatchesBehindTheFirst (issue 32/31): the admission test
 // counts every inference batch a queued backlog needs, not the first one only. With
@@ -18,11 +26,7 @@ import (
 // deadline was checked (10 + 50 + 10 + 5 ≤ 100) and the lifetime sweep's requests
 // queued behind it ended 1–14 ms late after a training turn admitted so.
 func TestTrainingWaitsForTheQueuedBatchesBehindTheFirst(t *testing.T) {
-	c := cfg(100*msec, 50*msec, 10*msec)
-	c.Margin = 5 * msec
-	h := newHarness(t, c)
-	inf := h.register(proto.RoleInfer, "cam", 1)
-	tr := h.register(proto.RoleTrain, "train", 32)
+	h, inf, tr := backlogHarness(t)
 	h.must(h.s.Acquire(inf, 1))
 	h.arrive(inf, "a", "b", "c", "d", "e")
 	g := h.one()
@@ -52,11 +56,7 @@ func TestTrainingWaitsForTheQueuedBatchesBehindTheFirst(t *testing.T) {
 // d end at 10 + 50 + 3 × 10 = 90 ms, within 100 ms less the room) lets training run
 // first: the backlog test refuses only what it must.
 func TestTrainingRunsAheadOfABacklogThatStillFits(t *testing.T) {
-	c := cfg(100*msec, 50*msec, 10*msec)
-	c.Margin = 5 * msec
-	h := newHarness(t, c)
-	inf := h.register(proto.RoleInfer, "cam", 1)
-	tr := h.register(proto.RoleTrain, "train", 32)
+	h, inf, tr := backlogHarness(t)
 	h.must(h.s.Acquire(inf, 1))
 	h.arrive(inf, "a", "b", "c", "d")
 	g := h.one()
