@@ -35,10 +35,7 @@ func (c *Controller) pauseForLatency(now time.Time, what, why string) bool {
 	} else {
 		p.n = 0
 	}
-	d := c.cfg.LatencyPause
-	for i := 0; i < p.n && 2*d <= time.Duration(max(c.cfg.ResearchBackoffMax, 1))*c.cfg.LatencyPause; i++ {
-		d *= 2
-	}
+	d := c.backedOff(c.cfg.LatencyPause, p.n)
 	p.active, p.until, p.last = true, now.Add(d), d
 	c.sched.SetTrainingPaused(true)
 	c.lastStep, c.lastLatStep = now, now

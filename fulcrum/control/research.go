@@ -35,8 +35,14 @@ type researchState struct {
 // researchHold is the hold before re-search n+1: ResearchHold doubled n times, at most
 // ResearchBackoffMax times ResearchHold.
 func (c *Controller) researchHold() time.Duration {
+	return c.backedOff(c.cfg.ResearchHold, c.research.n)
+}
+
+// backedOff is base doubled n times, at most to the power of two at or below
+// ResearchBackoffMax times it (16 → 16×): the re-search hold and the latency rule's pause.
+func (c *Controller) backedOff(base time.Duration, n int) time.Duration {
 	capShift := bits.Len(uint(c.cfg.ResearchBackoffMax)) - 1 // 16 → 4
-	return c.cfg.ResearchHold << min(c.research.n, max(capShift, 0))
+	return base << min(n, max(capShift, 0))
 }
 
 // researchKey is what resets the back-off when it changes: the budgets and, with several
