@@ -11,8 +11,6 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // wantTurnBoard is the fake board whose mode change also makes the trainer ask for a
@@ -38,16 +36,8 @@ func TestFirstTurnAtANewModeRunsThePlansMicroBatch(t *testing.T) {
 	e := newEnv(t, sched.RealClock{})
 	defer e.sched.Close()
 	e.seed()
-	now := time.Now().UTC()
+	e.seedMicro16(0.4) // 16-sample turns take 40 % of a minibatch's time
 	w := e.models[tTrain]
-	for _, m := range e.modes { // 16-sample turns take 40 % of a minibatch's time
-		ms, mw := 0.4*w.TimeMS(e.spec, m, 32), w.PowerMW(e.spec, m, 16)
-		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 16,
-			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var mu sync.Mutex
 	var trainerID string
 	type seen struct {
