@@ -1145,7 +1145,7 @@ func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[stor
 		}
 	}
 	board := p.board()
-	mp := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: p.Pair.TrainBatch, PowerMW: powerMW}}
+	mp := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: p.Pair.TrainBatch, PowerMW: powerMW}, Estimated: true}
 	tk := store.Key{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}
 	ratio := 1.0
 	switch x, ok := have[tk]; {
