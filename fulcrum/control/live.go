@@ -287,6 +287,9 @@ func (p *LiveProfiler) saturatedEstimate(r Saturated, have map[store.Key]store.P
 		train = min(2*p.LatencyMS, plan.MaxLatencyMS)
 	}
 	mp.Train.TimeMS = max(mp.Train.TimeMS, train)
+	// Its training time is set on purpose (no plan fits training here) and its power was
+	// not over a budget: a searcher's model may learn from it as before.
+	mp.Estimated = false
 	return mp
 }
 
@@ -1122,7 +1125,8 @@ func measured(lists ...[]store.Profile) []plan.Measured {
 	return out
 }
 
-// estimate builds the profile an abandoned mode answers with: every power at what the
+// estimate builds the profile an abandoned mode answers with (Estimated: its times are
+// borrowed, so that GMD leaves it out of its fit): every power at what the
 // board drew there (over the budget, so the planner and searchers see it infeasible);
 // times as measured where a point was, else from the stored profile of the nearest
 // mode scaled by the training-time ratio, else proportional to the batch. It is never
@@ -1145,7 +1149,7 @@ func (p *LiveProfiler) estimate(m powermode.Mode, powerMW float64, have map[stor
 		}
 	}
 	board := p.board()
-	mp := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: p.Pair.TrainBatch, PowerMW: powerMW}}
+	mp := plan.ModeProfile{Mode: m, Train: plan.TrainPoint{Batch: p.Pair.TrainBatch, PowerMW: powerMW}, Estimated: true}
 	tk := store.Key{Board: board, Workload: p.Pair.Train, Role: truth.Train, Mode: m, Batch: p.Pair.TrainBatch}
 	ratio := 1.0
 	switch x, ok := have[tk]; {

@@ -71,6 +71,11 @@ type ModeProfile struct {
 	// Repeats is how many measurements each value is the mean of (0 means 1): a mode
 	// measured again to confirm it is known more precisely (Decider).
 	Repeats int `json:"repeats,omitempty"`
+	// Estimated marks a profile that was not measured: a mode the live profiler
+	// abandoned over the power budget answers with its power reading and times borrowed
+	// from a neighbour (control.LiveProfiler). Its power is real, its times are not, so a
+	// searcher fitting a model of the times leaves it out.
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // TrainChoices returns the training turns the decision may run at this mode: the whole

@@ -453,6 +453,7 @@ func (w *walk) run(start powermode.Index) (string, error) {
 		first = -1
 	}
 	bestIdx, bestS := cur, curS
+	var probes []probe
 	for _, k := range knobOrder {
 		if dims[k] < 2 {
 			continue
@@ -470,6 +471,14 @@ func (w *walk) run(start powermode.Index) (string, error) {
 		if s > bestS {
 			bestIdx, bestS = n, s
 		}
+		if mp, ok := w.knownAt(n); ok {
+			probes = append(probes, probe{knob: k, idx: n, mp: mp, up: n[k] > cur[k]})
+		}
+	}
+	// 1b. A probe up that broke the power budget: the knob up one level, paid for by
+	// the least efficient knobs down (trade).
+	if bestIdx, bestS, err = w.trade(cur, curP, probes, bestIdx, bestS); err != nil {
+		return w.finish(err)
 	}
 	cur, curS = bestIdx, bestS
 	// Start the trust region at the model's predicted best over the whole space, not

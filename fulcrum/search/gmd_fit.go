@@ -181,7 +181,9 @@ func (w *walk) fitAround(cur powermode.Index, step powermode.Index, curP plan.Mo
 	var yt, yp [][]float64
 	var wts []float64
 	for _, mp := range w.known {
-		if len(mp.Infer) != f.nb || len(mp.Micro) != f.nm || (loo && mp.Mode == curP.Mode) {
+		// An estimated profile (a mode abandoned over the power budget) has borrowed
+		// times: fitted, it would tell the model the knob it raised buys nothing.
+		if mp.Estimated || len(mp.Infer) != f.nb || len(mp.Micro) != f.nm || (loo && mp.Mode == curP.Mode) {
 			continue
 		}
 		idx, ok := w.sp.Index(mp.Mode)
