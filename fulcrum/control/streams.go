@@ -4,7 +4,8 @@ package control
 // several workloads"): while more than one inference workload or training workload is
 // registered, the controller plans the mode and every stream's batch size jointly with
 // plan.MultiDecider, holds each stream to its own latency budget and rate, and watches
-// each stream's p99. One of each is the pair (controller.go), planned as before.
+// each stream's p99. One of each is the pair, planned by the same code (planning.go) as
+// the group of one job and one stream (Controller.planned).
 
 import (
 	"context"
@@ -549,17 +550,13 @@ type StreamStatus struct {
 // streamStatus returns every inference stream planned for (the pair's one, or the
 // group's). Called with c.mu held.
 func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
-	var names []string
-	switch {
-	case c.grp != nil:
-		for _, s := range c.grp.Streams {
-			names = append(names, s.Workload)
-		}
-	case c.pair != nil:
-		names = []string{c.pair.Infer}
-	}
 	var out []StreamStatus
-	for _, n := range names {
+	g := c.planned()
+	if g == nil {
+		return nil
+	}
+	for _, st := range g.Streams {
+		n := st.Workload
 		t, own := c.targets.Streams[n]
 		s := StreamStatus{Workload: n, LatencyBudgetMS: c.targets.LatencyOf(n), OwnBudget: own}
 		switch {
