@@ -261,6 +261,7 @@ type Controller struct {
 	lastLatStep time.Time
 	// latPause is the latency rule's last resort in force (latpause.go).
 	latPause  latencyPause
+	upBack    upBackoff // rule 6's hold, doubled after step ups broken soon after (upbackoff.go)
 	lastApply time.Time
 	// corrP: measured/predicted power at the modes where the power budget broke (rule 2),
 	// applied to every stored profile there.

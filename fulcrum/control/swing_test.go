@@ -211,6 +211,52 @@ func TestSeveralStreamsLatencyUnderPredictedEverywhere(t *testing.T) {
 // ratio — a trainer whose micro-batch of 16 takes 90 % of its minibatch's time (small
 // batches leave the GPU idle) — and the plan in force stays claimed.
 func TestSeveralStreamsFewPercentOverKeepsTraining(t *testing.T) {
+	e, c, first := overshootRun(t, 1.03)
+	if e.sched.Snapshot().TrainingPaused {
+		t.Fatal("training paused after a 3 % overshoot, although a stored configuration with a shorter training turn is predicted within the budget")
+	}
+	cur := c.Status().Current
+	if cur.Mode == first.Mode && cur.MicroBatch() == first.MicroBatch() && sameBatches(cur.Streams, first.Streams) {
+		t.Fatalf("still at the broken configuration %s (micro-batch %d)", cur.Mode.Human(), cur.MicroBatch())
+	}
+	if !cur.Predicted.Feasible {
+		t.Errorf("at %s micro-batch %d, predicted infeasible: a 3 %% overshoot made every configuration look over the budget", cur.Mode.Human(), cur.MicroBatch())
+	}
+}
+
+// The same streams 50 % over their budget: no prediction's noise (heavy-tailed turns put
+// two streams 15–170 % over, docs/runtime.md). Nothing is predicted within at the step's
+// ratio, and model v1's fallback — for an overshoot inside the hysteresis band — is not
+// taken: the first step is the last resort, training paused at the configuration in force.
+// Before, the step moved to what model v1 predicts within and kept training, and on the
+// lifetime runs six such steps in a row kept the streams late (seeds 6 and 9 of the two
+// streams' TailTable over their p99).
+func TestSeveralStreamsFarOverPausesTraining(t *testing.T) {
+	_, c, first := overshootRun(t, 1.5)
+	var downs []Event
+	for _, ev := range c.Events().List(0) {
+		if ev.Kind == KindStepDown {
+			downs = append(downs, ev)
+		}
+	}
+	if len(downs) == 0 {
+		t.Fatal("no latency step at 1.5× the budget")
+	}
+	if !strings.Contains(downs[0].Reason, "the last resort") {
+		t.Errorf("first step at 1.5× the budget: %s; want the last resort's pause", downs[0].Reason)
+	}
+	if cur := c.Status().Current; cur.Mode != first.Mode || !sameBatches(cur.Streams, first.Streams) {
+		t.Errorf("moved from %s to %s at 1.5× the budget: want the configuration in force kept, training paused", first.Mode.Human(), cur.Mode.Human())
+	}
+}
+
+// overshootRun: two streams and one trainer whose micro-batch of 16 takes 90 % of its
+// minibatch's time (small batches leave the GPU idle), both streams over·budget at the
+// first claimed plan and at 85 % of it elsewhere (the budget less the scheduler's
+// margin: it spends the slack on training), for 40 s of ticks. It returns the plan it
+// started from.
+func overshootRun(t *testing.T, over float64) (*env, *Controller, *Choice) {
+	t.Helper()
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
@@ -238,14 +284,11 @@ func TestSeveralStreamsFewPercentOverKeepsTraining(t *testing.T) {
 	}
 	t.Logf("first plan: %s, model v1 %v", first.Mode.Human(), modelLatencyMS(t, c))
 	e.tick(c, e.sched.Config().RecentWindow)
-	// Both streams 3 % over the budget at the first configuration, as the scheduler's
-	// admission overshoots it; elsewhere at 85 % of it (the budget less the scheduler's
-	// margin: it spends the slack on training).
 	for range 40 {
 		lat := 0.85 * budgetMS
 		cur := c.Status().Current
 		if cur.Mode == first.Mode && cur.MicroBatch() == first.MicroBatch() && sameBatches(cur.Streams, first.Streams) {
-			lat = 1.03 * budgetMS
+			lat = over * budgetMS
 		}
 		for i, s := range streams {
 			s.serveBatches(t, e.sched, 4, max(cur.Streams[i].Batch, 1), lat)
@@ -255,16 +298,7 @@ func TestSeveralStreamsFewPercentOverKeepsTraining(t *testing.T) {
 	for _, ev := range c.Events().List(0) {
 		t.Logf("%s: %s", ev.Kind, ev.Reason)
 	}
-	if e.sched.Snapshot().TrainingPaused {
-		t.Fatal("training paused after a 3 % overshoot, although a stored configuration with a shorter training turn is predicted within the budget")
-	}
-	cur := c.Status().Current
-	if cur.Mode == first.Mode && cur.MicroBatch() == first.MicroBatch() && sameBatches(cur.Streams, first.Streams) {
-		t.Fatalf("still at the broken configuration %s (micro-batch %d)", cur.Mode.Human(), cur.MicroBatch())
-	}
-	if !cur.Predicted.Feasible {
-		t.Errorf("at %s micro-batch %d, predicted infeasible: a 3 %% overshoot made every configuration look over the budget", cur.Mode.Human(), cur.MicroBatch())
-	}
+	return e, c, first
 }
 
 // Latency is judged on requests served at the configuration in force: requests served
