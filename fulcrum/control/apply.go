@@ -104,8 +104,21 @@ func (c *Controller) setTrainingPaused(paused bool, why string) {
 func (c *Controller) apply(ctx context.Context, ch Choice) {
 	start := c.clock.Now()
 	m := ch.Mode
+	var errs []error
 	if c.cur == nil || c.cur.Mode != ch.Mode || c.forceApply {
-		err := c.sched.BetweenTurns(ctx, func(ctx context.Context) error { return c.board.Apply(ctx, ch.Mode) })
+		// The new mode's expected turn times, batches and micro-batches are set inside
+		// the between-turns action: the scheduler grants the next turn the moment it
+		// ends, and set after it that turn ran the old micro-batch on the old mode's
+		// times (TestFirstTurnAtANewModeRunsThePlansMicroBatch). The action runs while
+		// this goroutine waits in BetweenTurns, so nothing else touches c meanwhile.
+		err := c.sched.BetweenTurns(ctx, func(ctx context.Context) error {
+			if err := c.board.Apply(ctx, ch.Mode); err != nil {
+				return err
+			}
+			c.expectAt(ch.Mode)
+			errs = c.applyBatches(ch)
+			return nil
+		})
 		if err != nil {
 			now := c.clock.Now()
 			if c.applyFails == 0 {
@@ -127,23 +140,12 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 			c.log.Info(msg)
 		}
 		c.applyErr = nil
-		c.expectAt(ch.Mode)
+	} else {
+		errs = c.applyBatches(ch)
 	}
 	// ch is in force now (written, or the board already ran its mode): nothing waits
 	// for a retry.
 	c.applyFails, c.want = 0, nil
-	var errs []error
-	for _, w := range c.sched.Snapshot().Workers {
-		if w.Role != proto.RoleInfer {
-			continue
-		}
-		if b := c.batchFor(ch, w.Workload); b > 0 && w.Batch != b {
-			if err := c.sched.SetInferBatch(w.ID, b); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	errs = append(errs, c.applyMicro(ch)...)
 	if c.cur == nil || c.cur.Mode != ch.Mode || !sameBatches(c.cur.Streams, ch.Streams) || !sameTrain(c.cur.Train, ch.Train) {
 		c.cfgSince = c.clock.Now()
 	}
@@ -170,6 +172,23 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	}
 	c.events.Add(ev)
 	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch(), "micro_batch", ch.MicroBatch())
+}
+
+// applyBatches sets ch's inference batch sizes and training micro-batches on the
+// registered workers. Called with c.mu held (or inside apply's between-turns action).
+func (c *Controller) applyBatches(ch Choice) []error {
+	var errs []error
+	for _, w := range c.sched.Snapshot().Workers {
+		if w.Role != proto.RoleInfer {
+			continue
+		}
+		if b := c.batchFor(ch, w.Workload); b > 0 && w.Batch != b {
+			if err := c.sched.SetInferBatch(w.ID, b); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return append(errs, c.applyMicro(ch)...)
 }
 
 // applyMicro sets the training micro-batches the plan chose (issue 32): on every

@@ -136,6 +136,22 @@ func (e *env) seed() {
 	}
 }
 
+// seedMicro16 stores the trainer's 16-sample micro-batch turns at every env mode, each
+// taking frac of its whole minibatch's time (small batches leave the GPU idle: frac > 0.5).
+func (e *env) seedMicro16(frac float64) {
+	e.t.Helper()
+	now := time.Now().UTC()
+	w := e.models[tTrain]
+	for _, m := range e.modes {
+		ms, mw := frac*w.TimeMS(e.spec, m, 32), w.PowerMW(e.spec, m, 16)
+		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 16,
+			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 // register adds a training and an inference worker whose grants go to deliver (nil:
 // dropped).
 func (e *env) register(deliver sched.Deliver) (trainID, inferID string) {

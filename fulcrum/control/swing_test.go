@@ -10,8 +10,6 @@ import (
 	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
-	"github.com/fulcrum-edge/fulcrum/profiler/store"
-	"github.com/fulcrum-edge/fulcrum/truth"
 )
 
 // slowStream is an inference worker whose requests the test serves at the latency it
@@ -260,16 +258,7 @@ func overshootRun(t *testing.T, over float64) (*env, *Controller, *Choice) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
-	now := time.Now().UTC()
-	w := e.models[tTrain]
-	for _, m := range e.modes {
-		ms, mw := 0.9*w.TimeMS(e.spec, m, 32), w.PowerMW(e.spec, m, 16)
-		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 16,
-			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.seedMicro16(0.9)
 	const budgetMS = 300.0
 	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: budgetMS, PowerMW: 60000, RateRPS: 5})
 	e.board.set(20000, nil)
