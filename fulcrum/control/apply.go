@@ -35,7 +35,7 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 		c.events.Add(Event{Kind: KindExternal, Reason: "mode set by the operator: fulcrumd takes the board back from the mode set outside it", Mode: &m})
 	}
 	mode := m
-	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch})
+	c.events.Add(Event{Kind: KindApply, Reason: "mode set by the operator; held until budgets change or an optimize runs", Mode: &mode, Batch: ch.Batch()})
 	c.forceApply = true
 	// A refused operator change is answered to the operator, not retried: the
 	// controller's own retry state (a plan the board refused earlier) stays as it was.
@@ -56,28 +56,32 @@ func (c *Controller) ApplyMode(ctx context.Context, m powermode.Mode) (Choice, e
 	return *c.cur, nil
 }
 
-// bestAt is mode m with the best stored batch size there (or the present one) and its
-// prediction. Called with c.mu held.
+// bestAt is mode m with the best stored configuration there — every stream's batch and
+// every job's micro-batch, chosen jointly by model v1 over the profile at m — and its
+// prediction; at a mode with no stored profile, the batches in force, unpredicted, with
+// whole minibatches (the scheduler's run-time choice). Called with c.mu held.
 func (c *Controller) bestAt(m powermode.Mode) Choice {
-	ch := Choice{Mode: m}
-	if c.cur != nil {
-		ch.Batch = c.cur.Batch
-	}
-	if c.pair != nil {
-		rate := c.planRateOr()
-		if ps, err := c.profiles(); err == nil {
-			if mod, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches); err == nil {
-				for _, p := range ps {
-					if p.Mode == m {
-						if e, ok := mod.BestAtMode(p); ok {
-							ch.Batch, ch.MicroBatch, ch.Predicted = e.Batch, e.MicroBatch, predictionOf(e, rate)
-						}
-					}
+	if ps, err := c.plannedProfiles(); err == nil {
+		if i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == m }); i >= 0 {
+			rates, _ := c.streamRates(c.clock.Now())
+			mb := c.plannedBudgets(rates)
+			if mod, err := plan.NewMultiModel(mb, c.cfg.InferBatches); err == nil {
+				if e, err := mod.BestAtMode(ps[i]); err == nil {
+					return c.choiceOf(e, mb)
 				}
 			}
 		}
 	}
-	c.keepStreams(&ch)
+	ch := Choice{Mode: m}
+	if c.cur != nil {
+		ch.Streams, ch.Train = slices.Clone(c.cur.Streams), slices.Clone(c.cur.Train)
+		for i := range ch.Streams {
+			ch.Streams[i].PredLatencyMS, ch.Streams[i].Rho = 0, 0 // not predicted at m
+		}
+		for j := range ch.Train {
+			ch.Train[j].MicroBatch = 0
+		}
+	}
 	return ch
 }
 
@@ -126,7 +130,7 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 			wait := applyRetry(c.applyFails)
 			c.retryAt = now.Add(wait)
 			reason := fmt.Sprintf("applying the mode failed (%d in a row); the board keeps its previous mode and fulcrumd runs DEGRADED; retrying in %s", c.applyFails, wait)
-			c.events.Add(Event{Kind: KindApply, Reason: reason, Mode: &m, Batch: ch.Batch, Err: err.Error()})
+			c.events.Add(Event{Kind: KindApply, Reason: reason, Mode: &m, Batch: ch.Batch(), Err: err.Error()})
 			c.log.Error("apply power mode", "mode", ch.Mode.Human(), "failures", c.applyFails, "retry_in", wait, "err", err)
 			return
 		}
@@ -142,17 +146,17 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	// ch is in force now (written, or the board already ran its mode): nothing waits
 	// for a retry.
 	c.applyFails, c.want = 0, nil
-	if c.cur == nil || c.cur.Mode != ch.Mode || c.cur.Batch != ch.Batch || c.cur.MicroBatch != ch.MicroBatch || !sameBatches(c.cur.Streams, ch.Streams) || !sameTrain(c.cur.Train, ch.Train) {
+	if c.cur == nil || c.cur.Mode != ch.Mode || !sameBatches(c.cur.Streams, ch.Streams) || !sameTrain(c.cur.Train, ch.Train) {
 		c.cfgSince = c.clock.Now()
 	}
 	c.cur = &ch
 	c.forceApply = false
 	c.lastApply = c.clock.Now()
-	batches := fmt.Sprintf("inference batch %d", ch.Batch)
-	if ch.MicroBatch > 0 && c.pair != nil {
-		batches += fmt.Sprintf(", training in micro-batches of %d (%d turns a minibatch)", ch.MicroBatch, c.pair.TrainBatch/ch.MicroBatch)
+	batches := fmt.Sprintf("inference batch %d", ch.Batch()) // the pair's words
+	if mb := ch.MicroBatch(); mb > 0 {
+		batches += fmt.Sprintf(", training in micro-batches of %d (%d turns a minibatch)", mb, ch.Train[0].Batch/mb)
 	}
-	if len(ch.Streams) > 0 {
+	if len(ch.Streams) > 1 || len(ch.Train) > 1 {
 		var bs []string
 		for _, s := range ch.Streams {
 			bs = append(bs, fmt.Sprintf("%s %d", s.Workload, s.Batch))
@@ -162,12 +166,12 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 			batches += ", " + mt
 		}
 	}
-	ev := Event{Kind: KindApply, Reason: fmt.Sprintf("mode %s and %s applied in %s", ch.Mode.Human(), batches, c.lastApply.Sub(start).Round(time.Microsecond)), Mode: &m, Batch: ch.Batch}
+	ev := Event{Kind: KindApply, Reason: fmt.Sprintf("mode %s and %s applied in %s", ch.Mode.Human(), batches, c.lastApply.Sub(start).Round(time.Microsecond)), Mode: &m, Batch: ch.Batch()}
 	if err := errors.Join(errs...); err != nil {
 		ev.Err = err.Error()
 	}
 	c.events.Add(ev)
-	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch, "micro_batch", ch.MicroBatch)
+	c.log.Info("applied", "mode", ch.Mode.Human(), "batch", ch.Batch(), "micro_batch", ch.MicroBatch())
 }
 
 // applyBatches sets ch's inference batch sizes and training micro-batches on the

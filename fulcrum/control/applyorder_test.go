@@ -88,7 +88,7 @@ func TestFirstTurnAtANewModeRunsThePlansMicroBatch(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // a few whole minibatches at the board's first mode
 	c.Step(context.Background())
 	cur := c.Status().Current
-	if cur == nil || cur.MicroBatch != 16 {
+	if cur == nil || cur.MicroBatch() != 16 {
 		t.Fatalf("test premise: want a plan of 16-sample turns, got %+v", cur)
 	}
 	mu.Lock() // the grant after the mode change was delivered before Step returned

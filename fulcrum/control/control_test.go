@@ -232,8 +232,8 @@ func TestPlanAtStartFromStore(t *testing.T) {
 		t.Fatalf("board at %s, plan %s", e.board.current(), st.Current.Mode)
 	}
 	for _, w := range e.sched.Snapshot().Workers {
-		if w.ID == inferID && w.Batch != st.Current.Batch {
-			t.Fatalf("inference worker batch %d, plan %d", w.Batch, st.Current.Batch)
+		if w.ID == inferID && w.Batch != st.Current.Batch() {
+			t.Fatalf("inference worker batch %d, plan %d", w.Batch, st.Current.Batch())
 		}
 	}
 	if st.Live.Profiled != 0 || st.StoredProfiles != len(e.modes) {
@@ -668,7 +668,7 @@ func TestLatencyStepDown(t *testing.T) {
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
 	planned := c.Status().Current
-	if planned == nil || planned.Batch < 2 {
+	if planned == nil || planned.Batch() < 2 {
 		t.Fatalf("plan %+v: want a batch above 1 at 100 requests/s", planned)
 	}
 	seq := c.Status().LastEvent
@@ -676,7 +676,7 @@ func TestLatencyStepDown(t *testing.T) {
 	n := 0
 	for range 15 {
 		var reqs []proto.Request
-		for range planned.Batch {
+		for range planned.Batch() {
 			n++
 			reqs = append(reqs, proto.Request{ID: time.Duration(n).String()})
 		}
@@ -703,7 +703,7 @@ func TestLatencyStepDown(t *testing.T) {
 		t.Fatalf("events %v", evs)
 	}
 	down := c.Status().Current
-	if down.Mode == planned.Mode && down.Batch >= planned.Batch {
+	if down.Mode == planned.Mode && down.Batch() >= planned.Batch() {
 		t.Fatalf("stepped from %+v to %+v: want a smaller batch or another mode", planned, down)
 	}
 	// A budget change forgets the broken configurations and re-plans.
@@ -712,7 +712,7 @@ func TestLatencyStepDown(t *testing.T) {
 	}
 	e.clock.Advance(50 * time.Millisecond)
 	c.Step(context.Background())
-	if got := c.Status().Current; got.Mode != planned.Mode || got.Batch != planned.Batch {
+	if got := c.Status().Current; got.Mode != planned.Mode || got.Batch() != planned.Batch() {
 		t.Fatalf("re-plan after a budget change chose %+v, want the original %+v", got, planned)
 	}
 }
@@ -776,7 +776,7 @@ func TestNewWorkerGetsPlannedBatch(t *testing.T) {
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
 	planned := c.Status().Current
-	if planned == nil || planned.Batch < 2 {
+	if planned == nil || planned.Batch() < 2 {
 		t.Fatalf("plan %+v: want a batch above 1 at 100 requests/s", planned)
 	}
 	id, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, func(sched.Grant) {})
@@ -785,8 +785,8 @@ func TestNewWorkerGetsPlannedBatch(t *testing.T) {
 	}
 	e.tick(c, 100*time.Millisecond)
 	for _, w := range e.sched.Snapshot().Workers {
-		if w.ID == id && w.Batch != planned.Batch {
-			t.Fatalf("new worker serves batch %d, plan %d", w.Batch, planned.Batch)
+		if w.ID == id && w.Batch != planned.Batch() {
+			t.Fatalf("new worker serves batch %d, plan %d", w.Batch, planned.Batch())
 		}
 	}
 }

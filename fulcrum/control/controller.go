@@ -143,22 +143,34 @@ func (c Config) withDefaults() Config {
 }
 
 // Choice is a configuration the controller applied or planned, with model v1's
-// numbers for it.
+// numbers for it: the mode, every stream's batch (Streams) and every training job's
+// micro-batch (Train) — the pair's one stream and one job, or several.
 type Choice struct {
-	Mode  powermode.Mode `json:"mode"`
-	Batch int            `json:"batch"` // the pair's stream's (with several: the first stream's)
-	// MicroBatch is the pair's training micro-batch size when the decision chose to run
-	// each minibatch as several turns (issue 32; with several: the pair's job's, Train
-	// has every job's); 0: whole minibatches (or, for a trainer that declared
-	// micro-batches, the scheduler's run-time choice).
-	MicroBatch int        `json:"micro_batch,omitempty"`
-	Predicted  Prediction `json:"predicted"`
-	// Streams is every stream's batch and figures when several streams or training
-	// jobs are planned for (nil for a pair).
+	Mode      powermode.Mode `json:"mode"`
+	Predicted Prediction     `json:"predicted"`
+	// Streams is every stream's batch and figures, in the order planned for.
 	Streams []StreamChoice `json:"streams,omitempty"`
-	// Train is every training job's micro-batch when several streams or training jobs
-	// are planned for (nil for a pair: MicroBatch).
+	// Train is every training job's micro-batch, in the order planned for.
 	Train []TrainChoice `json:"train,omitempty"`
+}
+
+// Batch is the first stream's batch (0: none): the pair's stream's, the first
+// inference workload registered, as events and the control API's plan show it.
+func (ch Choice) Batch() int {
+	if len(ch.Streams) == 0 {
+		return 0
+	}
+	return ch.Streams[0].Batch
+}
+
+// MicroBatch is the first training job's micro-batch (the pair's job's; 0: whole
+// minibatches or, for a trainer that declared micro-batches, the scheduler's run-time
+// choice).
+func (ch Choice) MicroBatch() int {
+	if len(ch.Train) == 0 {
+		return 0
+	}
+	return ch.Train[0].MicroBatch
 }
 
 // Options wire a controller.
@@ -614,12 +626,10 @@ func (c *Controller) holdDecisions(ctx context.Context, snap sched.Snapshot, now
 // predicts more training. Live refinement so far knows one stream and one job. Called
 // with c.mu held.
 func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now time.Time, pn int) {
-	rate, ready := c.planningRate(now)
-	if c.grp != nil {
-		_, ready = c.streamRates(now) // Step has observed every stream's rate meter
-	}
-	// Live refinement: its windows, and a trial ended the moment it breaks a budget.
-	if c.refineStep(ctx, snap, now, rate) {
+	rates, ready := c.streamRates(now) // Step has observed every stream's rate meter
+	// Live refinement (the pair's stream's rate): its windows, and a trial ended the
+	// moment it breaks a budget.
+	if c.refineStep(ctx, snap, now, rates[0]) {
 		return
 	}
 	// Power broken (judged on readings taken since the last change only): act now,
@@ -630,17 +640,13 @@ func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now t
 		if strings.HasPrefix(c.needPlan, reasonBudgets) {
 			c.needPlan = "" // the step is chosen against the new budgets; step_up re-plans later
 		}
-		c.stepDownPower(ctx, rate)
+		c.stepDownPower(ctx)
 		return
 	}
 	if c.needPlan != "" && ready {
 		reason := c.needPlan
 		c.needPlan = ""
-		if c.grp != nil {
-			c.planMulti(ctx, reason, true)
-		} else {
-			c.plan(ctx, reason, rate)
-		}
+		c.plan(ctx, reason, false)
 		return
 	}
 	if c.cur == nil {
@@ -649,13 +655,13 @@ func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now t
 	c.keepBatches(snap) // a worker that (re)registered serves its stream's planned batch
 	c.keepMicro(snap)   // and a trainer runs its job's planned micro-batch
 	c.endLatencyPause(now)
-	if c.latencyBroken(ctx, now, rate) {
+	if c.latencyBroken(ctx, now) {
 		return
 	}
 	if c.driftReplan(ctx, now) {
 		return
 	}
-	c.maybeStepUp(ctx, now, rate, pn)
+	c.maybeStepUp(ctx, now, pn)
 }
 
 // keepBatches sets the planned batch on every inference worker that serves another one
@@ -678,7 +684,7 @@ func (c *Controller) keepBatches(snap sched.Snapshot) {
 // several) over its own budget, judged on requests served since the configuration in
 // force was applied, steps down (stepDownLatency). It reports whether it acted. Called
 // with c.mu held.
-func (c *Controller) latencyBroken(ctx context.Context, now time.Time, rate float64) bool {
+func (c *Controller) latencyBroken(ctx context.Context, now time.Time) bool {
 	if now.Sub(c.lastStep) < c.cfg.Cooldown || now.Sub(c.lastLatStep) < c.cfg.LatencyCooldown || !c.latencySettled(now) || c.latPause.active {
 		return false
 	}
@@ -686,7 +692,7 @@ func (c *Controller) latencyBroken(ctx context.Context, now time.Time, rate floa
 		return false
 	}
 	c.violations["latency"]++
-	c.stepDownLatency(ctx, rate)
+	c.stepDownLatency(ctx)
 	return true
 }
 
@@ -713,11 +719,7 @@ func (c *Controller) driftReplan(ctx context.Context, now time.Time) bool {
 	case now.Sub(c.driftSince) >= c.cfg.DriftHold:
 		c.driftSince = time.Time{}
 		reason := fmt.Sprintf("arrival rate drifted: %s (over %.0f%% and %d σ of the meter's noise for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold)
-		if c.grp != nil {
-			c.planMulti(ctx, reason, false)
-		} else {
-			c.plan(ctx, reason, c.rate.rate)
-		}
+		c.plan(ctx, reason, false)
 		return true
 	}
 	return false

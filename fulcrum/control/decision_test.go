@@ -121,9 +121,9 @@ func TestControllerDecidesAsBench(t *testing.T) {
 			t.Fatalf("%+v: the controller planned nothing from %d stored profiles; events %v", b, len(known), kinds(ctl.Events().List(0)))
 		}
 		d := o.Decision
-		if cur.Mode != d.Best.Mode || cur.Batch != d.Best.Batch || cur.Predicted.Feasible != d.Feasible {
+		if cur.Mode != d.Best.Mode || cur.Batch() != d.Best.Batch || cur.Predicted.Feasible != d.Feasible {
 			t.Errorf("%+v: controller applied %s batch %d (claimed %v), bench scored %s batch %d (claimed %v)", b,
-				cur.Mode.Human(), cur.Batch, cur.Predicted.Feasible, d.Best.Mode.Human(), d.Best.Batch, d.Feasible)
+				cur.Mode.Human(), cur.Batch(), cur.Predicted.Feasible, d.Best.Mode.Human(), d.Best.Batch, d.Feasible)
 		}
 		if paused := e.sched.Snapshot().TrainingPaused; paused != !d.Feasible {
 			t.Errorf("%+v: training paused %v, decision claimed %v", b, paused, d.Feasible)

@@ -33,12 +33,12 @@ func TestLatencyLastResortPausesTraining(t *testing.T) {
 		t.Helper()
 		c.mu.Lock()
 		for b := 1; b <= 8; b++ { // every other batch of the mode broke the budget before
-			if b != cur.Batch {
+			if b != cur.Batch() {
 				c.markBad(c.pair.Infer, cur.Mode, b)
 			}
 		}
-		c.measured.LatencyP99MS = 450
-		c.stepDownLatency(context.Background(), 20)
+		c.measured.LatencyP99MS, c.latCount = 450, c.cfg.MinLatency // a p99 over enough requests to judge
+		c.stepDownLatency(context.Background())
 		c.mu.Unlock()
 	}
 	pauseFor := func(want string) {
@@ -51,8 +51,8 @@ func TestLatencyLastResortPausesTraining(t *testing.T) {
 		if !e.sched.Snapshot().TrainingPaused {
 			t.Fatalf("training runs after the last resort's %s pause", want)
 		}
-		if st := c.Status().Current; st.Mode != cur.Mode || st.Batch != cur.Batch {
-			t.Fatalf("the last resort moved the configuration: mode %s batch %d", st.Mode.Human(), st.Batch)
+		if st := c.Status().Current; st.Mode != cur.Mode || st.Batch() != cur.Batch() {
+			t.Fatalf("the last resort moved the configuration: mode %s batch %d", st.Mode.Human(), st.Batch())
 		}
 	}
 	breakLatency()

@@ -242,7 +242,7 @@ func TestSeveralStreamsSetEachJobsMicroBatch(t *testing.T) {
 		t.Fatalf("status %+v: want a plan for both streams", st)
 	}
 	cur := *st.Current
-	if !cur.Predicted.Feasible || cur.MicroBatch == 0 || len(cur.Train) != 1 || cur.Train[0] != (TrainChoice{Workload: tTrain, Batch: 32, MicroBatch: cur.MicroBatch}) {
+	if !cur.Predicted.Feasible || cur.MicroBatch() == 0 || len(cur.Train) != 1 || cur.Train[0] != (TrainChoice{Workload: tTrain, Batch: 32, MicroBatch: cur.MicroBatch()}) {
 		t.Fatalf("plan %+v (jobs %+v): want a feasible plan running %s in micro-batches", cur, cur.Train, tTrain)
 	}
 	// The decision is plan.MultiDecider's over the stored profiles with the micro-batch rows.
@@ -256,12 +256,12 @@ func TestSeveralStreamsSetEachJobsMicroBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cur.Mode != d.Best.Mode || !slices.Equal(d.Best.MicroBatches, []int{cur.MicroBatch}) || cur.Predicted.ThroughputSPS != d.Best.ObjectiveSPS {
-		t.Fatalf("applied %s micro-batch %d (%.1f samples/s); the decision is %s %v (%.1f)", cur.Mode.Human(), cur.MicroBatch, cur.Predicted.ThroughputSPS,
+	if cur.Mode != d.Best.Mode || !slices.Equal(d.Best.MicroBatches, []int{cur.MicroBatch()}) || cur.Predicted.ThroughputSPS != d.Best.ObjectiveSPS {
+		t.Fatalf("applied %s micro-batch %d (%.1f samples/s); the decision is %s %v (%.1f)", cur.Mode.Human(), cur.MicroBatch(), cur.Predicted.ThroughputSPS,
 			d.Best.Mode.Human(), d.Best.MicroBatches, d.Best.ObjectiveSPS)
 	}
-	if mb, ok := rec.sizeOf(tr); !ok || mb != cur.MicroBatch {
-		t.Fatalf("trainer %s set to micro-batch %d (%v), the plan runs %d", tr, mb, ok, cur.MicroBatch)
+	if mb, ok := rec.sizeOf(tr); !ok || mb != cur.MicroBatch() {
+		t.Fatalf("trainer %s set to micro-batch %d (%v), the plan runs %d", tr, mb, ok, cur.MicroBatch())
 	}
 	if e.sched.Snapshot().TrainingPaused {
 		t.Fatal("training paused under a feasible micro-batch plan")
@@ -273,10 +273,10 @@ func TestSeveralStreamsSetEachJobsMicroBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.tick(c, 100*time.Millisecond)
-	if mb, ok := rec.sizeOf(tr2); !ok || mb != cur.MicroBatch {
-		t.Fatalf("reconnected trainer %s set to micro-batch %d (%v), the plan runs %d", tr2, mb, ok, cur.MicroBatch)
+	if mb, ok := rec.sizeOf(tr2); !ok || mb != cur.MicroBatch() {
+		t.Fatalf("reconnected trainer %s set to micro-batch %d (%v), the plan runs %d", tr2, mb, ok, cur.MicroBatch())
 	}
-	if st := c.Status(); st.Current == nil || st.Current.MicroBatch != cur.MicroBatch {
+	if st := c.Status(); st.Current == nil || st.Current.MicroBatch() != cur.MicroBatch() {
 		t.Fatalf("plan after the reconnect %+v", st.Current)
 	}
 }

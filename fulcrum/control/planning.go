@@ -1,9 +1,11 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
@@ -11,103 +13,212 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
-// planningRate is the fixed rate, or the measured one once it has been measured for
-// RateWarmup.
-func (c *Controller) planningRate(now time.Time) (float64, bool) {
-	if c.targets.RateRPS > 0 {
-		return c.targets.RateRPS, true
+// planned is every workload planned for: the group of several streams or jobs, or the
+// pair as a group of one job and one stream (nil before a pair is registered). Called
+// with c.mu held.
+func (c *Controller) planned() *group {
+	if c.grp != nil {
+		return c.grp
 	}
-	return c.rate.rate, c.rate.ready(now, c.cfg.RateWarmup)
+	if c.pair == nil {
+		return nil
+	}
+	return &group{Train: []TrainJob{{Workload: c.pair.Train, Batch: c.pair.TrainBatch, MicroBatches: c.pair.MicroBatches}},
+		Streams: []StreamSpec{{Workload: c.pair.Infer, Batches: c.pair.Batches}}}
 }
 
-// profiles returns the stored complete profiles of the pair with the learned power
-// corrections applied, latency-broken configurations left out and the live evidence
-// pooled in (refine.go).
-func (c *Controller) profiles() ([]plan.ModeProfile, error) {
-	ps, err := c.unrefinedProfiles()
-	return c.refined(ps), err
+// plannedProfiles are the stored profiles of every workload planned for on the board's
+// space, one per mode where every job and stream has one (StoredMultiProfiles), with the
+// learned power corrections applied, the (stream, mode, batch) points that broke a
+// latency budget left out and — live refinement knows one stream and one job — the
+// pair's live evidence pooled in (refine.go). Called with c.mu held.
+func (c *Controller) plannedProfiles() ([]plan.MultiProfile, error) {
+	ps, err := c.storedPlanned()
+	if err != nil || !c.refining() {
+		return ps, err
+	}
+	for i := range ps {
+		if ws := c.ref.evidence[ps[i].Mode]; len(ws) > 0 {
+			p, _ := poolEvidence(plan.PairOf(ps[i]), ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(ps[i].Mode))
+			ps[i] = plan.MultiOf(p)
+		}
+	}
+	return ps, nil
 }
 
-// unrefinedProfiles is profiles without the live evidence.
-func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
-	if c.board == nil {
+// storedPlanned is plannedProfiles without the live evidence. Called with c.mu held.
+func (c *Controller) storedPlanned() ([]plan.MultiProfile, error) {
+	g := c.planned()
+	if c.board == nil || g == nil {
 		return nil, nil
 	}
-	ps, err := StoredProfiles(c.store, c.board.Info().Name, *c.pair)
+	ps, err := StoredMultiProfiles(c.store, c.board.Info().Name, g)
 	if err != nil {
 		return nil, err
 	}
 	if sp := c.board.Space(); sp != nil {
-		ps = slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return !sp.Contains(p.Mode) })
+		ps = slices.DeleteFunc(ps, func(p plan.MultiProfile) bool { return !sp.Contains(p.Mode) })
 	}
-	for i := range ps {
-		if k := c.corrP[ps[i].Mode]; k > 1 {
-			ps[i].Train.PowerMW *= k
-			for j := range ps[i].Infer {
-				ps[i].Infer[j].PowerMW *= k
+	for pi := range ps {
+		p := &ps[pi]
+		if k := c.corrP[p.Mode]; k > 1 {
+			for j := range p.Train {
+				p.Train[j].PowerMW *= k
 			}
-			for j := range ps[i].Micro { // micro-batch turns draw at the same mode
-				ps[i].Micro[j].PowerMW *= k
+			for j := range p.Micro {
+				for x := range p.Micro[j] {
+					p.Micro[j][x].PowerMW *= k // micro-batch turns draw at the same mode
+				}
+			}
+			for i := range p.Infer {
+				for x := range p.Infer[i] {
+					p.Infer[i][x].PowerMW *= k
+				}
 			}
 		}
-		ps[i].Infer = slices.DeleteFunc(ps[i].Infer, func(ip plan.InferPoint) bool { return c.isBad(c.pair.Infer, ps[i].Mode, ip.Batch) })
+		for i := range p.Infer {
+			name := g.Streams[i].Workload
+			p.Infer[i] = slices.DeleteFunc(p.Infer[i], func(ip plan.InferPoint) bool { return c.isBad(name, p.Mode, ip.Batch) })
+		}
 	}
-	return slices.DeleteFunc(ps, func(p plan.ModeProfile) bool { return len(p.Infer) == 0 }), nil
-}
-func predictionOf(e plan.Eval, rate float64) Prediction {
-	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
+	return slices.DeleteFunc(ps, func(p plan.MultiProfile) bool {
+		return slices.ContainsFunc(p.Infer, func(ips []plan.InferPoint) bool { return len(ips) == 0 })
+	}), nil
 }
 
-// plan chooses from stored profiles (the decision, choose), or starts
-// a search when too few are stored or one was asked for. Called with c.mu held.
-func (c *Controller) plan(ctx context.Context, reason string, rate float64) {
+// profiles are the pair's profiles as plannedProfiles has them, in the pair's view (live
+// refinement's, refine.go); nil while several streams or jobs are planned for.
+func (c *Controller) profiles() ([]plan.ModeProfile, error) {
+	if c.grp != nil {
+		return nil, nil
+	}
+	ps, err := c.plannedProfiles()
+	return pairsOf(ps), err
+}
+
+// unrefinedProfiles is profiles without the live evidence.
+func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
+	if c.grp != nil {
+		return nil, nil
+	}
+	ps, err := c.storedPlanned()
+	return pairsOf(ps), err
+}
+
+func pairsOf(ps []plan.MultiProfile) []plan.ModeProfile {
+	if ps == nil {
+		return nil
+	}
+	out := make([]plan.ModeProfile, len(ps))
+	for i, p := range ps {
+		out[i] = plan.PairOf(p)
+	}
+	return out
+}
+
+// plannedBudgets are model v1's budgets for the workloads planned for at the streams'
+// rates (streamRates). Called with c.mu held.
+func (c *Controller) plannedBudgets(rates []float64) plan.MultiBudgets {
+	g := c.planned()
+	var streams, jobs []string
+	for _, s := range g.Streams {
+		streams = append(streams, s.Workload)
+	}
+	for _, j := range g.Train {
+		jobs = append(jobs, j.Workload)
+	}
+	return c.targets.MultiBudgets(streams, rates, jobs)
+}
+
+// notePlanRates records the rates a plan was made for (the drift rule compares the
+// measured ones with them). Called with c.mu held.
+func (c *Controller) notePlanRates(rates []float64) {
+	c.planRate = rates[0]
+	if c.grp != nil {
+		for i, s := range c.grp.Streams {
+			c.meter(s.Workload, c.clock.Now()).planned = rates[i]
+		}
+	}
+}
+
+// plan decides from the stored profiles of every stream and job planned for (the pair:
+// one of each), or starts a search when too few are stored or one was asked for — unless
+// a search just ended (afterSearch: its plan, from what it stored). Called with c.mu
+// held.
+func (c *Controller) plan(ctx context.Context, reason string, afterSearch bool) {
 	kind := KindReplan
-	if c.cur == nil {
+	if c.cur == nil || afterSearch {
 		kind = KindPlan
 	}
-	ps, err := c.profiles()
+	search := !afterSearch
+	ps, err := c.plannedProfiles()
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason + ": reading stored profiles failed", Err: err.Error()})
 		return
 	}
-	if b := c.blocked(); c.board != nil && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
+	if c.board == nil {
+		return
+	}
+	if b := c.blocked(); search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
 		c.forceSearch = ""
 		c.searchRefused(reason, b)
 		if len(ps) == 0 {
 			return
 		}
-	} else if c.board != nil && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
-		method := c.forceSearch
-		if method == "" {
-			method = c.cfg.Searcher
-		}
+	} else if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
+		method := cmp.Or(c.forceSearch, c.cfg.Searcher)
 		c.forceSearch = ""
-		c.startSearch(c.base, method, fmt.Sprintf("%s; %d stored profiles (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
+		c.startSearch(c.base, method, fmt.Sprintf("%s; %d modes stored for every workload (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
 		return
 	}
-	if c.board == nil {
-		return
-	}
-	pl, err := c.choose(ps, c.targets.Budgets(rate))
+	rates, _ := c.streamRates(c.clock.Now())
+	d, mb, err := c.choose(ps, rates)
 	if err != nil {
 		c.events.Add(Event{Kind: kind, Reason: reason, Err: err.Error()})
 		return
 	}
-	c.planRate = rate
 	c.stepped = false
-	why := reason + ": " + pl.Explain(c.targets.Budgets(rate))
-	c.decide(ctx, kind, why, pl.Best, rate)
+	c.notePlanRates(rates)
+	c.decide(ctx, kind, reason+": "+c.explain(d, mb), d.Best, mb)
 }
 
-// choose is the decision (plan.Decider, the one `fulcrumctl bench` scores) over ps
-// against the budgets b, with the controller's decision rules.
-func (c *Controller) choose(ps []plan.ModeProfile, b plan.Budgets) (plan.Decision, error) {
-	ps = underCap(c, ps, func(p plan.ModeProfile) powermode.Mode { return p.Mode })
-	d, err := c.Rules().For(b, c.cfg.InferBatches).Decide(ps)
+// choose is the decision (plan.MultiDecider, the one `fulcrumctl bench` scores) over ps
+// against the budgets of the workloads planned for at rates, with the controller's
+// decision rules; mb are those budgets.
+func (c *Controller) choose(ps []plan.MultiProfile, rates []float64) (d plan.MultiDecision, mb plan.MultiBudgets, err error) {
+	mb = c.plannedBudgets(rates)
+	ps = underCap(c, ps, func(p plan.MultiProfile) powermode.Mode { return p.Mode })
+	d, err = c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(ps)
 	if err != nil {
-		return d, fmt.Errorf("no stored profile of this workload pair: run fulcrumctl optimize, or fulcrumctl profile: %w", err)
+		return d, mb, fmt.Errorf("no stored profile of every workload: run fulcrumctl optimize, or fulcrumctl profile: %w", err)
 	}
-	return d, nil
+	return d, mb, nil
+}
+
+// explain is a decision in an event's words: the pair's as plan.Decision.Explain says
+// it, several streams' or jobs' with each stream's batch and latency.
+func (c *Controller) explain(d plan.MultiDecision, mb plan.MultiBudgets) string {
+	if len(mb.Streams) == 1 && len(d.Best.TrainSPS) == 1 {
+		return d.Pair().Explain(mb.Pair())
+	}
+	e := d.Best
+	var st []string
+	for i, s := range e.Streams {
+		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
+	}
+	if mt := microText(trainChoices(c.planned(), e.MicroBatches)); mt != "" {
+		st = append(st, mt)
+	}
+	head := fmt.Sprintf("mode %s, %s; %.1f W, GPU share %.2f, training %.1f samples/s (P(every budget) %.3f, %d claimable)",
+		e.Mode.Human(), strings.Join(st, ", "), e.PowerMW/1000, e.Rho, e.ObjectiveSPS, d.PFeasible, d.Candidates)
+	if !d.Feasible {
+		b := string(d.Binding.Constraint)
+		if d.Binding.Stream != "" {
+			b += " of stream " + d.Binding.Stream
+		}
+		return "no known configuration meets every budget with training running (" + b + " binds); least violating: " + head
+	}
+	return head
 }
 
 // Rules are the controller's decision rules: its configured profiling noise and
@@ -130,8 +241,33 @@ func DecisionRules(cfg Config, sc sched.Config) plan.Rules {
 		Admission: plan.Admission{MarginMS: float64(sc.Margin) / float64(time.Millisecond), DevRel: max(sc.DevK, 0) * sched.ExpectedDevRel}}
 }
 
-// decide applies e and records the decision (kind) and the application.
-func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
+// decide applies e — a configuration of every stream and job planned for, scored against
+// mb: a decision's best or a step's configuration — and records it (kind). Called with
+// c.mu held.
+func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e plan.MultiEval, mb plan.MultiBudgets) {
+	c.applyDecision(ctx, kind, reason, c.choiceOf(e, mb))
+}
+
+// choiceOf is e, a configuration of every stream and job planned for scored against mb,
+// as a Choice. Called with c.mu held.
+func (c *Controller) choiceOf(e plan.MultiEval, mb plan.MultiBudgets) Choice {
+	ch := Choice{Mode: e.Mode, Predicted: Prediction{ThroughputSPS: e.ObjectiveSPS, PowerMW: e.PowerMW, Rho: e.Rho,
+		Feasible: e.Feasible, Binding: string(e.Binding.Constraint)}}
+	for i, s := range e.Streams {
+		ch.Streams = append(ch.Streams, StreamChoice{Workload: s.Name, Batch: s.Batch, LatencyBudgetMS: mb.Streams[i].LatencyMS,
+			RateRPS: mb.Streams[i].RateRPS, PredLatencyMS: s.LatencyMS, Rho: s.Rho})
+	}
+	if len(ch.Streams) > 0 { // the pair's stream's, the first
+		ch.Predicted.LatencyMS, ch.Predicted.RateRPS = ch.Streams[0].PredLatencyMS, ch.Streams[0].RateRPS
+	}
+	ch.Train = trainChoices(c.planned(), e.MicroBatches)
+	return ch
+}
+
+// decidePair is decide for a configuration of the pair in its view (live refinement's
+// trials and their end, refine.go), with model v1's figures at the rate for the
+// profiles as they are now. Called with c.mu held.
+func (c *Controller) decidePair(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
 	exact, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches)
 	pred := predictionOf(e, rate)
 	if err == nil {
@@ -155,17 +291,35 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 			}
 		}
 	}
-	// A plan judged with the scheduler's admission room (choose) that does not fit in it
-	// is not feasible, whatever the exact model says: training would starve.
+	// A plan judged with the scheduler's admission room that does not fit in it is not
+	// feasible, whatever the exact model says: training would starve.
 	pred.Feasible = pred.Feasible && e.Feasible
 	if !e.Feasible {
 		pred.Binding = string(e.Binding) // what the decision's reason names
 	}
-	m := e.Mode
+	c.applyDecision(ctx, kind, reason, c.pairChoice(e.Mode, e.Batch, e.MicroBatch, pred))
+}
+
+func predictionOf(e plan.Eval, rate float64) Prediction {
+	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
+}
+
+// pairChoice is the pair's configuration (mode, its stream's batch, its job's
+// micro-batch) with the figures pred. Called with c.mu held.
+func (c *Controller) pairChoice(m powermode.Mode, batch, micro int, pred Prediction) Choice {
+	return Choice{Mode: m, Predicted: pred,
+		Streams: []StreamChoice{{Workload: c.pair.Infer, Batch: batch, LatencyBudgetMS: c.targets.LatencyOf(c.pair.Infer), RateRPS: pred.RateRPS,
+			PredLatencyMS: pred.LatencyMS, Rho: pred.Rho}},
+		Train: []TrainChoice{{Workload: c.pair.Train, Batch: c.pair.TrainBatch, MicroBatch: micro}}}
+}
+
+// applyDecision records the decision ch (kind) and applies it; training waits while it
+// is not feasible (trainingPausedFor). Called with c.mu held.
+func (c *Controller) applyDecision(ctx context.Context, kind Kind, reason string, ch Choice) {
+	m := ch.Mode
 	meas := c.measured
-	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: e.Batch, Predicted: &pred, Measured: &meas})
-	ch := Choice{Mode: e.Mode, Batch: e.Batch, MicroBatch: e.MicroBatch, Predicted: pred}
-	c.keepStreams(&ch)
+	pred := ch.Predicted
+	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch(), Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
 	// docs/design.md §2: when no known configuration meets the budgets with training running,
 	// inference and power come first: training waits until a plan is feasible again —
@@ -176,34 +330,18 @@ func (c *Controller) decide(ctx context.Context, kind Kind, reason string, e pla
 }
 
 // expectAt tells the scheduler how long the workers' turns take at mode m — the stored
-// profile there of the workloads planned for (the pair, or every stream and job), nothing
-// (measure afresh) for other workloads or an unprofiled mode — so that it does not judge admission on the previous mode's times: a slower
-// mode's stale times starved training after a plan (found in the demo: 1–6 samples/s
-// against 270 planned). Called with c.mu held, after a mode change.
+// profile there of the workloads planned for, nothing (measure afresh) for other
+// workloads or an unprofiled mode — so that it does not judge admission on the previous
+// mode's times: a slower mode's stale times starved training after a plan (found in the
+// demo: 1–6 samples/s against 270 planned). Called with c.mu held, after a mode change.
 func (c *Controller) expectAt(m powermode.Mode) {
-	if c.grp != nil {
-		var mp *plan.MultiProfile
-		if ps, err := c.multiProfiles(); err == nil {
-			if i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == m }); i >= 0 {
-				mp = &ps[i]
-			}
-		}
-		c.expectAtGroup(c.grp, mp)
-		return
-	}
-	// The pair as a group of one job and one stream.
-	var g *group
 	var mp *plan.MultiProfile
-	if c.pair != nil {
-		g = &group{Train: []TrainJob{{Workload: c.pair.Train, Batch: c.pair.TrainBatch, MicroBatches: c.pair.MicroBatches}}, Streams: []StreamSpec{{c.pair.Infer, c.pair.Batches}}}
-		if ps, err := c.profiles(); err == nil {
-			if i := slices.IndexFunc(ps, func(p plan.ModeProfile) bool { return p.Mode == m }); i >= 0 {
-				x := plan.MultiOf(ps[i])
-				mp = &x
-			}
+	if ps, err := c.plannedProfiles(); err == nil {
+		if i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == m }); i >= 0 {
+			mp = &ps[i]
 		}
 	}
-	c.expectAtGroup(g, mp)
+	c.expectAtGroup(c.planned(), mp)
 }
 func (c *Controller) planRateOr() float64 {
 	if c.targets.RateRPS > 0 {

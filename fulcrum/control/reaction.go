@@ -11,6 +11,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,16 +20,14 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
-// stepSpace is every stored configuration of the workloads planned for (profiles(): the
-// pair's, refined by live evidence; multiProfiles(): every stream's and job's), with the
-// learned power corrections applied and the latency-broken points left out, scored by
-// model v1 against the exact budgets.
+// stepSpace is every stored configuration of the workloads planned for
+// (plannedProfiles: the learned power corrections applied, the latency-broken points
+// left out, the pair's live evidence pooled in), scored by model v1 against the exact
+// budgets at the streams' rates.
 type stepSpace struct {
 	model    *plan.MultiModel
 	profiles []plan.MultiProfile
 	names    []string // the streams' workloads, in the model's order
-	rate     float64  // the pair's rate, or the first stream's (planRate)
-	rates    []float64
 }
 
 // budgets are the model's budgets (stream i's latency budget is Streams[i].LatencyMS).
@@ -42,53 +41,29 @@ func (s stepSpace) each(f func(e plan.MultiEval, train []plan.TrainPoint)) {
 	}
 }
 
-// stepSpace reads the stored configurations at the rate in force (rate: the pair's; the
-// group's streams use their own). Empty (no error) when nothing is stored or the budgets
-// cannot be modelled. Called with c.mu held.
-func (c *Controller) stepSpace(rate float64) (stepSpace, error) {
-	if c.grp == nil {
-		ps, err := c.profiles()
-		if err != nil || len(ps) == 0 {
-			return stepSpace{}, err
-		}
-		m, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches)
-		if err != nil {
-			return stepSpace{}, nil
-		}
-		mps := make([]plan.MultiProfile, len(ps))
-		for i, p := range ps {
-			mps[i] = plan.MultiOf(p)
-		}
-		return stepSpace{model: m.Multi(), profiles: mps, names: []string{c.pair.Infer}, rate: rate, rates: []float64{rate}}, nil
-	}
-	ps, err := c.multiProfiles()
+// stepSpace reads the stored configurations at the streams' rates in force. Empty (no
+// error) when nothing is stored or the budgets cannot be modelled. Called with c.mu held.
+func (c *Controller) stepSpace() (stepSpace, error) {
+	ps, err := c.plannedProfiles()
 	if err != nil || len(ps) == 0 {
 		return stepSpace{}, err
 	}
 	rates, _ := c.streamRates(c.clock.Now())
-	m, err := plan.NewMultiModel(c.multiBudgets(rates), c.cfg.InferBatches)
+	m, err := plan.NewMultiModel(c.plannedBudgets(rates), c.cfg.InferBatches)
 	if err != nil {
 		return stepSpace{}, nil
 	}
-	names := make([]string, len(c.grp.Streams))
-	for i, st := range c.grp.Streams {
-		names[i] = st.Workload
+	var names []string
+	for _, st := range c.planned().Streams {
+		names = append(names, st.Workload)
 	}
-	return stepSpace{model: m, profiles: ps, names: names, rate: rates[0], rates: rates}, nil
+	return stepSpace{model: m, profiles: ps, names: names}, nil
 }
 
 // applyStep applies e, a configuration of the step space, as a decision of kind. Called
 // with c.mu held.
 func (c *Controller) applyStep(ctx context.Context, kind Kind, reason string, e plan.MultiEval, s stepSpace) {
-	if c.grp == nil {
-		c.decide(ctx, kind, reason, e.Pair(), s.rate)
-		return
-	}
-	d := plan.MultiDecision{MultiPlan: plan.MultiPlan{Best: e, Feasible: e.Feasible}}
-	if !e.Feasible {
-		d.Binding = e.Binding
-	}
-	c.decideMulti(ctx, kind, reason, d, s.budgets())
+	c.decide(ctx, kind, reason, e, s.budgets())
 }
 
 // lowestPowerOf is the configuration of s with the lowest predicted power that keeps
@@ -115,10 +90,10 @@ func lowestPowerOf(s stepSpace) (plan.MultiEval, bool) {
 // to the lowest-power one within the GPU share. Scaling every candidate by k moves to a
 // configuration within the budget at once where the profiles under-predict everywhere
 // (walking down one mode per violation otherwise: issue 34).
-func (c *Controller) stepDownPower(ctx context.Context, rate float64) {
+func (c *Controller) stepDownPower(ctx context.Context) {
 	now := c.clock.Now()
 	c.lastStep = now
-	s, err := c.stepSpace(rate)
+	s, err := c.stepSpace()
 	if err != nil || len(s.profiles) == 0 {
 		c.events.Add(Event{Kind: KindStepDown, Reason: "power over budget but no stored profile to step to", Err: fmt.Sprint(err)})
 		return
@@ -176,22 +151,20 @@ type streamInForce struct {
 	stepRatio      float64 // p99 over the prediction, ≥ 1 (1 without a prediction)
 }
 
-// streamsInForce is every stream of the configuration in force: the pair's one, or the
-// group's planned streams. Called with c.mu held.
+// streamsInForce is every stream of the configuration in force, judged against its
+// latency budget in force: the pair's stream on the window the step observed (Measured),
+// the others on the scheduler's. Called with c.mu held.
 func (c *Controller) streamsInForce() []streamInForce {
 	var out []streamInForce
-	if c.grp == nil {
-		out = []streamInForce{{name: c.pair.Infer, batch: c.cur.Batch, budgetMS: c.targets.LatencyMS, predMS: c.cur.Predicted.LatencyMS,
-			p99MS: c.measured.LatencyP99MS, count: c.latCount}}
-	} else {
-		snap := c.sched.Snapshot()
-		for _, s := range c.cur.Streams {
-			x := streamInForce{name: s.Workload, batch: s.Batch, budgetMS: s.LatencyBudgetMS, predMS: s.PredLatencyMS}
-			if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
-				x.p99MS, x.count = wl.LatencyRecent.P99MS, wl.LatencyRecent.Count
-			}
-			out = append(out, x)
+	snap := c.sched.Snapshot()
+	for _, s := range c.cur.Streams {
+		x := streamInForce{name: s.Workload, batch: s.Batch, budgetMS: c.targets.LatencyOf(s.Workload), predMS: s.PredLatencyMS}
+		if s.Workload == c.pair.Infer {
+			x.p99MS, x.count = c.measured.LatencyP99MS, c.latCount
+		} else if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
+			x.p99MS, x.count = wl.LatencyRecent.P99MS, wl.LatencyRecent.Count
 		}
+		out = append(out, x)
 	}
 	for i := range out {
 		s := &out[i]
@@ -222,15 +195,12 @@ func (c *Controller) latencyOver() bool {
 // yet its turns are as long as stored); known[j] is false where none is stored (no turn
 // of that job counts as shorter then). Called with c.mu held.
 func (c *Controller) storedTurnsInForce() (ms []float64, known []bool) {
-	if c.grp == nil {
-		t, ok := c.storedTurnInForce()
-		return []float64{t}, []bool{ok}
-	}
-	ms, known = make([]float64, len(c.grp.Train)), make([]bool, len(c.grp.Train))
+	g := c.planned()
+	ms, known = make([]float64, len(g.Train)), make([]bool, len(g.Train))
 	if c.board == nil || c.cur == nil {
 		return ms, known
 	}
-	ps, err := StoredMultiProfiles(c.store, c.board.Info().Name, c.grp)
+	ps, err := StoredMultiProfiles(c.store, c.board.Info().Name, g)
 	if err != nil {
 		return ms, known
 	}
@@ -238,7 +208,7 @@ func (c *Controller) storedTurnsInForce() (ms []float64, known []bool) {
 		if p.Mode != c.cur.Mode {
 			continue
 		}
-		for j, job := range c.grp.Train {
+		for j, job := range g.Train {
 			micro, _ := c.microFor(*c.cur, job.Workload)
 			for _, t := range p.TrainChoices(j) {
 				if t.MicroBatch() == micro && t.TimeMS > 0 {
@@ -261,7 +231,7 @@ func (c *Controller) storedTurnsInForce() (ms []float64, known []bool) {
 // margin whatever the model predicts (the scheduler spends each request's slack on
 // training), so p99/prediction measures the scheduler's doing more than a model error,
 // and expecting it at every mode paused training on a few-% overshoot.
-func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
+func (c *Controller) stepDownLatency(ctx context.Context) {
 	now := c.clock.Now()
 	c.noteLatencyBreak(now)
 	c.lastStep, c.lastLatStep = now, now
@@ -271,7 +241,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	stepK := map[string]float64{} // stream → this step's ratio
 	for _, s := range streams {
 		stepK[s.name] = s.stepRatio
-		if s.broken || c.grp == nil { // the pair's rule is called once its stream broke
+		if s.broken {
 			broken[s.name] = s.batch
 		}
 	}
@@ -284,7 +254,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 			c.markBad(name, cur.Mode, b)
 		}
 	}()
-	s, err := c.stepSpace(rate)
+	s, err := c.stepSpace()
 	if err != nil || len(s.profiles) == 0 {
 		c.events.Add(Event{Kind: KindStepDown, Reason: "latency over budget but no stored profile to step to", Err: fmt.Sprint(err)})
 		return
@@ -383,7 +353,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 		switch {
 		case haveFastest:
 			why = "no stored configuration with a shorter training minibatch or smaller batch is predicted within the latency budget at this step's ratio"
-		case c.grp == nil && !known[0]:
+		case !slices.Contains(known, true):
 			why += fmt.Sprintf(" (the training turn in force at mode %s has no stored time: only a smaller batch there counts)", cur.Mode.Human())
 		}
 		if c.pauseForLatency(now, what, why) {
@@ -394,7 +364,7 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 	}
 	if !haveBest {
 		why := ""
-		if c.grp == nil && !known[0] {
+		if !slices.Contains(known, true) {
 			why = fmt.Sprintf(" (the training turn in force at mode %s has no stored time: only a smaller batch there counts)", cur.Mode.Human())
 		}
 		c.events.Add(Event{Kind: KindStepDown, Reason: fmt.Sprintf("%s, but no stored configuration has a shorter training minibatch or smaller batch within the power budget%s", what, why)})
@@ -407,9 +377,9 @@ func (c *Controller) stepDownLatency(ctx context.Context, rate float64) {
 }
 
 // latencyWords says which streams broke their budgets at mode m, in an event's words (the
-// pair's as before issue 29's last part).
+// pair's, one stream, as before issue 29's last part).
 func (c *Controller) latencyWords(streams []streamInForce, m powermode.Mode) string {
-	if c.grp == nil {
+	if len(streams) == 1 {
 		s := streams[0]
 		return fmt.Sprintf("p99 latency %.1f ms over the %.0f ms budget at mode %s batch %d (%.2f× the predicted)",
 			s.p99MS, s.budgetMS, m.Human(), s.batch, s.stepRatio)
@@ -426,7 +396,7 @@ func (c *Controller) latencyWords(streams []streamInForce, m powermode.Mode) str
 
 // maybeStepUp is rule 6: after a step down, back up once power and every stream's
 // latency stayed under the budgets by the hysteresis for Hold. Called with c.mu held.
-func (c *Controller) maybeStepUp(ctx context.Context, now time.Time, rate float64, pn int) {
+func (c *Controller) maybeStepUp(ctx context.Context, now time.Time, pn int) {
 	if !c.stepped || c.latPause.active {
 		// The latency rule's last resort holds training back: the p99 it brings down is
 		// no reason to step up (that ended every pause after hold_ms, and the
@@ -447,7 +417,7 @@ func (c *Controller) maybeStepUp(ctx context.Context, now time.Time, rate float6
 		c.belowSince = now
 	case now.Sub(c.belowSince) >= c.stepUpHold() && now.Sub(c.lastStep) >= c.cfg.Cooldown:
 		c.belowSince = time.Time{}
-		c.stepUp(ctx, rate)
+		c.stepUp(ctx)
 	}
 }
 
@@ -455,42 +425,13 @@ func (c *Controller) maybeStepUp(ctx context.Context, now time.Time, rate float6
 // (power corrections, latency-broken points left out) and moves when it claims a
 // configuration of another mode or batches predicted to train more than the one in force.
 // Called with c.mu held.
-func (c *Controller) stepUp(ctx context.Context, rate float64) {
-	if c.grp != nil {
-		c.stepUpMulti(ctx)
-		return
-	}
-	ps, err := c.profiles()
-	if err != nil || len(ps) == 0 {
-		return
-	}
-	pl, err := c.choose(ps, c.targets.Budgets(rate))
-	if err != nil || !pl.Feasible {
-		return
-	}
-	if (pl.Best.Mode == c.cur.Mode && pl.Best.Batch == c.cur.Batch) || pl.Best.ThroughputSPS <= c.cur.Predicted.ThroughputSPS {
-		c.stepped = false
-		return
-	}
-	c.lastStep = c.clock.Now()
-	c.stepped = false
-	c.noteStepUp(c.lastStep)
-	c.planRate = rate
-	reason := fmt.Sprintf("power %.1f W and p99 %.1f ms stayed below %.0f%% of their budgets for %s; stepping back up: %s",
-		c.measured.PowerMW/1000, c.measured.LatencyP99MS, (1-c.cfg.Hysteresis)*100, c.stepUpHold(), pl.Explain(c.targets.Budgets(rate)))
-	c.decide(ctx, KindStepUp, reason, pl.Best, rate)
-}
-
-// stepUpMulti is stepUp for several streams or jobs: the joint decision (planMulti's)
-// with what was learned. Called with c.mu held.
-func (c *Controller) stepUpMulti(ctx context.Context) {
-	ps, err := c.multiProfiles()
+func (c *Controller) stepUp(ctx context.Context) {
+	ps, err := c.plannedProfiles()
 	if err != nil || len(ps) == 0 {
 		return
 	}
 	rates, _ := c.streamRates(c.clock.Now())
-	mb := c.multiBudgets(rates)
-	d, err := c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(underCap(c, ps, func(p plan.MultiProfile) powermode.Mode { return p.Mode }))
+	d, mb, err := c.choose(ps, rates)
 	if err != nil || !d.Feasible {
 		return
 	}
@@ -506,13 +447,14 @@ func (c *Controller) stepUpMulti(ctx context.Context) {
 	c.lastStep = c.clock.Now()
 	c.stepped = false
 	c.noteStepUp(c.lastStep)
-	c.planRate = rates[0]
-	for i, s := range c.grp.Streams {
-		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
+	c.notePlanRates(rates)
+	p99 := "every stream's p99"
+	if len(mb.Streams) == 1 {
+		p99 = fmt.Sprintf("p99 %.1f ms", c.measured.LatencyP99MS)
 	}
-	reason := fmt.Sprintf("power %.1f W and every stream's p99 stayed below %.0f%% of their budgets for %s; stepping back up: %s",
-		c.measured.PowerMW/1000, (1-c.cfg.Hysteresis)*100, c.stepUpHold(), explainMulti(c.grp, d, mb))
-	c.decideMulti(ctx, KindStepUp, reason, d, mb)
+	reason := fmt.Sprintf("power %.1f W and %s stayed below %.0f%% of their budgets for %s; stepping back up: %s",
+		c.measured.PowerMW/1000, p99, (1-c.cfg.Hysteresis)*100, c.stepUpHold(), c.explain(d, mb))
+	c.decide(ctx, KindStepUp, reason, e, mb)
 }
 
 // lowestPower is the stored configuration with the lowest predicted power (inference
@@ -522,7 +464,7 @@ func (c *Controller) lowestPower() (plan.MultiEval, stepSpace, bool) {
 	if c.pair == nil {
 		return plan.MultiEval{}, stepSpace{}, false
 	}
-	s, err := c.stepSpace(c.planRateOr())
+	s, err := c.stepSpace()
 	if err != nil || len(s.profiles) == 0 {
 		return plan.MultiEval{}, stepSpace{}, false
 	}

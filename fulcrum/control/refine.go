@@ -302,17 +302,11 @@ type RefineFailure struct {
 // refineReset forgets everything learned live (other workloads).
 func (c *Controller) refineReset() { c.ref = refineState{} }
 
-// refined returns ps with each mode's live evidence pooled in (profiles() calls it).
-func (c *Controller) refined(ps []plan.ModeProfile) []plan.ModeProfile {
-	if !c.cfg.Refine.Enabled || c.grp != nil || len(c.ref.evidence) == 0 {
-		return ps
-	}
-	for i := range ps {
-		if ws := c.ref.evidence[ps[i].Mode]; len(ws) > 0 {
-			ps[i], _ = poolEvidence(ps[i], ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(ps[i].Mode))
-		}
-	}
-	return ps
+// refining reports that live evidence is pooled into the profiles planned from
+// (plannedProfiles): refinement is on, the pair is planned for, and something was
+// measured live.
+func (c *Controller) refining() bool {
+	return c.cfg.Refine.Enabled && c.grp == nil && len(c.ref.evidence) > 0
 }
 
 // powerFloor is the least pooled power ratio at m: 1 where m carries a learned power
@@ -335,7 +329,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	}
 	closed := c.observeWindow(snap, now)
 	t := c.ref.trial
-	if t != nil && (c.needPlan != "" || c.want != nil || c.held || c.ext != nil || (cfgKey{c.cur.Mode, c.cur.Batch}) != t.key) {
+	if t != nil && (c.needPlan != "" || c.want != nil || c.held || c.ext != nil || (cfgKey{c.cur.Mode, c.cur.Batch()}) != t.key) {
 		c.ref.trial = nil // a plan, a step or the operator moved on: the trial is over
 		t = nil
 	}
@@ -384,7 +378,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	if !closed || c.needPlan != "" || c.want != nil || c.held || c.ext != nil {
 		return false
 	}
-	key := cfgKey{c.cur.Mode, c.cur.Batch}
+	key := cfgKey{c.cur.Mode, c.cur.Batch()}
 	cs, ok := c.scoreKey(key, rate)
 	if !ok {
 		return false
@@ -415,7 +409,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	c.ref.trial = &refineTrial{key: cfgKey{cand.Mode, cand.Batch}, from: from, start: now, deadline: now.Add(o.TrialMax)}
 	reason := fmt.Sprintf("trying mode %s batch %d for at most %s from the confirmed mode %s batch %d: predicted %.1f samples/s against %.1f, P(every budget met) %.1f%% (a claim needs %g%%); back at once if a budget breaks",
 		cand.Mode.Human(), cand.Batch, o.TrialMax, from.key.m.Human(), from.key.b, cand.ThroughputSPS, cs.ThroughputSPS, 100*cand.PFeasible, 100*d.Confidence)
-	c.decide(ctx, KindTrial, reason, cand.Eval, rate)
+	c.decidePair(ctx, KindTrial, reason, cand.Eval, rate)
 	return true
 }
 
@@ -447,7 +441,7 @@ func (c *Controller) abandon(ctx context.Context, why string, now time.Time, rat
 	}
 	reason := fmt.Sprintf("trial of mode %s batch %d abandoned after %s: %s; back to %s mode %s batch %d; not tried again before %s",
 		t.key.m.Human(), t.key.b, now.Sub(t.start).Round(100*time.Millisecond), why, back, t.from.key.m.Human(), t.from.key.b, f.retryAt.Sub(now).Round(time.Second))
-	c.decide(ctx, KindAbandon, reason, t.from.eval, rate)
+	c.decidePair(ctx, KindAbandon, reason, t.from.eval, rate)
 	if t.paused {
 		// Back to the paused plan, often at the same mode and batch: the latency window
 		// still holds the trial's turns, which are not the paused plan's. Without this the
@@ -488,7 +482,7 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 	if !found {
 		return false
 	}
-	from := cfgKey{c.cur.Mode, c.cur.Batch}
+	from := cfgKey{c.cur.Mode, c.cur.Batch()}
 	cs, ok := c.scoreKey(from, rate)
 	if !ok {
 		return false
@@ -501,7 +495,7 @@ func (c *Controller) nearClaim(ctx context.Context, snap sched.Snapshot, now tim
 	try.Feasible = true // on trial: training runs, under the trial's exposure bound
 	reason := fmt.Sprintf("training is paused with nothing claimed; trying mode %s batch %d for at most %s: it fits as measured with the admission room, P(every budget met) %.1f%% (a claim needs %g%%), predicted %.1f samples/s; its live windows may certify it; back to the paused plan at once if a budget breaks",
 		best.Mode.Human(), best.Batch, o.TrialMax, 100*best.PFeasible, 100*d.Confidence, best.ThroughputSPS)
-	c.decide(ctx, KindTrial, reason, try, rate)
+	c.decidePair(ctx, KindTrial, reason, try, rate)
 	return true
 }
 
@@ -605,14 +599,14 @@ func (c *Controller) scoreKey(key cfgKey, rate float64) (plan.Scored, bool) {
 	best, found := scoreIn(c.Rules().For(c.targets.Budgets(rate), c.cfg.InferBatches), ps, key)
 	if found {
 		pooled := Pooled{Windows: len(c.ref.evidence[key.m]), TrainRatio: 1, InferRatio: 1, PowerRatio: 1, Repeats: max(ps[i].Repeats, 1)}
-		if ws := c.ref.evidence[key.m]; len(ws) > 0 && c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch}) {
+		if ws := c.ref.evidence[key.m]; len(ws) > 0 && c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch()}) {
 			// The status figures: the same pooling profiles() applied, recomputed on the
 			// stored profile for its ratios.
 			if raw, err := c.storedAt(key.m); err == nil {
 				_, pooled = poolEvidence(raw, ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(key.m))
 			}
 		}
-		if c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch}) {
+		if c.cur != nil && key == (cfgKey{c.cur.Mode, c.cur.Batch()}) {
 			c.ref.last = &RefineStatus{Mode: key.m, Batch: key.b, Pooled: pooled, PFeasible: best.PFeasible}
 		}
 	}
@@ -640,7 +634,7 @@ func (c *Controller) storedAt(m powermode.Mode) (plan.ModeProfile, error) {
 func (c *Controller) observeWindow(snap sched.Snapshot, now time.Time) bool {
 	o := c.cfg.Refine
 	w := &c.ref.win
-	key := cfgKey{c.cur.Mode, c.cur.Batch}
+	key := cfgKey{c.cur.Mode, c.cur.Batch()}
 	tw, okT := snap.Workload(proto.RoleTrain, c.pair.Train)
 	iw, okI := snap.Workload(proto.RoleInfer, c.pair.Infer)
 	if c.job || c.want != nil || c.held || c.ext != nil || snap.TrainingPaused || !okT || !okI {
@@ -666,7 +660,7 @@ func (c *Controller) observeWindow(snap sched.Snapshot, now time.Time) bool {
 	// The turn training runs: the plan's micro-batch (its own expected time), else the
 	// whole minibatch.
 	lw := liveWindow{TrainMS: tw.ExpectedTrainMS, RateRPS: c.rate.rate, InferBatch: key.b}
-	if mb := c.cur.MicroBatch; mb > 0 {
+	if mb := c.cur.MicroBatch(); mb > 0 {
 		lw.TrainMS, lw.TrainMicro = tw.ExpectedMicroMS[mb], mb
 	}
 	if ms, ok := iw.ExpectedBatchMS[key.b]; ok {
@@ -754,29 +748,4 @@ func (c *Controller) storedTurnTimes() map[turnKey]float64 {
 		}
 	}
 	return out
-}
-
-// storedTurnInForce is the stored time of the training turn in force (rule 4's
-// "shorter" is judged against it), read from the store whatever the controller left
-// out of its plans: a mode whose every batch broke the latency budget is not in
-// profiles(), yet its minibatch is as long as stored. False when none is stored.
-func (c *Controller) storedTurnInForce() (float64, bool) {
-	if c.board == nil || c.pair == nil || c.cur == nil {
-		return 0, false
-	}
-	ps, err := StoredProfiles(c.store, c.board.Info().Name, *c.pair)
-	if err != nil {
-		return 0, false
-	}
-	for _, p := range ps {
-		if p.Mode != c.cur.Mode {
-			continue
-		}
-		for _, t := range p.TrainChoices() {
-			if t.MicroBatch() == c.cur.MicroBatch && t.TimeMS > 0 {
-				return t.TimeMS, true
-			}
-		}
-	}
-	return 0, false
 }

@@ -35,7 +35,7 @@ func TestLatencyStepIgnoresTheLiveBiasOfTheModeInForce(t *testing.T) {
 		e.board.set(20000, nil)
 		e.tick(c, 100*time.Millisecond)
 		cur := c.Status().Current
-		if cur == nil || cur.Mode != e.modes[4] || cur.Batch < 2 || cur.MicroBatch != 0 {
+		if cur == nil || cur.Mode != e.modes[4] || cur.Batch() < 2 || cur.MicroBatch() != 0 {
 			t.Fatalf("refine %v: plan %+v: want mode %s (the fastest training), a batch above 1", refine, cur, e.modes[4].Human())
 		}
 		ps, err := c.unrefinedProfiles()
@@ -55,14 +55,14 @@ func TestLatencyStepIgnoresTheLiveBiasOfTheModeInForce(t *testing.T) {
 		live := stored[e.modes[4].GPUHz] * (1 + 2*(need-1))
 		seq := c.Status().LastEvent
 		c.mu.Lock()
-		for b := 1; b < cur.Batch; b++ { // the smaller batches broke the latency budget before
+		for b := 1; b < cur.Batch(); b++ { // the smaller batches broke the latency budget before
 			c.markBad(c.pair.Infer, cur.Mode, b)
 		}
 		if c.ref.evidence == nil {
 			c.ref.evidence = map[powermode.Mode][]liveWindow{}
 		}
 		for range 6 {
-			c.ref.evidence[cur.Mode] = append(c.ref.evidence[cur.Mode], liveWindow{TrainMS: live, InferBatch: cur.Batch})
+			c.ref.evidence[cur.Mode] = append(c.ref.evidence[cur.Mode], liveWindow{TrainMS: live, InferBatch: cur.Batch()})
 		}
 		if refine {
 			p, _ := c.profiles()
@@ -73,13 +73,13 @@ func TestLatencyStepIgnoresTheLiveBiasOfTheModeInForce(t *testing.T) {
 				}
 			}
 		}
-		c.measured.LatencyP99MS = 450
-		c.stepDownLatency(context.Background(), 20)
+		c.measured.LatencyP99MS, c.latCount = 450, c.cfg.MinLatency // a p99 over enough requests to judge
+		c.stepDownLatency(context.Background())
 		after := *c.cur
 		c.mu.Unlock()
 		evs := c.Events().List(seq)
-		if after.Mode != cur.Mode || after.Batch != cur.Batch {
-			t.Fatalf("refine %v: latency step from mode %s batch %d went to mode %s batch %d (events %v): its stored training minibatch is longer", refine, cur.Mode.Human(), cur.Batch, after.Mode.Human(), after.Batch, evs)
+		if after.Mode != cur.Mode || after.Batch() != cur.Batch() {
+			t.Fatalf("refine %v: latency step from mode %s batch %d went to mode %s batch %d (events %v): its stored training minibatch is longer", refine, cur.Mode.Human(), cur.Batch(), after.Mode.Human(), after.Batch(), evs)
 		}
 		if len(evs) != 1 || !strings.Contains(evs[0].Reason, "no stored configuration has a shorter training minibatch") {
 			t.Fatalf("refine %v: events %+v", refine, evs)
@@ -107,21 +107,21 @@ func TestLatencyStepWhenEveryBatchOfTheModeBroke(t *testing.T) {
 		e.board.set(20000, nil)
 		e.tick(c, 100*time.Millisecond)
 		cur := c.Status().Current
-		if cur == nil || cur.Mode != e.modes[4] || cur.MicroBatch != 0 {
+		if cur == nil || cur.Mode != e.modes[4] || cur.MicroBatch() != 0 {
 			t.Fatalf("refine %v: plan %+v: want mode %s (the fastest training)", refine, cur, e.modes[4].Human())
 		}
 		seq := c.Status().LastEvent
 		c.mu.Lock()
 		for _, b := range []int{1, 2, 4, 8} { // every other batch there broke the budget before
-			if b != cur.Batch {
+			if b != cur.Batch() {
 				c.markBad(c.pair.Infer, cur.Mode, b)
 			}
 		}
 		if refine { // live evidence at the mode in force, as on a board
-			c.ref.evidence = map[powermode.Mode][]liveWindow{cur.Mode: {{TrainMS: 1, InferBatch: cur.Batch}}}
+			c.ref.evidence = map[powermode.Mode][]liveWindow{cur.Mode: {{TrainMS: 1, InferBatch: cur.Batch()}}}
 		}
-		c.measured.LatencyP99MS = 450
-		c.stepDownLatency(context.Background(), 20)
+		c.measured.LatencyP99MS, c.latCount = 450, c.cfg.MinLatency // a p99 over enough requests to judge
+		c.stepDownLatency(context.Background())
 		after := *c.cur
 		left, _ := c.profiles()
 		c.mu.Unlock()
@@ -131,8 +131,8 @@ func TestLatencyStepWhenEveryBatchOfTheModeBroke(t *testing.T) {
 			}
 		}
 		evs := c.Events().List(seq)
-		if after.Mode != cur.Mode || after.Batch != cur.Batch {
-			t.Fatalf("refine %v: latency step from mode %s batch %d went to mode %s batch %d (events %v): every other mode trains longer", refine, cur.Mode.Human(), cur.Batch, after.Mode.Human(), after.Batch, evs)
+		if after.Mode != cur.Mode || after.Batch() != cur.Batch() {
+			t.Fatalf("refine %v: latency step from mode %s batch %d went to mode %s batch %d (events %v): every other mode trains longer", refine, cur.Mode.Human(), cur.Batch(), after.Mode.Human(), after.Batch(), evs)
 		}
 		if len(evs) != 1 || !strings.Contains(evs[0].Reason, "no stored configuration has a shorter training minibatch") {
 			t.Fatalf("refine %v: events %+v", refine, evs)
@@ -163,11 +163,11 @@ func TestLatencyStepCountsThePowerCorrectionOnce(t *testing.T) {
 	seq := c.Status().LastEvent
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for b := 1; b < cur.Batch; b++ { // only the faster mode remains shorter
+	for b := 1; b < cur.Batch(); b++ { // only the faster mode remains shorter
 		c.markBad(c.pair.Infer, cur.Mode, b)
 	}
 	c.corrP[fast] = k
-	space, err := c.stepSpace(20)
+	space, err := c.stepSpace()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,11 +186,11 @@ func TestLatencyStepCountsThePowerCorrectionOnce(t *testing.T) {
 		t.Fatalf("corrected powers at %s %.0f–%.0f mW: want k·min over %.0f mW", fast.Human(), lo, hi, limit)
 	}
 	c.targets.PowerMW = limit / (1 - c.cfg.StepMargin)
-	c.measured.LatencyP99MS = 450
-	c.stepDownLatency(context.Background(), 20)
+	c.measured.LatencyP99MS, c.latCount = 450, c.cfg.MinLatency // a p99 over enough requests to judge
+	c.stepDownLatency(context.Background())
 	evs := c.Events().List(seq)
 	if c.cur.Mode != fast {
-		t.Fatalf("latency step from mode %s went to mode %s batch %d (events %+v): want %s, predicted within the power budget with its correction applied once", cur.Mode.Human(), c.cur.Mode.Human(), c.cur.Batch, evs, fast.Human())
+		t.Fatalf("latency step from mode %s went to mode %s batch %d (events %+v): want %s, predicted within the power budget with its correction applied once", cur.Mode.Human(), c.cur.Mode.Human(), c.cur.Batch(), evs, fast.Human())
 	}
 }
 
@@ -207,7 +207,7 @@ func TestLatencyStepWithNoStoredTurnInForce(t *testing.T) {
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
 	cur := c.Status().Current
-	if cur == nil || cur.Mode != e.modes[4] || cur.MicroBatch != 0 {
+	if cur == nil || cur.Mode != e.modes[4] || cur.MicroBatch() != 0 {
 		t.Fatalf("plan %+v: want mode %s", cur, e.modes[4].Human())
 	}
 	if err := e.store.Delete(store.Key{Board: e.spec.Name, Workload: tTrain, Role: truth.Train, Mode: cur.Mode, Batch: 32}); err != nil {
@@ -215,13 +215,13 @@ func TestLatencyStepWithNoStoredTurnInForce(t *testing.T) {
 	}
 	seq := c.Status().LastEvent
 	c.mu.Lock()
-	c.measured.LatencyP99MS = 450
-	c.stepDownLatency(context.Background(), 20)
+	c.measured.LatencyP99MS, c.latCount = 450, c.cfg.MinLatency // a p99 over enough requests to judge
+	c.stepDownLatency(context.Background())
 	after := *c.cur
 	c.mu.Unlock()
 	evs := c.Events().List(seq)
-	if after.Mode != cur.Mode || after.Batch != cur.Batch {
-		t.Fatalf("latency step from mode %s batch %d with no stored training time went to mode %s batch %d (events %+v)", cur.Mode.Human(), cur.Batch, after.Mode.Human(), after.Batch, evs)
+	if after.Mode != cur.Mode || after.Batch() != cur.Batch() {
+		t.Fatalf("latency step from mode %s batch %d with no stored training time went to mode %s batch %d (events %+v)", cur.Mode.Human(), cur.Batch(), after.Mode.Human(), after.Batch(), evs)
 	}
 	if len(evs) != 1 || !strings.Contains(evs[0].Reason, "has no stored time") {
 		t.Fatalf("events %+v: want one step_down saying the turn in force has no stored time", evs)

@@ -35,7 +35,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 	var mb plan.MultiBudgets
 	if grp != nil {
 		rates, _ := c.streamRates(c.clock.Now())
-		mb = c.multiBudgets(rates)
+		mb = c.plannedBudgets(rates)
 	}
 	rate := c.planRateOr()
 	b := c.targets.Shared()
@@ -88,26 +88,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		if !samePair(c.pair, &pair) || !sameGroup(c.grp, grp) {
 			return // the workers changed meanwhile: the next step plans for the new ones
 		}
-		if grp != nil {
-			c.planMulti(c.base, fmt.Sprintf("after %s (%s)", method, reason), false)
-			out.Choice = c.cur
-			return
-		}
-		ps, perr := c.profiles()
-		if perr != nil || len(ps) == 0 {
-			c.events.Add(Event{Kind: KindPlan, Reason: "no stored profile after the search; nothing to apply", Err: fmt.Sprint(perr)})
-			return
-		}
-		rate := c.planRateOr()
-		pl, err := c.choose(ps, c.targets.Budgets(rate))
-		if err != nil {
-			c.events.Add(Event{Kind: KindPlan, Reason: "planning after the search", Err: err.Error()})
-			return
-		}
-		c.planRate = rate
-		c.stepped = false
-		out.Plan = pl.Plan
-		c.decide(c.base, KindPlan, fmt.Sprintf("after %s (%s): %s", method, reason, pl.Explain(c.targets.Budgets(rate))), pl.Best, rate)
+		c.plan(c.base, fmt.Sprintf("after %s (%s)", method, reason), true)
 		out.Choice = c.cur
 	})
 	return done, out
@@ -118,7 +99,6 @@ type Outcome struct {
 	Method   string
 	Result   search.Result
 	Counts   LiveCounts
-	Plan     plan.Plan
 	Choice   *Choice
 	Duration time.Duration
 	Err      error

@@ -78,16 +78,13 @@ func (c *Controller) Status() Status {
 	if c.pair != nil {
 		p := *c.pair
 		s.Pair = &p
-		if ps, err := c.profiles(); err == nil {
-			s.StoredProfiles = len(ps)
-		}
+	}
+	if ps, err := c.plannedProfiles(); err == nil {
+		s.StoredProfiles = len(ps)
 	}
 	s.Streams = c.streamStatus(snap)
 	if c.grp != nil {
 		s.Train = slices.Clone(c.grp.Train)
-		if ps, err := c.multiProfiles(); err == nil {
-			s.StoredProfiles = len(ps)
-		}
 	}
 	if c.cur != nil {
 		ch := *c.cur

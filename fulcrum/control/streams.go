@@ -4,10 +4,10 @@ package control
 // several workloads"): while more than one inference workload or training workload is
 // registered, the controller plans the mode and every stream's batch size jointly with
 // plan.MultiDecider, holds each stream to its own latency budget and rate, and watches
-// each stream's p99. One of each is the pair (controller.go), planned as before.
+// each stream's p99. One of each is the pair, planned by the same code (planning.go) as
+// the group of one job and one stream (Controller.planned).
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -206,62 +206,17 @@ func storedMultiProfiles(st *store.Store, board string, g *group, microOptional 
 		}
 		ps = append(ps, l...)
 	}
-	out := plan.Assemble(sh, measured(ps))
-	// Map order is random; the decision's ties must not be.
-	slices.SortFunc(out, func(a, b plan.MultiProfile) int { return strings.Compare(a.Mode.String(), b.Mode.String()) })
-	return out, nil
+	// In the order of the store (plan.Assemble): the decision's ties go the same way
+	// every time.
+	return plan.Assemble(sh, measured(ps)), nil
 }
 
-// multiProfiles is StoredMultiProfiles of the group on the board's space, with the power
-// corrections learned and the (stream, mode, batch) points that broke a budget left out.
-// Called with c.mu held.
-func (c *Controller) multiProfiles() ([]plan.MultiProfile, error) {
-	if c.board == nil || c.grp == nil {
-		return nil, nil
-	}
-	ps, err := StoredMultiProfiles(c.store, c.board.Info().Name, c.grp)
-	if err != nil {
-		return nil, err
-	}
-	if sp := c.board.Space(); sp != nil {
-		ps = slices.DeleteFunc(ps, func(p plan.MultiProfile) bool { return !sp.Contains(p.Mode) })
-	}
-	for pi := range ps {
-		p := &ps[pi]
-		k := c.corrP[p.Mode]
-		for j := range p.Train {
-			if k > 1 {
-				p.Train[j].PowerMW *= k
-			}
-		}
-		for j := range p.Micro {
-			for x := range p.Micro[j] {
-				if k > 1 {
-					p.Micro[j][x].PowerMW *= k // micro-batch turns draw at the same mode
-				}
-			}
-		}
-		for i := range p.Infer {
-			if k > 1 {
-				for x := range p.Infer[i] {
-					p.Infer[i][x].PowerMW *= k
-				}
-			}
-			name := c.grp.Streams[i].Workload
-			p.Infer[i] = slices.DeleteFunc(p.Infer[i], func(ip plan.InferPoint) bool { return c.isBad(name, p.Mode, ip.Batch) })
-		}
-	}
-	return slices.DeleteFunc(ps, func(p plan.MultiProfile) bool {
-		return slices.ContainsFunc(p.Infer, func(ips []plan.InferPoint) bool { return len(ips) == 0 })
-	}), nil
-}
-
-// streamRates is each stream's planning rate: its own fixed rate, the shared fixed rate,
-// or its measured one; ready is false while a measured rate is still warming up.
-// Called with c.mu held.
+// streamRates is each planned stream's planning rate: its own fixed rate, the shared
+// fixed rate, or its measured one (streamMeter); ready is false while a measured rate is
+// still warming up. Called with c.mu held.
 func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 	ready = true
-	for _, s := range c.grp.Streams {
+	for _, s := range c.planned().Streams {
 		t := c.targets.Streams[s.Workload]
 		switch {
 		case t.RateRPS > 0:
@@ -269,12 +224,22 @@ func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 		case c.targets.RateRPS > 0:
 			rates = append(rates, c.targets.RateRPS)
 		default:
-			m := c.meter(s.Workload, now)
+			m := c.streamMeter(s.Workload, now)
 			rates = append(rates, m.rate)
 			ready = ready && m.ready(now, c.cfg.RateWarmup)
 		}
 	}
 	return rates, ready
+}
+
+// streamMeter is a planned stream's rate meter: the pair's (rate, started afresh with
+// each pair) while one stream and one job are planned for, else the stream's own
+// (meter). Called with c.mu held.
+func (c *Controller) streamMeter(workload string, now time.Time) *rateMeter {
+	if c.grp == nil {
+		return &c.rate
+	}
+	return c.meter(workload, now)
 }
 
 // forgetGone drops the rate meters and the broken (stream, mode, batch) points of the
@@ -311,18 +276,6 @@ func (c *Controller) meter(workload string, now time.Time) *rateMeter {
 	return m
 }
 
-// multiBudgets are model v1's budgets for the group at the given rates.
-func (c *Controller) multiBudgets(rates []float64) plan.MultiBudgets {
-	var streams, jobs []string
-	for _, s := range c.grp.Streams {
-		streams = append(streams, s.Workload)
-	}
-	for _, j := range c.grp.Train {
-		jobs = append(jobs, j.Workload)
-	}
-	return c.targets.MultiBudgets(streams, rates, jobs)
-}
-
 // StreamChoice is one stream's part of a configuration planned for several streams.
 type StreamChoice struct {
 	Workload        string  `json:"workload"`
@@ -356,9 +309,6 @@ func (c *Controller) microFor(ch Choice, workload string) (int, bool) {
 			return t.MicroBatch, true
 		}
 	}
-	if c.pair != nil && workload == c.pair.Train {
-		return ch.MicroBatch, true
-	}
 	return 0, false
 }
 
@@ -369,105 +319,7 @@ func (c *Controller) batchFor(ch Choice, workload string) int {
 			return s.Batch
 		}
 	}
-	if len(ch.Streams) == 0 && c.pair != nil && workload == c.pair.Infer {
-		return ch.Batch
-	}
 	return 0
-}
-
-// planMulti decides from stored profiles for every stream and job, or, with search,
-// starts a search when too few are stored. Called with c.mu held.
-func (c *Controller) planMulti(ctx context.Context, reason string, search bool) {
-	kind := KindReplan
-	if c.cur == nil {
-		kind = KindPlan
-	}
-	ps, err := c.multiProfiles()
-	if err != nil {
-		c.events.Add(Event{Kind: kind, Reason: reason + ": reading stored profiles failed", Err: err.Error()})
-		return
-	}
-	if c.board == nil {
-		return
-	}
-	if b := c.blocked(); search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
-		c.forceSearch = ""
-		c.searchRefused(reason, b)
-		if len(ps) == 0 {
-			return
-		}
-	} else if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
-		method := cmp.Or(c.forceSearch, c.cfg.Searcher)
-		c.forceSearch = ""
-		c.startSearch(c.base, method, fmt.Sprintf("%s; %d modes stored for every stream and job (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
-		return
-	}
-	rates, _ := c.streamRates(c.clock.Now())
-	mb := c.multiBudgets(rates)
-	ps = underCap(c, ps, func(p plan.MultiProfile) powermode.Mode { return p.Mode })
-	d, err := c.Rules().ForMulti(mb, c.cfg.InferBatches).Decide(ps)
-	if err != nil {
-		c.events.Add(Event{Kind: kind, Reason: reason, Err: fmt.Sprintf("no stored profile of every stream: run fulcrumctl optimize: %v", err)})
-		return
-	}
-	c.stepped = false
-	c.planRate = rates[0]
-	for i, s := range c.grp.Streams {
-		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
-	}
-	c.decideMulti(ctx, kind, reason+": "+explainMulti(c.grp, d, mb), d, mb)
-}
-
-// explainMulti is a decision for g in an event's words.
-func explainMulti(g *group, d plan.MultiDecision, mb plan.MultiBudgets) string {
-	e := d.Best
-	var st []string
-	for i, s := range e.Streams {
-		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
-	}
-	if mt := microText(trainChoices(g, e.MicroBatches)); mt != "" {
-		st = append(st, mt)
-	}
-	head := fmt.Sprintf("mode %s, %s; %.1f W, GPU share %.2f, training %.1f samples/s (P(every budget) %.3f, %d claimable)",
-		e.Mode.Human(), strings.Join(st, ", "), e.PowerMW/1000, e.Rho, e.ObjectiveSPS, d.PFeasible, d.Candidates)
-	if !d.Feasible {
-		b := string(d.Binding.Constraint)
-		if d.Binding.Stream != "" {
-			b += " of stream " + d.Binding.Stream
-		}
-		return "no known configuration meets every budget with training running (" + b + " binds); least violating: " + head
-	}
-	return head
-}
-
-// decideMulti applies the decision d (or a step's configuration, reaction.go) and
-// records it. Called with c.mu held.
-func (c *Controller) decideMulti(ctx context.Context, kind Kind, reason string, d plan.MultiDecision, mb plan.MultiBudgets) {
-	e := d.Best
-	ch := Choice{Mode: e.Mode, Predicted: Prediction{ThroughputSPS: e.ObjectiveSPS, PowerMW: e.PowerMW, Rho: e.Rho, Feasible: d.Feasible}}
-	if !d.Feasible {
-		ch.Predicted.Binding = string(d.Binding.Constraint)
-	}
-	for i, s := range e.Streams {
-		ch.Streams = append(ch.Streams, StreamChoice{Workload: s.Name, Batch: s.Batch, LatencyBudgetMS: mb.Streams[i].LatencyMS,
-			RateRPS: mb.Streams[i].RateRPS, PredLatencyMS: s.LatencyMS, Rho: s.Rho})
-		if c.pair != nil && s.Name == c.pair.Infer {
-			ch.Batch, ch.Predicted.LatencyMS, ch.Predicted.RateRPS = s.Batch, s.LatencyMS, mb.Streams[i].RateRPS
-		}
-	}
-	ch.Train = trainChoices(c.grp, e.MicroBatches)
-	for _, t := range ch.Train {
-		if c.pair != nil && t.Workload == c.pair.Train {
-			ch.MicroBatch = t.MicroBatch // the pair's, as api.Plan.train_micro_batch shows it
-		}
-	}
-	m := e.Mode
-	meas := c.measured
-	pred := ch.Predicted
-	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch, Predicted: &pred, Measured: &meas})
-	c.apply(ctx, ch)
-	c.dropLatencyPause(c.clock.Now())
-	c.setTrainingPaused(c.trainingPausedFor(d.Feasible, string(d.Binding.Constraint)), reason)
 }
 
 // trainChoices are g's jobs with the micro-batch sizes a decision chose (one per job,
@@ -698,17 +550,13 @@ type StreamStatus struct {
 // streamStatus returns every inference stream planned for (the pair's one, or the
 // group's). Called with c.mu held.
 func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
-	var names []string
-	switch {
-	case c.grp != nil:
-		for _, s := range c.grp.Streams {
-			names = append(names, s.Workload)
-		}
-	case c.pair != nil:
-		names = []string{c.pair.Infer}
-	}
 	var out []StreamStatus
-	for _, n := range names {
+	g := c.planned()
+	if g == nil {
+		return nil
+	}
+	for _, st := range g.Streams {
+		n := st.Workload
 		t, own := c.targets.Streams[n]
 		s := StreamStatus{Workload: n, LatencyBudgetMS: c.targets.LatencyOf(n), OwnBudget: own}
 		switch {
@@ -729,14 +577,10 @@ func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
 			s.MeasuredP99MS, s.Served = wl.LatencyRecent.P99MS, wl.LatencyRecent.Count
 		}
 		if ch := c.cur; ch != nil {
-			s.Batch = c.batchFor(*ch, n)
 			for _, sc := range ch.Streams {
 				if sc.Workload == n {
-					s.PlanRateRPS, s.PredLatencyMS, s.Rho = sc.RateRPS, sc.PredLatencyMS, sc.Rho
+					s.Batch, s.PlanRateRPS, s.PredLatencyMS, s.Rho = sc.Batch, sc.RateRPS, sc.PredLatencyMS, sc.Rho
 				}
-			}
-			if len(ch.Streams) == 0 {
-				s.PlanRateRPS, s.PredLatencyMS, s.Rho = ch.Predicted.RateRPS, ch.Predicted.LatencyMS, ch.Predicted.Rho
 			}
 		}
 		out = append(out, s)
@@ -776,31 +620,6 @@ func (c *Controller) expectAtGroup(g *group, mp *plan.MultiProfile) {
 		}
 		if err := c.sched.ExpectTimes(w.ID, times); err != nil {
 			c.log.Debug("expected turn times not set", "worker", w.ID, "err", err) // it just left
-		}
-	}
-}
-
-// keepStreams carries the other streams' batches and the other jobs' micro-batches of
-// the configuration in force into ch, a choice made for the pair alone (an operator's
-// mode, the degraded fallback) while several streams are planned for: they keep serving
-// their batch and running their turns, and status keeps showing them. Called with c.mu
-// held.
-func (c *Controller) keepStreams(ch *Choice) {
-	if c.grp == nil || c.cur == nil || len(c.cur.Streams) == 0 || len(ch.Streams) > 0 {
-		return
-	}
-	ch.Streams = slices.Clone(c.cur.Streams)
-	for i := range ch.Streams {
-		if c.pair != nil && ch.Streams[i].Workload == c.pair.Infer && ch.Batch > 0 {
-			ch.Streams[i].Batch = ch.Batch
-		}
-		ch.Streams[i].PredLatencyMS, ch.Streams[i].Rho = 0, 0 // not predicted for this mode
-	}
-	// The jobs keep their micro-batches too, the pair's job taking the pair's choice.
-	ch.Train = slices.Clone(c.cur.Train)
-	for j := range ch.Train {
-		if c.pair != nil && ch.Train[j].Workload == c.pair.Train {
-			ch.Train[j].MicroBatch = ch.MicroBatch
 		}
 	}
 }

@@ -138,7 +138,7 @@ func TestPlanSeveralStreams(t *testing.T) {
 	e.tick(c, 100*time.Millisecond)
 	evs := c.Events().List(seq)
 	st = c.Status()
-	if countKind(evs, KindReplan) != 1 || st.Current.Streams != nil || len(st.Streams) != 1 {
+	if countKind(evs, KindReplan) != 1 || len(st.Current.Streams) != 1 || len(st.Streams) != 1 {
 		t.Fatalf("after the second stream left: %v, streams %+v", kinds(evs), st.Streams)
 	}
 	// A further stream joins: all three are planned jointly.
@@ -160,7 +160,7 @@ func mustProfiles(t *testing.T, c *Controller) []plan.ModeProfile {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ps, err := c.profiles()
+	ps, err := StoredProfiles(c.store, c.board.Info().Name, *c.pair) // the pair's alone
 	if err != nil {
 		t.Fatal(err)
 	}

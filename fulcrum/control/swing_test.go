@@ -78,7 +78,7 @@ func modelLatencyMS(t *testing.T, c *Controller) map[string]float64 {
 		t.Fatal(err)
 	}
 	rates, _ := c.streamRates(c.clock.Now())
-	m, err := plan.NewMultiModel(c.multiBudgets(rates), c.cfg.InferBatches)
+	m, err := plan.NewMultiModel(c.plannedBudgets(rates), c.cfg.InferBatches)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,11 +214,11 @@ func TestSeveralStreamsFewPercentOverKeepsTraining(t *testing.T) {
 		t.Fatal("training paused after a 3 % overshoot, although a stored configuration with a shorter training turn is predicted within the budget")
 	}
 	cur := c.Status().Current
-	if cur.Mode == first.Mode && cur.MicroBatch == first.MicroBatch && sameBatches(cur.Streams, first.Streams) {
-		t.Fatalf("still at the broken configuration %s (micro-batch %d)", cur.Mode.Human(), cur.MicroBatch)
+	if cur.Mode == first.Mode && cur.MicroBatch() == first.MicroBatch() && sameBatches(cur.Streams, first.Streams) {
+		t.Fatalf("still at the broken configuration %s (micro-batch %d)", cur.Mode.Human(), cur.MicroBatch())
 	}
 	if !cur.Predicted.Feasible {
-		t.Errorf("at %s micro-batch %d, predicted infeasible: a 3 %% overshoot made every configuration look over the budget", cur.Mode.Human(), cur.MicroBatch)
+		t.Errorf("at %s micro-batch %d, predicted infeasible: a 3 %% overshoot made every configuration look over the budget", cur.Mode.Human(), cur.MicroBatch())
 	}
 }
 
@@ -268,7 +268,7 @@ func overshootRun(t *testing.T, over float64) (*env, *Controller, *Choice) {
 	streams := []*slowStream{e.slowStream(tInfer), e.slowStream(tInfer2)}
 	e.tick(c, 100*time.Millisecond)
 	first := c.Status().Current
-	if first == nil || len(first.Streams) != 2 || !first.Predicted.Feasible || first.MicroBatch != 0 {
+	if first == nil || len(first.Streams) != 2 || !first.Predicted.Feasible || first.MicroBatch() != 0 {
 		t.Fatalf("test premise: want a claimed joint plan of whole minibatches, got %+v", first)
 	}
 	t.Logf("first plan: %s, model v1 %v", first.Mode.Human(), modelLatencyMS(t, c))
@@ -276,7 +276,7 @@ func overshootRun(t *testing.T, over float64) (*env, *Controller, *Choice) {
 	for range 40 {
 		lat := 0.85 * budgetMS
 		cur := c.Status().Current
-		if cur.Mode == first.Mode && cur.MicroBatch == first.MicroBatch && sameBatches(cur.Streams, first.Streams) {
+		if cur.Mode == first.Mode && cur.MicroBatch() == first.MicroBatch() && sameBatches(cur.Streams, first.Streams) {
 			lat = over * budgetMS
 		}
 		for i, s := range streams {

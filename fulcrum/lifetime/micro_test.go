@@ -167,27 +167,27 @@ func TestDecisionChoosesMicroBatchFromLiveProfiles(t *testing.T) {
 	cur := *at.cur
 	t.Logf("%d micro-batch sizes left out as over the room", left)
 	t.Logf("%d modes profiled; plan: mode %s, inference batch %d, micro-batch %d, predicted %.1f samples/s, p99 %.1f ms, feasible %v; training after the plan %v samples, paused %.0f s, %d micro-batch turns",
-		len(rows), cur.Mode.Human(), cur.Batch, cur.MicroBatch, cur.Predicted.ThroughputSPS, cur.Predicted.LatencyMS, cur.Predicted.Feasible,
+		len(rows), cur.Mode.Human(), cur.Batch(), cur.MicroBatch(), cur.Predicted.ThroughputSPS, cur.Predicted.LatencyMS, cur.Predicted.Feasible,
 		r.TrainSamplesAfterPlan["resnet18-train"], r.TrainPausedS, r.MicroTurns)
-	if cur.MicroBatch == 0 || !cur.Predicted.Feasible {
+	if cur.MicroBatch() == 0 || !cur.Predicted.Feasible {
 		t.Fatalf("plan %+v: want a feasible plan with a training micro-batch (the minibatch breaks the %d ms budget at every mode)", cur, microBudgetMS)
 	}
-	mp, ok := rows[cur.Mode][cur.MicroBatch]
+	mp, ok := rows[cur.Mode][cur.MicroBatch()]
 	if !ok {
-		t.Fatalf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch, cur.Mode.Human())
+		t.Fatalf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch(), cur.Mode.Human())
 	}
 	// The prediction is the model's at the stored row: θ = (1−ρ)·u/τ_T(m,u).
-	want := (1 - cur.Predicted.Rho) * float64(cur.MicroBatch) / (mp.TimeMS.Mean / 1000)
+	want := (1 - cur.Predicted.Rho) * float64(cur.MicroBatch()) / (mp.TimeMS.Mean / 1000)
 	if math.Abs(cur.Predicted.ThroughputSPS-want) > 1e-6*want {
 		t.Errorf("predicted %.3f samples/s, but the stored micro-batch %d at %s (%.2f ms) gives %.3f: the plan's micro-batch must come from the stored profile",
-			cur.Predicted.ThroughputSPS, cur.MicroBatch, cur.Mode.Human(), mp.TimeMS.Mean, want)
+			cur.Predicted.ThroughputSPS, cur.MicroBatch(), cur.Mode.Human(), mp.TimeMS.Mean, want)
 	}
 	if at.snap.TrainingPaused {
 		t.Error("training paused under a feasible micro-batch plan")
 	}
 	for _, w := range at.snap.Workers {
-		if w.Workload == "resnet18-train" && w.MicroBatch != 0 && w.MicroBatch != cur.MicroBatch {
-			t.Errorf("the trainer runs micro-batch %d, the plan chose %d", w.MicroBatch, cur.MicroBatch)
+		if w.Workload == "resnet18-train" && w.MicroBatch != 0 && w.MicroBatch != cur.MicroBatch() {
+			t.Errorf("the trainer runs micro-batch %d, the plan chose %d", w.MicroBatch, cur.MicroBatch())
 		}
 	}
 	if n := r.TrainSamplesAfterPlan["resnet18-train"]; n <= 0 || r.MicroTurns == 0 {
@@ -214,7 +214,7 @@ func BenchmarkMicroTable(b *testing.B) {
 					planned := "no plan"
 					sc.Probes = []lifetime.Probe{{At: d - time.Second, Do: func(in *lifetime.Instant) {
 						if cur := in.Status().Current; cur != nil {
-							planned = fmt.Sprintf("%d, %v", cur.MicroBatch, cur.Predicted.Feasible)
+							planned = fmt.Sprintf("%d, %v", cur.MicroBatch(), cur.Predicted.Feasible)
 						}
 					}}}
 					r, err := lifetime.Run(context.Background(), sc)

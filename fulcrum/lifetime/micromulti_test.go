@@ -138,17 +138,17 @@ func runMicroPlan(t *testing.T, sc lifetime.Scenario, trainer string) (lifetime.
 func checkMicroPlanFollowed(t *testing.T, r lifetime.Result, at microSeen, trainer string) {
 	t.Helper()
 	cur := *at.cur
-	if cur.MicroBatch == 0 || !cur.Predicted.Feasible {
+	if cur.MicroBatch() == 0 || !cur.Predicted.Feasible {
 		t.Fatalf("plan %+v: want a feasible plan with a training micro-batch for %s (its minibatch breaks the %d ms budgets at every mode)", cur, trainer, microBudgetMS)
 	}
 	if at.snap.TrainingPaused {
 		t.Error("training paused under a feasible micro-batch plan")
 	}
-	if w, ok := workerOf(at.snap, trainer); !ok || w.MicroBatch != cur.MicroBatch {
-		t.Errorf("%s runs micro-batch %d (registered %v), the plan chose %d", trainer, w.MicroBatch, ok, cur.MicroBatch)
+	if w, ok := workerOf(at.snap, trainer); !ok || w.MicroBatch != cur.MicroBatch() {
+		t.Errorf("%s runs micro-batch %d (registered %v), the plan chose %d", trainer, w.MicroBatch, ok, cur.MicroBatch())
 	}
-	if !microEvent(at.events, trainer, cur.MicroBatch) {
-		t.Errorf("no micro_batch event says %s runs the plan's micro-batch %d", trainer, cur.MicroBatch)
+	if !microEvent(at.events, trainer, cur.MicroBatch()) {
+		t.Errorf("no micro_batch event says %s runs the plan's micro-batch %d", trainer, cur.MicroBatch())
 	}
 	checkP99AfterPlan(t, r, microBudgetMS)
 }
@@ -172,24 +172,24 @@ func TestSeveralStreamsPlanMicroBatchFromLiveProfiles(t *testing.T) {
 	r, at, rows := runMicroPlan(t, sc, "resnet18-train")
 	cur := *at.cur
 	t.Logf("%d modes profiled; plan: mode %s, streams %+v, micro-batch %d (jobs %+v), predicted %.1f samples/s, GPU share %.2f, feasible %v; training after the plan %v samples, paused %.0f s, %d micro-batch turns; streams %+v",
-		len(rows), cur.Mode.Human(), cur.Streams, cur.MicroBatch, cur.Train, cur.Predicted.ThroughputSPS, cur.Predicted.Rho, cur.Predicted.Feasible,
+		len(rows), cur.Mode.Human(), cur.Streams, cur.MicroBatch(), cur.Train, cur.Predicted.ThroughputSPS, cur.Predicted.Rho, cur.Predicted.Feasible,
 		r.TrainSamplesAfterPlan["resnet18-train"], r.TrainPausedS, r.MicroTurns, r.Streams)
 	checkMicroPlanFollowed(t, r, at, "resnet18-train")
 	if len(cur.Streams) != 2 {
 		t.Fatalf("plan %+v: want one for both streams", cur)
 	}
-	if len(cur.Train) != 1 || cur.Train[0].Workload != "resnet18-train" || cur.Train[0].MicroBatch != cur.MicroBatch {
-		t.Errorf("plan's jobs %+v: want resnet18-train at micro-batch %d", cur.Train, cur.MicroBatch)
+	if len(cur.Train) != 1 || cur.Train[0].Workload != "resnet18-train" || cur.Train[0].MicroBatch != cur.MicroBatch() {
+		t.Errorf("plan's jobs %+v: want resnet18-train at micro-batch %d", cur.Train, cur.MicroBatch())
 	}
-	mp, ok := rows[cur.Mode][cur.MicroBatch]
+	mp, ok := rows[cur.Mode][cur.MicroBatch()]
 	if !ok {
-		t.Fatalf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch, cur.Mode.Human())
+		t.Fatalf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch(), cur.Mode.Human())
 	}
 	// One job: the objective is its throughput, (1 − Σρ)·u/τ_T(m,u) at the stored row.
-	want := (1 - cur.Predicted.Rho) * float64(cur.MicroBatch) / (mp.TimeMS.Mean / 1000)
+	want := (1 - cur.Predicted.Rho) * float64(cur.MicroBatch()) / (mp.TimeMS.Mean / 1000)
 	if math.Abs(cur.Predicted.ThroughputSPS-want) > 1e-6*want {
 		t.Errorf("predicted %.3f samples/s, but the stored micro-batch %d at %s (%.2f ms) gives %.3f: the plan's turn must be the stored micro-batch row",
-			cur.Predicted.ThroughputSPS, cur.MicroBatch, cur.Mode.Human(), mp.TimeMS.Mean, want)
+			cur.Predicted.ThroughputSPS, cur.MicroBatch(), cur.Mode.Human(), mp.TimeMS.Mean, want)
 	}
 	if n := r.TrainSamplesAfterPlan["resnet18-train"]; n <= 0 || r.MicroTurns == 0 {
 		t.Errorf("training after the plan: %v samples, %d micro-batch turns: it must continue in micro-batches", n, r.MicroTurns)
@@ -211,15 +211,15 @@ func TestTwoJobsOneDeclaringMicroBatches(t *testing.T) {
 	r, at, rows := runMicroPlan(t, sc, "resnet18-train")
 	cur := *at.cur
 	t.Logf("%d modes profiled; plan: mode %s, batch %d, micro-batch %d, jobs %+v, predicted %.1f samples/s, feasible %v (%s); training after the plan %v samples, paused %.0f s, %d micro-batch turns; streams %+v",
-		len(rows), cur.Mode.Human(), cur.Batch, cur.MicroBatch, cur.Train, cur.Predicted.ThroughputSPS, cur.Predicted.Feasible, cur.Predicted.Binding,
+		len(rows), cur.Mode.Human(), cur.Batch(), cur.MicroBatch(), cur.Train, cur.Predicted.ThroughputSPS, cur.Predicted.Feasible, cur.Predicted.Binding,
 		r.TrainSamplesAfterPlan, r.TrainPausedS, r.MicroTurns, r.Streams)
 	checkMicroPlanFollowed(t, r, at, "resnet18-train")
-	if len(cur.Train) != 2 || cur.Train[0] != (control.TrainChoice{Workload: "resnet18-train", Batch: 32, MicroBatch: cur.MicroBatch}) ||
+	if len(cur.Train) != 2 || cur.Train[0] != (control.TrainChoice{Workload: "resnet18-train", Batch: 32, MicroBatch: cur.MicroBatch()}) ||
 		cur.Train[1] != (control.TrainChoice{Workload: "lstm-train", Batch: 20}) {
-		t.Errorf("plan's jobs %+v: want resnet18-train at micro-batch %d, lstm-train whole", cur.Train, cur.MicroBatch)
+		t.Errorf("plan's jobs %+v: want resnet18-train at micro-batch %d, lstm-train whole", cur.Train, cur.MicroBatch())
 	}
-	if _, ok := rows[cur.Mode][cur.MicroBatch]; !ok {
-		t.Errorf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch, cur.Mode.Human())
+	if _, ok := rows[cur.Mode][cur.MicroBatch()]; !ok {
+		t.Errorf("the plan's micro-batch %d at mode %s has no stored profile", cur.MicroBatch(), cur.Mode.Human())
 	}
 	if w, ok := workerOf(at.snap, "lstm-train"); !ok || len(w.MicroBatches) != 0 || (w.MicroBatch != 0 && w.MicroBatch != w.Batch) {
 		t.Errorf("lstm-train worker %+v: it declared nothing and must run whole minibatches", w)

@@ -156,11 +156,6 @@ type MultiDecider struct {
 	Budgets MultiBudgets
 	Batches []int
 	Rules
-	// LatencyRatio is, per stream in stream order, the ratio of its measured p99 to the
-	// model's prediction that the decision expects at every configuration (what fulcrumd's
-	// controller learned where a stream broke its budget): each stream's latency terms are
-	// scaled by it before the admission room is added. Missing or below 1 counts as 1.
-	LatencyRatio []float64
 }
 
 // MultiScored is one configuration as a MultiDecider sees it.
@@ -197,14 +192,6 @@ func (d MultiDecider) Validate() error {
 	return errors.Join(errs...)
 }
 
-// latencyRatio is stream i's latency ratio (≥ 1) of ratios (MultiDecider.LatencyRatio).
-func latencyRatio(ratios []float64, i int) float64 {
-	if i < len(ratios) && ratios[i] > 1 {
-		return ratios[i]
-	}
-	return 1
-}
-
 // kept is s, scored into buffers that the next configuration reuses, with slices of its
 // own (train are its training turns).
 func (s MultiScored) kept(train []TrainPoint) MultiScored {
@@ -220,8 +207,7 @@ func (s MultiScored) kept(train []TrainPoint) MultiScored {
 // scoreInto is the decision's scoring (docs/design.md §9), the one place P(every budget
 // met) is computed: for k streams and m jobs here, for the pair through Decider.score.
 // e is the model's evaluation of the configuration (train and pts at the mode of a
-// profile whose values are means of repeats measurements); ratios are the streams'
-// latency ratios (MultiDecider.LatencyRatio; nil: none). latAdm and pStreams, one slot
+// profile whose values are means of repeats measurements). latAdm and pStreams, one slot
 // per stream, receive each stream's latency with the admission room and its P(within
 // budget), and come back in the answer; binding is the term least likely to hold
 // (termConstraint).
@@ -237,7 +223,7 @@ func (s MultiScored) kept(train []TrainPoint) MultiScored {
 // minibatch ahead of every one), so their events are positively correlated and the
 // product of their probabilities is a lower bound of P(all): the claim errs on the safe
 // side.
-func (r Rules) scoreInto(m *MultiModel, e MultiEval, train []TrainPoint, pts []InferPoint, repeats int, ratios []float64, latAdm, pStreams []float64) (s MultiScored, binding int) {
+func (r Rules) scoreInto(m *MultiModel, e MultiEval, train []TrainPoint, pts []InferPoint, repeats int, latAdm, pStreams []float64) (s MultiScored, binding int) {
 	b := &m.b
 	s = MultiScored{MultiEval: e, LatencyAdmMS: latAdm, PStreams: pStreams, PFeasible: 1}
 	sd := r.NoiseRel / math.Sqrt(float64(max(repeats, 1))) // relative σ of each profiled mean
@@ -245,13 +231,11 @@ func (r Rules) scoreInto(m *MultiModel, e MultiEval, train []TrainPoint, pts []I
 	least, at := math.Inf(1), -1
 	for i, st := range e.Streams {
 		lim := b.Streams[i].LatencyMS
-		// k·(fill + wait + own service): the model's latency as the stream measured it
-		// (k = 1 exactly without a learned ratio, so the terms are the model's). The
-		// admission room counts the turn that runs: a micro-batch's, when it is one.
-		k := latencyRatio(ratios, i)
-		latAdm[i] = r.Admission.LatencyMS(lim, k*st.FillMS, k*st.WaitMS, k*pts[i].TimeMS)
-		meas := g * k * (st.WaitMS + pts[i].TimeMS)
-		sdLat := g * sd * k * math.Hypot(st.WaitMS, pts[i].TimeMS) * edgeScale(lim-(latAdm[i]-meas), meas)
+		// fill + wait + own service, with the admission room: the turn that runs counts,
+		// a micro-batch's when it is one.
+		latAdm[i] = r.Admission.LatencyMS(lim, st.FillMS, st.WaitMS, pts[i].TimeMS)
+		meas := g * (st.WaitMS + pts[i].TimeMS)
+		sdLat := g * sd * math.Hypot(st.WaitMS, pts[i].TimeMS) * edgeScale(lim-(latAdm[i]-meas), meas)
 		pStreams[i] = phi(lim-latAdm[i], sdLat)
 		s.PFeasible *= pStreams[i]
 		s.ViolationAdm, least, at = term(s.ViolationAdm, least, at, i, latAdm[i]/lim-1, pStreams[i])
@@ -331,7 +315,7 @@ func (d MultiDecider) Decide(profiles []MultiProfile) (MultiDecision, error) {
 		streams, sps, latAdm, pStreams := make([]StreamEval, k), make([]float64, len(p.Train)), make([]float64, k), make([]float64, k)
 		err := m.eachTrainCombo(p, func(train []TrainPoint, pts []InferPoint) {
 			e, _ := m.evalInto(p.Mode, train, shares, pts, streams, sps)
-			s, _ := d.Rules.scoreInto(m, e, train, pts, p.Repeats, d.LatencyRatio, latAdm, pStreams)
+			s, _ := d.Rules.scoreInto(m, e, train, pts, p.Repeats, latAdm, pStreams)
 			if d.Claims(s) {
 				claimable++
 			}

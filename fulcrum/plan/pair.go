@@ -68,6 +68,15 @@ func pairBudgets(b Budgets) MultiBudgets {
 	return MultiBudgets{Streams: []StreamBudget{{RateRPS: b.RateRPS, LatencyMS: b.LatencyMS}}, PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
 }
 
+// Pair is b, budgets of one stream, in the pair's view (pairBudgets' inverse).
+func (b MultiBudgets) Pair() Budgets {
+	out := Budgets{PowerMW: b.PowerMW, Quantile: b.Quantile, RhoMax: b.RhoMax}
+	if len(b.Streams) > 0 {
+		out.RateRPS, out.LatencyMS = b.Streams[0].RateRPS, b.Streams[0].LatencyMS
+	}
+	return out
+}
+
 // Budgets returns the budgets the model checks against.
 func (m *Model) Budgets() Budgets { return m.b }
 
@@ -202,8 +211,7 @@ func (e Eval) microWords() string {
 
 // Decider is the decision (MultiDecider, docs/design.md §9) for one training job and
 // one stream: the pair's configurations are scored by Rules.scoreInto, claimed by
-// Rules.claims and ranked by Rules.better, as MultiDecider's with k = m = 1 (there are no
-// latency ratios on the pair). The pair searchers (GMD, ALS) score their candidates
+// Rules.claims and ranked by Rules.better, as MultiDecider's with k = m = 1. The pair searchers (GMD, ALS) score their candidates
 // with ScoreAll and Claims in their inner loops; the daemon's controller and
 // `fulcrumctl bench` choose the pair's configuration through Decide.
 type Decider struct {
@@ -224,6 +232,17 @@ type Decision struct {
 	Candidates int `json:"candidates"`
 	// Confidence is the level a claim needed.
 	Confidence float64 `json:"confidence"`
+}
+
+// Pair is a one-stream, one-job decision in the pair's view: what Decider.Decide answers
+// over the same profiles (TestMultiDecideIsDecider).
+func (d MultiDecision) Pair() Decision {
+	out := Decision{Plan: Plan{Best: d.Best.Pair(), Feasible: d.Feasible, Binding: d.Binding.Constraint},
+		PFeasible: d.PFeasible, Candidates: d.Candidates, Confidence: d.Confidence}
+	if len(d.LatencyAdmMS) > 0 {
+		out.LatencyAdmMS = d.LatencyAdmMS[0]
+	}
+	return out
 }
 
 // Explain is Plan.Explain with the probability behind the claim.
@@ -264,7 +283,7 @@ func (d Decider) score(m *Model, p ModeProfile, t TrainPoint, ip InferPoint) Sco
 	var buf pairBuf
 	var latAdm, pStream [1]float64
 	e, binding := m.eval(&buf, p.Mode, t, ip)
-	s, bindingAdm := d.Rules.scoreInto(m.mm, e, buf.train[:], buf.infer[:], p.Repeats, nil, latAdm[:], pStream[:])
+	s, bindingAdm := d.Rules.scoreInto(m.mm, e, buf.train[:], buf.infer[:], p.Repeats, latAdm[:], pStream[:])
 	return Scored{Eval: pairEval(e, binding, t), LatencyAdmMS: latAdm[0], PFeasible: s.PFeasible, ViolationAdm: s.ViolationAdm, BindingAdm: termConstraint(bindingAdm, 1)}
 }
 

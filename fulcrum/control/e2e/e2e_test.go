@@ -364,7 +364,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	wl, _ := snap.Workload(proto.RoleInfer, inferWL)
 	maxW, nWin := pl.maxAvg(wStart, wEnd)
 	t.Logf("window %s: %d requests served, p50 %.1f ms, p99 %.1f ms (budget %.0f); max 1 s power %.2f W over %d windows (budget %.0f W); mode %s batch %d",
-		wEnd.Sub(wStart).Round(time.Second), wl.Latency.Count, wl.Latency.P50MS, wl.Latency.P99MS, latencyMS, maxW, nWin, powerW, st.Current.Mode.Human(), st.Current.Batch)
+		wEnd.Sub(wStart).Round(time.Second), wl.Latency.Count, wl.Latency.P50MS, wl.Latency.P99MS, latencyMS, maxW, nWin, powerW, st.Current.Mode.Human(), st.Current.Batch())
 	if wl.Served == 0 || wl.Failed != 0 {
 		t.Errorf("inference: %d requests served, %d failed; want requests answered", wl.Served, wl.Failed)
 	}

@@ -210,7 +210,7 @@ func TestTwoStreamsEndToEnd(t *testing.T) {
 		t.Fatalf("no re-plan within %s of the detector leaving", smokeTimeout)
 	}
 	t.Logf("re-plan %.1fs after the detector's trace ended: %s", rp.Time.Sub(t0.Add(streamEnd)).Seconds(), rp.Message)
-	if cur := d.Controller.Status().Current; cur == nil || cur.Streams != nil {
+	if cur := d.Controller.Status().Current; cur == nil || len(cur.Streams) != 1 || cur.Streams[0].Workload != "resnet50-infer" {
 		t.Errorf("after the detector left the plan is %+v; want the pair's", cur)
 	}
 

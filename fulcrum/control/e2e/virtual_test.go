@@ -202,7 +202,7 @@ func TestControllerOnVirtualTime(t *testing.T) {
 	from := time.Duration(res.FirstPlanS*float64(time.Second)) + settle
 	maxMW, n := tr.maxPowerMW(from, doubleAt)
 	t.Logf("window before the doubling: %d served, p50 %.1f ms, p99 %.1f ms (budget %.0f); max 1 s power %.2f W over %d s (budget %.0f W); mode %s batch %d",
-		window.count, window.p50MS, window.p99MS, latencyMS, maxMW/1000, n, powerW, atPlan.Current.Mode.Human(), atPlan.Current.Batch)
+		window.count, window.p50MS, window.p99MS, latencyMS, maxMW/1000, n, powerW, atPlan.Current.Mode.Human(), atPlan.Current.Batch())
 	if window.count < int(rateRPS*30/2) {
 		t.Errorf("only %d requests served in the window", window.count)
 	}

@@ -177,11 +177,13 @@ func (a *API) plan() *api.Plan {
 	if ch == nil {
 		return nil
 	}
-	p := &api.Plan{Mode: ch.Mode, InferBatch: ch.Batch, TrainMicroBatch: ch.MicroBatch, Feasible: ch.Predicted.Feasible,
+	p := &api.Plan{Mode: ch.Mode, InferBatch: ch.Batch(), TrainMicroBatch: ch.MicroBatch(), Feasible: ch.Predicted.Feasible,
 		PredLatencyMS: ch.Predicted.LatencyMS, PredPowerMW: ch.Predicted.PowerMW,
 		PredThroughputSamplesPerS: ch.Predicted.ThroughputSPS, Rho: ch.Predicted.Rho, Source: "stored-profiles",
 		ApplyError: st.ApplyError}
-	p.TrainJobs = toAPITrainJobs(ch.Train)
+	if len(ch.Streams) > 1 || len(ch.Train) > 1 {
+		p.TrainJobs = toAPITrainJobs(ch.Train) // the pair's one job is TrainMicroBatch
+	}
 	evs := a.C.Events().List(0)
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
