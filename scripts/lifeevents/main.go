@@ -106,7 +106,7 @@ func run() error {
 				s := fmt.Sprintf("%7.1fs %-10s %s p99 %.1f ms > %.0f ms over %d (max %.1f), room %.1f ms",
 					in.Elapsed().Seconds(), "BROKEN", w.Workload, r.P99MS, w.LatencyBudgetMS, r.Count, r.MaxMS, w.AdmissionRoomMS)
 				if c := st.Current; c != nil {
-					s += fmt.Sprintf(" | in force: %s batch %d micro %d, predicted p99 %.1f ms", c.Mode, c.Batch, c.MicroBatch, c.Predicted.LatencyMS)
+					s += fmt.Sprintf(" | in force: %s batch %d micro %d, predicted p99 %.1f ms", c.Mode, c.Batch(), c.MicroBatch(), c.Predicted.LatencyMS)
 				}
 				for _, wk := range snap.Workers {
 					if wk.Role == proto.RoleTrain {
