@@ -130,10 +130,9 @@ func (w *walk) trade(cur powermode.Index, curP plan.ModeProfile, probes []probe,
 // power; ok is false when the power cannot be brought under target or the mode is not
 // in the space or already known.
 func (w *walk) payDown(hi powermode.Index, hiMW, target float64, downs []knobSaving, k powermode.Knob) (powermode.Index, float64, bool) {
-	var pred func(powermode.Index) float64
 	c := hi
 	base := w.powerFeatures(w.sp.Mode(hi))
-	pred = func(c powermode.Index) float64 {
+	pred := func(c powermode.Index) float64 {
 		f := w.powerFeatures(w.sp.Mode(c))
 		v := hiMW
 		for _, d := range downs {
