@@ -449,7 +449,7 @@ func (w *walk) run(start powermode.Index) (string, error) {
 	// 1. Finite differences along each knob.
 	curP, _ := w.profileAt(cur)
 	first := 1
-	if e, _ := w.model.BestAtMode(curP); !e.Feasible && e.Binding == plan.ConstraintPower {
+	if e, _ := w.model.BestAtMode(curP); (!e.Feasible && e.Binding == plan.ConstraintPower) || w.powerUnclaimed(curP) {
 		first = -1
 	}
 	bestIdx, bestS := cur, curS
@@ -624,4 +624,29 @@ func evalAt(m *plan.Model, mode powermode.Mode, profiles []plan.ModeProfile, bat
 		}
 	}
 	return plan.Eval{}, false
+}
+
+// powerUnclaimed reports that the decision claims nothing at p's mode and power is what
+// keeps its most likely configuration from a claim: the mean fits the power budget, by
+// less than the noise allows. Probing up from there measures modes over the budget
+// (traced: a re-search from such a start abandoned every probe up and stopped with
+// nothing claimed, training paused for the rest of the run), so the walk probes down.
+func (w *walk) powerUnclaimed(p plan.ModeProfile) bool {
+	if w.dec == nil {
+		return false
+	}
+	scored, err := w.dec.ScoreAll([]plan.ModeProfile{p})
+	if err != nil || len(scored) == 0 {
+		return false
+	}
+	best := scored[0]
+	for _, s := range scored {
+		if w.dec.Claims(s) {
+			return false
+		}
+		if s.PFeasible > best.PFeasible {
+			best = s
+		}
+	}
+	return best.BindingAdm == plan.ConstraintPower
 }
