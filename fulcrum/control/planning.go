@@ -240,7 +240,7 @@ func (c *Controller) applyDecision(ctx context.Context, kind Kind, reason string
 	m := ch.Mode
 	meas := c.measured
 	pred := ch.Predicted
-	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch(), Predicted: &pred, Measured: &meas})
+	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch(), Streams: streamBatchesOf(ch), Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
 	// docs/design.md §2: when no known configuration meets the budgets with training running,
 	// inference and power come first: training waits until a plan is feasible again —
@@ -248,6 +248,15 @@ func (c *Controller) applyDecision(ctx context.Context, kind Kind, reason string
 	// short enough for the admission room (issue 32, §9).
 	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(c.trainingPausedFor(pred.Feasible, pred.Binding), reason)
+}
+
+// streamBatchesOf is every stream's batch of ch (an event's Streams).
+func streamBatchesOf(ch Choice) []StreamBatch {
+	var out []StreamBatch
+	for _, s := range ch.Streams {
+		out = append(out, StreamBatch{Workload: s.Workload, Batch: s.Batch})
+	}
+	return out
 }
 
 // expectAt tells the scheduler how long the workers' turns take at mode m — the stored

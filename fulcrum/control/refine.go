@@ -596,7 +596,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 				c.ref.confirmed = &refinePoint{key: t.key, eval: s.MultiEval, at: now}
 				c.ref.nextTrial = now.Add(o.Window * time.Duration(o.ConfirmWindows))
 				c.events.Add(Event{Kind: KindConfirm, Reason: fmt.Sprintf("trial of %s confirmed after %s: %s", c.keyWords(t.key), now.Sub(t.start).Round(time.Second), c.refineWhy(s)),
-					Mode: ptrMode(t.key.m), Batch: t.key.first(), Predicted: predPtr(s.MultiEval, rates), Measured: ptrMeasured(c.measured)})
+					Mode: ptrMode(t.key.m), Batch: t.key.first(), Streams: c.streamBatches(t.key), Predicted: predPtr(s.MultiEval, rates), Measured: ptrMeasured(c.measured)})
 				return true
 			}
 		}
@@ -625,7 +625,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 			c.ref.confirmed = &refinePoint{key: key, eval: cs.MultiEval, at: now}
 			c.ref.nextTrial = now.Add(o.Window)
 			c.events.Add(Event{Kind: KindConfirm, Reason: fmt.Sprintf("configuration in force confirmed live after %d windows: %s", c.ref.win.count, c.refineWhy(cs)),
-				Mode: ptrMode(key.m), Batch: key.first(), Predicted: predPtr(cs.MultiEval, rates), Measured: ptrMeasured(c.measured)})
+				Mode: ptrMode(key.m), Batch: key.first(), Streams: c.streamBatches(key), Predicted: predPtr(cs.MultiEval, rates), Measured: ptrMeasured(c.measured)})
 		}
 		return false
 	}

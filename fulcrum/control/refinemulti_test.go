@@ -152,6 +152,9 @@ func TestTwoStreamTrialEndsOnOneStreamsOwnLatency(t *testing.T) {
 		if abandon == nil || !strings.Contains(abandon.Reason, want) {
 			t.Fatalf("%s: no abandon saying %q: %+v", tc.name, want, abandon)
 		}
+		if len(abandon.Streams) != streams || abandon.Streams[streams-1] != (StreamBatch{Workload: late, Batch: c.Status().Current.Streams[streams-1].Batch}) || abandon.Batch != abandon.Streams[0].Batch {
+			t.Fatalf("%s: the abandon event names the batches %+v (batch %d): want every stream's, back at the confirmed configuration", tc.name, abandon.Streams, abandon.Batch)
+		}
 		if onTrial || !back {
 			t.Fatalf("%s: after the abandon: on trial %v, back at the confirmed configuration %v", tc.name, onTrial, back)
 		}

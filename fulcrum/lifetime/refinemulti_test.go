@@ -152,8 +152,10 @@ func TestRefineTwoStreamsEvidenceTightensTheClaim(t *testing.T) {
 			t.Fatalf("pooled ratios %+v: want one per stream and one for the job", r.Pooled)
 		}
 	}
-	if len(refEvents(res, control.KindConfirm)) == 0 {
+	if cs := refEvents(res, control.KindConfirm); len(cs) == 0 {
 		t.Error("the configuration in force was never confirmed live")
+	} else if len(cs[0].Streams) != 2 || cs[0].Streams[1].Workload != refInfer2 {
+		t.Errorf("the confirm event names the batches %+v: want both streams'", cs[0].Streams)
 	}
 	if !(early.Pooled.Repeats > 1 && late.Pooled.Repeats > early.Pooled.Repeats) {
 		t.Errorf("repeats the profile counts: 1 stored, %d at 40 s, %d at 5 min: want growing", early.Pooled.Repeats, late.Pooled.Repeats)

@@ -428,10 +428,11 @@ func toAPIEvent(e control.Event) api.Event {
 	data := struct {
 		Mode      *powermode.Mode     `json:"mode,omitempty"`
 		Batch     int                 `json:"batch,omitempty"`
+		Streams   []api.RefineStream  `json:"streams,omitempty"`
 		Predicted *control.Prediction `json:"predicted,omitempty"`
 		Measured  *control.Measured   `json:"measured,omitempty"`
 		Err       string              `json:"error,omitempty"`
-	}{e.Mode, e.Batch, e.Predicted, e.Measured, e.Err}
+	}{e.Mode, e.Batch, toAPIStreamBatches(e.Streams), e.Predicted, e.Measured, e.Err}
 	if raw, err := json.Marshal(data); err == nil && string(raw) != "{}" {
 		out.Data = raw
 	}
