@@ -659,7 +659,7 @@ func (c *Controller) observeWindow(snap sched.Snapshot, now time.Time) bool {
 	}
 	// The turn training runs: the plan's micro-batch (its own expected time), else the
 	// whole minibatch.
-	lw := liveWindow{TrainMS: tw.ExpectedTrainMS, RateRPS: c.rate.rate, InferBatch: key.b}
+	lw := liveWindow{TrainMS: tw.ExpectedTrainMS, RateRPS: c.measured.RateRPS, InferBatch: key.b}
 	if mb := c.cur.MicroBatch(); mb > 0 {
 		lw.TrainMS, lw.TrainMicro = tw.ExpectedMicroMS[mb], mb
 	}
