@@ -1,7 +1,6 @@
 package control
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -103,16 +102,25 @@ func (c *Controller) plannedBudgets(rates []float64) plan.MultiBudgets {
 // notePlanRates records the rates a plan was made for (the drift rule compares the
 // measured ones with them). Called with c.mu held.
 func (c *Controller) notePlanRates(rates []float64) {
-	c.planRate = rates[0]
-	if c.grp != nil {
-		for i, s := range c.grp.Streams {
-			c.meter(s.Workload, c.clock.Now()).planned = rates[i]
-		}
+	for i, s := range c.planned().Streams {
+		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
 	}
 }
 
+// planRate is the rate the plan in force was made for on the pair's stream (the first
+// planned; 0 before a plan). Called with c.mu held.
+func (c *Controller) planRate() float64 {
+	if c.pair == nil {
+		return 0
+	}
+	if m := c.meters[c.pair.Infer]; m != nil {
+		return m.planned
+	}
+	return 0
+}
+
 // plan decides from the stored profiles of every stream and job planned for (the pair:
-// one of each), or starts a search when too few are stored or one was asked for — unless
+// one of each), or starts a search when too few are stored — unless
 // a search just ended (afterSearch: its plan, from what it stored). Called with c.mu
 // held.
 func (c *Controller) plan(ctx context.Context, reason string, afterSearch bool) {
@@ -129,16 +137,13 @@ func (c *Controller) plan(ctx context.Context, reason string, afterSearch bool) 
 	if c.board == nil {
 		return
 	}
-	if b := c.blocked(); search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
-		c.forceSearch = ""
+	if b := c.blocked(); search && len(ps) < c.cfg.MinProfiles && len(b) > 0 {
 		c.searchRefused(reason, b)
 		if len(ps) == 0 {
 			return
 		}
-	} else if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
-		method := cmp.Or(c.forceSearch, c.cfg.Searcher)
-		c.forceSearch = ""
-		c.startSearch(c.base, method, fmt.Sprintf("%s; %d modes stored for every workload (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
+	} else if search && len(ps) < c.cfg.MinProfiles {
+		c.startSearch(c.base, c.cfg.Searcher, fmt.Sprintf("%s; %d modes stored for every workload (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
 		return
 	}
 	rates, _ := c.streamRates(c.clock.Now())
@@ -277,8 +282,8 @@ func (c *Controller) planRateOr() float64 {
 	if c.targets.RateRPS > 0 {
 		return c.targets.RateRPS
 	}
-	if c.rate.rate > 0 {
-		return c.rate.rate
+	if c.measured.RateRPS > 0 {
+		return c.measured.RateRPS
 	}
 	return 1
 }

@@ -928,9 +928,6 @@ func (c *Controller) storedAt(m powermode.Mode) (plan.MultiProfile, error) {
 // measuredRate is a planned stream's measured arrival rate (its meter's EWMA; 0 before
 // one). Called with c.mu held.
 func (c *Controller) measuredRate(workload string) float64 {
-	if c.grp == nil {
-		return c.rate.rate
-	}
 	if m := c.meters[workload]; m != nil {
 		return m.rate
 	}

@@ -56,9 +56,6 @@ func (c *Controller) researchKey() string {
 // re-plan after a search takes the meter's rate of the moment, so only a change the drift
 // rule would call one (rateDrifted) resets the back-off.
 func (c *Controller) researchRate() float64 {
-	if c.grp == nil {
-		return c.planRate
-	}
 	sum := 0.0
 	for _, m := range c.meters {
 		sum += m.planned
