@@ -280,10 +280,6 @@ type Controller struct {
 	declined []string // workloads whose workers all decline profile batches (decline.go)
 	notices  []string // what the operator must act on, kept until restart (Notice)
 }
-type cfgKey struct {
-	m powermode.Mode
-	b int
-}
 
 // New returns a controller; Run starts it.
 func New(o Options) (*Controller, error) {
@@ -530,8 +526,8 @@ func (c *Controller) noteWorkers(snap sched.Snapshot, now time.Time, pair *Pair,
 			}
 			if changed {
 				c.pairAt = now
-				c.refineReset() // what was learned live is of other workloads
 			}
+			c.refineReset() // what was learned live is of other workloads
 		}
 		c.pair, c.grp = pair, grp
 		c.forgetGone(grp)
@@ -615,13 +611,12 @@ func (c *Controller) holdDecisions(ctx context.Context, snap sched.Snapshot, now
 // the step's ratio; latency: leave the broken stream's point out and take a shorter
 // training turn or a smaller batch, scaled by each stream's ratio for this step only —
 // and after the hold below the budgets the decision is taken again and followed where it
-// predicts more training. Live refinement so far knows one stream and one job. Called
-// with c.mu held.
+// predicts more training. Called with c.mu held.
 func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now time.Time, pn int) {
 	rates, ready := c.streamRates(now) // Step has observed every stream's rate meter
-	// Live refinement (the pair's stream's rate): its windows, and a trial ended the
-	// moment it breaks a budget.
-	if c.refineStep(ctx, snap, now, rates[0]) {
+	// Live refinement (every stream's rate): its windows, and a trial ended the moment
+	// it breaks a budget.
+	if c.refineStep(ctx, snap, now, rates) {
 		return
 	}
 	// Power broken (judged on readings taken since the last change only): act now,

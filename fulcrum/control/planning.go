@@ -29,17 +29,17 @@ func (c *Controller) planned() *group {
 // plannedProfiles are the stored profiles of every workload planned for on the board's
 // space, one per mode where every job and stream has one (StoredMultiProfiles), with the
 // learned power corrections applied, the (stream, mode, batch) points that broke a
-// latency budget left out and — live refinement knows one stream and one job — the
-// pair's live evidence pooled in (refine.go). Called with c.mu held.
+// latency budget left out and the live evidence of every stream and job pooled in
+// (refine.go). Called with c.mu held.
 func (c *Controller) plannedProfiles() ([]plan.MultiProfile, error) {
 	ps, err := c.storedPlanned()
 	if err != nil || !c.refining() {
 		return ps, err
 	}
+	shares := c.shares()
 	for i := range ps {
 		if ws := c.ref.evidence[ps[i].Mode]; len(ws) > 0 {
-			p, _ := poolEvidence(plan.PairOf(ps[i]), ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(ps[i].Mode))
-			ps[i] = plan.MultiOf(p)
+			ps[i], _ = poolEvidence(ps[i], ws, shares, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(ps[i].Mode))
 		}
 	}
 	return ps, nil
@@ -83,36 +83,6 @@ func (c *Controller) storedPlanned() ([]plan.MultiProfile, error) {
 	return slices.DeleteFunc(ps, func(p plan.MultiProfile) bool {
 		return slices.ContainsFunc(p.Infer, func(ips []plan.InferPoint) bool { return len(ips) == 0 })
 	}), nil
-}
-
-// profiles are the pair's profiles as plannedProfiles has them, in the pair's view (live
-// refinement's, refine.go); nil while several streams or jobs are planned for.
-func (c *Controller) profiles() ([]plan.ModeProfile, error) {
-	if c.grp != nil {
-		return nil, nil
-	}
-	ps, err := c.plannedProfiles()
-	return pairsOf(ps), err
-}
-
-// unrefinedProfiles is profiles without the live evidence.
-func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
-	if c.grp != nil {
-		return nil, nil
-	}
-	ps, err := c.storedPlanned()
-	return pairsOf(ps), err
-}
-
-func pairsOf(ps []plan.MultiProfile) []plan.ModeProfile {
-	if ps == nil {
-		return nil
-	}
-	out := make([]plan.ModeProfile, len(ps))
-	for i, p := range ps {
-		out[i] = plan.PairOf(p)
-	}
-	return out
 }
 
 // plannedBudgets are model v1's budgets for the workloads planned for at the streams'
@@ -269,62 +239,13 @@ func (c *Controller) choiceOf(e plan.MultiEval, mb plan.MultiBudgets) Choice {
 	return ch
 }
 
-// decidePair is decide for a configuration of the pair in its view (live refinement's
-// trials and their end, refine.go), with model v1's figures at the rate for the
-// profiles as they are now. Called with c.mu held.
-func (c *Controller) decidePair(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
-	exact, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches)
-	pred := predictionOf(e, rate)
-	if err == nil {
-		if ps, perr := c.profiles(); perr == nil {
-			for _, p := range ps {
-				if p.Mode == e.Mode {
-					// The training turn the decision chose: the minibatch or one
-					// micro-batch of it (issue 32).
-					t := p.Train
-					for _, x := range p.TrainChoices() {
-						if x.MicroBatch() == e.MicroBatch {
-							t = x
-						}
-					}
-					for _, ip := range p.Infer {
-						if ip.Batch == e.Batch {
-							pred = predictionOf(exact.Evaluate(p.Mode, t, ip), rate)
-						}
-					}
-				}
-			}
-		}
-	}
-	// A plan judged with the scheduler's admission room that does not fit in it is not
-	// feasible, whatever the exact model says: training would starve.
-	pred.Feasible = pred.Feasible && e.Feasible
-	if !e.Feasible {
-		pred.Binding = string(e.Binding) // what the decision's reason names
-	}
-	c.applyDecision(ctx, kind, reason, c.pairChoice(e.Mode, e.Batch, e.MicroBatch, pred))
-}
-
-func predictionOf(e plan.Eval, rate float64) Prediction {
-	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
-}
-
-// pairChoice is the pair's configuration (mode, its stream's batch, its job's
-// micro-batch) with the figures pred. Called with c.mu held.
-func (c *Controller) pairChoice(m powermode.Mode, batch, micro int, pred Prediction) Choice {
-	return Choice{Mode: m, Predicted: pred,
-		Streams: []StreamChoice{{Workload: c.pair.Infer, Batch: batch, LatencyBudgetMS: c.targets.LatencyOf(c.pair.Infer), RateRPS: pred.RateRPS,
-			PredLatencyMS: pred.LatencyMS, Rho: pred.Rho}},
-		Train: []TrainChoice{{Workload: c.pair.Train, Batch: c.pair.TrainBatch, MicroBatch: micro}}}
-}
-
 // applyDecision records the decision ch (kind) and applies it; training waits while it
 // is not feasible (trainingPausedFor). Called with c.mu held.
 func (c *Controller) applyDecision(ctx context.Context, kind Kind, reason string, ch Choice) {
 	m := ch.Mode
 	meas := c.measured
 	pred := ch.Predicted
-	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch(), Predicted: &pred, Measured: &meas})
+	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch(), Streams: streamBatchesOf(ch), Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
 	// docs/design.md §2: when no known configuration meets the budgets with training running,
 	// inference and power come first: training waits until a plan is feasible again —
@@ -332,6 +253,15 @@ func (c *Controller) applyDecision(ctx context.Context, kind Kind, reason string
 	// short enough for the admission room (issue 32, §9).
 	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(c.trainingPausedFor(pred.Feasible, pred.Binding), reason)
+}
+
+// streamBatchesOf is every stream's batch of ch (an event's Streams).
+func streamBatchesOf(ch Choice) []StreamBatch {
+	var out []StreamBatch
+	for _, s := range ch.Streams {
+		out = append(out, StreamBatch{Workload: s.Workload, Batch: s.Batch})
+	}
+	return out
 }
 
 // expectAt tells the scheduler how long the workers' turns take at mode m — the stored
