@@ -227,7 +227,9 @@ type Status struct {
 // Refine is live refinement in the status (control.RefineStatus on the wire).
 type Refine struct {
 	Mode  Mode `json:"mode"`
-	Batch int  `json:"batch"`
+	Batch int  `json:"batch"` // the first stream's
+	// Streams is every stream's batch (several streams; the pair's one too).
+	Streams []RefineStream `json:"streams,omitempty"`
 	// Pooled is what the live windows made of the mode's stored profile.
 	Pooled RefinePooled `json:"pooled"`
 	// PFeasible is the decision's P(every budget met) there with the evidence.
@@ -240,27 +242,40 @@ type Refine struct {
 
 // RefinePooled: the live windows pooled, the live/stored ratios applied and the
 // repeats the profile counts for.
+// TrainRatio and InferRatio are the first job's and stream's; TrainRatios and
+// InferRatios every job's and stream's, in the order planned for.
 type RefinePooled struct {
-	Windows    int     `json:"windows"`
-	TrainRatio float64 `json:"train_ratio"`
-	InferRatio float64 `json:"infer_ratio"`
-	PowerRatio float64 `json:"power_ratio"`
-	Repeats    int     `json:"repeats"`
+	Windows     int       `json:"windows"`
+	TrainRatio  float64   `json:"train_ratio"`
+	InferRatio  float64   `json:"infer_ratio"`
+	PowerRatio  float64   `json:"power_ratio"`
+	Repeats     int       `json:"repeats"`
+	TrainRatios []float64 `json:"train_ratios,omitempty"`
+	InferRatios []float64 `json:"infer_ratios,omitempty"`
 }
 
-// RefineConfig is a configuration confirmed or on trial.
+// RefineStream is one stream's batch in a configuration live refinement names.
+type RefineStream struct {
+	Workload string `json:"workload"`
+	Batch    int    `json:"batch"`
+}
+
+// RefineConfig is a configuration confirmed or on trial (Batch the first stream's,
+// Streams every stream's).
 type RefineConfig struct {
-	Mode  Mode `json:"mode"`
-	Batch int  `json:"batch"`
+	Mode    Mode           `json:"mode"`
+	Batch   int            `json:"batch"`
+	Streams []RefineStream `json:"streams,omitempty"`
 }
 
 // RefineFailure is a neighbour whose trial failed, left alone until RetryAt.
 type RefineFailure struct {
-	Mode    Mode      `json:"mode"`
-	Batch   int       `json:"batch"`
-	Count   int       `json:"count"`
-	RetryAt time.Time `json:"retry_at"`
-	Why     string    `json:"why"`
+	Mode    Mode           `json:"mode"`
+	Batch   int            `json:"batch"`
+	Streams []RefineStream `json:"streams,omitempty"`
+	Count   int            `json:"count"`
+	RetryAt time.Time      `json:"retry_at"`
+	Why     string         `json:"why"`
 }
 
 // NvpmodelMode is an nvpmodel mode: its id (nvpmodel -m ID) and name (MODE_30W).

@@ -352,6 +352,27 @@ func TestDegradedWhenPowerUnreadable(t *testing.T) {
 	}
 }
 
+// arrivals returns a function that sends requests to the inference worker at rate
+// req/s for d, stepping the controller every 50 ms.
+func (e *env) arrivals(c *Controller, inferID string) func(rate float64, d time.Duration) {
+	n := 0
+	return func(rate float64, d time.Duration) {
+		e.t.Helper()
+		for end := e.clock.Now().Add(d); e.clock.Now().Before(end); {
+			k := int(rate * 0.05)
+			var reqs []proto.Request
+			for range k {
+				n++
+				reqs = append(reqs, proto.Request{ID: "r" + string(rune('a'+n%26)) + time.Duration(n).String()})
+			}
+			if err := e.sched.Arrivals(inferID, reqs); err != nil {
+				e.t.Fatal(err)
+			}
+			e.tick(c, 50*time.Millisecond)
+		}
+	}
+}
+
 // A measured arrival rate that drifts past the threshold for the hold time re-plans
 // from stored profiles; a shorter excursion does not. (The meter's time constant is the
 // default 2 s: with 0.5 s a Poisson stream at 20 req/s reads ±22 % from noise alone, and
@@ -363,21 +384,7 @@ func TestRateDriftReplans(t *testing.T) {
 	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000})
 	_, inferID := e.register(nil)
 	e.board.set(20000, nil)
-	n := 0
-	arrive := func(rate float64, d time.Duration) {
-		for end := e.clock.Now().Add(d); e.clock.Now().Before(end); {
-			k := int(rate * 0.05)
-			var reqs []proto.Request
-			for range k {
-				n++
-				reqs = append(reqs, proto.Request{ID: "r" + string(rune('a'+n%26)) + time.Duration(n).String()})
-			}
-			if err := e.sched.Arrivals(inferID, reqs); err != nil {
-				t.Fatal(err)
-			}
-			e.tick(c, 50*time.Millisecond)
-		}
-	}
+	arrive := e.arrivals(c, inferID)
 	arrive(20, 3*time.Second)
 	evs := c.Events().List(0)
 	if countKind(evs, KindPlan) != 1 {
@@ -399,6 +406,33 @@ func TestRateDriftReplans(t *testing.T) {
 	}
 	if r := c.Status().PlanRateRPS; r < 30 {
 		t.Fatalf("re-planned for %.1f/s, arrivals at 40/s", r)
+	}
+}
+
+// A rate the operator set on the pair's own stream is a budget, not a measurement: the
+// drift rule leaves it alone, as it does a shared rate budget and several streams' own
+// ones. (The pair's meter had no "fixed" flag: twice the set rate re-planned it, for the
+// same set rate, every drift hold.)
+func TestPairStreamOwnRateIsNotDrift(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	cfg := Config{RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
+	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000, Streams: map[string]plan.StreamTarget{tInfer: {RateRPS: 20}}})
+	_, inferID := e.register(nil)
+	e.board.set(20000, nil)
+	arrive := e.arrivals(c, inferID)
+	arrive(20, 3*time.Second)
+	evs := c.Events().List(0)
+	if countKind(evs, KindPlan) != 1 {
+		t.Fatalf("no plan at the set 20/s: %v", kinds(evs))
+	}
+	seq := evs[len(evs)-1].Seq
+	arrive(40, 8*time.Second)
+	if evs := c.Events().List(seq); countKind(evs, KindReplan) != 0 {
+		t.Fatalf("arrivals at twice the stream's own rate budget re-planned: %v", evs)
+	}
+	if r := c.Status().PlanRateRPS; r != 20 {
+		t.Fatalf("planned for %.1f/s, the stream's own rate budget is 20/s", r)
 	}
 }
 

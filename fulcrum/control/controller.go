@@ -224,7 +224,6 @@ type Controller struct {
 	pair     *Pair
 	pairAt   time.Time
 	cur      *Choice // applied
-	planRate float64
 	stepped  bool
 	degraded string // reason, "" when not degraded
 	applyErr error  // the last failed board Apply (nil after a success), for ApplyMode's answer
@@ -236,18 +235,17 @@ type Controller struct {
 	applyFailSince time.Time
 	retryAt        time.Time
 
-	rate rateMeter // the pair's inference stream
-
 	// Several inference streams or training jobs (issue 19; streams.go): grp is nil
 	// while one of each is registered (the pair above is then the whole plan).
-	grp    *group
-	meters map[string]*rateMeter // per-stream arrival rate, by workload
+	grp *group
+	// meters: every planned stream's arrival rate (the pair's stream too), by workload;
+	// a meter lives while its stream is planned for (forgetGone).
+	meters map[string]*rateMeter
 	// badPoint: (stream, mode, batch) that broke its stream's latency budget (rule 4;
 	// the pair's stream too), left out of every decision until the budgets change.
 	badPoint map[streamPoint]bool
 
 	needPlan    string // reason a plan is due ("" none)
-	forceSearch string // searcher to run for the next plan ("" none)
 	job         bool   // a search is running
 	jobMethod   string
 	jobDone     sched.Event
@@ -281,10 +279,6 @@ type Controller struct {
 
 	declined []string // workloads whose workers all decline profile batches (decline.go)
 	notices  []string // what the operator must act on, kept until restart (Notice)
-}
-type cfgKey struct {
-	m powermode.Mode
-	b int
 }
 
 // New returns a controller; Run starts it.
@@ -532,9 +526,8 @@ func (c *Controller) noteWorkers(snap sched.Snapshot, now time.Time, pair *Pair,
 			}
 			if changed {
 				c.pairAt = now
-				c.rate = rateMeter{since: now}
-				c.refineReset() // what was learned live is of other workloads
 			}
+			c.refineReset() // what was learned live is of other workloads
 		}
 		c.pair, c.grp = pair, grp
 		c.forgetGone(grp)
@@ -560,28 +553,23 @@ func (c *Controller) observeBoard(ctx context.Context, now time.Time) (pn int, s
 	return pn, false
 }
 
-// observeStreams updates the measured arrival rate (the pair's meter, and every stream's
-// with several), the recent p99 and its count. Called with c.mu held.
+// observeStreams updates every planned stream's arrival rate, and the pair's stream's
+// recent p99 and its count. Called with c.mu held.
 func (c *Controller) observeStreams(snap sched.Snapshot, now time.Time) {
-	// Arrival rate: EWMA of the request counter's slope.
+	// Every stream's meter (EWMA of its request counter's slope), also while a search
+	// runs: status shows these rates, and a meter left behind during a search showed a
+	// rate from before it (issue 34).
+	for _, s := range c.planned().Streams {
+		if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
+			c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
+		}
+	}
 	if wl, ok := snap.Workload(proto.RoleInfer, c.pair.Infer); ok {
-		c.rate.observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
 		c.measured.LatencyP99MS = wl.LatencyRecent.P99MS
 		c.latCount = wl.LatencyRecent.Count
 	}
-	c.measured.RateRPS = c.rate.rate
-	if c.grp != nil {
-		// Every stream's meter, also while a search runs: status shows these rates, and a
-		// meter left behind during a search showed a rate from before it (issue 34).
-		for _, s := range c.grp.Streams {
-			if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
-				c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
-			}
-		}
-		// One measured rate per stream: the pair's stream is one of the group's.
-		if m := c.meters[c.pair.Infer]; m != nil {
-			c.measured.RateRPS = m.rate
-		}
+	if m := c.meters[c.pair.Infer]; m != nil {
+		c.measured.RateRPS = m.rate
 	}
 }
 
@@ -623,13 +611,12 @@ func (c *Controller) holdDecisions(ctx context.Context, snap sched.Snapshot, now
 // the step's ratio; latency: leave the broken stream's point out and take a shorter
 // training turn or a smaller batch, scaled by each stream's ratio for this step only —
 // and after the hold below the budgets the decision is taken again and followed where it
-// predicts more training. Live refinement so far knows one stream and one job. Called
-// with c.mu held.
+// predicts more training. Called with c.mu held.
 func (c *Controller) stepPlanned(ctx context.Context, snap sched.Snapshot, now time.Time, pn int) {
 	rates, ready := c.streamRates(now) // Step has observed every stream's rate meter
-	// Live refinement (the pair's stream's rate): its windows, and a trial ended the
-	// moment it breaks a budget.
-	if c.refineStep(ctx, snap, now, rates[0]) {
+	// Live refinement (every stream's rate): its windows, and a trial ended the moment
+	// it breaks a budget.
+	if c.refineStep(ctx, snap, now, rates) {
 		return
 	}
 	// Power broken (judged on readings taken since the last change only): act now,
@@ -735,11 +722,8 @@ type plannedRate struct {
 
 // plannedRates are the streams planned for with their rates. Called with c.mu held.
 func (c *Controller) plannedRates() []plannedRate {
-	if c.grp == nil {
-		return []plannedRate{{workload: c.pair.Infer, rate: c.rate.rate, planned: c.planRate}}
-	}
 	var out []plannedRate
-	for _, s := range c.grp.Streams {
+	for _, s := range c.planned().Streams {
 		if m := c.meters[s.Workload]; m != nil {
 			out = append(out, plannedRate{workload: s.Workload, rate: m.rate, planned: m.planned, fixed: c.targets.Streams[s.Workload].RateRPS > 0})
 		}

@@ -41,9 +41,11 @@ type Event struct {
 	Time   time.Time `json:"time"`
 	Kind   Kind      `json:"kind"`
 	Reason string    `json:"reason"` // in words
-	// Mode and Batch are the configuration concerned (zero when none).
-	Mode  *powermode.Mode `json:"mode,omitempty"`
-	Batch int             `json:"batch,omitempty"`
+	// Mode and Batch are the configuration concerned (zero when none); Batch is the
+	// first stream's, Streams every stream's (a decision's and live refinement's events).
+	Mode    *powermode.Mode `json:"mode,omitempty"`
+	Batch   int             `json:"batch,omitempty"`
+	Streams []StreamBatch   `json:"streams,omitempty"`
 	// Predicted are model v1's numbers for Mode and Batch at the planning rate.
 	Predicted *Prediction `json:"predicted,omitempty"`
 	// Measured are what the controller saw when it decided (zero when not relevant).

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -30,17 +29,17 @@ func (c *Controller) planned() *group {
 // plannedProfiles are the stored profiles of every workload planned for on the board's
 // space, one per mode where every job and stream has one (StoredMultiProfiles), with the
 // learned power corrections applied, the (stream, mode, batch) points that broke a
-// latency budget left out and — live refinement knows one stream and one job — the
-// pair's live evidence pooled in (refine.go). Called with c.mu held.
+// latency budget left out and the live evidence of every stream and job pooled in
+// (refine.go). Called with c.mu held.
 func (c *Controller) plannedProfiles() ([]plan.MultiProfile, error) {
 	ps, err := c.storedPlanned()
 	if err != nil || !c.refining() {
 		return ps, err
 	}
+	shares := c.shares()
 	for i := range ps {
 		if ws := c.ref.evidence[ps[i].Mode]; len(ws) > 0 {
-			p, _ := poolEvidence(plan.PairOf(ps[i]), ws, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(ps[i].Mode))
-			ps[i] = plan.MultiOf(p)
+			ps[i], _ = poolEvidence(ps[i], ws, shares, c.cfg.NoiseRel, c.cfg.Refine.MaxRepeats, c.powerFloor(ps[i].Mode))
 		}
 	}
 	return ps, nil
@@ -86,36 +85,6 @@ func (c *Controller) storedPlanned() ([]plan.MultiProfile, error) {
 	}), nil
 }
 
-// profiles are the pair's profiles as plannedProfiles has them, in the pair's view (live
-// refinement's, refine.go); nil while several streams or jobs are planned for.
-func (c *Controller) profiles() ([]plan.ModeProfile, error) {
-	if c.grp != nil {
-		return nil, nil
-	}
-	ps, err := c.plannedProfiles()
-	return pairsOf(ps), err
-}
-
-// unrefinedProfiles is profiles without the live evidence.
-func (c *Controller) unrefinedProfiles() ([]plan.ModeProfile, error) {
-	if c.grp != nil {
-		return nil, nil
-	}
-	ps, err := c.storedPlanned()
-	return pairsOf(ps), err
-}
-
-func pairsOf(ps []plan.MultiProfile) []plan.ModeProfile {
-	if ps == nil {
-		return nil
-	}
-	out := make([]plan.ModeProfile, len(ps))
-	for i, p := range ps {
-		out[i] = plan.PairOf(p)
-	}
-	return out
-}
-
 // plannedBudgets are model v1's budgets for the workloads planned for at the streams'
 // rates (streamRates). Called with c.mu held.
 func (c *Controller) plannedBudgets(rates []float64) plan.MultiBudgets {
@@ -133,16 +102,25 @@ func (c *Controller) plannedBudgets(rates []float64) plan.MultiBudgets {
 // notePlanRates records the rates a plan was made for (the drift rule compares the
 // measured ones with them). Called with c.mu held.
 func (c *Controller) notePlanRates(rates []float64) {
-	c.planRate = rates[0]
-	if c.grp != nil {
-		for i, s := range c.grp.Streams {
-			c.meter(s.Workload, c.clock.Now()).planned = rates[i]
-		}
+	for i, s := range c.planned().Streams {
+		c.meter(s.Workload, c.clock.Now()).planned = rates[i]
 	}
 }
 
+// planRate is the rate the plan in force was made for on the pair's stream (the first
+// planned; 0 before a plan). Called with c.mu held.
+func (c *Controller) planRate() float64 {
+	if c.pair == nil {
+		return 0
+	}
+	if m := c.meters[c.pair.Infer]; m != nil {
+		return m.planned
+	}
+	return 0
+}
+
 // plan decides from the stored profiles of every stream and job planned for (the pair:
-// one of each), or starts a search when too few are stored or one was asked for — unless
+// one of each), or starts a search when too few are stored — unless
 // a search just ended (afterSearch: its plan, from what it stored). Called with c.mu
 // held.
 func (c *Controller) plan(ctx context.Context, reason string, afterSearch bool) {
@@ -159,16 +137,13 @@ func (c *Controller) plan(ctx context.Context, reason string, afterSearch bool) 
 	if c.board == nil {
 		return
 	}
-	if b := c.blocked(); search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") && len(b) > 0 {
-		c.forceSearch = ""
+	if b := c.blocked(); search && len(ps) < c.cfg.MinProfiles && len(b) > 0 {
 		c.searchRefused(reason, b)
 		if len(ps) == 0 {
 			return
 		}
-	} else if search && (len(ps) < c.cfg.MinProfiles || c.forceSearch != "") {
-		method := cmp.Or(c.forceSearch, c.cfg.Searcher)
-		c.forceSearch = ""
-		c.startSearch(c.base, method, fmt.Sprintf("%s; %d modes stored for every workload (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
+	} else if search && len(ps) < c.cfg.MinProfiles {
+		c.startSearch(c.base, c.cfg.Searcher, fmt.Sprintf("%s; %d modes stored for every workload (need %d)", reason, len(ps), c.cfg.MinProfiles), 0)
 		return
 	}
 	rates, _ := c.streamRates(c.clock.Now())
@@ -264,62 +239,13 @@ func (c *Controller) choiceOf(e plan.MultiEval, mb plan.MultiBudgets) Choice {
 	return ch
 }
 
-// decidePair is decide for a configuration of the pair in its view (live refinement's
-// trials and their end, refine.go), with model v1's figures at the rate for the
-// profiles as they are now. Called with c.mu held.
-func (c *Controller) decidePair(ctx context.Context, kind Kind, reason string, e plan.Eval, rate float64) {
-	exact, err := plan.NewModel(c.targets.Budgets(rate), c.cfg.InferBatches)
-	pred := predictionOf(e, rate)
-	if err == nil {
-		if ps, perr := c.profiles(); perr == nil {
-			for _, p := range ps {
-				if p.Mode == e.Mode {
-					// The training turn the decision chose: the minibatch or one
-					// micro-batch of it (issue 32).
-					t := p.Train
-					for _, x := range p.TrainChoices() {
-						if x.MicroBatch() == e.MicroBatch {
-							t = x
-						}
-					}
-					for _, ip := range p.Infer {
-						if ip.Batch == e.Batch {
-							pred = predictionOf(exact.Evaluate(p.Mode, t, ip), rate)
-						}
-					}
-				}
-			}
-		}
-	}
-	// A plan judged with the scheduler's admission room that does not fit in it is not
-	// feasible, whatever the exact model says: training would starve.
-	pred.Feasible = pred.Feasible && e.Feasible
-	if !e.Feasible {
-		pred.Binding = string(e.Binding) // what the decision's reason names
-	}
-	c.applyDecision(ctx, kind, reason, c.pairChoice(e.Mode, e.Batch, e.MicroBatch, pred))
-}
-
-func predictionOf(e plan.Eval, rate float64) Prediction {
-	return Prediction{ThroughputSPS: e.ThroughputSPS, LatencyMS: e.LatencyMS, PowerMW: e.PowerMW, Rho: e.Rho, RateRPS: rate, Feasible: e.Feasible, Binding: string(e.Binding)}
-}
-
-// pairChoice is the pair's configuration (mode, its stream's batch, its job's
-// micro-batch) with the figures pred. Called with c.mu held.
-func (c *Controller) pairChoice(m powermode.Mode, batch, micro int, pred Prediction) Choice {
-	return Choice{Mode: m, Predicted: pred,
-		Streams: []StreamChoice{{Workload: c.pair.Infer, Batch: batch, LatencyBudgetMS: c.targets.LatencyOf(c.pair.Infer), RateRPS: pred.RateRPS,
-			PredLatencyMS: pred.LatencyMS, Rho: pred.Rho}},
-		Train: []TrainChoice{{Workload: c.pair.Train, Batch: c.pair.TrainBatch, MicroBatch: micro}}}
-}
-
 // applyDecision records the decision ch (kind) and applies it; training waits while it
 // is not feasible (trainingPausedFor). Called with c.mu held.
 func (c *Controller) applyDecision(ctx context.Context, kind Kind, reason string, ch Choice) {
 	m := ch.Mode
 	meas := c.measured
 	pred := ch.Predicted
-	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch(), Predicted: &pred, Measured: &meas})
+	c.events.Add(Event{Kind: kind, Reason: reason, Mode: &m, Batch: ch.Batch(), Streams: streamBatchesOf(ch), Predicted: &pred, Measured: &meas})
 	c.apply(ctx, ch)
 	// docs/design.md §2: when no known configuration meets the budgets with training running,
 	// inference and power come first: training waits until a plan is feasible again —
@@ -327,6 +253,15 @@ func (c *Controller) applyDecision(ctx context.Context, kind Kind, reason string
 	// short enough for the admission room (issue 32, §9).
 	c.dropLatencyPause(c.clock.Now())
 	c.setTrainingPaused(c.trainingPausedFor(pred.Feasible, pred.Binding), reason)
+}
+
+// streamBatchesOf is every stream's batch of ch (an event's Streams).
+func streamBatchesOf(ch Choice) []StreamBatch {
+	var out []StreamBatch
+	for _, s := range ch.Streams {
+		out = append(out, StreamBatch{Workload: s.Workload, Batch: s.Batch})
+	}
+	return out
 }
 
 // expectAt tells the scheduler how long the workers' turns take at mode m — the stored
@@ -347,8 +282,8 @@ func (c *Controller) planRateOr() float64 {
 	if c.targets.RateRPS > 0 {
 		return c.targets.RateRPS
 	}
-	if c.rate.rate > 0 {
-		return c.rate.rate
+	if c.measured.RateRPS > 0 {
+		return c.measured.RateRPS
 	}
 	return 1
 }

@@ -16,13 +16,18 @@ type rateMeter struct {
 	start  uint64    // the counter then
 	last   uint64
 	lastAt time.Time
-	// planned is the rate the plan in force was made for (several streams; the pair
-	// keeps its own).
+	// planned is the rate the plan in force was made for.
 	planned float64
 }
 
 // observe takes the stream's request counter at now.
 func (r *rateMeter) observe(reqs uint64, now time.Time, warmup, tau time.Duration) {
+	if r.init && reqs < r.last {
+		// The counter went back (the scheduler forgot the workload and it registered
+		// again): what was measured is of a counter that no longer exists; warm up afresh
+		// rather than read a wrapped difference as billions of requests.
+		*r = rateMeter{since: now, planned: r.planned}
+	}
 	switch {
 	case !r.init:
 		r.init, r.start, r.rate = true, reqs, 0

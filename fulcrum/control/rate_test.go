@@ -24,3 +24,28 @@ func TestRateDriftedAsksForMoreThanTheNoise(t *testing.T) {
 		t.Error("a pending drift is not judged at 2.5 σ")
 	}
 }
+
+// A request counter that goes back (the workload forgotten and registered again) starts
+// the meter afresh: the wrapped difference read as ~10¹⁹ requests before.
+func TestRateMeterCounterGoesBack(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	warm, tau := 2*time.Second, 2*time.Second
+	r := rateMeter{since: t0, planned: 20}
+	for i := range 100 { // 20 req/s for 10 s
+		r.observe(uint64(i), t0.Add(time.Duration(i)*50*time.Millisecond), warm, tau)
+	}
+	if r.rate < 15 || r.rate > 25 {
+		t.Fatalf("rate %.1f/s at 20 req/s", r.rate)
+	}
+	at := t0.Add(5 * time.Second)
+	r.observe(3, at, warm, tau)
+	if r.rate != 0 || !r.since.Equal(at) || r.planned != 20 {
+		t.Fatalf("after the counter went back: rate %g, since %v, planned %g; want 0, %v, 20 (warming up again, the plan's rate kept)", r.rate, r.since, r.planned, at)
+	}
+	for i := 1; i <= 40; i++ {
+		r.observe(uint64(3+i), at.Add(time.Duration(i)*50*time.Millisecond), warm, tau)
+	}
+	if r.rate < 15 || r.rate > 25 {
+		t.Fatalf("rate %.1f/s at 20 req/s after the restart", r.rate)
+	}
+}

@@ -22,7 +22,7 @@ import (
 
 // stepSpace is every stored configuration of the workloads planned for
 // (plannedProfiles: the learned power corrections applied, the latency-broken points
-// left out, the pair's live evidence pooled in), scored by model v1 against the exact
+// left out, the live evidence pooled in), scored by model v1 against the exact
 // budgets at the streams' rates.
 type stepSpace struct {
 	model    *plan.MultiModel
@@ -260,11 +260,11 @@ func (c *Controller) stepDownLatency(ctx context.Context) {
 		return
 	}
 	// "Shorter" is judged on the stored turn times where live evidence refined some
-	// (storedTurnTimes says why: the pair's job); the predictions use the refined
-	// profiles. The turn in force is read from the store (storedTurnsInForce).
+	// (storedTurnTimes says why); the predictions use the refined profiles. The turn in
+	// force is read from the store (storedTurnsInForce).
 	stored := c.storedTurnTimes()
 	turnMS := func(j int, m powermode.Mode, t plan.TrainPoint) float64 {
-		if ms, ok := stored[turnKey{m, t.MicroBatch()}]; ok && j == 0 {
+		if ms, ok := stored[turnKey{j, m, t.MicroBatch()}]; ok {
 			return ms
 		}
 		return t.TimeMS

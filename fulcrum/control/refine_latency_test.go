@@ -62,7 +62,7 @@ func TestLatencyStepIgnoresTheLiveBiasOfTheModeInForce(t *testing.T) {
 			c.ref.evidence = map[powermode.Mode][]liveWindow{}
 		}
 		for range 6 {
-			c.ref.evidence[cur.Mode] = append(c.ref.evidence[cur.Mode], liveWindow{TrainMS: live, InferBatch: cur.Batch()})
+			c.ref.evidence[cur.Mode] = append(c.ref.evidence[cur.Mode], pairWindow{TrainMS: live, InferBatch: cur.Batch()}.window())
 		}
 		if refine {
 			p, _ := c.profiles()
@@ -118,7 +118,7 @@ func TestLatencyStepWhenEveryBatchOfTheModeBroke(t *testing.T) {
 			}
 		}
 		if refine { // live evidence at the mode in force, as on a board
-			c.ref.evidence = map[powermode.Mode][]liveWindow{cur.Mode: {{TrainMS: 1, InferBatch: cur.Batch()}}}
+			c.ref.evidence = map[powermode.Mode][]liveWindow{cur.Mode: {pairWindow{TrainMS: 1, InferBatch: cur.Batch()}.window()}}
 		}
 		c.measured.LatencyP99MS, c.latCount = 450, c.cfg.MinLatency // a p99 over enough requests to judge
 		c.stepDownLatency(context.Background())

@@ -50,9 +50,9 @@ func TestPoolEvidence(t *testing.T) {
 		Repeats: 1}
 	// At 10 req/s and batch 1: ρ = 0.1, model power 0.1·10 + 0.9·20 = 19 W; the board
 	// reads 17.1 W (0.9×), the turns run 10 % slower.
-	w := liveWindow{TrainMS: 110, InferMS: 11, InferBatch: 1, PowerMW: 17100, RateRPS: 10}
-	ws := []liveWindow{w, w, w}
-	got, pooled := poolEvidence(p, ws, 0.03, 30, 0)
+	w := pairWindow{TrainMS: 110, InferMS: 11, InferBatch: 1, PowerMW: 17100, RateRPS: 10}
+	ws := []pairWindow{w, w, w}
+	got, pooled := poolPair(p, ws, 0.03, 30, 0)
 	if pooled.Repeats != 4 || pooled.Windows != 3 {
 		t.Fatalf("three windows on one repeat: %+v, want 4 repeats", pooled)
 	}
@@ -68,27 +68,27 @@ func TestPoolEvidence(t *testing.T) {
 	}
 	// A window without an inference measurement leaves the inference ratio unmeasured:
 	// the profile counts no more repeats than the stored one.
-	got, pooled = poolEvidence(p, []liveWindow{{TrainMS: 110, PowerMW: 17100, RateRPS: 10, InferBatch: 1}}, 0.03, 30, 0)
+	got, pooled = poolPair(p, []pairWindow{{TrainMS: 110, PowerMW: 17100, RateRPS: 10, InferBatch: 1}}, 0.03, 30, 0)
 	if pooled.Repeats != 1 || got.Infer[0].TimeMS != 10 {
 		t.Errorf("no inference evidence: %+v, inference time %v", pooled, got.Infer[0].TimeMS)
 	}
 	// A mode that broke the power budget live keeps its learned correction: the pooled
 	// power never goes under it.
-	if got, _ := poolEvidence(p, ws, 0.03, 30, 1); got.Train.PowerMW != 20000 || got.Infer[0].PowerMW != 10000 {
+	if got, _ := poolPair(p, ws, 0.03, 30, 1); got.Train.PowerMW != 20000 || got.Infer[0].PowerMW != 10000 {
 		t.Errorf("power floor 1: power %v, %v; want the stored 20000, 10000", got.Train.PowerMW, got.Infer[0].PowerMW)
 	}
 	// A window of micro-batch turns is compared with the stored micro-batch row.
 	pm := p.Clone()
 	pm.Micro = []plan.TrainPoint{{Batch: 8, TimeMS: 30, PowerMW: 20000, Minibatch: 32}}
-	got, _ = poolEvidence(pm, []liveWindow{{TrainMS: 33, TrainMicro: 8, InferMS: 10, InferBatch: 1}}, 0.03, 30, 0)
+	got, _ = poolPair(pm, []pairWindow{{TrainMS: 33, TrainMicro: 8, InferMS: 10, InferBatch: 1}}, 0.03, 30, 0)
 	if k := got.Train.TimeMS / 100; math.Abs(k-1.05) > 1e-9 || math.Abs(got.Micro[0].TimeMS-30*1.05) > 1e-9 {
 		t.Errorf("micro-batch window 10 %% slow on one repeat: minibatch ×%.4f, micro-batch %v; want ×1.05 both", k, got.Micro[0].TimeMS)
 	}
-	many := make([]liveWindow, 100)
+	many := make([]pairWindow, 100)
 	for i := range many {
 		many[i] = w
 	}
-	if _, pooled = poolEvidence(p, many, 0.03, 30, 0); pooled.Repeats != 30 {
+	if _, pooled = poolPair(p, many, 0.03, 30, 0); pooled.Repeats != 30 {
 		t.Errorf("100 windows with max_repeats 30: %d repeats", pooled.Repeats)
 	}
 }
@@ -113,11 +113,11 @@ func TestPooledEvidenceTightensTheDecision(t *testing.T) {
 	}
 	// The board reads what the stored profile predicts (19 W against 19.5): only the
 	// evidence's weight changes.
-	w := liveWindow{TrainMS: 100, InferMS: 10, InferBatch: 1, PowerMW: 19000, RateRPS: 10}
-	var ws []liveWindow
+	w := pairWindow{TrainMS: 100, InferMS: 10, InferBatch: 1, PowerMW: 19000, RateRPS: 10}
+	var ws []pairWindow
 	for k := 1; k <= 12; k++ {
 		ws = append(ws, w)
-		mp, _ := poolEvidence(p, ws, 0.03, 30, 0)
+		mp, _ := poolPair(p, ws, 0.03, 30, 0)
 		if got := pOf(mp); got <= prev {
 			t.Fatalf("after %d windows P %.5f, not above %.5f", k, got, prev)
 		} else {

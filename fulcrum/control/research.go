@@ -56,9 +56,6 @@ func (c *Controller) researchKey() string {
 // re-plan after a search takes the meter's rate of the moment, so only a change the drift
 // rule would call one (rateDrifted) resets the back-off.
 func (c *Controller) researchRate() float64 {
-	if c.grp == nil {
-		return c.planRate
-	}
 	sum := 0.0
 	for _, m := range c.meters {
 		sum += m.planned
@@ -130,7 +127,7 @@ func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 	c.research.n++
 	c.research.failed = ""
 	stored := 0
-	if ps, err := c.profiles(); err == nil {
+	if ps, err := c.plannedProfiles(); err == nil {
 		stored = len(ps)
 	}
 	reason := fmt.Sprintf("re-search %d: %s for %s; %s searches again from the %d complete profiles stored (they and the modes recorded over the power budget answer from the store, so it measures modes not profiled yet); the next re-search waits %s unless a plan is feasible or a budget or rate changes",

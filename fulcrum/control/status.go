@@ -66,7 +66,7 @@ func (c *Controller) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Status{Targets: c.targets.Clone(), Stepped: c.stepped, Degraded: c.degraded, Searching: c.job,
-		Measured: c.measured, PlanRateRPS: c.planRate, Live: c.live, LastSearch: c.lastSearch, RateSource: "measured",
+		Measured: c.measured, PlanRateRPS: c.planRate(), Live: c.live, LastSearch: c.lastSearch, RateSource: "measured",
 		Notices: c.notes()}
 	if c.targets.RateRPS > 0 {
 		s.RateSource = "fixed"

@@ -212,7 +212,7 @@ func storedMultiProfiles(st *store.Store, board string, g *group, microOptional 
 }
 
 // streamRates is each planned stream's planning rate: its own fixed rate, the shared
-// fixed rate, or its measured one (streamMeter); ready is false while a measured rate is
+// fixed rate, or its measured one (its meter); ready is false while a measured rate is
 // still warming up. Called with c.mu held.
 func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 	ready = true
@@ -224,22 +224,12 @@ func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 		case c.targets.RateRPS > 0:
 			rates = append(rates, c.targets.RateRPS)
 		default:
-			m := c.streamMeter(s.Workload, now)
+			m := c.meter(s.Workload, now)
 			rates = append(rates, m.rate)
 			ready = ready && m.ready(now, c.cfg.RateWarmup)
 		}
 	}
 	return rates, ready
-}
-
-// streamMeter is a planned stream's rate meter: the pair's (rate, started afresh with
-// each pair) while one stream and one job are planned for, else the stream's own
-// (meter). Called with c.mu held.
-func (c *Controller) streamMeter(workload string, now time.Time) *rateMeter {
-	if c.grp == nil {
-		return &c.rate
-	}
-	return c.meter(workload, now)
 }
 
 // forgetGone drops the rate meters and the broken (stream, mode, batch) points of the
@@ -559,11 +549,8 @@ func (c *Controller) streamStatus(snap sched.Snapshot) []StreamStatus {
 		n := st.Workload
 		t, own := c.targets.Streams[n]
 		s := StreamStatus{Workload: n, LatencyBudgetMS: c.targets.LatencyOf(n), OwnBudget: own}
-		switch {
-		case c.grp == nil:
-			s.MeasuredRateRPS = c.rate.rate
-		case c.meters[n] != nil:
-			s.MeasuredRateRPS = c.meters[n].rate
+		if m := c.meters[n]; m != nil {
+			s.MeasuredRateRPS = m.rate
 		}
 		switch {
 		case t.RateRPS > 0:

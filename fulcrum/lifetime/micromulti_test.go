@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/control"
+	"github.com/fulcrum-edge/fulcrum/fulcrum/daemon"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/lifetime"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/internal/testboard"
@@ -168,7 +169,11 @@ func TestSeveralStreamsPlanMicroBatchFromLiveProfiles(t *testing.T) {
 	sc := lifetime.Scenario{Board: testboard.AGXOrin, Train: []string{"resnet18-train"},
 		Infer: []lifetime.Stream{{Workload: "mobilenetv3-infer", RateRPS: 20, LatencyMS: microBudgetMS},
 			{Workload: "yolov8n-infer", RateRPS: 5, LatencyMS: microBudgetMS}},
-		Searcher: "gmd", Duration: d, Seed: 1, MicroBatches: true}
+		Searcher: "gmd", Duration: d, Seed: 1, MicroBatches: true,
+		// Live refinement (issue 31) off, as for the pair (TestDecisionChoosesMicroBatchFromLiveProfiles):
+		// the prediction asserted below is the stored row's, and refinement, which now
+		// runs for several streams too, pools live turn times into it.
+		Configure: func(o *daemon.Options) { o.Control.Refine.Enabled = false }}
 	r, at, rows := runMicroPlan(t, sc, "resnet18-train")
 	cur := *at.cur
 	t.Logf("%d modes profiled; plan: mode %s, streams %+v, micro-batch %d (jobs %+v), predicted %.1f samples/s, GPU share %.2f, feasible %v; training after the plan %v samples, paused %.0f s, %d micro-batch turns; streams %+v",

@@ -293,6 +293,33 @@ func (r Rules) better(a, b rankKey) bool {
 	return ranksAbove(r.claims(a.pFeasible), r.claims(b.pFeasible), a, b)
 }
 
+// ScoreAll scores every configuration of the profiles — every vector of training turns
+// and of batch sizes, profile by profile in the decision's order (Decide's) — each with
+// slices of its own; a profile the model cannot score offers nothing. Live refinement
+// ranks its candidates on it (control/refine.go); with one stream and one job its
+// figures and probabilities are Decider.ScoreAll's to the bit.
+func (d MultiDecider) ScoreAll(profiles []MultiProfile) ([]MultiScored, error) {
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("decide: %w", err)
+	}
+	m, err := NewMultiModel(d.Budgets, d.Batches)
+	if err != nil {
+		return nil, err
+	}
+	var out []MultiScored
+	k := len(m.b.Streams)
+	for _, p := range profiles {
+		shares := m.shares(len(p.Train))
+		streams, sps, latAdm, pStreams := make([]StreamEval, k), make([]float64, len(p.Train)), make([]float64, k), make([]float64, k)
+		_ = m.eachTrainCombo(p, func(train []TrainPoint, pts []InferPoint) {
+			e, _ := m.evalInto(p.Mode, train, shares, pts, streams, sps)
+			s, _ := d.Rules.scoreInto(m, e, train, pts, p.Repeats, latAdm, pStreams)
+			out = append(out, s.kept(train))
+		})
+	}
+	return out, nil
+}
+
 // Decide chooses over every profiled mode and every batch vector, jointly. Best carries
 // the model's figures against the exact budgets, with Feasible set only when claimed.
 func (d MultiDecider) Decide(profiles []MultiProfile) (MultiDecision, error) {

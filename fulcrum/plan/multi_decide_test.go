@@ -50,6 +50,26 @@ func TestMultiDecideIsDecider(t *testing.T) {
 			g.ObjectiveSPS != want.Best.ThroughputSPS || got.Binding.Constraint != want.Binding {
 			t.Fatalf("trial %d:\nmulti %+v\npair  %+v", trial, got, want)
 		}
+		// Every configuration scored, in the same order and to the bit (live refinement
+		// ranks the pair's candidates through MultiDecider.ScoreAll).
+		wantAll, err := r.For(b, batches).ScoreAll(pair)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotAll, err := r.ForMulti(mb, batches).ScoreAll(multi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gotAll) != len(wantAll) {
+			t.Fatalf("trial %d: ScoreAll scored %d configurations, the pair's %d", trial, len(gotAll), len(wantAll))
+		}
+		for i, w := range wantAll {
+			g := gotAll[i]
+			if g.Pair() != w.Eval || g.PFeasible != w.PFeasible || g.ViolationAdm != w.ViolationAdm || g.LatencyAdmMS[0] != w.LatencyAdmMS ||
+				g.BindingAdm.Constraint != w.BindingAdm {
+				t.Fatalf("trial %d, configuration %d:\nmulti %+v\npair  %+v", trial, i, g, w)
+			}
+		}
 		// The pair's view of the decision is the pair's decision, field for field and in
 		// an event's words (the controller plans the pair through MultiDecider).
 		if got.Pair() != want || mb.Pair() != b || got.Pair().Explain(mb.Pair()) != want.Explain(b) {

@@ -428,10 +428,11 @@ func toAPIEvent(e control.Event) api.Event {
 	data := struct {
 		Mode      *powermode.Mode     `json:"mode,omitempty"`
 		Batch     int                 `json:"batch,omitempty"`
+		Streams   []api.RefineStream  `json:"streams,omitempty"`
 		Predicted *control.Prediction `json:"predicted,omitempty"`
 		Measured  *control.Measured   `json:"measured,omitempty"`
 		Err       string              `json:"error,omitempty"`
-	}{e.Mode, e.Batch, e.Predicted, e.Measured, e.Err}
+	}{e.Mode, e.Batch, toAPIStreamBatches(e.Streams), e.Predicted, e.Measured, e.Err}
 	if raw, err := json.Marshal(data); err == nil && string(raw) != "{}" {
 		out.Data = raw
 	}
@@ -492,17 +493,27 @@ func toAPIRefine(r *control.RefineStatus) *api.Refine {
 	if r == nil {
 		return nil
 	}
-	out := &api.Refine{Mode: r.Mode, Batch: r.Batch, PFeasible: r.PFeasible, TrialUntil: r.TrialUntil,
+	out := &api.Refine{Mode: r.Mode, Batch: r.Batch, Streams: toAPIStreamBatches(r.Streams), PFeasible: r.PFeasible, TrialUntil: r.TrialUntil,
 		Pooled: api.RefinePooled{Windows: r.Pooled.Windows, TrainRatio: r.Pooled.TrainRatio, InferRatio: r.Pooled.InferRatio,
-			PowerRatio: r.Pooled.PowerRatio, Repeats: r.Pooled.Repeats}}
+			PowerRatio: r.Pooled.PowerRatio, Repeats: r.Pooled.Repeats,
+			TrainRatios: slices.Clone(r.Pooled.TrainRatios), InferRatios: slices.Clone(r.Pooled.InferRatios)}}
 	if c := r.Confirmed; c != nil {
-		out.Confirmed = &api.RefineConfig{Mode: c.Mode, Batch: c.Batch}
+		out.Confirmed = &api.RefineConfig{Mode: c.Mode, Batch: c.Batch, Streams: toAPIStreamBatches(c.Streams)}
 	}
 	if c := r.Trial; c != nil {
-		out.Trial = &api.RefineConfig{Mode: c.Mode, Batch: c.Batch}
+		out.Trial = &api.RefineConfig{Mode: c.Mode, Batch: c.Batch, Streams: toAPIStreamBatches(c.Streams)}
 	}
 	for _, f := range r.Failed {
-		out.Failed = append(out.Failed, api.RefineFailure{Mode: f.Mode, Batch: f.Batch, Count: f.Count, RetryAt: f.RetryAt, Why: f.Why})
+		out.Failed = append(out.Failed, api.RefineFailure{Mode: f.Mode, Batch: f.Batch, Streams: toAPIStreamBatches(f.Streams), Count: f.Count, RetryAt: f.RetryAt, Why: f.Why})
+	}
+	return out
+}
+
+// toAPIStreamBatches is every stream's batch of a refinement configuration on the wire.
+func toAPIStreamBatches(bs []control.StreamBatch) []api.RefineStream {
+	var out []api.RefineStream
+	for _, b := range bs {
+		out = append(out, api.RefineStream{Workload: b.Workload, Batch: b.Batch})
 	}
 	return out
 }

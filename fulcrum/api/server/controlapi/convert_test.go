@@ -20,9 +20,13 @@ func TestHeatAndCallerReachTheWireWhole(t *testing.T) {
 		GPULoad: &load, GPUHz: 510000000, GPUFloorHz: 612000000, CPUKHz: 1497600, CPUFloorKHz: 1728000, Throttled: true,
 		ThrottleReason: "GPU runs under its floor", ThrottledSince: &at, CapGPUHz: 510000000, CapCPUKHz: 1497600}
 	m := api.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}
-	r := &control.RefineStatus{Mode: m, Batch: 4, Pooled: control.Pooled{Windows: 12, TrainRatio: 1.03, InferRatio: 1.04, PowerRatio: 0.95, Repeats: 13},
-		PFeasible: 0.9975, Confirmed: &control.RefineConfig{Mode: m, Batch: 4}, Trial: &control.RefineConfig{Mode: m, Batch: 8}, TrialUntil: at,
-		Failed: []control.RefineFailure{{Mode: m, Batch: 16, Count: 1, RetryAt: at, Why: "power over budget"}}}
+	two := func(a, b int) []control.StreamBatch {
+		return []control.StreamBatch{{Workload: "mobilenetv3-infer", Batch: a}, {Workload: "bert-base-infer", Batch: b}}
+	}
+	r := &control.RefineStatus{Mode: m, Batch: 4, Streams: two(4, 2), Pooled: control.Pooled{Windows: 12, TrainRatio: 1.03, InferRatio: 1.04, PowerRatio: 0.95, Repeats: 13,
+		TrainRatios: []float64{1.03}, InferRatios: []float64{1.04, 0.98}},
+		PFeasible: 0.9975, Confirmed: &control.RefineConfig{Mode: m, Batch: 4, Streams: two(4, 2)}, Trial: &control.RefineConfig{Mode: m, Batch: 8, Streams: two(8, 2)}, TrialUntil: at,
+		Failed: []control.RefineFailure{{Mode: m, Batch: 16, Streams: two(16, 1), Count: 1, RetryAt: at, Why: "power over budget"}}}
 	c := &control.Caller{UID: 1000, GID: 1000, PID: 42, Comm: "fulcrumctl", Groups: []int{27, 1001}}
 	for _, pair := range []struct {
 		name      string
