@@ -449,7 +449,7 @@ func (w *walk) run(start powermode.Index) (string, error) {
 	// 1. Finite differences along each knob.
 	curP, _ := w.profileAt(cur)
 	first := 1
-	if e, _ := w.model.BestAtMode(curP); (!e.Feasible && e.Binding == plan.ConstraintPower) || w.powerUnclaimed(curP) {
+	if e, _ := w.model.BestAtMode(curP); (!e.Feasible && e.Binding == plan.ConstraintPower) || w.powerUnclaimed(curP) || w.abandonedOverPower(curP) {
 		first = -1
 	}
 	bestIdx, bestS := cur, curS
@@ -649,4 +649,15 @@ func (w *walk) powerUnclaimed(p plan.ModeProfile) bool {
 		}
 	}
 	return best.BindingAdm == plan.ConstraintPower
+}
+
+// abandonedOverPower reports that p is the live profiler's estimate of a mode abandoned
+// because the board's power went over the budget there (its powers are the reading that
+// broke it). Such an estimate may have no times of its own (nothing known yet at the
+// start), so the model cannot say power binds; probing up from it measures modes over the
+// budget too (traced: the Orin NX at 10 W, a preset start over the budget, four probes up
+// abandoned and the walk stopped "converged" after one profile).
+func (w *walk) abandonedOverPower(p plan.ModeProfile) bool {
+	b := w.model.Budgets().PowerMW
+	return p.Estimated && b > 0 && b < plan.MaxPowerMW && p.Train.PowerMW > b
 }

@@ -261,3 +261,32 @@ func powerKeepsFromClaim(t *testing.T, d plan.Decider, known []plan.ModeProfile,
 	}
 	return false
 }
+
+// TestGMDProbesDownFromAnAbandonedStart: a start the power guard abandons before anything
+// is known (its estimate has the reading that broke the budget and no times of its own)
+// is probed down. Probing up measured only modes over the budget: traced on the Orin NX
+// at 10 W, four probes up were abandoned and the walk stopped "converged" after one
+// profile, and the plan made from it paused training until a re-search.
+func TestGMDProbesDownFromAnAbandonedStart(t *testing.T) {
+	pt, _ := tradeTable(t)
+	start := powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 918e6, EMCHz: 3199e6} // 26 W
+	b := plan.Budgets{RateRPS: 10, LatencyMS: 50, PowerMW: 20000}
+	for seed := range uint64(4) {
+		inner, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 11)))
+		prof := &guardProfiler{TruthProfiler: inner, pt: pt, budgetMW: b.PowerMW}
+		p := problemOf(pt)
+		p.Budgets, p.NoiseRel, p.Rules = b, 0.03, benchRules()
+		p.Presets, p.PresetNames = []powermode.Mode{start}, []string{"over the budget"}
+		res, err := NewGMD(GMDOptions{}).Search(context.Background(), p, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: %s, %d abandoned; profiled %v", seed, res.Stop, prof.abandons, prof.asked)
+		if len(prof.asked) < 2 || prof.asked[0] != start || !isOver(prof, start) {
+			t.Fatalf("seed %d: profiled %v: want the start first, abandoned over the budget", seed, prof.asked)
+		}
+		if gpu := prof.asked[1]; gpu.GPUHz >= start.GPUHz {
+			t.Errorf("seed %d: the first probe from a start abandoned over the power budget is %s: want the GPU clock down", seed, gpu)
+		}
+	}
+}
