@@ -61,12 +61,14 @@ type Config struct {
 	// stale expected time (an outlier measurement) cannot block training forever. 0
 	// disables it.
 	Starve time.Duration `mapstructure:"starve_ms"`
-	// ProfileWait: a profile batch the admission test keeps out this long is granted as
-	// soon as no inference request is queued (waiting ones are served first). Without it
-	// a mode whose minibatch is longer than the latency budget could never be profiled
-	// while requests keep arriving; requests that arrive during such a batch may miss
-	// their deadlines and are counted. If no such moment comes within profileCrowdFactor ×
-	// ProfileWait, the batch is refused with ErrProfileCrowdedOut. 0 disables both.
+	// ProfileWait: a profile batch the admission test keeps out runs at the first moment
+	// no inference request is queued or in flight (waiting ones are served first; with
+	// none queued the test would refuse it at every later moment too). Without it a mode
+	// whose minibatch is longer than the latency budget could never be profiled while
+	// requests keep arriving; requests that arrive during such a batch may miss their
+	// deadlines and are counted. If no such moment comes within profileCrowdFactor ×
+	// ProfileWait, the batch is refused with ErrProfileCrowdedOut. 0 disables both (the
+	// batch then waits for the test to pass).
 	ProfileWait time.Duration `mapstructure:"profile_wait_ms"`
 	// Margin is kept free before every deadline for what the expected times do not
 	// cover: waking up, the grant's trip to the worker, the worker starting the batch.

@@ -165,11 +165,18 @@ func (s *Scheduler) grantProfile(now time.Time) bool {
 			if s.serveBlocker(blocker, now) {
 				return true
 			}
-			overdue := s.cfg.ProfileWait > 0 && now.Sub(p.queued) >= s.cfg.ProfileWait
-			if !overdue || !s.inferenceIdle() {
-				break // the wake in nextWake covers the moment it falls overdue
+			// With no request queued or in flight the admission test is the same at every
+			// moment (the turn against each stream's budget, room and rate): waiting cannot
+			// open a gap, it only leaves the GPU idle while a search waits (it used to wait
+			// profile_wait_ms for one: about 1 s per profile batch over the room, 6–10 s a
+			// mode beside a 50 ms budget). So it runs at once then; requests that arrive
+			// during it may miss their deadlines and are counted. While requests are
+			// queued, the waiting ones are served first (serveBlocker), and past the crowd
+			// bound (profilecrowd.go) the batch is refused.
+			if s.cfg.ProfileWait <= 0 || !s.inferenceIdle() {
+				break // the wake in nextWake covers the crowd bound
 			}
-			s.log.Info("granting an overdue profile batch with no request queued", "worker", w.id,
+			s.log.Debug("granting a profile batch over the admission room with no request queued", "worker", w.id,
 				"batch", p.batch, "waited_ms", ms(now.Sub(p.queued)), "expected_ms", ms(exp))
 		}
 		s.profiles = slices.Delete(s.profiles, i, i+1)
@@ -235,7 +242,9 @@ func (s *Scheduler) grantTraining(now time.Time) bool {
 
 // nextWake is the next instant schedule must run again with nothing to run now: the
 // earliest of a partial batch falling due, a training hold expiring, a profile batch
-// falling overdue or crowded, and a training worker starving. Zero means no wake.
+// falling crowded out, and a training worker starving. Zero means no wake. (A profile
+// batch over the room runs at the next moment no request is queued: an inference turn's
+// end, which schedules anyway.)
 func (s *Scheduler) nextWake(now time.Time) time.Time {
 	var next time.Time
 	for _, w := range s.order {
@@ -250,10 +259,8 @@ func (s *Scheduler) nextWake(now time.Time) time.Time {
 	}
 	if s.cfg.ProfileWait > 0 {
 		for _, p := range s.profiles {
-			for _, at := range []time.Time{p.queued.Add(s.cfg.ProfileWait), p.queued.Add(s.crowdBound())} {
-				if at.After(now) {
-					next = earlier(next, at)
-				}
+			if at := p.queued.Add(s.crowdBound()); at.After(now) {
+				next = earlier(next, at)
 			}
 		}
 	}

@@ -25,8 +25,8 @@ func (s *Scheduler) crowdBound() time.Duration {
 
 // refuseCrowded refuses, with ErrProfileCrowdedOut, every profile batch whose worker
 // waits for it and that has waited the crowd bound while inference requests are queued
-// now. Any scheduling moment after ProfileWait with no request queued would have granted
-// it (step 3), so inference kept the GPU busy the whole time. Called first in schedule,
+// now. Any scheduling moment with no request queued would have granted it (step 3), so
+// inference kept the GPU busy the whole time. Called first in schedule,
 // with the GPU free: at a mode where an inference batch is due at every call, step 1
 // grants it every time and the profile path is never reached.
 func (s *Scheduler) refuseCrowded(now time.Time) {

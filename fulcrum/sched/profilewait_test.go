@@ -10,8 +10,8 @@ import (
 )
 
 // A profile batch longer than the latency budget can never pass the admission test while
-// requests keep arriving; past ProfileWait it must run at the first moment no request is
-// queued, after the waiting ones are served.
+// requests keep arriving; it must run at the first moment no request is queued, after the
+// waiting ones are served.
 func TestOverdueProfileRunsWhenQueueIsEmpty(t *testing.T) {
 	c := cfg(100*msec, 10*msec, 5*msec)
 	c.ProfileWait = 500 * msec
@@ -70,8 +70,9 @@ func TestOverdueProfileRunsWhenQueueIsEmpty(t *testing.T) {
 			for waited := 0; ; waited++ {
 				h.s.mu.Lock()
 				n := len(h.s.profiles)
+				granted := h.s.turn != nil && h.s.turn.grant.Kind == proto.KindProfile // the queue was empty
 				h.s.mu.Unlock()
-				if n > 0 {
+				if n > 0 || granted {
 					break
 				}
 				if waited > 5000 {
@@ -95,5 +96,72 @@ func TestOverdueProfileRunsWhenQueueIsEmpty(t *testing.T) {
 	}
 	if r := <-done; r.err != nil || r.d != 300*msec {
 		t.Fatalf("profile result %v, %v; want 300ms", r.d, r.err)
+	}
+}
+
+// A profile batch over the admission room runs at the first moment no request is queued,
+// not after ProfileWait: with the queue empty the admission test refuses it at every later
+// moment too, so the wait only left the GPU idle while a search waited (about 1 s a
+// profile batch on fulcrumd's defaults, 6–10 s a mode beside a 50 ms budget).
+func TestProfileOverTheRoomDoesNotWait(t *testing.T) {
+	c := cfg(100*msec, 10*msec, 5*msec)
+	c.ProfileWait = 500 * msec
+	h := newHarness(t, c)
+	inf := h.register(proto.RoleInfer, "yolo", 4)
+	tr := h.register(proto.RoleTrain, "resnet18", 32)
+	h.must(h.s.Acquire(tr, 0))
+	h.release(tr, h.one(), 10*msec) // warm-up
+	h.must(h.s.Acquire(tr, 0))
+	h.release(tr, h.one(), 300*msec) // expected ≥ 300 ms > L = 100 ms
+	h.must(h.s.Acquire(tr, 0))
+	h.must(h.s.Acquire(inf, 0))
+	// Requests every 50 ms, served at once: the queue is empty between them.
+	serve := func() (profiled bool) {
+		for _, g := range h.grants() {
+			switch g.Kind {
+			case proto.KindProfile:
+				profiled = true
+				h.release(tr, g, 300*msec)
+			case proto.KindTrain:
+				h.release(tr, g, 300*msec)
+				h.must(h.s.Acquire(tr, 0))
+			default:
+				h.release(inf, g, 2*msec)
+				h.must(h.s.Acquire(inf, 0))
+			}
+		}
+		return profiled
+	}
+	h.s.SetTrainingPaused(true) // as the live profiler does while it measures a mode
+	for i := range 10 {
+		h.arrive(inf, fmt.Sprint(i))
+		serve()
+		h.clock.Advance(50 * msec)
+		serve()
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.s.Profile(context.Background(), tr, 32)
+		done <- err
+	}()
+	asked := h.clock.Now()
+	for i := 0; ; i++ {
+		if serve() {
+			break
+		}
+		if i > 20000 {
+			t.Fatal("the profile batch was never granted")
+		}
+		if i%100 == 99 { // let the Profile goroutine queue its request, then move time on
+			h.arrive(inf, fmt.Sprint("late", i))
+			h.clock.Advance(50 * msec)
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+	if waited := h.clock.Now().Sub(asked); waited >= c.ProfileWait {
+		t.Fatalf("the profile batch over the room waited %v of the fake clock with the queue empty; want it at the first idle moment, before ProfileWait (%v)", waited, c.ProfileWait)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -449,7 +449,7 @@ func (w *walk) run(start powermode.Index) (string, error) {
 	// 1. Finite differences along each knob.
 	curP, _ := w.profileAt(cur)
 	first := 1
-	if e, _ := w.model.BestAtMode(curP); !e.Feasible && e.Binding == plan.ConstraintPower {
+	if e, _ := w.model.BestAtMode(curP); (!e.Feasible && e.Binding == plan.ConstraintPower) || w.powerUnclaimed(curP) || w.abandonedOverPower(curP) {
 		first = -1
 	}
 	bestIdx, bestS := cur, curS
@@ -624,4 +624,40 @@ func evalAt(m *plan.Model, mode powermode.Mode, profiles []plan.ModeProfile, bat
 		}
 	}
 	return plan.Eval{}, false
+}
+
+// powerUnclaimed reports that the decision claims nothing at p's mode and power is what
+// keeps its most likely configuration from a claim: the mean fits the power budget, by
+// less than the noise allows. Probing up from there measures modes over the budget
+// (traced: a re-search from such a start abandoned every probe up and stopped with
+// nothing claimed, training paused for the rest of the run), so the walk probes down.
+func (w *walk) powerUnclaimed(p plan.ModeProfile) bool {
+	if w.dec == nil {
+		return false
+	}
+	scored, err := w.dec.ScoreAll([]plan.ModeProfile{p})
+	if err != nil || len(scored) == 0 {
+		return false
+	}
+	best := scored[0]
+	for _, s := range scored {
+		if w.dec.Claims(s) {
+			return false
+		}
+		if s.PFeasible > best.PFeasible {
+			best = s
+		}
+	}
+	return best.BindingAdm == plan.ConstraintPower
+}
+
+// abandonedOverPower reports that p is the live profiler's estimate of a mode abandoned
+// because the board's power went over the budget there (its powers are the reading that
+// broke it). Such an estimate may have no times of its own (nothing known yet at the
+// start), so the model cannot say power binds; probing up from it measures modes over the
+// budget too (traced: the Orin NX at 10 W, a preset start over the budget, four probes up
+// abandoned and the walk stopped "converged" after one profile).
+func (w *walk) abandonedOverPower(p plan.ModeProfile) bool {
+	b := w.model.Budgets().PowerMW
+	return p.Estimated && b > 0 && b < plan.MaxPowerMW && p.Train.PowerMW > b
 }

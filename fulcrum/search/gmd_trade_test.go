@@ -83,6 +83,12 @@ func (g *guardProfiler) Known() []plan.ModeProfile {
 // optimum trades the memory clock, cores and CPU clock down for the GPU clock up.
 func tradeTable(t *testing.T) (*truthprof.PairTruth, powermode.Mode) {
 	t.Helper()
+	return tradeTableWith(t, true)
+}
+
+// tradeTableWith is tradeTable, with the micro-batch turns or without them.
+func tradeTableWith(t *testing.T, micro bool) (*truthprof.PairTruth, powermode.Mode) {
+	t.Helper()
 	gpus := []int64{306e6, 408e6, 510e6, 612e6, 714e6, 816e6, 918e6, 1020e6, 1122e6, 1224e6, 1300.5e6}
 	emcs := []int64{204e6, 665.6e6, 2133e6, 3199e6}
 	emcSlow := map[int64]float64{204e6: 1.235, 665.6e6: 1.024, 2133e6: 1.0, 3199e6: 1.0}
@@ -95,12 +101,15 @@ func tradeTable(t *testing.T) (*truthprof.PairTruth, powermode.Mode) {
 					gh, fg := float64(g)/1e9, float64(f)/1e6/2201.6
 					tm := 213 * (0.612 / gh) * emcSlow[e]
 					pw := 7150 + 16700*gh*gh + 1200*math.Log(float64(e)/204e6) + 45*float64(c) + 2500*fg*fg
+					rows = append(rows, truth.Row{Workload: "w-train", Role: truth.Train, Mode: m, Batch: 32, TimeMS: tm, PowerMW: pw})
+					if micro {
+						rows = append(rows,
+							// A micro-batch turn (issue 32): the live profiler's estimate of an
+							// abandoned mode has none, so the walk's fit leaves it out.
+							truth.Row{Workload: "w-train", Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 8, TimeMS: tm / 4 * 1.1, PowerMW: 0.95 * pw},
+							truth.Row{Workload: "w-train", Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 4, TimeMS: tm / 8 * 1.3, PowerMW: 0.9 * pw})
+					}
 					rows = append(rows,
-						truth.Row{Workload: "w-train", Role: truth.Train, Mode: m, Batch: 32, TimeMS: tm, PowerMW: pw},
-						// A micro-batch turn (issue 32): the live profiler's estimate of an
-						// abandoned mode has none, so the walk's fit leaves it out.
-						truth.Row{Workload: "w-train", Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 8, TimeMS: tm / 4 * 1.1, PowerMW: 0.95 * pw},
-						truth.Row{Workload: "w-train", Role: truth.Train, Mode: m, Batch: 32, MicroBatch: 4, TimeMS: tm / 8 * 1.3, PowerMW: 0.9 * pw},
 						truth.Row{Workload: "w-infer", Role: truth.Infer, Mode: m, Batch: 1, TimeMS: tm / 40, PowerMW: 0.8 * pw},
 						truth.Row{Workload: "w-infer", Role: truth.Infer, Mode: m, Batch: 4, TimeMS: tm / 16, PowerMW: 0.85 * pw})
 				}
@@ -182,4 +191,102 @@ func paidDown(m, start powermode.Mode) bool {
 		return false
 	}
 	return m.Cores < start.Cores || m.CPUKHz < start.CPUKHz || m.EMCHz < start.EMCHz
+}
+
+// TestGMDProbesDownWhenPowerKeepsTheStartFromAClaim: a start whose mean power fits the
+// budget by less than the noise allows (19.3 W of 20 W at 3 % noise: P ≈ 0.87, the
+// decision claims nothing there and power is what stops it; a 400 ms budget, so that
+// latency does not, and no micro-batch turns, whose lower power could be claimed) is
+// probed down, not up.
+// Probing up measured only modes over the budget: traced on the AGX (20 W, 10 req/s), a
+// re-search starting from such a mode abandoned every probe and stopped with nothing
+// claimed, and training stayed paused for the rest of the run.
+func TestGMDProbesDownWhenPowerKeepsTheStartFromAClaim(t *testing.T) {
+	pt, _ := tradeTableWith(t, false)
+	start := powermode.Mode{Cores: 2, CPUKHz: 729600, GPUHz: 714e6, EMCHz: 3199e6}
+	b := plan.Budgets{RateRPS: 10, LatencyMS: 400, PowerMW: 20000}
+	d := benchRules().For(b, pt.Batches)
+	cases := 0
+	for seed := range uint64(4) {
+		inner, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 7)))
+		prof := &guardProfiler{TruthProfiler: inner, pt: pt, budgetMW: b.PowerMW}
+		p := problemOf(pt)
+		p.Budgets, p.NoiseRel, p.Rules = b, 0.03, benchRules()
+		p.Presets, p.PresetNames = []powermode.Mode{start}, []string{"near the edge"}
+		res, err := NewGMD(GMDOptions{}).Search(context.Background(), p, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: %s, %d abandoned; profiled %v", seed, res.Stop, prof.abandons, prof.asked)
+		if len(prof.asked) < 2 || prof.asked[0] != start {
+			t.Fatalf("seed %d: profiled %v: want the start first", seed, prof.asked)
+		}
+		// The start as measured: a seed whose reading makes it claimable (or latency
+		// the constraint) is probed up by the rule, and is not this test's case.
+		if !powerKeepsFromClaim(t, d, prof.Known(), start) {
+			continue
+		}
+		cases++
+		if gpu := prof.asked[1]; gpu.GPUHz >= start.GPUHz || isOver(prof, gpu) {
+			t.Errorf("seed %d: the first probe from a start power keeps from a claim is %s (abandoned over the budget: %v): want the GPU clock down, within the budget", seed, gpu, isOver(prof, gpu))
+		}
+	}
+	if cases < 2 {
+		t.Fatalf("power kept the start from a claim in %d of 4 seeds: the table no longer makes the case", cases)
+	}
+}
+
+// powerKeepsFromClaim reports that d claims no configuration at m's measured profile
+// among known and that power is the constraint least likely to hold there.
+func powerKeepsFromClaim(t *testing.T, d plan.Decider, known []plan.ModeProfile, m powermode.Mode) bool {
+	t.Helper()
+	for _, mp := range known {
+		if mp.Mode != m {
+			continue
+		}
+		scored, err := d.ScoreAll([]plan.ModeProfile{mp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var best plan.Scored
+		for i, s := range scored {
+			if d.Claims(s) {
+				return false
+			}
+			if i == 0 || s.PFeasible > best.PFeasible {
+				best = s
+			}
+		}
+		return len(scored) > 0 && best.BindingAdm == plan.ConstraintPower
+	}
+	return false
+}
+
+// TestGMDProbesDownFromAnAbandonedStart: a start the power guard abandons before anything
+// is known (its estimate has the reading that broke the budget and no times of its own)
+// is probed down. Probing up measured only modes over the budget: traced on the Orin NX
+// at 10 W, four probes up were abandoned and the walk stopped "converged" after one
+// profile, and the plan made from it paused training until a re-search.
+func TestGMDProbesDownFromAnAbandonedStart(t *testing.T) {
+	pt, _ := tradeTable(t)
+	start := powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 918e6, EMCHz: 3199e6} // 26 W
+	b := plan.Budgets{RateRPS: 10, LatencyMS: 50, PowerMW: 20000}
+	for seed := range uint64(4) {
+		inner, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(seed, 11)))
+		prof := &guardProfiler{TruthProfiler: inner, pt: pt, budgetMW: b.PowerMW}
+		p := problemOf(pt)
+		p.Budgets, p.NoiseRel, p.Rules = b, 0.03, benchRules()
+		p.Presets, p.PresetNames = []powermode.Mode{start}, []string{"over the budget"}
+		res, err := NewGMD(GMDOptions{}).Search(context.Background(), p, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("seed %d: %s, %d abandoned; profiled %v", seed, res.Stop, prof.abandons, prof.asked)
+		if len(prof.asked) < 2 || prof.asked[0] != start || !isOver(prof, start) {
+			t.Fatalf("seed %d: profiled %v: want the start first, abandoned over the budget", seed, prof.asked)
+		}
+		if gpu := prof.asked[1]; gpu.GPUHz >= start.GPUHz {
+			t.Errorf("seed %d: the first probe from a start abandoned over the power budget is %s: want the GPU clock down", seed, gpu)
+		}
+	}
 }
