@@ -126,10 +126,16 @@ func logRefine(t *testing.T, res lifetime.Result) {
 // configuration probability p of meeting every budget (bisection).
 func refBudgetFor(t *testing.T, stored []store.Profile, gpuHz int64, p float64) float64 {
 	t.Helper()
+	return bisectBudget(p, func(mw float64) float64 { return refBest(t, stored, mw, gpuHz).PFeasible })
+}
+
+// bisectBudget is the power budget (mW) at which pAt, a configuration's P(every budget
+// met) at a budget, reaches p.
+func bisectBudget(p float64, pAt func(mw float64) float64) float64 {
 	lo, hi := 1000.0, 200000.0
 	for range 60 {
 		mid := (lo + hi) / 2
-		if refBest(t, stored, mid, gpuHz).PFeasible < p {
+		if pAt(mid) < p {
 			lo = mid
 		} else {
 			hi = mid

@@ -82,16 +82,7 @@ func refBest2(t *testing.T, stored []store.Profile, powerMW float64, gpuHz int64
 // refBudgetFor2 is refBudgetFor with both streams.
 func refBudgetFor2(t *testing.T, stored []store.Profile, gpuHz int64, p float64) float64 {
 	t.Helper()
-	lo, hi := 1000.0, 200000.0
-	for range 60 {
-		mid := (lo + hi) / 2
-		if refBest2(t, stored, mid, gpuHz).PFeasible < p {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return hi
+	return bisectBudget(p, func(mw float64) float64 { return refBest2(t, stored, mw, gpuHz).PFeasible })
 }
 
 // TestRefineTwoStreamsEvidenceTightensTheClaim is TestRefineEvidenceTightensTheClaim
