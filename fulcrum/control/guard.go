@@ -31,7 +31,9 @@ func (c *Controller) checkDegraded(ctx context.Context, now time.Time) bool {
 			c.events.Add(ev)
 			return true
 		}
-		c.stepped = true
+		held := c.held // the degraded step leaves an operator's hold as it is
+		c.noteStep(stepCause{power: true, latency: true})
+		c.held = held
 		c.applyStep(ctx, KindDegraded, ev.Reason, pick, space)
 		return true
 	case down:
