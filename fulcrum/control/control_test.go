@@ -394,6 +394,67 @@ func TestPowerStepUpWithTheP99InItsBand(t *testing.T) {
 	}
 }
 
+// After a configuration change the latency rule waits for a window of the new
+// configuration's requests: the recent window, plus about the longest latency in it at
+// the change (requests queued before the change are served after it), at most another
+// window. Before, a search's backlog served after the plan was judged as the plan's.
+func TestLatencyJudgedAfterTheBacklogDrains(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{MinLatency: 5}, plan.Targets{LatencyMS: 400, RateRPS: 100})
+	var mu sync.Mutex
+	var grants []sched.Grant
+	_, inferID := e.register(func(g sched.Grant) {
+		mu.Lock()
+		grants = append(grants, g)
+		mu.Unlock()
+	})
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	rw := e.sched.Config().RecentWindow
+	serve := func(n int, lat time.Duration) {
+		for i := range n {
+			var reqs []proto.Request
+			for j := range c.Status().Current.Batch() {
+				reqs = append(reqs, proto.Request{ID: fmt.Sprintf("%d-%d-%d", lat, i, j)})
+			}
+			if err := e.sched.Arrivals(inferID, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.sched.Acquire(inferID, uint64(len(grants)+1)); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			g := grants[len(grants)-1]
+			mu.Unlock()
+			e.clock.Advance(lat)
+			if err := e.sched.Release(inferID, sched.Release{Grant: g.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c.mu.Lock()
+	c.configChanged(e.clock.Now())
+	quiet := c.latencySettled(e.clock.Now().Add(rw))
+	c.mu.Unlock()
+	if !quiet {
+		t.Fatalf("no request served before the change: want the latency judged after the recent window (%s) alone", rw)
+	}
+	serve(3, 1200*time.Millisecond) // a backlog: requests served 1.2 s after they arrived
+	at := e.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.configChanged(at)
+	for _, x := range []struct {
+		after time.Duration
+		want  bool
+	}{{rw, false}, {rw + time.Second, false}, {rw + 1200*time.Millisecond, true}} {
+		if got := c.latencySettled(at.Add(x.after)); got != x.want {
+			t.Errorf("%s after the change with 1.2 s latencies in the window: settled %v, want %v", x.after, got, x.want)
+		}
+	}
+}
+
 // Unreadable power: degraded, lowest-power known mode; readable again: re-plan.
 func TestDegradedWhenPowerUnreadable(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())

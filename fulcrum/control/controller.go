@@ -268,8 +268,11 @@ type Controller struct {
 	// applied to every stored profile there.
 	corrP map[powermode.Mode]float64
 	// cfgSince is when the mode or a batch in force was last changed: latency is judged
-	// only on requests served since (latencySettled).
+	// only on requests served since (latencySettled). cfgDrain is the longest latency in
+	// the recent window then: requests queued before the change are served after it,
+	// within about that long.
 	cfgSince   time.Time
+	cfgDrain   time.Duration
 	measured   Measured
 	latCount   int
 	live       LiveCounts
