@@ -543,6 +543,9 @@ func printProfiles(out io.Writer, ps []store.Profile, format string) error {
 		if p.Throttled != nil {
 			src += " (throttled)" // measured while the board ran slower than the mode: docs/profiler.md
 		}
+		if p.Bound {
+			src += " (bound)" // a whole minibatch not run, its time an upper bound: docs/profiler.md
+		}
 		batch := strconv.Itoa(p.Batch)
 		if p.MicroBatch > 0 { // one micro-batch turn of the minibatch (issue 32), as fulcrumctl workers shows it
 			batch = fmt.Sprintf("%d (micro %d ×%d)", p.Batch, p.MicroBatch, p.Batch/p.MicroBatch)

@@ -129,7 +129,8 @@ func TestStatusShowsHeat(t *testing.T) {
 	}
 }
 
-// The profile table marks a profile measured while the board throttled.
+// The profile table marks a profile measured while the board throttled, and a whole
+// minibatch stored as a bound.
 func TestProfileListMarksThrottled(t *testing.T) {
 	at := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	p := store.Profile{Board: "agx-orin-64gb", Workload: "resnet18-train", Role: truth.Train,
@@ -140,11 +141,13 @@ func TestProfileListMarksThrottled(t *testing.T) {
 	cool.Workload = "mobilenet-infer"
 	p.Throttled = &store.Throttled{Readings: 3, GPUHzMin: 816000000}
 	var b bytes.Buffer
-	if err := printProfiles(&b, []store.Profile{p, cool}, "table"); err != nil {
+	bound := cool
+	bound.Workload, bound.Bound = "lstm-train", true
+	if err := printProfiles(&b, []store.Profile{p, cool, bound}, "table"); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 3 || !strings.HasSuffix(lines[1], "live (throttled)") || !strings.HasSuffix(lines[2], "live") {
-		t.Errorf("profile table:\n%s\nwant the throttled one marked, the cool one not", b.String())
+	if len(lines) != 4 || !strings.HasSuffix(lines[1], "live (throttled)") || !strings.HasSuffix(lines[2], "live") || !strings.HasSuffix(lines[3], "live (bound)") {
+		t.Errorf("profile table:\n%s\nwant the throttled one and the bound marked, the cool one not", b.String())
 	}
 }

@@ -27,6 +27,9 @@ type Profile struct {
 	Repeats int `json:"repeats,omitempty"`
 	// Throttled is set when the board throttled while the profile was measured.
 	Throttled *Throttled `json:"throttled,omitempty"`
+	// Bound marks a whole training minibatch not run (over the latency budget's room at
+	// its mode): its time an upper bound from a micro-batch turn (docs/profiler.md).
+	Bound bool `json:"bound,omitempty"`
 }
 
 // TimeStats summarise one minibatch's time, in milliseconds.

@@ -147,7 +147,7 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	// for a retry.
 	c.applyFails, c.want = 0, nil
 	if c.cur == nil || c.cur.Mode != ch.Mode || !sameBatches(c.cur.Streams, ch.Streams) || !sameTrain(c.cur.Train, ch.Train) {
-		c.cfgSince = c.clock.Now()
+		c.configChanged(c.clock.Now())
 	}
 	c.cur = &ch
 	c.forceApply = false

@@ -320,6 +320,141 @@ func TestPowerStepDownAndHysteresis(t *testing.T) {
 	}
 }
 
+// After a power step-down the controller steps back up once power stays below its
+// band, whatever the p99 does within its budget: the scheduler fills the latency budget
+// with training by design, so a p99 within 10 % of it is a plan that trains, not a
+// reason to stay down (the latency band holds a step up only after a latency step-down).
+func TestPowerStepUpWithTheP99InItsBand(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	cfg := Config{Hold: 2 * time.Second, Cooldown: 500 * time.Millisecond, MinLatency: 5}
+	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
+	var mu sync.Mutex
+	var grants []sched.Grant
+	_, inferID := e.register(func(g sched.Grant) {
+		mu.Lock()
+		grants = append(grants, g)
+		mu.Unlock()
+	})
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	if c.Status().Current == nil {
+		t.Fatal("no plan")
+	}
+	e.board.mu.Lock()
+	e.board.powerFn = func(m powermode.Mode) float64 { return e.models[tTrain].PowerMW(e.spec, m, 32) * 1.6 }
+	e.board.mu.Unlock()
+	e.tick(c, 1500*time.Millisecond)
+	if !c.Status().Stepped {
+		t.Fatal("no power step-down")
+	}
+	e.board.mu.Lock()
+	e.board.powerFn = nil
+	e.board.mu.Unlock()
+	e.board.set(15000, nil) // well below 35 W × 0.9
+	// Requests served in 380 ms: within the 400 ms budget, in its 10 % band.
+	seq := c.Status().LastEvent
+	n := 0
+	for range 12 {
+		b := c.Status().Current.Batch()
+		var reqs []proto.Request
+		for range b {
+			n++
+			reqs = append(reqs, proto.Request{ID: fmt.Sprint(n)})
+		}
+		if err := e.sched.Arrivals(inferID, reqs); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.sched.Acquire(inferID, uint64(n)); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		g := grants[len(grants)-1]
+		mu.Unlock()
+		if g.Kind != proto.KindInfer {
+			t.Fatalf("grant %+v, want an inference batch", g)
+		}
+		for range 380 / 20 {
+			e.clock.Advance(20 * time.Millisecond)
+			_ = c.SamplePower(context.Background())
+		}
+		if err := e.sched.Release(inferID, sched.Release{Grant: g.ID}); err != nil {
+			t.Fatal(err)
+		}
+		c.Step(context.Background())
+	}
+	evs := c.Events().List(seq)
+	st := c.Status()
+	t.Logf("p99 %.1f ms over %d requests, power %.1f W; events %v", st.Measured.LatencyP99MS, n, st.Measured.PowerMW/1000, kinds(evs))
+	if st.Measured.LatencyP99MS < 360 || st.Measured.LatencyP99MS > 400 {
+		t.Fatalf("measured p99 %.1f ms: the test wants it in the band [360, 400] ms", st.Measured.LatencyP99MS)
+	}
+	if countKind(evs, KindStepUp) != 1 || countKind(evs, KindStepDown) != 0 {
+		t.Fatalf("events %v: want one step_up — power stayed below its band and the p99 within its budget for the hold", kinds(evs))
+	}
+}
+
+// After a configuration change the latency rule waits for a window of the new
+// configuration's requests: the recent window, plus about the longest latency in it at
+// the change (requests queued before the change are served after it), at most another
+// window. Before, a search's backlog served after the plan was judged as the plan's.
+func TestLatencyJudgedAfterTheBacklogDrains(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{MinLatency: 5}, plan.Targets{LatencyMS: 400, RateRPS: 100})
+	var mu sync.Mutex
+	var grants []sched.Grant
+	_, inferID := e.register(func(g sched.Grant) {
+		mu.Lock()
+		grants = append(grants, g)
+		mu.Unlock()
+	})
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	rw := e.sched.Config().RecentWindow
+	serve := func(n int, lat time.Duration) {
+		for i := range n {
+			var reqs []proto.Request
+			for j := range c.Status().Current.Batch() {
+				reqs = append(reqs, proto.Request{ID: fmt.Sprintf("%d-%d-%d", lat, i, j)})
+			}
+			if err := e.sched.Arrivals(inferID, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.sched.Acquire(inferID, uint64(len(grants)+1)); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			g := grants[len(grants)-1]
+			mu.Unlock()
+			e.clock.Advance(lat)
+			if err := e.sched.Release(inferID, sched.Release{Grant: g.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c.mu.Lock()
+	c.configChanged(e.clock.Now())
+	quiet := c.latencySettled(e.clock.Now().Add(rw))
+	c.mu.Unlock()
+	if !quiet {
+		t.Fatalf("no request served before the change: want the latency judged after the recent window (%s) alone", rw)
+	}
+	serve(3, 1200*time.Millisecond) // a backlog: requests served 1.2 s after they arrived
+	at := e.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.configChanged(at)
+	for _, x := range []struct {
+		after time.Duration
+		want  bool
+	}{{rw, false}, {rw + time.Second, false}, {rw + 1200*time.Millisecond, true}} {
+		if got := c.latencySettled(at.Add(x.after)); got != x.want {
+			t.Errorf("%s after the change with 1.2 s latencies in the window: settled %v, want %v", x.after, got, x.want)
+		}
+	}
+}
+
 // Unreadable power: degraded, lowest-power known mode; readable again: re-plan.
 func TestDegradedWhenPowerUnreadable(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())

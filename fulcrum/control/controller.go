@@ -220,11 +220,14 @@ type Controller struct {
 	mu coopMutex // a sync.Mutex unless the clock is cooperative (coop.go)
 	// targets are the operator's targets in force, shared and per workload (budgets.go):
 	// the model's budgets and the scheduler's deadlines are made from them.
-	targets  plan.Targets
-	pair     *Pair
-	pairAt   time.Time
-	cur      *Choice // applied
-	stepped  bool
+	targets plan.Targets
+	pair    *Pair
+	pairAt  time.Time
+	cur     *Choice // applied
+	stepped bool
+	// stepFor is what the step-downs since the controller last left its plan stepped down
+	// for: rule 6 waits for that constraint to clear its hysteresis band (reaction.go).
+	stepFor  stepCause
 	degraded string // reason, "" when not degraded
 	applyErr error  // the last failed board Apply (nil after a success), for ApplyMode's answer
 	// While the board refuses mode changes: the configuration decided but not in force,
@@ -265,8 +268,11 @@ type Controller struct {
 	// applied to every stored profile there.
 	corrP map[powermode.Mode]float64
 	// cfgSince is when the mode or a batch in force was last changed: latency is judged
-	// only on requests served since (latencySettled).
+	// only on requests served since (latencySettled). cfgDrain is the longest latency in
+	// the recent window then: requests queued before the change are served after it,
+	// within about that long.
 	cfgSince   time.Time
+	cfgDrain   time.Duration
 	measured   Measured
 	latCount   int
 	live       LiveCounts

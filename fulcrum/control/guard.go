@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 )
 
 // checkDegraded falls back to the lowest-power known mode when power has not been
@@ -31,7 +33,9 @@ func (c *Controller) checkDegraded(ctx context.Context, now time.Time) bool {
 			c.events.Add(ev)
 			return true
 		}
-		c.stepped = true
+		held := c.held // the degraded step leaves an operator's hold as it is
+		c.noteStep(stepCause{power: true, latency: true})
+		c.held = held
 		c.applyStep(ctx, KindDegraded, ev.Reason, pick, space)
 		return true
 	case down:
@@ -50,7 +54,25 @@ func (c *Controller) checkDegraded(ctx context.Context, now time.Time) bool {
 // applied: a p99 over requests served at the previous configuration says nothing of this
 // one, and judging it there left out a configuration that had not been tried (issue 34).
 func (c *Controller) latencySettled(now time.Time) bool {
-	return now.Sub(c.cfgSince) >= c.sched.Config().RecentWindow
+	w := c.sched.Config().RecentWindow
+	return now.Sub(c.cfgSince) >= w+min(c.cfgDrain, w)
+}
+
+// configChanged starts the latency rule's wait for a window of the new configuration's
+// requests: the recent window, plus the time the requests queued before the change take
+// to be served after it — about the longest latency in the window at the change, at
+// most another window. Measured: a search's last profile batches left requests queued
+// 1.3 s (AGX lifetime bench, 30 req/s, 50 ms, 30 W, seed 1); 5 s after the plan the window
+// still held them (p99 732 ms), the latency rule paused training at the plan's own
+// configuration and marked it broken, and live refinement never confirmed it for the
+// next 14 minutes. Called with c.mu held.
+func (c *Controller) configChanged(now time.Time) {
+	c.cfgSince, c.cfgDrain = now, 0
+	for _, wl := range c.sched.Snapshot().Workloads {
+		if wl.Role == proto.RoleInfer {
+			c.cfgDrain = max(c.cfgDrain, time.Duration(wl.LatencyRecent.MaxMS*float64(time.Millisecond)))
+		}
+	}
 }
 
 // sameBatches reports whether a and b plan the same batch for every stream.

@@ -178,6 +178,10 @@ type LiveCounts struct {
 	// Discarded counts profile batches discarded as under a fifth of the workload's
 	// real batches of that size (a handler that runs no real batch).
 	Discarded int `json:"discarded"`
+	// Bound counts whole training minibatches not run because they were over the
+	// latency budget's room, stored as bounds from the micro-batch turns
+	// (store.Profile.Bound).
+	Bound int `json:"bound,omitempty"`
 }
 
 // LiveProfiler is a search.Profiler that measures a mode through the workers' profile
@@ -353,17 +357,21 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 	if err != nil {
 		p.logger().Warn("reading stored profiles", "err", err)
 	}
-	if p.roomOn() {
-		// A mode lacking only sizes over the room is known, at their predicted turns.
-		ratios := p.microRatios()
-		kept := out[:0]
-		for _, mp := range out {
-			if mp, ok := p.microFill(mp, ratios); ok {
-				kept = append(kept, mp)
-			}
+	ratios, iratios := p.microRatios(), p.inferRatios()
+	bounds := p.boundModes()
+	kept := out[:0]
+	for _, mp := range out {
+		if bounds[mp.Mode] && !p.boundHolds(mp, ratios) {
+			continue // its minibatch fits the room now: a visit measures it
 		}
-		out = kept
+		if !p.roomOn() {
+			kept = append(kept, mp)
+		} else if mp, ok := p.roomFill(mp, ratios, iratios); ok {
+			// A mode lacking only sizes over the room is known, at their predicted turns.
+			kept = append(kept, mp)
+		}
 	}
+	out = kept
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loadOver()
@@ -448,7 +456,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 	have := map[store.Key]store.Profile{}
 	keys := p.keys(m)
 	var missing []store.Key
-	absentMicro := 0 // missing micro-batch points never stored
+	absentMicro := 0 // missing micro-batch and inference points (never stored when over the room)
 	cool := p.cool(ctx)
 	for _, k := range keys {
 		prof, err := p.Store.Get(k)
@@ -459,17 +467,24 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 			have[k] = prof
 		case errors.Is(err, store.ErrNotFound):
 			missing = append(missing, k)
-			if k.MicroBatch > 0 {
+			if k.MicroBatch > 0 || k.Role == truth.Infer {
 				absentMicro++
 			}
 		default:
 			return plan.ModeProfile{}, err
 		}
 	}
+	for k, prof := range have {
+		if prof.Bound && !p.boundHolds(p.toModeProfile(m, have), p.microRatios()) {
+			// A minibatch stored as a bound that fits the room now: measured for real.
+			delete(have, k)
+			missing = append(missing, k)
+		}
+	}
 	if len(missing) > 0 && absentMicro == len(missing) && p.roomOn() {
-		// Only micro-batch sizes are missing: when each is over the room, the visit
-		// would measure nothing (livemicro.go).
-		if mp, ok := p.microFill(p.toModeProfile(m, have), p.microRatios()); ok {
+		// Only micro-batch sizes or inference batches are missing: when each is over
+		// the room, the visit would measure nothing (livemicro.go).
+		if mp, ok := p.roomFill(p.toModeProfile(m, have), p.microRatios(), p.inferRatios()); ok {
 			p.mu.Lock()
 			p.counts.FromStore++
 			p.mu.Unlock()
@@ -645,10 +660,10 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 	applied := p.clock().Now()
 	p.logger().Info("profiling a mode live", "mode", m.Human(), "points", len(todo), "repeat", !put)
 	room := p.roomOn()
-	var ratios map[sizePair]sizeRatio
+	var ratios, iratios map[sizePair]sizeRatio
 	if room {
 		todo = orderTodo(todo)
-		ratios = p.microRatios()
+		ratios, iratios = p.microRatios(), p.inferRatios()
 	}
 	overMicro := false // a micro-batch size was left out as over the room
 	// The training turns measured in this visit whose power the sensor read alone, by
@@ -660,6 +675,13 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 			id = trainID
 		}
 		rule := o.rule()
+		if room && k.Role == truth.Infer {
+			if at := p.toModeProfile(m, have); p.inferOverRoom(k.Batch, at, iratios) {
+				delete(have, k) // a repeat's stored value is not measured again
+				p.logger().Info("not profiling an inference batch over the latency budget's room", "mode", m.Human(), "point", k.String())
+				continue
+			}
+		}
 		if room && k.Role == truth.Train {
 			// The training turns measured so far at this mode (a repeat's stored ones
 			// are this mode's too), below this one.
@@ -678,7 +700,21 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 				p.logger().Info("not profiling a micro-batch size over the latency budget's room", "mode", m.Human(), "point", k.String())
 				continue
 			case over:
-				rule = o.overRoomRule()
+				// The whole minibatch over the room: its batches would only make
+				// requests late, and no decision beside this budget runs it.
+				if b, ok := p.boundMinibatch(k, pts, readable, ratios); ok {
+					if put {
+						if err := p.Store.Put(b, store.Overwrite); err != nil {
+							return plan.ModeProfile{}, false, fmt.Errorf("store the bound of %s: %w", k, err)
+						}
+					}
+					have[k] = b
+					p.mu.Lock()
+					p.counts.Bound++
+					p.mu.Unlock()
+					p.logger().Info("not profiling the whole minibatch over the latency budget's room: stored as a bound from its micro-batch turns", "mode", m.Human(), "point", k.String(), "time_ms", b.TimeMS.Mean)
+					continue
+				}
 			}
 		}
 		floor := 0.0
@@ -735,7 +771,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 	}
 	mp = p.toModeProfile(m, have)
 	if room {
-		mp, _ = p.microFill(mp, ratios) // the sizes left out, at their predicted turns
+		mp, _ = p.roomFill(mp, ratios, iratios) // the sizes left out, at their predicted turns
 	}
 	if p.OnProfile != nil && put { // a repeat is counted (Counts.Remeasured), not announced
 		p.OnProfile(m, mp, nil)
@@ -909,10 +945,11 @@ func (p *LiveProfiler) measure(ctx context.Context, k store.Key, workerID string
 		return prof, meter.read, 0, nil
 	}
 	err = p.Store.Put(prof)
-	if errors.Is(err, store.ErrExists) && prof.Throttled == nil {
+	if errors.Is(err, store.ErrExists) {
 		// A cool measurement replaces one taken while the board throttled (Profile
-		// measures such a point again once the board runs cool); nothing else is lost.
-		if old, gerr := p.Store.Get(k); gerr == nil && old.Throttled != nil {
+		// measures such a point again once the board runs cool), any measurement a bound
+		// (store.Profile.Bound); nothing else is lost.
+		if old, gerr := p.Store.Get(k); gerr == nil && (old.Bound || (old.Throttled != nil && prof.Throttled == nil)) {
 			err = p.Store.Put(prof, store.Overwrite)
 		}
 	}
@@ -1026,6 +1063,9 @@ func (m *liveMeter) Stop(ctx context.Context, s measure.Span) (measure.Power, er
 // the batch-weighted mean of theirs: the batches themselves are not kept), the power
 // mean over all their readings.
 func combineRepeats(reps []store.Profile) store.Profile {
+	if real := slices.DeleteFunc(slices.Clone(reps), func(r store.Profile) bool { return r.Bound }); len(real) > 0 {
+		reps = real // a measurement replaces bounds (store.Profile.Bound), never pools with them
+	}
 	out := reps[0]
 	parts := make([]stats.Summary, 0, len(reps))
 	var np int

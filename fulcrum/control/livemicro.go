@@ -7,7 +7,7 @@ import (
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/internal/stats"
-	"github.com/fulcrum-edge/fulcrum/profiler/measure"
+	"github.com/fulcrum-edge/fulcrum/powermode"
 	"github.com/fulcrum-edge/fulcrum/profiler/store"
 	"github.com/fulcrum-edge/fulcrum/truth"
 )
@@ -26,10 +26,12 @@ import (
 //     with one, that size × the least ratio of the two at the stored modes), lowered by
 //     microPredictSlack, is — is not measured, and neither is any larger micro-batch
 //     size;
-//   - the whole minibatch, which a complete profile needs, is then measured with
-//     overRoomSamples batches (no warm-up, no minimum time) instead of the full rule:
-//     the decision cannot claim it beside this budget, and each of its batches costs
-//     deadlines.
+//   - the whole minibatch, which a complete profile needs, is then not run either: it
+//     is stored as a bound from the largest turn measured (boundMinibatch,
+//     store.Profile.Bound) — the decision cannot claim it beside this budget, and each
+//     of its batches would cost deadlines (until 2026-11-27 it ran two batches, and a
+//     re-search from a paused plan broke the p99 the pause was keeping at every mode it
+//     measured) — and is measured for real on a visit where it fits the room.
 //
 // A size left unmeasured is given to the searchers at its predicted turn (microFill),
 // so that their profiles keep every declared size; it is never stored, and the plan,
@@ -40,10 +42,6 @@ import (
 // only when its predicted turn, lowered by this factor, still is (the prediction's error
 // across modes, docs/benchmarks.md "Profiling micro-batches where a claim needs them").
 const microPredictSlack = 0.9
-
-// overRoomSamples is how many batches measure a whole minibatch that is over the room (no
-// warm-up): each of them keeps requests past their deadlines.
-const overRoomSamples = 2
 
 // roomOn says whether this profiler chooses the training sizes it measures by the room:
 // asked to (ByRoom: the pair's search), it measures both the training job and the stream,
@@ -235,12 +233,179 @@ func orderTodo(todo []store.Key) []store.Key {
 	return out
 }
 
-// overRoomRule is the stopping rule of a whole minibatch over the room: overRoomSamples
-// batches, no warm-up, no minimum time, no precision wait.
-func (o LiveOptions) overRoomRule() measure.Rule {
-	r := o.rule()
-	r.Warmup, r.WarmupTime, r.MinTime = 0, 0, 0
-	r.MinSamples = min(r.MinSamples, overRoomSamples)
-	r.MaxSamples = r.MinSamples
-	return r
+// boundMinibatch is the stored stand-in of whole minibatch k at a mode where it is over
+// the room (store.Profile.Bound): from the largest training turn measured there, pts
+// (the sizes below k, at least one measured in this visit or stored), the time scaled to
+// the minibatch — an upper bound, since a bigger batch uses the GPU at least as well —
+// and that turn's power raised by the stored modes' median ratio of the two sizes (and
+// never below the turns read alone here, readable: a bigger batch keeps the GPU
+// busier). ok is false when no size below k was measured at the mode.
+func (p *LiveProfiler) boundMinibatch(k store.Key, pts map[int]plan.TrainPoint, readable map[int]float64, ratios map[sizePair]sizeRatio) (store.Profile, bool) {
+	if len(pts) == 0 {
+		return store.Profile{}, false
+	}
+	v := slices.Max(slices.Collect(maps.Keys(pts)))
+	src, err := p.Store.Get(store.Key{Board: k.Board, Workload: k.Workload, Role: k.Role, Mode: k.Mode, Batch: k.Batch, MicroBatch: v})
+	if err != nil {
+		// Measured in this visit but not stored (a repeat): the point's own figures.
+		t := pts[v]
+		src = store.Profile{TimeMS: store.TimeStats{Mean: t.TimeMS, P50: t.TimeMS, P95: t.TimeMS}, PowerMW: store.PowerStats{Mean: t.PowerMW}, Samples: 1}
+	}
+	scale := float64(k.Batch) / float64(v)
+	pw := pts[v].PowerMW * max(1, ratios[sizePair{k.Batch, v}].power)
+	for _, mw := range readable {
+		pw = max(pw, mw)
+	}
+	now := p.clock().Now().UTC()
+	return store.Profile{Board: k.Board, Workload: k.Workload, Role: k.Role, Mode: k.Mode, Batch: k.Batch,
+		TimeMS:  store.TimeStats{Mean: src.TimeMS.Mean * scale, P50: src.TimeMS.P50 * scale, P95: src.TimeMS.P95 * scale, Stddev: src.TimeMS.Stddev * scale},
+		PowerMW: store.PowerStats{Mean: pw, Stddev: src.PowerMW.Stddev}, Samples: max(src.Samples, 1), PowerSamples: src.PowerSamples,
+		StartedAt: now, FinishedAt: now, Source: store.SourceLive, Throttled: src.Throttled, Bound: true}, true
+}
+
+// boundModes are the modes where the pair's whole minibatch is stored as a bound.
+func (p *LiveProfiler) boundModes() map[powermode.Mode]bool {
+	ps, err := p.Store.List(store.Filter{Board: p.board(), Workload: p.Pair.Train, Role: truth.Train})
+	if err != nil {
+		p.logger().Warn("reading stored profiles", "err", err)
+	}
+	out := map[powermode.Mode]bool{}
+	for _, x := range ps {
+		if x.Bound && x.Batch == p.Pair.TrainBatch && x.MicroBatch == 0 {
+			out[x.Mode] = true
+		}
+	}
+	return out
+}
+
+// boundHolds says a whole minibatch stored as a bound at mp's mode is still over the
+// room by the turns measured there (turnOverRoom): the room this profiler judges, and
+// the sizes below the minibatch. False where the room is not judged (roomOn): the
+// minibatch is then measured as any point.
+func (p *LiveProfiler) boundHolds(mp plan.ModeProfile, ratios map[sizePair]sizeRatio) bool {
+	if !p.roomOn() {
+		return false
+	}
+	pts := trainPoints(mp)
+	delete(pts, p.Pair.TrainBatch)
+	return len(pts) > 0 && p.turnOverRoom(p.Pair.TrainBatch, pts, shortestInfer(mp.Infer), ratios)
+}
+
+// inferOverRoom says inference batch b is over the room at a mode where at was measured:
+// beside the shortest training turn measured there, a smaller batch measured there is
+// (batches grow with their size), or b's predicted turn (predictInfer), lowered by
+// microPredictSlack, is. False when it cannot be judged (no training turn or no smaller
+// batch measured there): the batch is then measured. The decision never claims such a
+// batch beside this budget, and each of its profile batches makes the requests arriving
+// during it late (on the Orin NX at 10 W, batches of 16 and 32 took 61 and 118 ms beside
+// a 75 ms budget).
+func (p *LiveProfiler) inferOverRoom(b int, at plan.ModeProfile, iratios map[sizePair]sizeRatio) bool {
+	pts := trainPoints(at)
+	if len(pts) == 0 {
+		return false
+	}
+	trainMS := slices.MinFunc(slices.Collect(maps.Values(pts)), func(x, y plan.TrainPoint) int { return cmp.Compare(x.TimeMS, y.TimeMS) }).TimeMS
+	for _, ip := range at.Infer {
+		if ip.Batch < b && p.overRoom(trainMS, ip.TimeMS) {
+			return true
+		}
+	}
+	pred, ok := predictInfer(b, at.Infer, iratios)
+	return ok && p.overRoom(trainMS, microPredictSlack*pred.TimeMS)
+}
+
+// predictInfer predicts inference batch b's turn from the two largest batches measured
+// below it, along the line through them (a batch's time is flat at small sizes and then
+// grows in proportion, so the line from below errs low), its power the larger one's (a
+// bigger batch keeps the GPU at least as busy); with one, that batch × the least ratio
+// of the two batches over the stored modes (iratios, inferRatios). False otherwise.
+func predictInfer(b int, ps []plan.InferPoint, iratios map[sizePair]sizeRatio) (plan.InferPoint, bool) {
+	var below []plan.InferPoint
+	for _, ip := range ps {
+		if ip.Batch < b {
+			below = append(below, ip)
+		}
+	}
+	slices.SortFunc(below, func(x, y plan.InferPoint) int { return x.Batch - y.Batch })
+	switch {
+	case len(below) == 1:
+		r, ok := iratios[sizePair{b, below[0].Batch}]
+		if !ok {
+			return plan.InferPoint{}, false
+		}
+		return plan.InferPoint{Batch: b, TimeMS: below[0].TimeMS * max(r.time, 1), PowerMW: below[0].PowerMW * max(r.power, 1)}, true
+	case len(below) == 0:
+		return plan.InferPoint{}, false
+	}
+	v1, v2 := below[len(below)-1], below[len(below)-2]
+	f := float64(b-v1.Batch) / float64(v1.Batch-v2.Batch)
+	return plan.InferPoint{Batch: b, TimeMS: max(v1.TimeMS, v1.TimeMS+(v1.TimeMS-v2.TimeMS)*f), PowerMW: max(v1.PowerMW, v2.PowerMW)}, true
+}
+
+// inferFill completes mp's inference batches with every one of the pair's it lacks, at
+// the batch's predicted turn, when each is over the room there (inferOverRoom); ok is
+// false when one is not (or cannot be judged): a searcher must then have the mode
+// measured. As with microFill, a filled batch is never stored, so the plan, made from
+// the store, never claims it.
+func (p *LiveProfiler) inferFill(mp plan.ModeProfile, iratios map[sizePair]sizeRatio) (plan.ModeProfile, bool) {
+	if len(mp.Infer) >= len(p.Pair.Batches) {
+		return mp, true
+	}
+	infer := slices.Clone(mp.Infer)
+	for _, b := range slices.Sorted(slices.Values(p.Pair.Batches)) {
+		if slices.ContainsFunc(infer, func(ip plan.InferPoint) bool { return ip.Batch == b }) {
+			continue
+		}
+		at := mp
+		at.Infer = infer
+		if !p.inferOverRoom(b, at, iratios) {
+			return mp, false
+		}
+		ip, ok := predictInfer(b, infer, iratios)
+		if !ok {
+			return mp, false
+		}
+		infer = append(infer, ip)
+		slices.SortFunc(infer, func(x, y plan.InferPoint) int { return x.Batch - y.Batch })
+	}
+	mp.Infer = infer
+	return mp, true
+}
+
+// roomFill is microFill then inferFill: a profile for the searchers with every size the
+// room left out, at its predicted turn.
+func (p *LiveProfiler) roomFill(mp plan.ModeProfile, ratios, iratios map[sizePair]sizeRatio) (plan.ModeProfile, bool) {
+	mp, ok := p.microFill(mp, ratios)
+	if !ok {
+		return mp, false
+	}
+	return p.inferFill(mp, iratios)
+}
+
+// inferRatios relates two inference batches' turns across the stored modes that
+// measured both, as microRatios does training sizes.
+func (p *LiveProfiler) inferRatios() map[sizePair]sizeRatio {
+	ps, err := storedProfiles(p.Store, p.board(), p.Pair, true)
+	if err != nil {
+		p.logger().Warn("reading stored profiles", "err", err)
+	}
+	acc := map[sizePair][2][]float64{}
+	for _, mp := range ps {
+		for _, a := range mp.Infer {
+			for _, b := range mp.Infer {
+				if a.Batch <= b.Batch || b.TimeMS <= 0 || b.PowerMW <= 0 {
+					continue
+				}
+				k := sizePair{a.Batch, b.Batch}
+				x := acc[k]
+				x[0], x[1] = append(x[0], a.TimeMS/b.TimeMS), append(x[1], a.PowerMW/b.PowerMW)
+				acc[k] = x
+			}
+		}
+	}
+	out := make(map[sizePair]sizeRatio, len(acc))
+	for k, x := range acc {
+		out[k] = sizeRatio{time: slices.Min(x[0]), power: stats.Median(x[1])}
+	}
+	return out
 }

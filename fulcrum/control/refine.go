@@ -710,7 +710,7 @@ func (c *Controller) abandon(ctx context.Context, why string, now time.Time, rat
 		// latency rule judged that window at once and stepped to an unclaimed
 		// configuration with training running (traced: the AGX lifetime sub-sweep, ALS,
 		// 20 req/s, 20 W, latency broken 1,367 s of 1,800).
-		c.cfgSince = now
+		c.configChanged(now)
 	}
 }
 

@@ -516,7 +516,7 @@ func (p *pooledLive) Counts() LiveCounts {
 
 func addCounts(a, b LiveCounts) LiveCounts {
 	return LiveCounts{Modes: a.Modes + b.Modes, Profiled: a.Profiled + b.Profiled, FromStore: a.FromStore + b.FromStore, Abandoned: a.Abandoned + b.Abandoned, Saturated: a.Saturated + b.Saturated,
-		Points: a.Points + b.Points, Remeasured: a.Remeasured + b.Remeasured, Discarded: a.Discarded + b.Discarded}
+		Points: a.Points + b.Points, Remeasured: a.Remeasured + b.Remeasured, Discarded: a.Discarded + b.Discarded, Bound: a.Bound + b.Bound}
 }
 
 // StreamStatus is one inference stream as the controller plans and measures it.

@@ -62,6 +62,15 @@ type Profile struct {
 	// (docs/profiler.md "Profiles taken while the board throttles"). Absent in stores
 	// written before it existed, which read as not throttled.
 	Throttled *Throttled `json:"throttled,omitempty"`
+	// Bound marks a whole training minibatch that was not run: at its mode it was over
+	// the latency budget's admission room when the live profiler visited, so its
+	// batches would only have made requests late (docs/controller.md "The live
+	// profiler"). TimeMS is the largest micro-batch turn measured there scaled to the
+	// minibatch (an upper bound: a bigger batch uses the GPU at least as well), PowerMW
+	// that turn's power raised by the stored modes' ratio (at least as much). fulcrumd
+	// measures it for real on a visit where it fits the room. Absent (false) in every
+	// profile that was measured, and in stores written before it existed.
+	Bound bool `json:"bound,omitempty"`
 }
 
 // Throttled says how a profile's measurement was throttled.

@@ -65,7 +65,7 @@ func ProfileFrom(p store.Profile) api.Profile {
 		TimeMS:  api.TimeStats{Mean: p.TimeMS.Mean, P50: p.TimeMS.P50, P95: p.TimeMS.P95, Stddev: p.TimeMS.Stddev},
 		PowerMW: api.PowerStats{Mean: p.PowerMW.Mean, Stddev: p.PowerMW.Stddev},
 		Samples: p.Samples, PowerSamples: p.PowerSamples, Warmup: p.Warmup, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,
-		RSE: p.RSE, Source: p.Source, Repeats: p.Repeats}
+		RSE: p.RSE, Source: p.Source, Repeats: p.Repeats, Bound: p.Bound}
 	if t := p.Throttled; t != nil {
 		out.Throttled = &api.Throttled{Readings: t.Readings, GPUHzMin: t.GPUHzMin, CPUKHzMin: t.CPUKHzMin}
 	}

@@ -90,7 +90,7 @@ func TestProfileFromKeepsTheStoresJSON(t *testing.T) {
 		Mode:  powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000},
 		Batch: 4, MicroBatch: 2, TimeMS: store.TimeStats{Mean: 10.5, P50: 10, P95: 12, Stddev: 0.5}, PowerMW: store.PowerStats{Mean: 21000, Stddev: 300},
 		Samples: 30, PowerSamples: 60, Warmup: 3, StartedAt: at, FinishedAt: at.Add(time.Minute), RSE: 0.01, Source: store.SourceSim,
-		Repeats: 2, Throttled: &store.Throttled{Readings: 3, GPUHzMin: 510000000, CPUKHzMin: 1497600}}
+		Repeats: 2, Throttled: &store.Throttled{Readings: 3, GPUHzMin: 510000000, CPUKHzMin: 1497600}, Bound: true}
 	want, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
