@@ -456,7 +456,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 	have := map[store.Key]store.Profile{}
 	keys := p.keys(m)
 	var missing []store.Key
-	absentMicro := 0 // missing micro-batch and inference points (never stored when over the room)
+	absentOptional := 0 // missing micro-batch and inference points (never stored when over the room)
 	cool := p.cool(ctx)
 	for _, k := range keys {
 		prof, err := p.Store.Get(k)
@@ -468,7 +468,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 		case errors.Is(err, store.ErrNotFound):
 			missing = append(missing, k)
 			if k.MicroBatch > 0 || k.Role == truth.Infer {
-				absentMicro++
+				absentOptional++
 			}
 		default:
 			return plan.ModeProfile{}, err
@@ -481,7 +481,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 			missing = append(missing, k)
 		}
 	}
-	if len(missing) > 0 && absentMicro == len(missing) && p.roomOn() {
+	if len(missing) > 0 && absentOptional == len(missing) && p.roomOn() {
 		// Only micro-batch sizes or inference batches are missing: when each is over
 		// the room, the visit would measure nothing (livemicro.go).
 		if mp, ok := p.roomFill(p.toModeProfile(m, have), p.microRatios(), p.inferRatios()); ok {

@@ -140,6 +140,9 @@ func TestLiveProfilerSkipsMicroBatchesOverTheRoom(t *testing.T) {
 	if got[16] != 0 || got[4] < 3 || got[8] < 3 || got[32] != 0 {
 		t.Fatalf("training profile batches granted %v: want none of 16 and 32, 4 and 8 measured in full", got)
 	}
+	if c := lp.Counts(); c.Bound != 1 {
+		t.Errorf("counts %+v: want the one minibatch stored as a bound counted", c)
+	}
 	if len(gotInfer) != 4 {
 		t.Fatalf("inference profile batches granted %v: want every batch (each fits this room)", gotInfer)
 	}

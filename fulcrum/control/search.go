@@ -201,5 +201,8 @@ func searchCounts(n LiveCounts, g *group) string {
 	if n.Saturated > 0 {
 		out += fmt.Sprintf(", %d abandoned as saturated by inference (over the latency budget)", n.Saturated)
 	}
+	if n.Bound > 0 {
+		out += fmt.Sprintf(", %d whole minibatches not run over the latency budget's room (stored as bounds)", n.Bound)
+	}
 	return out + fmt.Sprintf(", %d remeasured", n.Remeasured)
 }
