@@ -351,6 +351,9 @@ func (p *LiveProfiler) inferFill(mp plan.ModeProfile, iratios map[sizePair]sizeR
 	if len(mp.Infer) >= len(p.Pair.Batches) {
 		return mp, true
 	}
+	if !p.InferByRoom {
+		return mp, false // this search measures every batch: the mode must be visited
+	}
 	infer := slices.Clone(mp.Infer)
 	for _, b := range slices.Sorted(slices.Values(p.Pair.Batches)) {
 		if slices.ContainsFunc(infer, func(ip plan.InferPoint) bool { return ip.Batch == b }) {
