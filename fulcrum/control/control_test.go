@@ -1018,7 +1018,7 @@ func TestLiveSearchRemeasures(t *testing.T) {
 			plan.Targets{LatencyMS: 400, PowerMW: powerW * 1000, RateRPS: 20})
 		pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		res, counts, err := c.search(ctx, "gmd", pair, c.targets, 20, 0)
+		res, counts, err := c.search(ctx, "gmd", pair, c.targets, 20, 0, false)
 		cancel()
 		e.sched.Close()
 		if err != nil {

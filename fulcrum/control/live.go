@@ -229,6 +229,12 @@ type LiveProfiler struct {
 	// streams or jobs measure every size, as before).
 	Admission plan.Admission
 	ByRoom    bool
+	// InferByRoom (with ByRoom) leaves out the inference batches over the room too. The
+	// controller sets it where a plan is in force (a re-search from a paused plan keeps
+	// the p99 the search would otherwise break); a first search measures every batch:
+	// measured on the Orin NX lifetime sweep, GMD's first walk on predicted batches
+	// stopped "converged" after its five probes at 75 ms budgets (1 h ratio 0.820 → 0.764).
+	InferByRoom bool
 	// OnDiscard, when set, is told once per point of the profile batches discarded there
 	// as too fast (n of them, the fastest fastestMS, against realMS for the workload's
 	// real batches). It must not block.
@@ -467,7 +473,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 			have[k] = prof
 		case errors.Is(err, store.ErrNotFound):
 			missing = append(missing, k)
-			if k.MicroBatch > 0 || k.Role == truth.Infer {
+			if k.MicroBatch > 0 || (k.Role == truth.Infer && p.InferByRoom) {
 				absentOptional++
 			}
 		default:
@@ -675,7 +681,7 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 			id = trainID
 		}
 		rule := o.rule()
-		if room && k.Role == truth.Infer {
+		if room && p.InferByRoom && k.Role == truth.Infer {
 			if at := p.toModeProfile(m, have); p.inferOverRoom(k.Batch, at, iratios) {
 				delete(have, k) // a repeat's stored value is not measured again
 				p.logger().Info("not profiling an inference batch over the latency budget's room", "mode", m.Human(), "point", k.String())

@@ -68,20 +68,32 @@ type sizePair struct{ u, v int }
 // microRatios are the sizeRatio of each pair of training sizes (the minibatch included)
 // over the stored modes that measured both.
 func (p *LiveProfiler) microRatios() map[sizePair]sizeRatio {
+	return p.storedRatios(func(mp plan.ModeProfile) map[int][2]float64 {
+		out := map[int][2]float64{}
+		for s, t := range trainPoints(mp) {
+			out[s] = [2]float64{t.TimeMS, t.PowerMW}
+		}
+		return out
+	})
+}
+
+// storedRatios is the sizeRatio of each pair of sizes over the stored modes that
+// measured both, the sizes' (time, power) at a mode given by points.
+func (p *LiveProfiler) storedRatios(points func(plan.ModeProfile) map[int][2]float64) map[sizePair]sizeRatio {
 	ps, err := storedProfiles(p.Store, p.board(), p.Pair, true)
 	if err != nil {
 		p.logger().Warn("reading stored profiles", "err", err)
 	}
 	acc := map[sizePair][2][]float64{}
 	for _, mp := range ps {
-		pts := trainPoints(mp)
+		pts := points(mp)
 		for u, a := range pts {
 			for v, b := range pts {
-				if u <= v || b.TimeMS <= 0 || b.PowerMW <= 0 {
+				if u <= v || b[0] <= 0 || b[1] <= 0 {
 					continue
 				}
 				x := acc[sizePair{u, v}]
-				x[0], x[1] = append(x[0], a.TimeMS/b.TimeMS), append(x[1], a.PowerMW/b.PowerMW)
+				x[0], x[1] = append(x[0], a[0]/b[0]), append(x[1], a[1]/b[1])
 				acc[sizePair{u, v}] = x
 			}
 		}
@@ -351,6 +363,9 @@ func (p *LiveProfiler) inferFill(mp plan.ModeProfile, iratios map[sizePair]sizeR
 	if len(mp.Infer) >= len(p.Pair.Batches) {
 		return mp, true
 	}
+	if !p.InferByRoom {
+		return mp, false // this search measures every batch: the mode must be visited
+	}
 	infer := slices.Clone(mp.Infer)
 	for _, b := range slices.Sorted(slices.Values(p.Pair.Batches)) {
 		if slices.ContainsFunc(infer, func(ip plan.InferPoint) bool { return ip.Batch == b }) {
@@ -385,27 +400,11 @@ func (p *LiveProfiler) roomFill(mp plan.ModeProfile, ratios, iratios map[sizePai
 // inferRatios relates two inference batches' turns across the stored modes that
 // measured both, as microRatios does training sizes.
 func (p *LiveProfiler) inferRatios() map[sizePair]sizeRatio {
-	ps, err := storedProfiles(p.Store, p.board(), p.Pair, true)
-	if err != nil {
-		p.logger().Warn("reading stored profiles", "err", err)
-	}
-	acc := map[sizePair][2][]float64{}
-	for _, mp := range ps {
-		for _, a := range mp.Infer {
-			for _, b := range mp.Infer {
-				if a.Batch <= b.Batch || b.TimeMS <= 0 || b.PowerMW <= 0 {
-					continue
-				}
-				k := sizePair{a.Batch, b.Batch}
-				x := acc[k]
-				x[0], x[1] = append(x[0], a.TimeMS/b.TimeMS), append(x[1], a.PowerMW/b.PowerMW)
-				acc[k] = x
-			}
+	return p.storedRatios(func(mp plan.ModeProfile) map[int][2]float64 {
+		out := map[int][2]float64{}
+		for _, ip := range mp.Infer {
+			out[ip.Batch] = [2]float64{ip.TimeMS, ip.PowerMW}
 		}
-	}
-	out := make(map[sizePair]sizeRatio, len(acc))
-	for k, x := range acc {
-		out[k] = sizeRatio{time: slices.Min(x[0]), power: stats.Median(x[1])}
-	}
-	return out
+		return out
+	})
 }

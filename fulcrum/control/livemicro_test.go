@@ -225,6 +225,7 @@ func TestLiveProfilerSkipsInferenceBatchesOverTheRoom(t *testing.T) {
 		t.Fatalf("inference turns at %s (2: %.2f, 4: %.2f ms) leave no budget between 4 and 8", m.Human(), i2, i4)
 	}
 	lp := h.profiler(latency)
+	lp.InferByRoom = true // a plan is in force (the controller's re-search)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mp, err := lp.Profile(ctx, m)
@@ -254,10 +255,23 @@ func TestLiveProfilerSkipsInferenceBatchesOverTheRoom(t *testing.T) {
 		t.Error("planned from the store at m: want the three measured inference batches, never the predicted one")
 	}
 	lp2 := h.profiler(latency)
+	lp2.InferByRoom = true
 	if _, err := lp2.Profile(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	if c, n := lp2.Counts(), len(h.granted(proto.RoleInfer))+len(h.granted(proto.RoleTrain)); c.FromStore != 1 || n != 0 {
 		t.Errorf("second visit: counts %+v, %d sizes granted: want an answer from the store", c, n)
+	}
+	// Without a plan in force (a first search) every batch is measured at a new mode.
+	m2 := e.modes[4]
+	if err := e.store.Delete(store.Key{Board: e.spec.Name, Workload: tInfer, Role: truth.Infer, Mode: m2, Batch: 8}); err != nil {
+		t.Fatal(err)
+	}
+	first := h.profiler(latency)
+	if _, err := first.Profile(ctx, m2); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.granted(proto.RoleInfer); got[8] == 0 {
+		t.Errorf("first search at %s: inference profile batches %v, want batch 8 measured", m2.Human(), got)
 	}
 }

@@ -89,7 +89,7 @@ func TestLiveSearchAbandonsSaturatedModes(t *testing.T) {
 	pair := Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1, 2, 4, 8}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, counts, err := c.search(ctx, "gmd", pair, c.targets, 20, 0)
+	res, counts, err := c.search(ctx, "gmd", pair, c.targets, 20, 0, false)
 	if err != nil {
 		sn := e.sched.Snapshot()
 		t.Fatalf("the search failed at a saturated mode: %v (turn %q %s, workers %+v)", err, sn.Turn, sn.TurnKind, sn.Workers)

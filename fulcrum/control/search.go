@@ -39,6 +39,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 	}
 	rate := c.planRateOr()
 	b := c.targets.Shared()
+	keeping := c.cur != nil // a plan is in force: its streams' p99 is being kept
 	out := &Outcome{Method: method}
 	started := c.clock.Now()
 	c.events.Add(Event{Kind: KindProfile, Reason: fmt.Sprintf("starting %s through the live profiler: %s", method, reason)})
@@ -55,7 +56,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 		if grp != nil {
 			res, counts, err = c.searchPooled(ctx, method, grp, mb, maxProfiles)
 		} else {
-			res, counts, err = c.search(ctx, method, pair, b, rate, maxProfiles)
+			res, counts, err = c.search(ctx, method, pair, b, rate, maxProfiles, keeping)
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -174,9 +175,12 @@ func (c *Controller) liveProfiler(pair Pair, budgetMW, latencyMS float64, sat *S
 }
 
 // search runs one searcher over the board's space through a live profiler.
-func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Targets, rate float64, maxProfiles int) (search.Result, LiveCounts, error) {
+// keeping says a plan is in force (a re-search, or a search after a budget change): its
+// inference batches over the room are then left out too (LiveProfiler.InferByRoom).
+func (c *Controller) search(ctx context.Context, method string, pair Pair, b plan.Targets, rate float64, maxProfiles int, keeping bool) (search.Result, LiveCounts, error) {
 	lp := c.liveProfiler(pair, b.PowerMW, b.LatencyMS, nil, "")
 	lp.ByRoom = true // the training sizes a claim can use (livemicro.go)
+	lp.InferByRoom = keeping
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
 		InferBatches: pair.Batches, Budgets: b.Budgets(rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
 		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
