@@ -170,6 +170,64 @@ func (e *env) register(deliver sched.Deliver) (trainID, inferID string) {
 	return tr, in
 }
 
+// inferServer serves inference batches by hand on the env's fake clock: the registered
+// workers' grants are recorded, and serve hands one full batch to the inference worker
+// and releases it after a chosen latency.
+type inferServer struct {
+	e       *env
+	inferID string
+	mu      sync.Mutex
+	grants  []sched.Grant
+	n       int // requests sent
+}
+
+// serveInference registers the env's training and inference workers behind an
+// inferServer.
+func (e *env) serveInference() *inferServer {
+	s := &inferServer{e: e}
+	_, s.inferID = e.register(func(g sched.Grant) {
+		s.mu.Lock()
+		s.grants = append(s.grants, g)
+		s.mu.Unlock()
+	})
+	return s
+}
+
+// serve sends batch requests, takes the inference grant and releases it lat later,
+// advancing the fake clock in one step, or in 20 ms steps calling each (when not nil).
+func (s *inferServer) serve(batch int, lat time.Duration, each func()) {
+	t := s.e.t
+	t.Helper()
+	var reqs []proto.Request
+	for range batch {
+		s.n++
+		reqs = append(reqs, proto.Request{ID: fmt.Sprint(s.n)})
+	}
+	if err := s.e.sched.Arrivals(s.inferID, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.e.sched.Acquire(s.inferID, uint64(s.n)); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	g := s.grants[len(s.grants)-1]
+	s.mu.Unlock()
+	if g.Kind != proto.KindInfer {
+		t.Fatalf("grant %+v, want an inference batch", g)
+	}
+	if each == nil {
+		s.e.clock.Advance(lat)
+	} else {
+		for range lat / (20 * time.Millisecond) {
+			s.e.clock.Advance(20 * time.Millisecond)
+			each()
+		}
+	}
+	if err := s.e.sched.Release(s.inferID, sched.Release{Grant: g.ID}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) controller(cfg Config, b plan.Targets) *Controller {
 	e.t.Helper()
 	c, err := New(Options{Config: cfg, Sched: e.sched, Board: e.board, Store: e.store, Clock: e.clock, Targets: b})
@@ -329,13 +387,7 @@ func TestPowerStepUpWithTheP99InItsBand(t *testing.T) {
 	e.seed()
 	cfg := Config{Hold: 2 * time.Second, Cooldown: 500 * time.Millisecond, MinLatency: 5}
 	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
-	var mu sync.Mutex
-	var grants []sched.Grant
-	_, inferID := e.register(func(g sched.Grant) {
-		mu.Lock()
-		grants = append(grants, g)
-		mu.Unlock()
-	})
+	srv := e.serveInference()
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
 	if c.Status().Current == nil {
@@ -354,35 +406,11 @@ func TestPowerStepUpWithTheP99InItsBand(t *testing.T) {
 	e.board.set(15000, nil) // well below 35 W × 0.9
 	// Requests served in 380 ms: within the 400 ms budget, in its 10 % band.
 	seq := c.Status().LastEvent
-	n := 0
 	for range 12 {
-		b := c.Status().Current.Batch()
-		var reqs []proto.Request
-		for range b {
-			n++
-			reqs = append(reqs, proto.Request{ID: fmt.Sprint(n)})
-		}
-		if err := e.sched.Arrivals(inferID, reqs); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.sched.Acquire(inferID, uint64(n)); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		g := grants[len(grants)-1]
-		mu.Unlock()
-		if g.Kind != proto.KindInfer {
-			t.Fatalf("grant %+v, want an inference batch", g)
-		}
-		for range 380 / 20 {
-			e.clock.Advance(20 * time.Millisecond)
-			_ = c.SamplePower(context.Background())
-		}
-		if err := e.sched.Release(inferID, sched.Release{Grant: g.ID}); err != nil {
-			t.Fatal(err)
-		}
+		srv.serve(c.Status().Current.Batch(), 380*time.Millisecond, func() { _ = c.SamplePower(context.Background()) })
 		c.Step(context.Background())
 	}
+	n := srv.n
 	evs := c.Events().List(seq)
 	st := c.Status()
 	t.Logf("p99 %.1f ms over %d requests, power %.1f W; events %v", st.Measured.LatencyP99MS, n, st.Measured.PowerMW/1000, kinds(evs))
@@ -402,35 +430,13 @@ func TestLatencyJudgedAfterTheBacklogDrains(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	c := e.controller(Config{MinLatency: 5}, plan.Targets{LatencyMS: 400, RateRPS: 100})
-	var mu sync.Mutex
-	var grants []sched.Grant
-	_, inferID := e.register(func(g sched.Grant) {
-		mu.Lock()
-		grants = append(grants, g)
-		mu.Unlock()
-	})
+	srv := e.serveInference()
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
 	rw := e.sched.Config().RecentWindow
 	serve := func(n int, lat time.Duration) {
-		for i := range n {
-			var reqs []proto.Request
-			for j := range c.Status().Current.Batch() {
-				reqs = append(reqs, proto.Request{ID: fmt.Sprintf("%d-%d-%d", lat, i, j)})
-			}
-			if err := e.sched.Arrivals(inferID, reqs); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.sched.Acquire(inferID, uint64(len(grants)+1)); err != nil {
-				t.Fatal(err)
-			}
-			mu.Lock()
-			g := grants[len(grants)-1]
-			mu.Unlock()
-			e.clock.Advance(lat)
-			if err := e.sched.Release(inferID, sched.Release{Grant: g.ID}); err != nil {
-				t.Fatal(err)
-			}
+		for range n {
+			srv.serve(c.Status().Current.Batch(), lat, nil)
 		}
 	}
 	c.mu.Lock()
@@ -827,13 +833,7 @@ func TestLatencyStepDown(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 400, RateRPS: 100})
-	var mu sync.Mutex
-	var grants []sched.Grant
-	_, inferID := e.register(func(g sched.Grant) {
-		mu.Lock()
-		grants = append(grants, g)
-		mu.Unlock()
-	})
+	srv := e.serveInference()
 	e.board.set(20000, nil)
 	e.tick(c, 100*time.Millisecond)
 	planned := c.Status().Current
@@ -842,29 +842,8 @@ func TestLatencyStepDown(t *testing.T) {
 	}
 	seq := c.Status().LastEvent
 	// Serve 15 full batches, each taking 600 ms: every request misses the budget.
-	n := 0
 	for range 15 {
-		var reqs []proto.Request
-		for range planned.Batch() {
-			n++
-			reqs = append(reqs, proto.Request{ID: time.Duration(n).String()})
-		}
-		if err := e.sched.Arrivals(inferID, reqs); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.sched.Acquire(inferID, uint64(n)); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		g := grants[len(grants)-1]
-		mu.Unlock()
-		if g.Kind != proto.KindInfer {
-			t.Fatalf("grant %+v", g)
-		}
-		e.clock.Advance(600 * time.Millisecond)
-		if err := e.sched.Release(inferID, sched.Release{Grant: g.ID}); err != nil {
-			t.Fatal(err)
-		}
+		srv.serve(planned.Batch(), 600*time.Millisecond, nil)
 	}
 	c.Step(context.Background())
 	evs := c.Events().List(seq)

@@ -363,7 +363,10 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 	if err != nil {
 		p.logger().Warn("reading stored profiles", "err", err)
 	}
-	ratios, iratios := p.microRatios(), p.inferRatios()
+	var ratios, iratios map[sizePair]sizeRatio
+	if p.roomOn() { // the room's fills and bounds need them; elsewhere bounds never hold
+		ratios, iratios = p.microRatios(), p.inferRatios()
+	}
 	bounds := p.boundModes()
 	kept := out[:0]
 	for _, mp := range out {
