@@ -16,7 +16,8 @@ inputs keep it quick, as the end-to-end test does (scripts/pytorch/e2e.py):
 as soon as the previous batch is done (the unmanaged baseline). `--port 0` picks a free
 port. Once the model is loaded and warmed up the server prints `listening on PORT`.
 GET /stats returns {"batches", "requests", "busy_s"} (time spent in the model), "batch_ms"
-(the latest 2,000 batches as [size, ms]), and
+(the latest 2,000 batches as [size, ms]), "batch_log" (the latest 4,000 as [start,
+size, ms], start being time.monotonic(), the same clock in every process), and
 under fulcrumd "unmanaged_batches" and "reconnects". When fulcrumd restarts the server
 keeps answering: it serves the queued requests itself until it is registered again.
 """
@@ -103,7 +104,7 @@ def main():
     model = getattr(torchvision.models, args.model)().eval().to(dev)
     sizes = [b for b in (1, 2, 4, 8, 16, 32) if b <= args.batch]
     side = args.image_size
-    stats = {"batches": 0, "requests": 0, "busy_s": 0.0, "batch_ms": []}
+    stats = {"batches": 0, "requests": 0, "busy_s": 0.0, "batch_ms": [], "batch_log": []}
     stats_lock = threading.Lock()
 
     @torch.inference_mode()
@@ -122,6 +123,10 @@ def main():
             # fits the simulated workers' tail model to (docs/runtime.md).
             stats["batch_ms"].append([len(payloads), round((time.monotonic() - start) * 1000, 2)])
             del stats["batch_ms"][:-2000]
+            # When each batch ran (time.monotonic() at its start, size, ms), bounded: a
+            # per-request timeline (scripts/pytorch/timeline.py) lines stalls up with it.
+            stats["batch_log"].append([round(start, 4), len(payloads), round((time.monotonic() - start) * 1000, 2)])
+            del stats["batch_log"][:-4000]
         return res
 
     def on_profile(batch_size):
@@ -137,7 +142,7 @@ def main():
         for b in range(1, args.batch + 1):
             on_profile(b)
         with stats_lock:
-            stats.update(batches=0, requests=0, busy_s=0.0, batch_ms=[])
+            stats.update(batches=0, requests=0, busy_s=0.0, batch_ms=[], batch_log=[])
 
     if args.socket == "none":
         server = LocalBatcher(handler, args.batch, warmup)
@@ -164,7 +169,7 @@ def main():
                 self.reply(404, b"POST an image to /, or GET /stats\n")
                 return
             with stats_lock:
-                out = dict(stats, batch_ms=list(stats["batch_ms"]))
+                out = dict(stats, batch_ms=list(stats["batch_ms"]), batch_log=list(stats["batch_log"]))
             if args.socket != "none":
                 out.update(unmanaged_batches=server.unmanaged_batches, reconnects=client.reconnects)
             self.reply(200, json.dumps(out).encode())

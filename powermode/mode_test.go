@@ -79,6 +79,7 @@ func TestModeHuman(t *testing.T) {
 		{powermode.Mode{Cores: 8, CPUKHz: 1728000, GPUHz: 612000000, EMCHz: 3199000000}, "8c cpu 1728MHz gpu 612MHz emc 3199MHz"},
 		{powermode.Mode{Cores: 12, CPUKHz: 2201600, GPUHz: 1300500000, EMCHz: 665600000}, "12c cpu 2201.6MHz gpu 1300.5MHz emc 665.6MHz"},
 		{powermode.Mode{Cores: 6, CPUKHz: 1510400, GPUHz: 624750000, EMCHz: 204000000}, "6c cpu 1510.4MHz gpu 624.75MHz emc 204MHz"},
+		{powermode.Mode{Cores: 16, CPUKHz: 1, GPUHz: 1980000000, EMCHz: 3201000000}, "16c cpu host gpu 1980MHz emc 3201MHz"},
 	} {
 		if got := tc.m.Human(); got != tc.want {
 			t.Errorf("%v.Human() = %q, want %q", tc.m, got, tc.want)

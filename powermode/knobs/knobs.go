@@ -29,7 +29,13 @@ func (m Mode) String() string {
 
 // Human is a short readable form for logs and tables, e.g. "8c 1728MHz gpu 612MHz emc 3199MHz".
 func (m Mode) Human() string {
-	return fmt.Sprintf("%dc cpu %s gpu %s emc %s", m.Cores, mhz(m.CPUKHz*1000), mhz(m.GPUHz), mhz(m.EMCHz))
+	cpu := mhz(m.CPUKHz * 1000)
+	if m.CPUKHz == 1 {
+		// 1 kHz is the NVML backend's "not controlled" level (a host with no cpufreq,
+		// e.g. a VM): "0.001MHz" read as a clock on an H200's status line.
+		cpu = "host"
+	}
+	return fmt.Sprintf("%dc cpu %s gpu %s emc %s", m.Cores, cpu, mhz(m.GPUHz), mhz(m.EMCHz))
 }
 
 func mhz(hz int64) string {

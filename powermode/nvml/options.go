@@ -31,7 +31,8 @@ const BackendName = "nvml"
 const DefaultLibrary = "libnvidia-ml.so.1"
 
 // UncontrolledCPUKHz is the cpu_khz level used when the host's maximum CPU frequency
-// cannot be read (no cpufreq, e.g. many VMs). The backend never sets it either way.
+// cannot be read (no cpufreq, e.g. many VMs). The backend never sets it either way;
+// Mode.Human shows it as "cpu host".
 const UncontrolledCPUKHz = 1
 
 // ErrNoCgo is what Open returns in a build without cgo.

@@ -11,8 +11,13 @@
 #   make build
 #   go test -c -tags gpu -o .devrun/cuda.test ./cuda/
 #   go test -c -tags gpu -o .devrun/nvml.test ./powermode/nvml/
+# (.devrun/ is ignored by git: with the device tool, carry it, or the test binaries stay behind)
 # then, on the GPU machine:
 #   scripts/gpu/check-all.sh OUTDIR        (about 5 minutes; DURATION_S sets compare.sh's)
+# STEPS="cuda-test e2e-cuda" runs only the steps named (default: all); MANAGED_BOARD=nvml
+# runs the managed Go workers under fulcrumd's read-only NVML board instead of --board none.
+# The CUDA e2e writes a per-request timeline (OUTDIR/timeline.MODE.json) and its summary
+# (scripts/pytorch/timeline.py) to OUTDIR/timeline.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTDIR=${1:?usage: scripts/gpu/check-all.sh OUTDIR}
@@ -28,6 +33,9 @@ summary="$OUTDIR/summary.txt"
 step() { # name, limit_s, command...
 	local name=$1 limit=$2
 	shift 2
+	if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+		return 0
+	fi
 	local t0=$SECONDS
 	timeout --kill-after=10 "$limit" "$@" >"$OUTDIR/$name.txt" 2>&1
 	local rc=$?
@@ -106,7 +114,8 @@ export -f go_workers
 step go-workers 120 bash -c go_workers
 
 step compare 400 env DURATION_S="$DURATION_S" OUT="$OUTDIR/compare" scripts/gpu/compare.sh
-step e2e-cuda 240 python3 scripts/pytorch/e2e.py --bin "$BIN" --device cuda --modes managed,unmanaged --seed 1 --requests 400 --rate 20 --keep
+step e2e-cuda 240 python3 scripts/pytorch/e2e.py --bin "$BIN" --device cuda --modes managed,unmanaged --seed 1 --requests 400 --rate 20 --keep --timeline "$OUTDIR/timeline"
+step timeline 30 bash -c "python3 scripts/pytorch/timeline.py $OUTDIR/timeline.*.json | tee $OUTDIR/timeline-summary.txt"
 
 gpu_state >"$OUTDIR/gpu-after.csv" 2>&1
 echo "clocks and power limit before/after:" | tee -a "$summary"

@@ -216,6 +216,11 @@ def infer(args):
         server.stop()
     if q is not None:
         q.put(None)
+        # Join the serving thread before the interpreter exits: leaving it to die with the
+        # process aborted the native run on an H200 ("terminate called without an active
+        # exception", a C++ thread of torch's still joinable), before the buffered report
+        # reached the file.
+        serving.join(timeout=30)
     with lock:
         lat = sorted(lat_ms)
         nfail = failed[0]
@@ -253,6 +258,7 @@ def main():
     rep = train(args) if args.role == "train" else infer(args)
     json.dump(rep, sys.stdout)
     sys.stdout.write("\n")
+    sys.stdout.flush()  # the report is written even if torch's teardown aborts the exit
 
 
 if __name__ == "__main__":

@@ -210,10 +210,10 @@ def post(port, body):
         r = c.getresponse()
         r.read()
         c.close()
-        return r.status, (time.monotonic() - start) * 1000
+        return r.status, (time.monotonic() - start) * 1000, start
     except OSError as e:
         log("request failed:", e)
-        return 0, (time.monotonic() - start) * 1000
+        return 0, (time.monotonic() - start) * 1000, start
 
 
 def quantile(v, q):
@@ -282,7 +282,7 @@ def run_pair(a, py, mode, cpus, work):
         t1 = time.monotonic()
         after = http_get(port, "/stats")
         steps = progress(trainer)
-        lat = [ms for status, ms in res if status == 200]
+        lat = [ms for status, ms, _ in res if status == 200]
         share = (after["busy_s"] - before["busy_s"]) / (t1 - t0)
         train = samples_between(steps, t0, t1) / (t1 - t0)
         target = alone * (1 - share)
@@ -308,6 +308,16 @@ def run_pair(a, py, mode, cpus, work):
                 json.dump({"seed": a.seed, "mode": mode, "budget_ms": a.budget_ms,
                            "train_ms": [ms for t, _, ms in steps if t0 <= t < t1],
                            "infer_batch_ms": after.get("batch_ms", []), "latency_ms": lat}, f)
+        if a.timeline:
+            # Every request, server batch and training minibatch on one clock (seconds from
+            # the first request): what scripts/pytorch/timeline.py reads to tell a stall
+            # (nothing served while requests wait) from contention.
+            with open("{}.{}.json".format(a.timeline, mode), "w") as f:
+                json.dump({"seed": a.seed, "mode": mode, "device": a.device, "budget_ms": a.budget_ms,
+                           "requests": [[round(s - t0, 4), round(ms, 2), st] for st, ms, s in res],
+                           "batches": [[round(s - t0, 4), n, ms] for s, n, ms in after.get("batch_log", [])
+                                       if s >= t0 - 1],
+                           "train": [[round(t - ms / 1000 - t0, 4), ms] for t, _, ms in steps if t >= t0 - 1]}, f)
         if fulcrumd is not None:
             wl = fulcrumd_workloads(os.path.join(d, "run", "control.sock"))
             inf, tr = wl.get("infer", {}), wl.get("train", {})
@@ -393,6 +403,10 @@ def main():
     ap.add_argument("--dump-turns", default=None, metavar="PREFIX",
                     help="write PREFIX.MODE.json: the window's training minibatch times, inference batch times and "
                          "request latencies (ms)")
+    ap.add_argument("--timeline", default=None, metavar="PREFIX",
+                    help="write PREFIX.MODE.json: each request's send time, latency and status, each server batch's "
+                         "start, size and ms, each training minibatch's start and ms, on one clock; "
+                         "scripts/pytorch/timeline.py summarises it")
     a = ap.parse_args()
     if a.micro:
         a.train_batch, a.micro_batches, a.budget_frac = 32, a.micro_batches or "4,8,16", a.budget_frac or 0.8
