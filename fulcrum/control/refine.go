@@ -64,11 +64,18 @@ type RefineOptions struct {
 	// certify it [true in DefaultConfig; needs Trials]. NearClaimP [0.9].
 	NearClaim  bool    `mapstructure:"near_claim"`
 	NearClaimP float64 `mapstructure:"near_claim_p"`
+	// Probes: when no stored neighbour of a confirmed configuration ranks higher, profile
+	// one neighbour one knob level faster that was never profiled, then go back; the
+	// trial rule decides on it (probe.go) [true in DefaultConfig; needs Trials]. Not
+	// while the confirmed configuration's predicted power is within ProbeHeadroom of the
+	// power budget [0.05].
+	Probes        bool    `mapstructure:"probes"`
+	ProbeHeadroom float64 `mapstructure:"probe_headroom"`
 }
 
 // DefaultRefineOptions are live refinement's defaults (on, trials on).
 func DefaultRefineOptions() RefineOptions {
-	return RefineOptions{Enabled: true, Trials: true, NearClaim: true}.withDefaults()
+	return RefineOptions{Enabled: true, Trials: true, NearClaim: true, Probes: true}.withDefaults()
 }
 
 func (o RefineOptions) withDefaults() RefineOptions {
@@ -101,6 +108,9 @@ func (o RefineOptions) withDefaults() RefineOptions {
 	}
 	if o.NearClaimP <= 0 {
 		o.NearClaimP = 0.9
+	}
+	if o.ProbeHeadroom <= 0 {
+		o.ProbeHeadroom = 0.05
 	}
 	return o
 }
@@ -416,6 +426,8 @@ type refineState struct {
 	trial     *refineTrial
 	failed    map[cfgKey]*refineFailure
 	nextTrial time.Time
+	// probed: the modes probed (probe.go), each once for these workloads.
+	probed map[powermode.Mode]bool
 	// nearNext: the next step that may look for a near-claim (nearClaim scores every
 	// stored configuration; once a window, not every control period, while paused).
 	nearNext time.Time
@@ -639,6 +651,10 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	}
 	cand, ok := c.trialCandidate(d, cs, now)
 	if !ok {
+		if m, ok := c.probeCandidate(cs); ok {
+			c.startProbe(m, key, now)
+			return true
+		}
 		return false
 	}
 	from := *c.ref.confirmed

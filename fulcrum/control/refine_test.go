@@ -135,7 +135,7 @@ func TestRefineDefaults(t *testing.T) {
 	if err := full.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o := DefaultConfig().Refine; !o.Enabled || !o.Trials || !o.NearClaim || o.NearClaimP != 0.9 {
+	if o := DefaultConfig().Refine; !o.Enabled || !o.Trials || !o.NearClaim || o.NearClaimP != 0.9 || !o.Probes || o.ProbeHeadroom != 0.05 {
 		t.Errorf("live refinement off by default: %+v", o)
 	}
 	if o := (Config{}).withDefaults().Refine; o.Enabled || o.Window <= 0 {
@@ -150,5 +150,10 @@ func TestRefineDefaults(t *testing.T) {
 	c.Refine.NearClaimP = -0.5
 	if c.Validate() == nil {
 		t.Error("near_claim_p -0.5 accepted")
+	}
+	c = full
+	c.Refine.ProbeHeadroom = 1.2
+	if c.Validate() == nil {
+		t.Error("probe_headroom 1.2 accepted")
 	}
 }
