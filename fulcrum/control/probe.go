@@ -30,13 +30,17 @@ func probeOrder() [powermode.NumKnobs]powermode.Knob {
 
 // probeCandidate is the mode to probe from the confirmed configuration cs: one knob one
 // level up (probeOrder), in the space, under the thermal cap, not stored, not recorded
-// over the power budget and not probed before; none while cs's predicted power leaves
-// less than ProbeHeadroom of the power budget (a faster mode would not fit). One
-// training job and one stream only. Called with c.mu held.
+// over the power budget and not probed before at this power budget; none while cs's
+// predicted power leaves less than ProbeHeadroom of the power budget (a faster mode
+// would not fit). One training job and one stream only. Called with c.mu held.
 func (c *Controller) probeCandidate(cs plan.MultiScored) (powermode.Mode, bool) {
 	o := c.cfg.Refine
 	if !o.Probes || c.grp != nil || c.pair == nil || c.board == nil {
 		return powermode.Mode{}, false
+	}
+	if c.ref.probedMW != c.targets.PowerMW {
+		// Another power budget: a mode abandoned over the old one may fit the new one.
+		c.ref.probed, c.ref.probedMW = nil, c.targets.PowerMW
 	}
 	if b := c.targets.PowerMW; b > 0 && cs.PowerMW > b*(1-o.ProbeHeadroom) {
 		return powermode.Mode{}, false

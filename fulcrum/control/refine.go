@@ -426,8 +426,10 @@ type refineState struct {
 	trial     *refineTrial
 	failed    map[cfgKey]*refineFailure
 	nextTrial time.Time
-	// probed: the modes probed (probe.go), each once for these workloads.
-	probed map[powermode.Mode]bool
+	// probed: the modes probed (probe.go), each once for these workloads at the power
+	// budget probedMW.
+	probed   map[powermode.Mode]bool
+	probedMW float64
 	// nearNext: the next step that may look for a near-claim (nearClaim scores every
 	// stored configuration; once a window, not every control period, while paused).
 	nearNext time.Time

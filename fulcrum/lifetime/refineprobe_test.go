@@ -134,3 +134,45 @@ func withProbes(configure func(*daemon.Options), on bool) func(*daemon.Options) 
 		o.Control.Refine.Probes = on
 	}
 }
+
+// TestRefineProbeAgainAfterABudgetRaise: at the first budget GPU 1020 MHz draws 3 % over
+// it, so its probe is abandoned and recorded over budget; two minutes in the operator
+// raises the budget to where 1020 MHz fits, and it is probed again (probes are once per
+// mode at a power budget), tried and confirmed.
+func TestRefineProbeAgainAfterABudgetRaise(t *testing.T) {
+	truthful := refStored(t, nil)
+	p918 := refBest(t, truthful, 1e6, 918e6).PowerMW
+	p1020 := refBest(t, truthful, 1e6, 1020e6).PowerMW
+	low := p1020 * 0.97
+	if p918 > 0.93*low {
+		t.Fatalf("setup: GPU 918 MHz at %.0f mW leaves under 7 %% of %.0f mW", p918, low)
+	}
+	high := refBudgetFor(t, truthful, 1020e6, 0.999)
+	sc, _ := probeScenario(t, 5*time.Minute, 1, func([]store.Profile) float64 { return low })
+	sc.Probes = []lifetime.Probe{{At: 2 * time.Minute, Do: func(in *lifetime.Instant) {
+		tg := in.Status().Targets
+		tg.PowerMW = high
+		if err := in.SetTargets(tg); err != nil {
+			t.Errorf("raising the power budget: %v", err)
+		}
+	}}}
+	res := run(t, sc)
+	logRefine(t, res)
+	var before, after int
+	for _, e := range probesOf(res) {
+		if !refModeIs(e, 1020e6) {
+			continue
+		}
+		if e.Time.Sub(vclock.Epoch) < 2*time.Minute {
+			before++
+		} else {
+			after++
+		}
+	}
+	if before != 1 || after != 1 {
+		t.Fatalf("GPU 1020 MHz probed %d times before the raise and %d after; want once each", before, after)
+	}
+	if res.FinalMode != refMode(1020e6) {
+		t.Errorf("final mode %s, want GPU 1020 MHz after the raise", res.FinalMode.Human())
+	}
+}
