@@ -365,9 +365,9 @@ func inferAt(pts []plan.InferPoint, b int) (plan.InferPoint, bool) {
 
 // cfgKey names a configuration live refinement measures, confirms and tries: the mode and
 // every stream's inference batch, in the order planned for. The jobs' micro-batches are
-// not part of it: a key's figures are those of its best-P training turns (scoreIn), as
-// the pair's always were, and a trial applies the neighbour's micro-batches as scored
-// (refinePoint.eval carries them).
+// not part of it: a key's figures are those of the claimed training turns that train
+// most, else the best-P ones (scoreIn), and a trial applies the neighbour's
+// micro-batches as scored (refinePoint.eval carries them).
 type cfgKey struct {
 	m       powermode.Mode
 	batches string // "4"; "4,8" for two streams
