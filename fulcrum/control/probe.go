@@ -116,12 +116,7 @@ func (c *Controller) startProbe(m powermode.Mode, from cfgKey, now time.Time) {
 		defer c.mu.Unlock()
 		c.job, c.jobMethod = false, ""
 		c.forceApply = true // the live profiler moved the board
-		c.live.Modes += counts.Modes
-		c.live.Profiled += counts.Profiled
-		c.live.Abandoned += counts.Abandoned
-		c.live.Saturated += counts.Saturated
-		c.live.Points += counts.Points
-		c.live.Discarded += counts.Discarded
+		c.live.add(counts)
 		if err != nil {
 			c.events.Add(Event{Kind: KindProfile, Mode: &mode, Reason: "probe of " + m.Human() + " stopped", Err: err.Error()})
 		}
