@@ -146,7 +146,12 @@ func (c *Controller) apply(ctx context.Context, ch Choice) {
 	// ch is in force now (written, or the board already ran its mode): nothing waits
 	// for a retry.
 	c.applyFails, c.want = 0, nil
-	if c.cur == nil || c.cur.Mode != ch.Mode || !sameBatches(c.cur.Streams, ch.Streams) || !sameTrain(c.cur.Train, ch.Train) {
+	// forceApply: something moved the board meanwhile (the live profiler, the operator,
+	// another tool), so the configuration is new to the latency window even where it is
+	// the one in force before: a probe's or a re-search's profile batches left late
+	// requests in it, and judged at once they stepped the plan down (NX lifetime sweep,
+	// 30 req/s, 150 ms, 20 W: 0.2 s after a probe).
+	if c.forceApply || c.cur == nil || c.cur.Mode != ch.Mode || !sameBatches(c.cur.Streams, ch.Streams) || !sameTrain(c.cur.Train, ch.Train) {
 		c.configChanged(c.clock.Now())
 	}
 	c.cur = &ch

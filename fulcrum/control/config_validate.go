@@ -55,6 +55,7 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "Refine.ConfirmWindows", c.Refine.ConfirmWindows)
 	optcheck.Fraction(&ck, "Refine.TrialMinP", c.Refine.TrialMinP)
 	optcheck.Fraction(&ck, "Refine.NearClaimP", c.Refine.NearClaimP)
+	optcheck.Fraction(&ck, "Refine.ProbeHeadroom", c.Refine.ProbeHeadroom)
 	optcheck.Positive(&ck, "Refine.TrialGain", c.Refine.TrialGain)
 	optcheck.Positive(&ck, "Refine.TrialSteps", c.Refine.TrialSteps)
 	optcheck.Positive(&ck, "Refine.TrialMax", c.Refine.TrialMax)

@@ -461,6 +461,36 @@ func TestLatencyJudgedAfterTheBacklogDrains(t *testing.T) {
 	}
 }
 
+// TestSameConfigurationAfterTheProfilerMovedTheBoard: a probe or a re-search leaves the
+// board where the live profiler last measured and applies the configuration in force
+// again (forceApply): the latency window then holds the profile batches' requests, so
+// the latency rule waits as after any change. Before, the same configuration did not
+// count as a change and the window was judged at once (Orin NX lifetime sweep: a
+// step-down 0.2 s after a probe).
+func TestSameConfigurationAfterTheProfilerMovedTheBoard(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	c := e.controller(Config{MinLatency: 5}, plan.Targets{LatencyMS: 400, RateRPS: 100})
+	e.serveInference()
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	e.clock.Advance(30 * time.Second)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		t.Fatal("no plan")
+	}
+	c.apply(context.Background(), *c.cur)
+	if !c.cfgSince.Before(e.clock.Now()) {
+		t.Fatal("setup: re-applying the configuration in force counted as a change")
+	}
+	c.forceApply = true
+	c.apply(context.Background(), *c.cur)
+	if !c.cfgSince.Equal(e.clock.Now()) {
+		t.Errorf("the configuration applied again after the board moved: latency judged since %s, want now (%s)", c.cfgSince, e.clock.Now())
+	}
+}
+
 // Unreadable power: degraded, lowest-power known mode; readable again: re-plan.
 func TestDegradedWhenPowerUnreadable(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())

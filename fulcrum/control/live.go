@@ -184,6 +184,19 @@ type LiveCounts struct {
 	Bound int `json:"bound,omitempty"`
 }
 
+// add sums o into n: the live profile work since start (status), every search's and
+// probe's counts added as it ends. Bound is per search (its done event), not summed.
+func (n *LiveCounts) add(o LiveCounts) {
+	n.Modes += o.Modes
+	n.Profiled += o.Profiled
+	n.FromStore += o.FromStore
+	n.Abandoned += o.Abandoned
+	n.Saturated += o.Saturated
+	n.Points += o.Points
+	n.Remeasured += o.Remeasured
+	n.Discarded += o.Discarded
+}
+
 // LiveProfiler is a search.Profiler that measures a mode through the workers' profile
 // grants while fulcrumd serves: it applies the mode between turns, runs profile batches
 // on the training worker (at B_T, and at each micro-batch size it declared) and the

@@ -64,11 +64,18 @@ type RefineOptions struct {
 	// certify it [true in DefaultConfig; needs Trials]. NearClaimP [0.9].
 	NearClaim  bool    `mapstructure:"near_claim"`
 	NearClaimP float64 `mapstructure:"near_claim_p"`
+	// Probes: when no stored neighbour of a confirmed configuration ranks higher, profile
+	// one neighbour one knob level faster that was never profiled, then go back; the
+	// trial rule decides on it (probe.go) [true in DefaultConfig; needs Trials]. Not
+	// while the confirmed configuration's predicted power is within ProbeHeadroom of the
+	// power budget [0.05].
+	Probes        bool    `mapstructure:"probes"`
+	ProbeHeadroom float64 `mapstructure:"probe_headroom"`
 }
 
 // DefaultRefineOptions are live refinement's defaults (on, trials on).
 func DefaultRefineOptions() RefineOptions {
-	return RefineOptions{Enabled: true, Trials: true, NearClaim: true}.withDefaults()
+	return RefineOptions{Enabled: true, Trials: true, NearClaim: true, Probes: true}.withDefaults()
 }
 
 func (o RefineOptions) withDefaults() RefineOptions {
@@ -101,6 +108,9 @@ func (o RefineOptions) withDefaults() RefineOptions {
 	}
 	if o.NearClaimP <= 0 {
 		o.NearClaimP = 0.9
+	}
+	if o.ProbeHeadroom <= 0 {
+		o.ProbeHeadroom = 0.05
 	}
 	return o
 }
@@ -355,9 +365,9 @@ func inferAt(pts []plan.InferPoint, b int) (plan.InferPoint, bool) {
 
 // cfgKey names a configuration live refinement measures, confirms and tries: the mode and
 // every stream's inference batch, in the order planned for. The jobs' micro-batches are
-// not part of it: a key's figures are those of its best-P training turns (scoreIn), as
-// the pair's always were, and a trial applies the neighbour's micro-batches as scored
-// (refinePoint.eval carries them).
+// not part of it: a key's figures are those of the claimed training turns that train
+// most, else the best-P ones (scoreIn), and a trial applies the neighbour's
+// micro-batches as scored (refinePoint.eval carries them).
 type cfgKey struct {
 	m       powermode.Mode
 	batches string // "4"; "4,8" for two streams
@@ -416,6 +426,10 @@ type refineState struct {
 	trial     *refineTrial
 	failed    map[cfgKey]*refineFailure
 	nextTrial time.Time
+	// probed: the modes probed (probe.go), each once for these workloads at the power
+	// budget probedMW.
+	probed   map[powermode.Mode]bool
+	probedMW float64
 	// nearNext: the next step that may look for a near-claim (nearClaim scores every
 	// stored configuration; once a window, not every control period, while paused).
 	nearNext time.Time
@@ -639,6 +653,10 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	}
 	cand, ok := c.trialCandidate(d, cs, now)
 	if !ok {
+		if m, ok := c.probeCandidate(cs); ok {
+			c.startProbe(m, key, now)
+			return true
+		}
 		return false
 	}
 	from := *c.ref.confirmed
@@ -830,7 +848,13 @@ func (c *Controller) bestCandidate(d plan.MultiDecider, now time.Time, keep func
 	return best, found
 }
 
-// scoreIn is the configuration key scored by d over ps (its best-P training turns).
+// scoreIn is the configuration key scored by d over ps: among its training turns (the
+// whole minibatch, each micro-batch size) those the decision claims, the one that trains
+// most, as the decision itself ranks; none claimed, the best-P one. The best-P turns
+// alone made a claimed trial's figures those of a smaller micro-batch that trains less
+// (P 1.0 against 0.9999…): on the AGX lifetime sweep (10 req/s, 150 ms, 20 W) three trials
+// that ran micro-batches of 16 were abandoned as "trains 130 samples/s against 152" with
+// live evidence of ×1.04 on their turns.
 func scoreIn(d plan.MultiDecider, ps []plan.MultiProfile, key cfgKey) (plan.MultiScored, bool) {
 	i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == key.m })
 	if i < 0 {
@@ -843,7 +867,15 @@ func scoreIn(d plan.MultiDecider, ps []plan.MultiProfile, key cfgKey) (plan.Mult
 	var best plan.MultiScored
 	found := false
 	for _, s := range all {
-		if keyOfScored(s) == key && (!found || s.PFeasible > best.PFeasible) {
+		if keyOfScored(s) != key {
+			continue
+		}
+		claimed, bestClaimed := s.PFeasible >= d.Confidence, found && best.PFeasible >= d.Confidence
+		switch {
+		case !found,
+			claimed && !bestClaimed,
+			claimed && bestClaimed && s.ObjectiveSPS > best.ObjectiveSPS,
+			!claimed && !bestClaimed && s.PFeasible > best.PFeasible:
 			best, found = s, true
 		}
 	}

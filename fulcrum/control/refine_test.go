@@ -135,7 +135,7 @@ func TestRefineDefaults(t *testing.T) {
 	if err := full.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o := DefaultConfig().Refine; !o.Enabled || !o.Trials || !o.NearClaim || o.NearClaimP != 0.9 {
+	if o := DefaultConfig().Refine; !o.Enabled || !o.Trials || !o.NearClaim || o.NearClaimP != 0.9 || !o.Probes || o.ProbeHeadroom != 0.05 {
 		t.Errorf("live refinement off by default: %+v", o)
 	}
 	if o := (Config{}).withDefaults().Refine; o.Enabled || o.Window <= 0 {
@@ -151,4 +151,81 @@ func TestRefineDefaults(t *testing.T) {
 	if c.Validate() == nil {
 		t.Error("near_claim_p -0.5 accepted")
 	}
+	c = full
+	c.Refine.ProbeHeadroom = 1.2
+	if c.Validate() == nil {
+		t.Error("probe_headroom 1.2 accepted")
+	}
+}
+
+// TestScoreInTakesTheClaimedTurnThatTrainsMost: a configuration key leaves the training
+// turn free; its figures are those of the turn the decision would run — among the claimed
+// turns the one that trains most — not of the turn with the highest P. With the best-P
+// rule a trial running micro-batches of 16 was judged on micro-batches of 8 (P 1.0 against
+// 0.99…), read 130 samples/s where it trained 152, and was abandoned (AGX lifetime sweep,
+// 10 req/s, 150 ms, 20 W).
+func TestScoreInTakesTheClaimedTurnThatTrainsMost(t *testing.T) {
+	m := powermode.Mode{Cores: 4, CPUKHz: 1344000, GPUHz: 714e6, EMCHz: 2133e6}
+	p := plan.MultiProfile{Mode: m,
+		Train: []plan.TrainPoint{{Batch: 32, TimeMS: 200, PowerMW: 17000}},
+		Micro: [][]plan.TrainPoint{{{Batch: 8, TimeMS: 56, PowerMW: 17000, Minibatch: 32}, {Batch: 16, TimeMS: 104, PowerMW: 17000, Minibatch: 32}}},
+		Infer: [][]plan.InferPoint{{{Batch: 1, TimeMS: 12, PowerMW: 15000}}}, Repeats: 4}
+	key := keyOf(m, []int{1})
+	score := func(latMS float64) (best plan.MultiScored, p8, p16 plan.MultiScored) {
+		b := plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: "infer", RateRPS: 10, LatencyMS: latMS}}, PowerMW: 20000}.WithDefaults()
+		d := plan.Rules{NoiseRel: 0.03, Confidence: 0.99}.ForMulti(b, []int{1})
+		all, err := d.ScoreAll([]plan.MultiProfile{p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range all {
+			switch microOf(s) {
+			case 8:
+				p8 = s
+			case 16:
+				p16 = s
+			}
+		}
+		best, ok := scoreIn(d, []plan.MultiProfile{p}, key)
+		if !ok {
+			t.Fatal("key not scored")
+		}
+		return best, p8, p16
+	}
+	// The latency budget where micro-batches of 16 are claimed just above 99 %, 8 surely.
+	lo, hi := 100.0, 400.0
+	for range 60 {
+		mid := (lo + hi) / 2
+		if _, _, s16 := score(mid); s16.PFeasible < 0.995 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	best, s8, s16 := score(hi)
+	if !(s16.PFeasible >= 0.99 && s8.PFeasible > s16.PFeasible && s16.ObjectiveSPS > s8.ObjectiveSPS) {
+		t.Fatalf("setup at %.1f ms: micro 8 P %.5f %.1f samples/s, micro 16 P %.5f %.1f samples/s", hi, s8.PFeasible, s8.ObjectiveSPS, s16.PFeasible, s16.ObjectiveSPS)
+	}
+	if microOf(best) != 16 {
+		t.Errorf("key scored at micro-batch %d (P %.5f, %.1f samples/s); want the claimed 16 (P %.5f, %.1f)", microOf(best), best.PFeasible, best.ObjectiveSPS, s16.PFeasible, s16.ObjectiveSPS)
+	}
+	// Nothing claimed: the best P stands.
+	b := plan.MultiBudgets{Streams: []plan.StreamBudget{{Name: "infer", RateRPS: 10, LatencyMS: hi}}, PowerMW: 17000}.WithDefaults()
+	d := plan.Rules{NoiseRel: 0.03, Confidence: 0.99}.ForMulti(b, []int{1})
+	all, _ := d.ScoreAll([]plan.MultiProfile{p})
+	top := 0.0
+	for _, s := range all {
+		top = max(top, s.PFeasible)
+	}
+	if got, _ := scoreIn(d, []plan.MultiProfile{p}, key); top >= 0.99 || got.PFeasible != top {
+		t.Errorf("nothing claimed (best P %.4f): scored P %.4f, want the best", top, got.PFeasible)
+	}
+}
+
+// microOf is the first job's micro-batch in s (0: whole minibatches).
+func microOf(s plan.MultiScored) int {
+	if len(s.MicroBatches) == 0 {
+		return 0
+	}
+	return s.MicroBatches[0]
 }

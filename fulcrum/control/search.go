@@ -72,14 +72,7 @@ func (c *Controller) startSearch(reqCtx context.Context, method, reason string, 
 			out.Choice = c.cur
 			return
 		}
-		c.live.Modes += counts.Modes
-		c.live.Profiled += counts.Profiled
-		c.live.FromStore += counts.FromStore
-		c.live.Abandoned += counts.Abandoned
-		c.live.Saturated += counts.Saturated
-		c.live.Points += counts.Points
-		c.live.Remeasured += counts.Remeasured
-		c.live.Discarded += counts.Discarded
+		c.live.add(counts)
 		if err != nil {
 			c.events.Add(Event{Kind: KindProfile, Reason: method + " search failed; planning from what is stored", Err: err.Error()})
 		} else {
