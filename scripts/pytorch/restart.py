@@ -107,7 +107,7 @@ def main():
         for p in (trainer, server):
             if p.p.poll() is not None:
                 failures.append("{} exited ({}) across the restart; see {}".format(p.name, p.p.returncode, p.err.name))
-        bad = [(round(t - t0, 2), status) for t, (status, _) in res if status != 200]
+        bad = [(round(t - t0, 2), status) for t, (status, _, _) in res if status != 200]
         if bad:
             failures.append("{} of {} requests not answered 200 (time, status): {}".format(len(bad), len(res), bad[:10]))
         steps = progress(trainer)
@@ -120,7 +120,7 @@ def main():
             failures.append("the new fulcrumd scheduled no inference batch")
         times = [t for t, _, _ in steps]
         pause = max((b - a_ for a_, b in zip(times, times[1:]) if b > restart["stopped"] - 1), default=float("nan"))
-        lat = sorted(ms for _, (status, ms) in res if status == 200)
+        lat = sorted(ms for _, (status, ms, _) in res if status == 200)
         rep = {"requests": len(res), "answered_200": len(lat), "fulcrumd_down_s": round(restart["back"] - restart["stopped"], 2),
                "trainer_longest_pause_s": round(pause, 2), "trainer_while_away": a.while_away,
                "minibatches_after_restart": len(after), "server_unmanaged_batches": stats.get("unmanaged_batches"),
