@@ -10,9 +10,14 @@ import (
 )
 
 func driftReplans(res lifetime.Result) []control.Event {
+	return eventsWhere(res, control.KindReplan, func(why string) bool { return strings.Contains(why, "drifted") })
+}
+
+// eventsWhere is res's events of kind whose reason match accepts.
+func eventsWhere(res lifetime.Result, kind control.Kind, match func(reason string) bool) []control.Event {
 	var out []control.Event
 	for _, e := range res.Events {
-		if e.Kind == control.KindReplan && strings.Contains(e.Reason, "drifted") {
+		if e.Kind == kind && match(e.Reason) {
 			out = append(out, e)
 		}
 	}

@@ -32,13 +32,7 @@ func probeScenario(t *testing.T, d time.Duration, repeats int, budgetFor func(tr
 }
 
 func probesOf(res lifetime.Result) []control.Event {
-	var out []control.Event
-	for _, e := range res.Events {
-		if e.Kind == control.KindProfile && strings.HasPrefix(e.Reason, "probing mode") {
-			out = append(out, e)
-		}
-	}
-	return out
+	return eventsWhere(res, control.KindProfile, func(why string) bool { return strings.HasPrefix(why, "probing mode") })
 }
 
 // TestRefineProbesAnUnprofiledNeighbour: from the confirmed 918 MHz no stored neighbour
