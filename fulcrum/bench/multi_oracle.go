@@ -100,7 +100,7 @@ func MultiMarginOracle(mt *truthprof.MultiTruth, b plan.MultiBudgets, marginRel 
 					return
 				}
 				for i, s := range r.Streams {
-					if adm.LatencyMS(lim[i].LatencyMS, s.FillMS, s.WaitMS, s.LatencyMS-s.FillMS-s.WaitMS) > lim[i].LatencyMS {
+					if adm.LatencyMS(lim[i].LatencyMS, s.FillMS+s.QueueMS, s.WaitMS, s.LatencyMS-s.FillMS-s.QueueMS-s.WaitMS) > lim[i].LatencyMS {
 						return
 					}
 				}

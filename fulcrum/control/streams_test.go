@@ -225,13 +225,14 @@ func TestPlanTwoTrainingJobs(t *testing.T) {
 // stream's budget is not judged against it. (Before issue 29's last part the streams
 // learned a p99 ratio and were decided again; the detector then served at 20/s and
 // batch 1 at the fastest-training mode, where rule 4 has nothing smaller or shorter to
-// take: at 40/s the plan batches it.)
+// take: at 60/s the plan batches it — at 40/s too before the model counted the queue of
+// batches, docs/design.md §2.)
 func TestStreamLatencyViolationStepsDown(t *testing.T) {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
 	e.seedStream(tInfer2)
 	c := e.controller(Config{MinLatency: 10}, plan.Targets{LatencyMS: 400, PowerMW: 35000, RateRPS: 20})
-	if err := c.SetStreamTarget(tInfer2, StreamTarget{LatencyMS: 280, RateRPS: 40}, nil); err != nil {
+	if err := c.SetStreamTarget(tInfer2, StreamTarget{LatencyMS: 280, RateRPS: 60}, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.board.set(20000, nil)

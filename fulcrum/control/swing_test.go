@@ -125,9 +125,9 @@ func TestSeveralStreamsLatencyUnderPredictedEverywhere(t *testing.T) {
 		// The first plan's streams are predicted at 112 and 116 ms, batch 1 at the
 		// fastest-training mode: nothing is smaller or shorter.
 		{name: "nothing smaller or shorter", latMS: 200, rateRPS: 5, wantApplied: 1, wantViolationsLE: 60},
-		// At 40 req/s the first plan batches (229 and 237 ms predicted); batch 1 is
-		// within 250 ms at twice the model.
-		{name: "one within the budget", latMS: 250, rateRPS: 40, wantApplied: 2, wantViolationsLE: 1},
+		// At 40 req/s and 300 ms the first plan batches (240 and 248 ms predicted, the
+		// queue of batches counted); batch 1 is within 300 ms at twice the model.
+		{name: "one within the budget", latMS: 300, rateRPS: 40, wantApplied: 2, wantViolationsLE: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, sched.NewFakeClock())

@@ -215,7 +215,8 @@ func (s MultiScored) kept(train []TrainPoint) MultiScored {
 // A stream's measured latency is g·(the longest turn ahead of it + its own service),
 // the power the share-weighted mix of every measured power; the training and inference
 // times are measured independently, so their errors add as variances, while the fill
-// quantile and the margin are computed, not measured. Each σ is taken where the
+// quantile and the margin are computed, not measured (the queue of batches is computed
+// from the measured times and moves with them: queueSensitivity). Each σ is taken where the
 // measured part would sit exactly on its budget (the test of "the truth is at the
 // edge"): σ from the measured value itself is smaller whenever the measurement came out
 // low, which let optimistic draws through (1.4% claims at the edge for a 99% confidence,
@@ -233,9 +234,12 @@ func (r Rules) scoreInto(m *MultiModel, e MultiEval, train []TrainPoint, pts []I
 		lim := b.Streams[i].LatencyMS
 		// fill + wait + own service, with the admission room: the turn that runs counts,
 		// a micro-batch's when it is one.
-		latAdm[i] = r.Admission.LatencyMS(lim, st.FillMS, st.WaitMS, pts[i].TimeMS)
-		meas := g * (st.WaitMS + pts[i].TimeMS)
-		sdLat := g * sd * math.Hypot(st.WaitMS, pts[i].TimeMS) * edgeScale(lim-(latAdm[i]-meas), meas)
+		latAdm[i] = r.Admission.LatencyMS(lim, st.FillMS+st.QueueMS, st.WaitMS, pts[i].TimeMS)
+		// The queue is computed from the measured times, so it moves with them: its
+		// sensitivities to the turn ahead and to the batches' service times join theirs.
+		dqWait, dqServe := m.queueSensitivity(i, pts, e.Streams)
+		meas := g*(st.WaitMS+pts[i].TimeMS) + st.QueueMS
+		sdLat := sd * math.Hypot(g*st.WaitMS+dqWait, g*pts[i].TimeMS+dqServe) * edgeScale(lim-(latAdm[i]-meas), meas)
 		pStreams[i] = phi(lim-latAdm[i], sdLat)
 		s.PFeasible *= pStreams[i]
 		s.ViolationAdm, least, at = term(s.ViolationAdm, least, at, i, latAdm[i]/lim-1, pStreams[i])

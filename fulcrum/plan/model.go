@@ -115,12 +115,15 @@ type MultiBinding struct {
 
 // StreamEval is one stream's figures in a MultiEval.
 type StreamEval struct {
-	Name      string  `json:"name"`
-	Batch     int     `json:"batch"`
-	Rho       float64 `json:"rho"`        // ρ_i
-	FillMS    float64 `json:"fill_ms"`    // q-quantile of the batch fill time
-	WaitMS    float64 `json:"wait_ms"`    // the longest non-preemptible turn ahead
-	LatencyMS float64 `json:"latency_ms"` // fill + wait + own service
+	Name   string  `json:"name"`
+	Batch  int     `json:"batch"`
+	Rho    float64 `json:"rho"`     // ρ_i
+	FillMS float64 `json:"fill_ms"` // q-quantile of the batch fill time
+	WaitMS float64 `json:"wait_ms"` // the longest non-preemptible turn ahead
+	// QueueMS is the q-quantile of the wait behind earlier inference batches beyond
+	// WaitMS (QueueExcessMS): 0 where the streams' GPU share is small.
+	QueueMS   float64 `json:"queue_ms,omitempty"`
+	LatencyMS float64 `json:"latency_ms"` // fill + wait + queue + own service
 }
 
 // MultiEval is one configuration (mode, a batch size per stream) scored by model v1 for
@@ -214,6 +217,61 @@ func (m *MultiModel) fill(stream, b int) float64 {
 		return f
 	}
 	return FillQuantileMS(b, m.b.Streams[stream].RateRPS, m.b.Quantile)
+}
+
+// queue is stream i's QueueMS: the batches that queue ahead of its batch are those of
+// the streams whose budgets are no laxer than its own (itself included) — the scheduler
+// serves due batches earliest deadline first, so a laxer stream's batch is at most the
+// one turn running (WaitMS) — each stream's batches a customer arriving at λ_k/b_k.
+// streams holds every stream's Rho and WaitMS already. With one stream every sum is its
+// first term, so the figure is the pair's to the bit.
+func (m *MultiModel) queue(i int, pts []InferPoint, streams []StreamEval) float64 {
+	rho, res := m.queueLoad(i, pts, streams)
+	return QueueExcessMS(rho, res, streams[i].WaitMS, m.b.Quantile)
+}
+
+// queueLoad is what stream i's queue is made of: the GPU share ρ of the batches that
+// queue ahead of its own and the residual E[S²]/E[S] of their service times (ms); 0, 0
+// when there are none.
+func (m *MultiModel) queueLoad(i int, pts []InferPoint, streams []StreamEval) (rho, residualMS float64) {
+	b := &m.b
+	var sq, s1 float64
+	first := true
+	for k, ip := range pts {
+		if b.Streams[k].LatencyMS > b.Streams[i].LatencyMS {
+			continue
+		}
+		r := b.Streams[k].RateRPS / float64(ip.Batch)
+		if first {
+			rho, sq, s1, first = streams[k].Rho, r*ip.TimeMS*ip.TimeMS, r*ip.TimeMS, false
+		} else {
+			rho += streams[k].Rho
+			sq += r * ip.TimeMS * ip.TimeMS
+			s1 += r * ip.TimeMS
+		}
+	}
+	if s1 <= 0 {
+		return 0, 0
+	}
+	return rho, sq / s1
+}
+
+// queueSensitivity is how far stream i's QueueMS moves (ms) per unit relative change of
+// the turn ahead (WaitMS) and of the queued batches' service times (all together: the
+// larger, correlated case), by finite differences; 0, 0 without a queue. The decision
+// adds them to the measured terms' spread (scoreInto): a queue computed from a low draw
+// of the times is itself low, and counted as exact it let optimistic draws through.
+func (m *MultiModel) queueSensitivity(i int, pts []InferPoint, streams []StreamEval) (perWait, perServe float64) {
+	q := streams[i].QueueMS
+	if q <= 0 {
+		return 0, 0
+	}
+	const h = 1e-3
+	rho, res := m.queueLoad(i, pts, streams)
+	w := streams[i].WaitMS
+	perWait = (QueueExcessMS(rho, res, w*(1+h), m.b.Quantile) - q) / h
+	perServe = (QueueExcessMS(rho*(1+h), res*(1+h), w, m.b.Quantile) - q) / h
+	return perWait, perServe
 }
 
 // shares returns s_j = w_j / Σ w for jobs training jobs. With one job it is exactly 1, so
@@ -371,7 +429,8 @@ func (m *MultiModel) evalInto(mode powermode.Mode, train []TrainPoint, shares []
 			}
 		}
 		streams[i].WaitMS = wait
-		streams[i].LatencyMS = streams[i].FillMS + wait + pts[i].TimeMS
+		streams[i].QueueMS = m.queue(i, pts, streams)
+		streams[i].LatencyMS = streams[i].FillMS + wait + streams[i].QueueMS + pts[i].TimeMS
 	}
 	// Time-weighted power; past ρ = 1 the streams' shares are scaled to sum to 1.
 	share := min(e.Rho, 1)

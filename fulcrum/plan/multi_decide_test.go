@@ -109,14 +109,16 @@ func TestMultiDecideCalibratedAtTheEdge(t *testing.T) {
 	truth := twoStreams()
 	truth.Infer[0] = truth.Infer[0][:1]
 	adm := Admission{MarginMS: 5, DevRel: 0.06}
-	b := MultiBudgets{Streams: []StreamBudget{{Name: "det", RateRPS: 20, LatencyMS: 5000}, {Name: "cls", RateRPS: 5, LatencyMS: 5000}}, PowerMW: 1e6}
+	// The classifier's budget is the tighter one (its queue counts its own batches only)
+	// before and after it is set to its edge.
+	b := MultiBudgets{Streams: []StreamBudget{{Name: "det", RateRPS: 20, LatencyMS: 5000}, {Name: "cls", RateRPS: 5, LatencyMS: 1000}}, PowerMW: 1e6}
 	m, err := NewMultiModel(b, []int{1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, _ := m.Evaluate(truth, []int{1, 1})
 	cls := e.Streams[1]
-	b.Streams[1].LatencyMS = adm.LatencyMS(5000, cls.FillMS, cls.WaitMS, truth.Infer[1][0].TimeMS)
+	b.Streams[1].LatencyMS = adm.LatencyMS(1000, cls.FillMS+cls.QueueMS, cls.WaitMS, truth.Infer[1][0].TimeMS)
 	const noise, n = 0.03, 20000
 	for _, conf := range []float64{0.9, 0.99} {
 		d := Rules{NoiseRel: noise, Confidence: conf, Admission: adm}.ForMulti(b, []int{1})
@@ -160,7 +162,9 @@ func TestMultiDecideJointAndBinding(t *testing.T) {
 		Repeats: 4,
 	}
 	r := Rules{NoiseRel: 0.03, Confidence: 0.99, Admission: Admission{MarginMS: 5, DevRel: 0.06}}
-	b := MultiBudgets{Streams: []StreamBudget{{Name: "det", RateRPS: 60, LatencyMS: 400}, {Name: "cls", RateRPS: 5, LatencyMS: 1000}}, PowerMW: 40000}
+	// The classifier's budget (set below, always under the detector's) is the tighter one
+	// throughout, so its queue term is the same in the evaluations and the decisions.
+	b := MultiBudgets{Streams: []StreamBudget{{Name: "det", RateRPS: 60, LatencyMS: 400}, {Name: "cls", RateRPS: 5, LatencyMS: 300}}, PowerMW: 40000}
 	m, err := NewMultiModel(b, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +176,7 @@ func TestMultiDecideJointAndBinding(t *testing.T) {
 			e2.ObjectiveSPS, e1.ObjectiveSPS, e2.Streams[1].WaitMS, e1.Streams[1].WaitMS)
 	}
 	lat := func(e MultiEval) float64 {
-		return r.Admission.LatencyMS(1000, e.Streams[1].FillMS, e.Streams[1].WaitMS, 20)
+		return r.Admission.LatencyMS(1000, e.Streams[1].FillMS+e.Streams[1].QueueMS, e.Streams[1].WaitMS, 20)
 	}
 	decide := func(clsMS float64) MultiDecision {
 		t.Helper()
@@ -184,11 +188,11 @@ func TestMultiDecideJointAndBinding(t *testing.T) {
 		return dec
 	}
 	// Room for batch 2's longer wait: the detector at batch 2, claimed.
-	if dec := decide(lat(e2) + 2); !dec.Feasible || dec.Best.Streams[0].Batch != 2 {
+	if dec := decide(lat(e2) + 4); !dec.Feasible || dec.Best.Streams[0].Batch != 2 {
 		t.Fatalf("room for both: got batch %v claimed %v, want the detector at batch 2, claimed", dec.Best.Batches(), dec.Feasible)
 	}
 	// Room for batch 1's wait only: batch 1, although batch 2 trains more.
-	if dec := decide(lat(e1) + 2); !dec.Feasible || dec.Best.Streams[0].Batch != 1 || dec.Candidates != 1 {
+	if dec := decide(lat(e1) + 3); !dec.Feasible || dec.Best.Streams[0].Batch != 1 || dec.Candidates != 1 {
 		t.Fatalf("room for batch 1 only: got batch %v claimed %v (%d candidates), want the detector at batch 1, claimed alone", dec.Best.Batches(), dec.Feasible, dec.Candidates)
 	}
 	// Too tight for anything: nothing claimed, and the binding names the classifier.

@@ -129,13 +129,15 @@ func TestMultiTwoStreamsHandComputed(t *testing.T) {
 	// B 4.60517/10 s = 460.517 ms.
 	//
 	// (A1, B2): ρ_A = 50·0.005/1 = 0.25, ρ_B = 10·0.030/2 = 0.15, ρ = 0.40
-	//   lat_A = 0 + max(60, 30) + 5 = 65 ms ≤ 100
-	//   lat_B = 460.517 + max(60, 5) + 30 = 550.517 ms ≤ 700
+	//   lat_A = 0 + max(60, 30) + 1.095 + 5 = 66.095 ms ≤ 100 (queue: A's own batches only,
+	//     B's budget is laxer — ρ 0.25, 5 ms batches behind a 60 ms turn)
+	//   lat_B = 460.517 + max(60, 5) + 24.809 + 30 = 575.326 ms ≤ 700 (queue: both streams'
+	//     batches, ρ 0.4, E[S²]/E[S] = (50·5² + 5·30²)/(50·5 + 5·30) = 14.375 ms)
 	//   pow = 0.25·20 + 0.15·25 + 0.60·40 = 5 + 3.75 + 24 = 32.75 W ≤ 35
 	//   θ = 0.60 · 32 / 0.060 = 320 samples/s
 	//   slacks: lat_A −0.35, lat_B −0.2135, pow 32.75/35−1 = −0.0643, ρ −0.579 → binding power
-	// (A1, B1): ρ = 0.25 + 0.2 = 0.45, lat 65 / 80 ms, pow 5 + 5 + 22 = 32 W, θ = 0.55·32/0.06 = 293.3
-	// (A2, ·): lat_A = 92.103 + 60 + 8 = 160.1 ms > 100 — infeasible.
+	// (A1, B1): ρ = 0.25 + 0.2 = 0.45, pow 5 + 5 + 22 = 32 W, θ = 0.55·32/0.06 = 293.3
+	// (A2, ·): lat_A = 92.103 + 60 + 2.554 + 8 = 162.66 ms > 100 — infeasible.
 	// The joint choice is (A1, B2): B batches to give training time, A does not.
 	mm, err := NewMultiModel(MultiBudgets{
 		Streams: []StreamBudget{{Name: "A", RateRPS: 50, LatencyMS: 100}, {Name: "B", RateRPS: 10, LatencyMS: 700}},
@@ -162,8 +164,10 @@ func TestMultiTwoStreamsHandComputed(t *testing.T) {
 		got, want float64
 	}{
 		{"ρ_A", e.Streams[0].Rho, 0.25}, {"ρ_B", e.Streams[1].Rho, 0.15}, {"ρ", e.Rho, 0.40},
-		{"wait_A", e.Streams[0].WaitMS, 60}, {"lat_A", e.Streams[0].LatencyMS, 65},
-		{"fill_B", e.Streams[1].FillMS, fillB}, {"lat_B", e.Streams[1].LatencyMS, fillB + 90},
+		{"wait_A", e.Streams[0].WaitMS, 60}, {"queue_A", e.Streams[0].QueueMS, QueueExcessMS(0.25, 5, 60, 0.99)},
+		{"lat_A", e.Streams[0].LatencyMS, 65 + QueueExcessMS(0.25, 5, 60, 0.99)},
+		{"fill_B", e.Streams[1].FillMS, fillB}, {"queue_B", e.Streams[1].QueueMS, QueueExcessMS(0.4, 14.375, 60, 0.99)},
+		{"lat_B", e.Streams[1].LatencyMS, fillB + 90 + QueueExcessMS(0.4, 14.375, 60, 0.99)},
 		{"pow", e.PowerMW, 32750}, {"θ", e.TrainSPS[0], 320}, {"Θ", e.ObjectiveSPS, 320},
 	} {
 		if !near(c.got, c.want, 1e-9) {
@@ -177,10 +181,10 @@ func TestMultiTwoStreamsHandComputed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 1000*-math.Log(0.01)/50 + 60 + 8; a2.Feasible || !near(a2.Streams[0].LatencyMS, want, 1e-9) || a2.Binding != (MultiBinding{ConstraintLatency, "A"}) {
+	if want := 1000*-math.Log(0.01)/50 + 60 + QueueExcessMS(0.2, 8, 60, 0.99) + 8; a2.Feasible || !near(a2.Streams[0].LatencyMS, want, 1e-9) || a2.Binding != (MultiBinding{ConstraintLatency, "A"}) {
 		t.Errorf("(A2, B1): lat_A %v (want %v) feasible %v binding %+v, want infeasible on A's latency", a2.Streams[0].LatencyMS, want, a2.Feasible, a2.Binding)
 	}
-	if want := 160.103/100 - 1; !near(a2.Violation, want, 1e-5) {
+	if want := 162.6575/100 - 1; !near(a2.Violation, want, 1e-5) {
 		t.Errorf("(A2, B1): violation %v, want %v", a2.Violation, want)
 	}
 	pl, err := mm.Choose([]MultiProfile{p})
@@ -196,7 +200,8 @@ func TestMultiTwoStreamsHandComputed(t *testing.T) {
 func TestMultiOtherStreamBatchIsATurnAhead(t *testing.T) {
 	// Training minibatch 60 ms. B at b 8 takes 150 ms (ρ_B = 10·0.15/8 = 0.1875), at b 1
 	// 20 ms (ρ_B = 0.2): b 8 leaves training more time, but A (b 1, 5 ms) then waits up
-	// to 150 ms: lat_A = 155 ms > 100. With B at b 1, lat_A = 60 + 5 = 65 ms.
+	// to 150 ms: lat_A = 155 ms > 100 (no queue of A's own 5 ms batches beyond so long a
+	// turn). With B at b 1, lat_A = 60 + 1.095 (A's queue, QueueExcessMS) + 5 = 66.095 ms.
 	mm, err := NewMultiModel(MultiBudgets{
 		Streams: []StreamBudget{{Name: "A", RateRPS: 50, LatencyMS: 100}, {Name: "B", RateRPS: 10, LatencyMS: 5000}},
 		PowerMW: 100000,
@@ -220,9 +225,9 @@ func TestMultiOtherStreamBatchIsATurnAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if long.Streams[0].WaitMS != 150 || long.Streams[0].LatencyMS != 155 || short.Streams[0].LatencyMS != 65 {
-		t.Errorf("lat_A with B at b 8: wait %v lat %v (want 150, 155); with B at b 1: lat %v (want 65)",
-			long.Streams[0].WaitMS, long.Streams[0].LatencyMS, short.Streams[0].LatencyMS)
+	if want := 65 + QueueExcessMS(0.25, 5, 60, 0.99); long.Streams[0].WaitMS != 150 || long.Streams[0].LatencyMS != 155 || !near(short.Streams[0].LatencyMS, want, 1e-12) {
+		t.Errorf("lat_A with B at b 8: wait %v lat %v (want 150, 155); with B at b 1: lat %v (want %v)",
+			long.Streams[0].WaitMS, long.Streams[0].LatencyMS, short.Streams[0].LatencyMS, want)
 	}
 	// B's own wait is the training minibatch (longer than A's 5 ms batch).
 	if long.Streams[1].WaitMS != 60 {
@@ -250,7 +255,8 @@ func TestMultiTrainWeightsSplitThroughput(t *testing.T) {
 	// 50 ms at 30 W. Weights 3:1 → s = 0.75, 0.25.
 	//   θ_1 = 0.8·0.75·32/0.1 = 192, θ_2 = 0.8·0.25·8/0.05 = 32
 	//   pow = 0.2·20 + 0.8·(0.75·40 + 0.25·30) = 4 + 30 = 34 W
-	//   Θ = 192^0.75 · 32^0.25; lat = 0 + max(100, 50) + 20 = 120 ms
+	//   Θ = 192^0.75 · 32^0.25; lat = 0 + max(100, 50) + 11.449 (the queue, QueueExcessMS:
+	//   ρ 0.2, 20 ms batches) + 20 = 131.449 ms
 	// Equal weights: θ_1 = 0.8·0.5·32/0.1 = 128, θ_2 = 0.8·0.5·8/0.05 = 64, pow = 4 + 0.8·35 = 32 W.
 	p := MultiProfile{
 		Mode:  multiMode(612000000),
@@ -276,8 +282,8 @@ func TestMultiTrainWeightsSplitThroughput(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !near(e.TrainSPS[0], c.th1, 1e-9) || !near(e.TrainSPS[1], c.th2, 1e-9) || !near(e.PowerMW, 1000*c.powW, 1e-9) ||
-			!near(e.ObjectiveSPS, c.obj, 1e-9) || e.Streams[0].LatencyMS != 120 {
-			t.Errorf("weights %v: θ %v pow %v Θ %v lat %v, want θ (%v, %v) pow %v W Θ %v lat 120",
+			!near(e.ObjectiveSPS, c.obj, 1e-9) || !near(e.Streams[0].LatencyMS, 131.44944016, 1e-9) {
+			t.Errorf("weights %v: θ %v pow %v Θ %v lat %v, want θ (%v, %v) pow %v W Θ %v lat 131.449",
 				c.weights, e.TrainSPS, e.PowerMW, e.ObjectiveSPS, e.Streams[0].LatencyMS, c.th1, c.th2, c.powW, c.obj)
 		}
 		// The shares hand out exactly the time inference leaves: Σ θ_j·τ_Tj/B_j = 1 − ρ.

@@ -37,7 +37,9 @@ func TestEvaluateHandComputed(t *testing.T) {
 	// Inference b = 4 in 20 ms at 30 W.
 	// ρ = 20 · 0.020 / 4 = 0.1
 	// fill = Erlang-3 0.99-quantile at rate 20 = 8.405947/20 s = 420.297 ms
-	// lat = 420.297 + 100 + 20 = 540.297 ms > 200 → infeasible on latency
+	// queue: ρ 0.1 > 1 − q, batches of 20 ms behind a 100 ms turn: mean 20/(2·0.9) =
+	//   11.111 ms, 11.111·ln(10·11.111·(1 − e^(−9))/100) = 1.1693 ms (QueueExcessMS)
+	// lat = 420.297 + 100 + 1.169 + 20 = 541.467 ms > 200 → infeasible on latency
 	// pow = 0.1·30 + 0.9·40 = 39 W > 30 → also over on power
 	// θ = 0.9 · 32 / 0.1 = 288 samples/s
 	m, err := NewModel(Budgets{RateRPS: 20, LatencyMS: 200, PowerMW: 30000}, []int{1, 4})
@@ -50,16 +52,17 @@ func TestEvaluateHandComputed(t *testing.T) {
 	if !near(e.Rho, 0.1, 1e-12) || !near(e.PowerMW, 39000, 1e-12) || !near(e.ThroughputSPS, 288, 1e-12) {
 		t.Errorf("rho %v pow %v θ %v", e.Rho, e.PowerMW, e.ThroughputSPS)
 	}
-	if !near(e.LatencyMS, 420.2974+120, 1e-4) {
-		t.Errorf("latency = %v, want ≈540.297", e.LatencyMS)
+	if !near(e.LatencyMS, 420.2974+120+1.1693, 1e-4) {
+		t.Errorf("latency = %v, want ≈541.467", e.LatencyMS)
 	}
 	if e.Feasible || e.Binding != ConstraintLatency {
 		t.Errorf("feasible %v binding %v, want infeasible on latency", e.Feasible, e.Binding)
 	}
-	if want := (540.2974/200 - 1) + (39.0/30 - 1); !near(e.Violation, want, 1e-4) {
+	if want := (541.4667/200 - 1) + (39.0/30 - 1); !near(e.Violation, want, 1e-4) {
 		t.Errorf("violation = %v, want %v", e.Violation, want)
 	}
-	// b = 1: no fill; lat = 100 + 5 = 105 ms; ρ = 20·0.005 = 0.1; pow = 0.1·20 + 0.9·25 = 24.5 W
+	// b = 1: no fill; lat = 100 + 5 = 105 ms (no queue: 5 ms batches behind a 100 ms turn,
+	// 10·(2.778/100)·(1 − e^(−36)) < 1); ρ = 20·0.005 = 0.1; pow = 0.1·20 + 0.9·25 = 24.5 W
 	e1 := m.Evaluate(mode, TrainPoint{Batch: 32, TimeMS: 100, PowerMW: 25000}, InferPoint{Batch: 1, TimeMS: 5, PowerMW: 20000})
 	if !e1.Feasible || !near(e1.LatencyMS, 105, 1e-12) || !near(e1.PowerMW, 24500, 1e-12) {
 		t.Errorf("b=1: %+v", e1)
