@@ -179,7 +179,11 @@ func (c *Controller) explain(d plan.MultiDecision, mb plan.MultiBudgets) string 
 	e := d.Best
 	var st []string
 	for i, s := range e.Streams {
-		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS))
+		q := ""
+		if s.QueueMS >= 0.5 {
+			q = fmt.Sprintf(", %.0f ms of it queued", s.QueueMS)
+		}
+		st = append(st, fmt.Sprintf("%s batch %d (%.0f ms of %.0f ms at %.1f/s%s)", s.Name, s.Batch, s.LatencyMS, mb.Streams[i].LatencyMS, mb.Streams[i].RateRPS, q))
 	}
 	if mt := microText(trainChoices(c.planned(), e.MicroBatches)); mt != "" {
 		st = append(st, mt)

@@ -20,9 +20,12 @@ type Eval struct {
 	Batch int            `json:"batch"`
 	// MicroBatch is the training micro-batch size when each minibatch runs as several
 	// turns (issue 32); 0 when it runs as one turn (k = 1).
-	MicroBatch    int     `json:"micro_batch,omitempty"`
-	Rho           float64 `json:"rho"`
-	LatencyMS     float64 `json:"latency_ms"`
+	MicroBatch int     `json:"micro_batch,omitempty"`
+	Rho        float64 `json:"rho"`
+	LatencyMS  float64 `json:"latency_ms"`
+	// QueueMS is the part of LatencyMS spent queued behind earlier inference batches
+	// (StreamEval.QueueMS).
+	QueueMS       float64 `json:"queue_ms,omitempty"`
 	PowerMW       float64 `json:"power_mw"`
 	ThroughputSPS float64 `json:"throughput_sps"` // training samples per second
 	Feasible      bool    `json:"feasible"`
@@ -112,7 +115,7 @@ func (m *Model) Evaluate(mode powermode.Mode, t TrainPoint, ip InferPoint) Eval 
 // the caller's stack.
 func pairEval(e MultiEval, binding int, t TrainPoint) Eval {
 	return Eval{Mode: e.Mode, Batch: e.Streams[0].Batch, MicroBatch: t.MicroBatch(), Rho: e.Rho, LatencyMS: e.Streams[0].LatencyMS,
-		PowerMW: e.PowerMW, ThroughputSPS: e.TrainSPS[0], Feasible: e.Feasible, Violation: e.Violation, Binding: termConstraint(binding, 1)}
+		QueueMS: e.Streams[0].QueueMS, PowerMW: e.PowerMW, ThroughputSPS: e.TrainSPS[0], Feasible: e.Feasible, Violation: e.Violation, Binding: termConstraint(binding, 1)}
 }
 
 // Multi is the model of one stream and one job the pair's model is a view of: its
@@ -127,7 +130,7 @@ func (e MultiEval) Pair() Eval {
 		micro = e.MicroBatches[0]
 	}
 	return Eval{Mode: e.Mode, Batch: e.Streams[0].Batch, MicroBatch: micro, Rho: e.Rho, LatencyMS: e.Streams[0].LatencyMS,
-		PowerMW: e.PowerMW, ThroughputSPS: e.TrainSPS[0], Feasible: e.Feasible, Violation: e.Violation, Binding: e.Binding.Constraint}
+		QueueMS: e.Streams[0].QueueMS, PowerMW: e.PowerMW, ThroughputSPS: e.TrainSPS[0], Feasible: e.Feasible, Violation: e.Violation, Binding: e.Binding.Constraint}
 }
 
 // BestAtMode returns the best inference batch size and training micro-batch at a
@@ -176,6 +179,16 @@ func (m *Model) Choose(profiles []ModeProfile) (Plan, error) {
 	return pl, nil
 }
 
+// queueWords says how much of a predicted latency is the queue of batches ahead of the
+// request (docs/design.md §2), so that an operator reading a high p99 sees why; "" below
+// half a millisecond.
+func queueWords(queueMS float64) string {
+	if queueMS < 0.5 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.1f ms of it queued behind earlier batches)", queueMS)
+}
+
 // Explain says in words why a plan is what it is.
 func (p Plan) Explain(b Budgets) string {
 	e := p.Best
@@ -185,13 +198,13 @@ func (p Plan) Explain(b Budgets) string {
 		if b.PowerMW >= MaxPowerMW {
 			power = fmt.Sprintf("power %.1f W (no power budget)", e.PowerMW/1000)
 		}
-		return fmt.Sprintf("mode %s, inference batch %d%s: training %.1f samples/s, p%g latency %.1f ms ≤ %.0f ms, %s, GPU share for inference %.0f%%",
-			e.Mode.Human(), e.Batch, e.microWords(), e.ThroughputSPS, b.Quantile*100, e.LatencyMS, b.LatencyMS, power, e.Rho*100)
+		return fmt.Sprintf("mode %s, inference batch %d%s: training %.1f samples/s, p%g latency %.1f ms%s ≤ %.0f ms, %s, GPU share for inference %.0f%%",
+			e.Mode.Human(), e.Batch, e.microWords(), e.ThroughputSPS, b.Quantile*100, e.LatencyMS, queueWords(e.QueueMS), b.LatencyMS, power, e.Rho*100)
 	}
 	var what string
 	switch p.Binding {
 	case ConstraintLatency:
-		what = fmt.Sprintf("latency: the best reachable p%g is %.1f ms against a budget of %.0f ms", b.Quantile*100, e.LatencyMS, b.LatencyMS)
+		what = fmt.Sprintf("latency: the best reachable p%g is %.1f ms%s against a budget of %.0f ms", b.Quantile*100, e.LatencyMS, queueWords(e.QueueMS), b.LatencyMS)
 	case ConstraintPower:
 		what = fmt.Sprintf("power: the least-violating configuration draws %.1f W against a budget of %.1f W", e.PowerMW/1000, b.PowerMW/1000)
 	default:

@@ -1,10 +1,14 @@
 package plan
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
 // QueueExcessMS by hand: the closed form of docs/design.md §2 "The queue of batches".
@@ -103,5 +107,29 @@ func TestQueueExcessAgainstASimulatedQueue(t *testing.T) {
 		if short := v1 < sim/1.2; short != c.v1Short {
 			t.Errorf("λ %g, S %g, T %g: model v1's %.1f ms against the simulated %.1f: short by > 20 %% %v, want %v", c.rateRPS, c.serviceMS, c.trainMS, v1, sim, short, c.v1Short)
 		}
+	}
+}
+
+// A plan's words say how much of its predicted p99 is the queue of batches, where there
+// is one: an operator reading a p99 far above the batch and the turn sees why.
+func TestExplainNamesTheQueue(t *testing.T) {
+	b := Budgets{RateRPS: 31.7, LatencyMS: 100, PowerMW: 30000}.WithDefaults()
+	m, err := NewModel(b, []int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := powermode.Mode{Cores: 2, CPUKHz: 1420800, GPUHz: 816000000, EMCHz: 3199000000}
+	tr := TrainPoint{Batch: 32, TimeMS: 22.8, PowerMW: 18000}
+	busy := m.Evaluate(mode, tr, InferPoint{Batch: 1, TimeMS: 13.5, PowerMW: 16000})
+	if !near(busy.QueueMS, QueueExcessMS(0.42795, 13.5, 22.8, 0.99), 1e-9) || !busy.Feasible {
+		t.Fatalf("queue %v feasible %v, want QueueExcessMS's figure, feasible", busy.QueueMS, busy.Feasible)
+	}
+	got := Plan{Best: busy, Feasible: true}.Explain(b)
+	if want := fmt.Sprintf("p99 latency %.1f ms (%.1f ms of it queued behind earlier batches) ≤ 100 ms", busy.LatencyMS, busy.QueueMS); !strings.Contains(got, want) {
+		t.Errorf("plan words %q do not say %q", got, want)
+	}
+	light := m.Evaluate(mode, TrainPoint{Batch: 32, TimeMS: 60, PowerMW: 18000}, InferPoint{Batch: 1, TimeMS: 0.3, PowerMW: 16000})
+	if w := (Plan{Best: light, Feasible: true}).Explain(b); light.QueueMS != 0 || strings.Contains(w, "queued") {
+		t.Errorf("a lightly loaded stream: queue %v, words %q: want no queue named", light.QueueMS, w)
 	}
 }
