@@ -95,71 +95,9 @@ func TestPausedPlanServesTheStreamsAlone(t *testing.T) {
 	}
 }
 
-// The power rule, with nothing within the power budget with training, steps to the
-// configuration that serves the streams best alone within it, not to the lowest-power
-// configuration (chosen for nothing the streams need). Here training draws more than
-// inference at both modes (14 and 13 W against 8 and 7 W), the plan trains at the fast
-// mode (13.4 W predicted against 15 W), and the board then reads 19 W there: scaled by
-// that 1.42×, nothing with training is within 13.5 W, the fast mode alone is (8 W).
-func TestPowerStepServesAloneWhenNothingFitsWithTraining(t *testing.T) {
-	for _, off := range []bool{true, false} {
-		powerStepAlone(t, off)
-	}
-}
-
-func powerStepAlone(t *testing.T, off bool) {
-	e := newEnv(t, sched.NewFakeClock())
-	fast, slow := e.modes[5], e.modes[0]
-	now := time.Now().UTC()
-	put := func(w string, role truth.Role, m powermode.Mode, b int, ms, mw float64) {
-		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: w, Role: role, Mode: m, Batch: b,
-			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(tTrain, truth.Train, fast, 32, 50, 14000)
-	put(tInfer, truth.Infer, fast, 1, 5, 8000)
-	put(tTrain, truth.Train, slow, 32, 100, 13000)
-	put(tInfer, truth.Infer, slow, 1, 10, 7000)
-	_, _ = e.register(nil)
-	{
-		ctl := e.controller(Config{MinProfiles: 2, ResearchOff: true, ServeAloneOff: off}, plan.Targets{RateRPS: 20, LatencyMS: 400, PowerMW: 15000})
-		e.board.set(10000, nil)
-		e.tick(ctl, 100*time.Millisecond)
-		if cur := ctl.Status().Current; cur == nil || cur.Mode != fast || !cur.Predicted.Feasible {
-			t.Fatalf("off %v: planned %+v, want the fast mode claimed", off, cur)
-		}
-		e.board.set(19000, nil) // over the 15 W budget
-		var step *Event
-		for i := 0; i < 100 && step == nil; i++ {
-			e.tick(ctl, 50*time.Millisecond)
-			for _, ev := range ctl.Events().List(0) {
-				if ev.Kind == KindStepDown {
-					step = &ev
-				}
-			}
-		}
-		if step == nil {
-			t.Fatalf("off %v: no power step in 5 s; events %v", off, kinds(ctl.Events().List(0)))
-		}
-		cur := ctl.Status().Current
-		alone := strings.Contains(step.Reason, "served alone")
-		if alone == off || (!off && !e.sched.Snapshot().TrainingPaused) {
-			t.Errorf("off %v: the step %q to %s, training paused %v", off, step.Reason, cur.Mode.Human(), e.sched.Snapshot().TrainingPaused)
-		}
-		if !off && (cur.Mode != fast || cur.Predicted.PowerMW > 15000*0.9) {
-			t.Errorf("served alone at %s, predicted %+v: want the fast mode within 13.5 W", cur.Mode.Human(), cur.Predicted)
-		}
-		if off && cur.Mode != slow {
-			t.Errorf("serving alone off: stepped to %s, want the lowest-power configuration (%s)", cur.Mode.Human(), slow.Human())
-		}
-	}
-}
-
-// The latency rule while the streams are served alone steps to another configuration
-// served alone — not to one with a shorter training turn, which would resume training
-// where nothing meets the budgets with it. Served alone at the middle mode (7 ms batches)
+// The latency rule while the streams are served alone, with no configuration with
+// training predicted within, steps to another configuration served alone — not to the
+// fastest one with training, at which training would only wait again. Served alone at the middle mode (7 ms batches)
 // and read late (60 ms against 40 ms), it steps to the slow mode: the fast one is over
 // the power budget alone.
 func TestLatencyStepWhileServedAlone(t *testing.T) {

@@ -98,9 +98,6 @@ func (c *Controller) stepDownPower(ctx context.Context) {
 		c.events.Add(Event{Kind: KindStepDown, Reason: "power over budget but no stored profile to step to", Err: fmt.Sprint(err)})
 		return
 	}
-	// Read before the correction below is learned: the step space and the candidates
-	// served alone are scaled by k once.
-	amod, aps, amb, aok := c.aloneSpace()
 	avg := c.measured.PowerMW
 	budget := c.targets.PowerMW
 	k := 1.0
@@ -127,21 +124,6 @@ func (c *Controller) stepDownPower(ctx context.Context) {
 	})
 	how := "the highest-throughput stored configuration predicted within it"
 	if !found {
-		// Nothing within the budget with training: training waits, so the streams are
-		// served at the configuration that serves them best alone within it (alone.go)
-		// rather than at the lowest-power one, chosen for nothing the streams need.
-		if aok {
-			if e, ok := bestAlone(amod, aps, func(e plan.MultiEval) bool {
-				return e.Feasible && e.PowerMW*k <= target && e.PowerMW*k < avg && withinStepMargin(e, amb, c.cfg.PlanMargin)
-			}); ok {
-				c.noteStep(stepCause{power: true})
-				c.belowSince = time.Time{}
-				reason := fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s%s; the board draws %.2f× the predicted power; no stored configuration is predicted within it with training running: training waits and the streams are served alone at %s (target ≤ %.1f W)",
-					avg/1000, budget/1000, c.cur.Mode.Human(), c.heatNote(), k, aloneWords(e, amb), target/1000)
-				c.applyDecision(ctx, KindStepDown, reason, c.aloneChoice(e, amb, string(plan.ConstraintPower)))
-				return
-			}
-		}
 		best, found = lowestPowerOf(s)
 		how = "no stored configuration is predicted within it: the lowest-power known configuration"
 	}
@@ -154,17 +136,6 @@ func (c *Controller) stepDownPower(ctx context.Context) {
 	reason := fmt.Sprintf("power %.1f W (1 s average) over the %.1f W budget at mode %s%s; the board draws %.2f× the predicted power; stepping to %s (target ≤ %.1f W)",
 		avg/1000, budget/1000, c.cur.Mode.Human(), c.heatNote(), k, how, target/1000)
 	c.applyStep(ctx, KindStepDown, reason, best, s)
-}
-
-// withinStepMargin says every stream of e is predicted within budget·(1−margin), the room
-// a step keeps.
-func withinStepMargin(e plan.MultiEval, mb plan.MultiBudgets, margin float64) bool {
-	for i, st := range e.Streams {
-		if st.LatencyMS > mb.Streams[i].LatencyMS*(1-margin) {
-			return false
-		}
-	}
-	return true
 }
 
 // streamInForce is one stream of the configuration in force as the latency rules judge
@@ -304,9 +275,6 @@ func (c *Controller) stepDownLatency(ctx context.Context) {
 		}
 		return 1
 	}
-	if c.servedAlone() && c.stepDownAlone(ctx, c.latencyWords(streams, cur.Mode), ratio) {
-		return
-	}
 	curTrain, known := c.storedTurnsInForce()
 	b := s.budgets()
 	power := c.targets.PowerMW
@@ -375,6 +343,12 @@ func (c *Controller) stepDownLatency(ctx context.Context) {
 		// scheduler's fill makes 2–3× too low scales every candidate out: make demo's step 5).
 		best, haveBest = model, true
 		how = "none is predicted within the budget at this step's ratio: the one with the lowest predicted latency among those model v1 predicts within it"
+	}
+	if !haveBest && c.servedAlone() && c.stepDownAlone(ctx, what, ratio) {
+		// Nothing with training is predicted within, and training waits already: the
+		// streams are served alone elsewhere (alone.go), rather than at the fastest
+		// configuration with training, which would serve them no faster alone.
+		return
 	}
 	if !haveBest {
 		// Nothing shorter is predicted within the budget at this step's ratios: the last
