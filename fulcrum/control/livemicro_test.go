@@ -345,3 +345,28 @@ func TestLiveProfilerSkipsInferenceBatchesOverTheBudgetAlone(t *testing.T) {
 		})
 	}
 }
+
+// A micro-batch size above one judged over the room is over it too, as the visit judged
+// it (overMicro), even where it alone could not be judged: with only the size below the
+// first one measured at the mode and no stored mode holding both, 16 has no prediction.
+// microFill completes the mode with both (16 at most the minibatch, at least 8's turn).
+func TestMicroFillAboveASizeOverTheRoom(t *testing.T) {
+	p := &LiveProfiler{Pair: Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}, MicroBatches: []int{4, 8, 16}}, LatencyMS: 50, ByRoom: true,
+		Admission: plan.Admission{MarginMS: 5, DevRel: 0.1}}
+	mp := plan.ModeProfile{Train: plan.TrainPoint{Batch: 32, TimeMS: 182, PowerMW: 25000},
+		Micro: []plan.TrainPoint{{Batch: 4, TimeMS: 23, PowerMW: 25000, Minibatch: 32}},
+		Infer: []plan.InferPoint{{Batch: 1, TimeMS: 9, PowerMW: 24000}}}
+	ratios := map[sizePair]sizeRatio{{8, 4}: {time: 1.8, power: 1}} // 8 predicted at 41.4 ms, lowered by 10 %: 1.1·(37.3 + 9) + 5 ms over 50
+	if !p.turnOverRoom(8, map[int]plan.TrainPoint{4: mp.Micro[0]}, 9, ratios) {
+		t.Fatal("the test wants 8 over the room by its prediction")
+	}
+	got, ok := p.microFill(mp, ratios)
+	if !ok || len(got.Micro) != 3 {
+		t.Fatalf("microFill: ok %v, micro %+v: want 4 measured, 8 and 16 predicted", ok, got.Micro)
+	}
+	for _, m := range got.Micro {
+		if m.Batch == 16 && (m.TimeMS < 41.4-1e-9 || m.TimeMS > 182) {
+			t.Errorf("16 filled at %.1f ms: want between 8's predicted turn and the minibatch", m.TimeMS)
+		}
+	}
+}
