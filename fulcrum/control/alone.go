@@ -15,13 +15,14 @@ import (
 // Serving alone (docs/design.md §2 "Serving alone"): when no known configuration meets
 // the budgets with training running, training waits — or, where only latency binds and
 // the trainer declared micro-batches, runs in the micro-batch turns the admission room
-// holds (micro.go). What runs then was chosen for the training it would do: the
-// decision's least-violating configuration *with* training, or the power rule's
-// lowest-power one, at a mode where the streams alone may still miss a budget (AGX,
-// resnet18 beside YOLOv8n at 30 req/s, 50 ms, 20 W: the power rule stepped to GPU
-// 306 MHz, and the stream's p99 read 203 ms). There the controller runs the stored
-// configuration that serves the streams best with no training turn
-// (plan.MultiModel.ServeAlone) instead.
+// holds (micro.go). What runs then is the decision's least-violating configuration *with*
+// training, chosen for the training it would do, at a mode where the streams alone may
+// still miss a budget. There the controller runs the stored configuration that serves
+// the streams best with no training turn (plan.MultiModel.ServeAlone) instead; and the
+// latency rule, while they are served alone and nothing with training is predicted
+// within, steps to another configuration alone. (The power rule keeps its lowest-power
+// step: serving alone there held training paused where that step let the latency rule
+// find a configuration that trains within both budgets, TestPausedTrainingSearchesAgain.)
 
 // aloneSpace is what serving alone is chosen from: the model at the streams' rates in
 // force and the stored profiles under a thermal cap. ok is false when nothing is stored
