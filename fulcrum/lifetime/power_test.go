@@ -67,7 +67,7 @@ func TestLiveProfilerReadsShortTurnsPower(t *testing.T) {
 			throttled[p.Mode] = true
 		}
 	}
-	checked := 0
+	checked := map[powermode.Mode]bool{}
 	for _, p := range profiles {
 		if p.Workload != "resnet18-train" || p.Source != store.SourceLive {
 			continue
@@ -85,9 +85,9 @@ func TestLiveProfilerReadsShortTurnsPower(t *testing.T) {
 		if math.Abs(rel) > 0.15 {
 			t.Errorf("micro-batch %d at %s: stored %.1f W, the table's turn draws %.1f W (%+.0f %%)", p.MicroBatch, p.Mode.Human(), p.PowerMW.Mean/1000, row.PowerMW/1000, 100*rel)
 		}
-		checked++
+		checked[p.Mode] = true
 	}
-	if checked < 8 {
-		t.Fatalf("%d live training profiles checked: want the turns of a few modes", checked)
+	if len(checked) < 2 {
+		t.Fatalf("the turns of %d modes checked: want a few modes'", len(checked))
 	}
 }
