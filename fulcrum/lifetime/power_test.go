@@ -88,6 +88,6 @@ func TestLiveProfilerReadsShortTurnsPower(t *testing.T) {
 		checked[p.Mode] = true
 	}
 	if len(checked) < 2 {
-		t.Fatalf("the turns of %d modes checked: want a few modes'", len(checked))
+		t.Fatalf("the turns of %d modes checked: want a few modes", len(checked))
 	}
 }
