@@ -186,7 +186,8 @@ func (p *LiveProfiler) microFill(mp plan.ModeProfile, ratios map[sizePair]sizeRa
 	pts := trainPoints(mp)
 	inferMS := shortestInfer(mp.Infer)
 	micro := slices.Clone(mp.Micro)
-	over := false                           // a smaller size is over the room: so is this one (the visit's overMicro)
+	// over: a smaller size is over the room, so this one is too (the visit's overMicro).
+	over := false
 	for _, u := range p.Pair.MicroBatches { // ascending
 		if slices.ContainsFunc(micro, func(t plan.TrainPoint) bool { return t.Batch == u }) {
 			continue
