@@ -1,7 +1,6 @@
 package control
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +20,6 @@ import (
 // budgets against latency 2.75×), where the streams alone still break the power budget:
 // the board draws 20 W whatever runs there. The slow mode serves them alone within both.
 func aloneEnv(t *testing.T) (e *env, fast, slow powermode.Mode) {
-	e, fast, slow, _ = aloneEnv3(t, false)
-	return e, fast, slow
-}
-
-// aloneEnv3 is aloneEnv, with a third mode when mid is set (GPU 816 MHz: training 70 ms,
-// inference 7 ms, both at 13 W), which then serves the streams best alone.
-func aloneEnv3(t *testing.T, mid bool) (e *env, fast, slow, middle powermode.Mode) {
 	t.Helper()
 	e = newEnv(t, sched.NewFakeClock())
 	fast, slow = e.modes[5], e.modes[0]
@@ -43,14 +35,11 @@ func aloneEnv3(t *testing.T, mid bool) (e *env, fast, slow, middle powermode.Mod
 		mode           powermode.Mode
 		trainMS, infMS float64
 		powerMW        float64
-	}{{fast, 50, 5, 20000}, {slow, 100, 10, 12000}, {e.modes[2], 70, 7, 13000}} {
-		if m.mode == e.modes[2] && !mid {
-			continue
-		}
+	}{{fast, 50, 5, 20000}, {slow, 100, 10, 12000}} {
 		put(tTrain, truth.Train, m.mode, 32, m.trainMS, m.powerMW)
 		put(tInfer, truth.Infer, m.mode, 1, m.infMS, m.powerMW)
 	}
-	return e, fast, slow, e.modes[2]
+	return e, fast, slow
 }
 
 // Issue 31 (budgets broken after the plan where nothing keeps them with training): a
@@ -92,38 +81,5 @@ func TestPausedPlanServesTheStreamsAlone(t *testing.T) {
 		if !off && (cur.Predicted.ThroughputSPS != 0 || cur.Predicted.PowerMW > targets.PowerMW || cur.Predicted.LatencyMS > targets.LatencyMS) {
 			t.Errorf("served alone: predicted %+v, want no training and both budgets kept", cur.Predicted)
 		}
-	}
-}
-
-// The latency rule while the streams are served alone, with no configuration with
-// training predicted within, steps to another configuration served alone — not to the
-// fastest one with training, at which training would only wait again. Served alone at the middle mode (7 ms batches)
-// and read late (60 ms against 40 ms), it steps to the slow mode: the fast one is over
-// the power budget alone.
-func TestLatencyStepWhileServedAlone(t *testing.T) {
-	e, _, slow, mid := aloneEnv3(t, true)
-	c := e.controller(Config{MinProfiles: 2, ResearchOff: true, MinLatency: 5}, plan.Targets{RateRPS: 20, LatencyMS: 40, PowerMW: 15000})
-	srv := e.serveInference()
-	e.board.set(10000, nil)
-	e.tick(c, 100*time.Millisecond)
-	if cur := c.Status().Current; cur == nil || cur.Mode != mid || !e.sched.Snapshot().TrainingPaused {
-		t.Fatalf("planned %+v: want the middle mode served alone", cur)
-	}
-	seq := c.Status().LastEvent
-	e.tick(c, 6*time.Second) // past the latency cooldown and the recent window
-	for range 12 {
-		srv.serve(1, 60*time.Millisecond, nil)
-		c.Step(context.Background())
-	}
-	evs := c.Events().List(seq)
-	cur := c.Status().Current
-	var step string
-	for _, ev := range evs {
-		if ev.Kind == KindStepDown {
-			step = ev.Reason
-		}
-	}
-	if cur.Mode != slow || !e.sched.Snapshot().TrainingPaused || cur.Predicted.Feasible || !strings.Contains(step, "while the streams are served alone") {
-		t.Fatalf("after the p99 broke: %s, training paused %v, claimed %v, step %q; events %v", cur.Mode.Human(), e.sched.Snapshot().TrainingPaused, cur.Predicted.Feasible, step, kinds(evs))
 	}
 }

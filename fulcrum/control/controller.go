@@ -53,9 +53,9 @@ type Config struct {
 	LatencyPause    time.Duration `mapstructure:"latency_pause_ms"`
 	LatencyPauseOff bool          `mapstructure:"latency_pause_off"`
 	// ServeAloneOff: a plan that pauses training because nothing meets the budgets with
-	// it runs the decision's least-violating configuration as it is; by default the
-	// controller runs the stored configuration that serves the streams best alone
-	// instead (alone.go).
+	// it runs the decision's least-violating configuration as it is; by default, where
+	// that one breaks a budget even alone, the controller runs the stored configuration
+	// that serves the streams best alone within every budget instead (alone.go).
 	ServeAloneOff bool          `mapstructure:"serve_alone_off"`
 	PowerFail     time.Duration `mapstructure:"power_fail_ms"`       // no power reading this long: degraded
 	MinLatency    int           `mapstructure:"min_latency_samples"` // served requests in the window before latency is judged

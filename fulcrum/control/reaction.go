@@ -344,12 +344,6 @@ func (c *Controller) stepDownLatency(ctx context.Context) {
 		best, haveBest = model, true
 		how = "none is predicted within the budget at this step's ratio: the one with the lowest predicted latency among those model v1 predicts within it"
 	}
-	if !haveBest && c.servedAlone() && c.stepDownAlone(ctx, what, ratio) {
-		// Nothing with training is predicted within, and training waits already: the
-		// streams are served alone elsewhere (alone.go), rather than at the fastest
-		// configuration with training, which would serve them no faster alone.
-		return
-	}
 	if !haveBest {
 		// Nothing shorter is predicted within the budget at this step's ratios: the last
 		// resort pauses training here rather than stepping to a configuration predicted
