@@ -2,9 +2,11 @@ package control
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -17,11 +19,11 @@ import (
 // training, chosen for the training it would do, at a mode where the streams alone may
 // still miss a budget. There the controller runs the stored configuration that serves
 // the streams best with no training turn (plan.MultiModel.ServeAlone) instead, where one
-// keeps every budget. (The step rules keep theirs: serving alone from the power rule held
-// training paused where its lowest-power step let the latency rule find a configuration
-// that trains within both budgets, TestPausedTrainingSearchesAgain; from the latency rule,
-// a configuration alone slower than the best alone is never predicted within the ratio
-// the step reads.)
+// keeps every budget; and the latency rule, where training waits already and nothing
+// with a shorter training turn is predicted within, steps to it (stepDownAlone). (The
+// power rule keeps its lowest-power step: serving alone from it held training paused
+// where that step let the latency rule find a configuration that trains within both
+// budgets, TestPausedTrainingSearchesAgain.)
 
 // aloneSpace is what serving alone is chosen from: the model at the streams' rates in
 // force and the stored profiles under a thermal cap. ok is false when nothing is stored
@@ -110,4 +112,69 @@ func choiceBatches(ch Choice) []int {
 		out[i] = s.Batch
 	}
 	return out
+}
+
+// stepDownAlone is the latency rule's step where training waits already (a paused plan,
+// the micro-batch keep, the last resort) and no configuration with a shorter training
+// turn is predicted within the budget: the rule's pause cannot help, and its fallback —
+// the fastest configuration with a shorter turn — may serve the streams slower than what
+// runs (NX, 30 req/s, 25 ms, 10 W: it stepped from a p99 of 26 ms to a mode predicted at
+// 141 ms, read 55–85 ms, and stayed there the rest of the hour, since nothing shorter
+// was left and no re-search starts while a budget is broken). It steps instead to the
+// stored configuration that serves the streams best alone within the power budget (less
+// the step margin), if that serves them faster than the configuration in force would
+// alone, and reports whether it stepped. Called with c.mu held.
+func (c *Controller) stepDownAlone(ctx context.Context, what string) bool {
+	mod, ps, mb, ok := c.aloneSpace()
+	if !ok {
+		return false
+	}
+	cur := *c.cur
+	batches := choiceBatches(cur)
+	power := c.targets.PowerMW
+	var best, now plan.MultiEval
+	found, haveNow := false, false
+	for _, p := range ps {
+		_ = mod.EachBatchVector(p, func(bs []int) {
+			e, err := mod.EvaluateAlone(p, bs)
+			if err != nil {
+				return
+			}
+			if p.Mode == cur.Mode && slices.Equal(bs, batches) {
+				now, haveNow = e, true
+				return
+			}
+			if e.Rho > mb.RhoMax || (power > 0 && e.PowerMW > power*(1-c.cfg.StepMargin)) {
+				return
+			}
+			if !found || mod.AloneBetter(e, best) {
+				best, found = e, true
+			}
+		})
+	}
+	if !found || (haveNow && worstShare(best, mb) >= worstShare(now, mb)) {
+		return false
+	}
+	ch := c.choiceOf(best, mb)
+	ch.Predicted.ThroughputSPS = 0
+	ch.Predicted.Feasible, ch.Predicted.Binding = false, string(plan.ConstraintLatency)
+	c.noteStep(stepCause{latency: true})
+	c.belowSince = time.Time{}
+	st := make([]string, 0, len(best.Streams))
+	for i, x := range best.Streams {
+		st = append(st, fmt.Sprintf("%s batch %d, p99 %.1f ms against %.0f ms", x.Name, x.Batch, x.LatencyMS, mb.Streams[i].LatencyMS))
+	}
+	reason := fmt.Sprintf("%s%s, with training waiting and no configuration with a shorter training turn predicted within: the streams are served alone at the stored configuration that serves them best, mode %s, %s, at most %.1f W",
+		what, c.heatNote(), best.Mode.Human(), strings.Join(st, ", "), best.PowerMW/1000)
+	c.applyDecision(ctx, KindStepDown, reason, ch)
+	return true
+}
+
+// worstShare is the largest of e's streams' predicted p99 over their budgets.
+func worstShare(e plan.MultiEval, mb plan.MultiBudgets) float64 {
+	w := 0.0
+	for i, s := range e.Streams {
+		w = max(w, s.LatencyMS/mb.Streams[i].LatencyMS)
+	}
+	return w
 }

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,60 @@ func TestPausedPlanServesTheStreamsAlone(t *testing.T) {
 		if !off && (cur.Predicted.ThroughputSPS != 0 || cur.Predicted.PowerMW > targets.PowerMW || cur.Predicted.LatencyMS > targets.LatencyMS) {
 			t.Errorf("served alone: predicted %+v, want no training and both budgets kept", cur.Predicted)
 		}
+	}
+}
+
+// The latency rule where training waits already and no configuration with a shorter
+// training turn is predicted within steps to the configuration that serves the streams
+// best alone, when it serves them faster than the one in force would alone: before, the
+// rule had nothing to step to and said so every few seconds, and no re-search starts
+// while a budget is broken (NX, 30 req/s, 25 ms, 10 W: the rest of the hour). Here the
+// plan pauses training at the slow mode (GPU 408 MHz: training 60 ms, inference 10 ms,
+// 10 W; within the budgets alone, so it stands), whose p99 then reads 60 ms against
+// 40 ms; the fast mode trains slower (200 ms turns) but serves in 4 ms at 12 W.
+func TestLatencyStepServesAloneWhereTrainingWaits(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		latencyStepAlone(t, off)
+	}
+}
+
+func latencyStepAlone(t *testing.T, off bool) {
+	e := newEnv(t, sched.NewFakeClock())
+	slow, fast := e.modes[0], e.modes[5]
+	now := time.Now().UTC()
+	put := func(w string, role truth.Role, m powermode.Mode, b int, ms, mw float64) {
+		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: w, Role: role, Mode: m, Batch: b,
+			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(tTrain, truth.Train, slow, 32, 60, 10000)
+	put(tInfer, truth.Infer, slow, 1, 10, 10000)
+	put(tTrain, truth.Train, fast, 32, 200, 13000)
+	put(tInfer, truth.Infer, fast, 1, 4, 12000)
+	c := e.controller(Config{MinProfiles: 2, ResearchOff: true, MinLatency: 5, ServeAloneOff: off}, plan.Targets{RateRPS: 20, LatencyMS: 40, PowerMW: 15000})
+	srv := e.serveInference()
+	e.board.set(10000, nil)
+	e.tick(c, 100*time.Millisecond)
+	if cur := c.Status().Current; cur == nil || cur.Mode != slow || !e.sched.Snapshot().TrainingPaused {
+		t.Fatalf("off %v: planned %+v: want the slow mode, training paused", off, cur)
+	}
+	seq := c.Status().LastEvent
+	e.tick(c, 6*time.Second) // past the latency cooldown and the recent window
+	for range 12 {
+		srv.serve(1, 60*time.Millisecond, nil)
+		c.Step(context.Background())
+	}
+	cur := c.Status().Current
+	var steps []string
+	for _, ev := range c.Events().List(seq) {
+		if ev.Kind == KindStepDown {
+			steps = append(steps, ev.Reason)
+		}
+	}
+	alone := len(steps) > 0 && strings.Contains(steps[len(steps)-1], "served alone")
+	if want := !off; alone != want || (want && (cur.Mode != fast || !e.sched.Snapshot().TrainingPaused || cur.Predicted.Feasible)) || (off && cur.Mode != slow) {
+		t.Errorf("off %v: after the p99 broke: %s, training paused %v, claimed %v; steps %q", off, cur.Mode.Human(), e.sched.Snapshot().TrainingPaused, cur.Predicted.Feasible, steps)
 	}
 }
