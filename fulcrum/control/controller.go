@@ -52,15 +52,20 @@ type Config struct {
 	// it. LatencyPauseOff leaves training running there (the p99 stays broken).
 	LatencyPause    time.Duration `mapstructure:"latency_pause_ms"`
 	LatencyPauseOff bool          `mapstructure:"latency_pause_off"`
-	PowerFail       time.Duration `mapstructure:"power_fail_ms"`       // no power reading this long: degraded
-	MinLatency      int           `mapstructure:"min_latency_samples"` // served requests in the window before latency is judged
-	MinProfiles     int           `mapstructure:"min_profiles"`        // fewer stored profiles than this: run the searcher
-	Searcher        string        `mapstructure:"searcher"`            // "gmd" or "als"
-	MaxProfiles     int           `mapstructure:"max_profiles"`        // searcher's profile budget (0: its default)
-	NoiseRel        float64       `mapstructure:"noise_rel"`           // relative profiling noise the searcher sizes margins from
-	Events          int           `mapstructure:"events"`              // event ring size
-	InferBatches    []int         `mapstructure:"infer_batches"`       // batch sizes planned over (∩ what the worker serves)
-	Live            LiveOptions   `mapstructure:"live"`
+	// ServeAloneOff: a plan that pauses training because nothing meets the budgets with
+	// it runs the decision's least-violating configuration as it is; by default, where
+	// that one breaks a budget even alone, the controller runs the stored configuration
+	// that serves the streams best alone within every budget instead (alone.go).
+	ServeAloneOff bool          `mapstructure:"serve_alone_off"`
+	PowerFail     time.Duration `mapstructure:"power_fail_ms"`       // no power reading this long: degraded
+	MinLatency    int           `mapstructure:"min_latency_samples"` // served requests in the window before latency is judged
+	MinProfiles   int           `mapstructure:"min_profiles"`        // fewer stored profiles than this: run the searcher
+	Searcher      string        `mapstructure:"searcher"`            // "gmd" or "als"
+	MaxProfiles   int           `mapstructure:"max_profiles"`        // searcher's profile budget (0: its default)
+	NoiseRel      float64       `mapstructure:"noise_rel"`           // relative profiling noise the searcher sizes margins from
+	Events        int           `mapstructure:"events"`              // event ring size
+	InferBatches  []int         `mapstructure:"infer_batches"`       // batch sizes planned over (∩ what the worker serves)
+	Live          LiveOptions   `mapstructure:"live"`
 	// Refine: the live window pooled into the decision, trials of better-ranked
 	// neighbours (refine.go).
 	Refine RefineOptions `mapstructure:"refine"`

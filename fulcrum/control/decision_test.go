@@ -109,7 +109,10 @@ func TestControllerDecidesAsBench(t *testing.T) {
 				put(tInfer, truth.Infer, mp.Mode, ip.Batch, mp.Repeats, ip.TimeMS, ip.PowerMW)
 			}
 		}
-		ctl := e.controller(Config{}, plan.Targets{RateRPS: b.RateRPS, LatencyMS: b.LatencyMS, PowerMW: b.PowerMW})
+		// Serving alone off: a paused plan runs the decision's configuration as the bench
+		// scored it (with it on, a paused plan may serve the streams elsewhere:
+		// TestPausedPlanServesTheStreamsAlone).
+		ctl := e.controller(Config{ServeAloneOff: true}, plan.Targets{RateRPS: b.RateRPS, LatencyMS: b.LatencyMS, PowerMW: b.PowerMW})
 		if got := ctl.Rules(); got != rules {
 			t.Fatalf("controller rules %+v, bench's %+v", got, rules)
 		}

@@ -378,7 +378,10 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 	}
 	var ratios, iratios map[sizePair]sizeRatio
 	if p.roomOn() { // the room's fills and bounds need them; elsewhere bounds never hold
-		ratios, iratios = p.microRatios(), p.inferRatios()
+		ratios = p.microRatios()
+	}
+	if p.roomOn() || p.aloneOn() {
+		iratios = p.inferRatios()
 	}
 	bounds := p.boundModes()
 	kept := out[:0]
@@ -387,6 +390,9 @@ func (p *LiveProfiler) Known() []plan.ModeProfile {
 			continue // its minibatch fits the room now: a visit measures it
 		}
 		if !p.roomOn() {
+			if f, ok := p.inferFill(mp, iratios); ok && p.aloneOn() {
+				mp = f // batches over the budget alone, at their predicted turns
+			}
 			kept = append(kept, mp)
 		} else if mp, ok := p.roomFill(mp, ratios, iratios); ok {
 			// A mode lacking only sizes over the room is known, at their predicted turns.
@@ -489,7 +495,7 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 			have[k] = prof
 		case errors.Is(err, store.ErrNotFound):
 			missing = append(missing, k)
-			if k.MicroBatch > 0 || (k.Role == truth.Infer && p.InferByRoom) {
+			if k.MicroBatch > 0 || (k.Role == truth.Infer && (p.InferByRoom || p.aloneOn())) {
 				absentOptional++
 			}
 		default:
@@ -503,10 +509,11 @@ func (p *LiveProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.Mode
 			missing = append(missing, k)
 		}
 	}
-	if len(missing) > 0 && absentOptional == len(missing) && p.roomOn() {
+	if len(missing) > 0 && absentOptional == len(missing) {
 		// Only micro-batch sizes or inference batches are missing: when each is over
-		// the room, the visit would measure nothing (livemicro.go).
-		if mp, ok := p.roomFill(p.toModeProfile(m, have), p.microRatios(), p.inferRatios()); ok {
+		// the room (or an inference batch over the budget alone), the visit would
+		// measure nothing (livemicro.go).
+		if mp, ok := p.fillAbsent(p.toModeProfile(m, have)); ok {
 			p.mu.Lock()
 			p.counts.FromStore++
 			p.mu.Unlock()
@@ -685,7 +692,10 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 	var ratios, iratios map[sizePair]sizeRatio
 	if room {
 		todo = orderTodo(todo)
-		ratios, iratios = p.microRatios(), p.inferRatios()
+		ratios = p.microRatios()
+	}
+	if room || p.aloneOn() {
+		iratios = p.inferRatios()
 	}
 	overMicro := false // a micro-batch size was left out as over the room
 	// The training turns measured in this visit whose power the sensor read alone, by
@@ -697,6 +707,11 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 			id = trainID
 		}
 		rule := o.rule()
+		if k.Role == truth.Infer && p.inferOverBudget(k.Batch, p.toModeProfile(m, have).Infer, iratios) {
+			delete(have, k) // a repeat's stored value is not measured again
+			p.logger().Info("not profiling an inference batch that alone takes longer than the latency budget", "mode", m.Human(), "point", k.String())
+			continue
+		}
 		if room && p.InferByRoom && k.Role == truth.Infer {
 			if at := p.toModeProfile(m, have); p.inferOverRoom(k.Batch, at, iratios) {
 				delete(have, k) // a repeat's stored value is not measured again
@@ -794,6 +809,8 @@ func (p *LiveProfiler) measureMode(ctx context.Context, m powermode.Mode, keys, 
 	mp = p.toModeProfile(m, have)
 	if room {
 		mp, _ = p.roomFill(mp, ratios, iratios) // the sizes left out, at their predicted turns
+	} else if f, ok := p.inferFill(mp, iratios); ok && p.aloneOn() {
+		mp = f
 	}
 	if p.OnProfile != nil && put { // a repeat is counted (Counts.Remeasured), not announced
 		p.OnProfile(m, mp, nil)

@@ -186,6 +186,8 @@ func (p *LiveProfiler) microFill(mp plan.ModeProfile, ratios map[sizePair]sizeRa
 	pts := trainPoints(mp)
 	inferMS := shortestInfer(mp.Infer)
 	micro := slices.Clone(mp.Micro)
+	// over: a smaller size is over the room, so this one is too (the visit's overMicro).
+	over := false
 	for _, u := range p.Pair.MicroBatches { // ascending
 		if slices.ContainsFunc(micro, func(t plan.TrainPoint) bool { return t.Batch == u }) {
 			continue
@@ -196,9 +198,15 @@ func (p *LiveProfiler) microFill(mp plan.ModeProfile, ratios map[sizePair]sizeRa
 				measured[s] = t
 			}
 		}
-		if len(measured) == 0 || !p.turnOverRoom(u, measured, inferMS, ratios) {
+		if len(measured) == 0 || !over && !p.turnOverRoom(u, measured, inferMS, ratios) {
+			// (Judged alone, a size above one over the room could not always be: with one
+			// size below it measured and no stored mode holding both, there is no
+			// prediction, and a visit that left out 8 and 16 beside a measured 4 gave the
+			// searcher a mode without them; GMD's fits then skipped it and its first walk
+			// stopped "converged" after six modes: AGX, 30 req/s, 50 ms, 30 W.)
 			return mp, false
 		}
+		over = true
 		v := slices.Max(slices.Collect(maps.Keys(measured)))
 		t, ok := predictTurn(u, measured, ratios)
 		if !ok {
@@ -354,16 +362,61 @@ func predictInfer(b int, ps []plan.InferPoint, iratios map[sizePair]sizeRatio) (
 	return plan.InferPoint{Batch: b, TimeMS: max(v1.TimeMS, v1.TimeMS+(v1.TimeMS-v2.TimeMS)*f), PowerMW: max(v1.PowerMW, v2.PowerMW)}, true
 }
 
+// aloneOn says whether this profiler leaves out the inference batches that alone take
+// longer than the latency budget (inferOverBudget): the pair's search (ByRoom) with a
+// latency budget, measuring the stream. It holds in a first search too, where the
+// batches over the room are measured (InferByRoom unset): such a batch is over the
+// budget with training paused and at any rate, so no decision claims it at this mode.
+func (p *LiveProfiler) aloneOn() bool {
+	return p.ByRoom && p.LatencyMS > 0 && p.Only == ""
+}
+
+// fillAbsent completes mp, read from the store, with every size a visit leaves out, at
+// its predicted turn: roomFill where the room chooses the sizes, else inferFill for the
+// batches over the budget alone; ok is false when a missing size is not one a visit
+// leaves out (the mode must then be measured).
+func (p *LiveProfiler) fillAbsent(mp plan.ModeProfile) (plan.ModeProfile, bool) {
+	if p.roomOn() {
+		return p.roomFill(mp, p.microRatios(), p.inferRatios())
+	}
+	if !p.aloneOn() {
+		return mp, false
+	}
+	return p.inferFill(mp, p.inferRatios()) // no micro-batch sizes declared (roomOn)
+}
+
+// inferOverBudget says inference batch b alone takes longer than the latency budget at a
+// mode where the batches ps were measured: a smaller batch measured there does (batches
+// grow with their size), or b's predicted turn (predictInfer), lowered by
+// microPredictSlack, does. Each of its requests waits at least its turn, so the batch
+// cannot keep the budget there; and each of its profile batches holds the GPU from the
+// real requests for longer than their budget (AGX, YOLOv8n at GPU 612 MHz beside a
+// 150 ms budget: batches of 16 and 32 took 190 and 380 ms, twelve of them per mode, and
+// the first search broke the p99 for 121 of its 145 s). False when it cannot be judged or
+// aloneOn does not hold: the batch is then measured.
+func (p *LiveProfiler) inferOverBudget(b int, ps []plan.InferPoint, iratios map[sizePair]sizeRatio) bool {
+	if !p.aloneOn() {
+		return false
+	}
+	for _, ip := range ps {
+		if ip.Batch < b && ip.TimeMS > p.LatencyMS {
+			return true
+		}
+	}
+	pred, ok := predictInfer(b, ps, iratios)
+	return ok && microPredictSlack*pred.TimeMS > p.LatencyMS
+}
+
 // inferFill completes mp's inference batches with every one of the pair's it lacks, at
-// the batch's predicted turn, when each is over the room there (inferOverRoom); ok is
-// false when one is not (or cannot be judged): a searcher must then have the mode
-// measured. As with microFill, a filled batch is never stored, so the plan, made from
-// the store, never claims it.
+// the batch's predicted turn, when each is over the budget alone there (inferOverBudget)
+// or, with InferByRoom, over the room (inferOverRoom); ok is false when one is not (or
+// cannot be judged): a searcher must then have the mode measured. As with microFill, a
+// filled batch is never stored, so the plan, made from the store, never claims it.
 func (p *LiveProfiler) inferFill(mp plan.ModeProfile, iratios map[sizePair]sizeRatio) (plan.ModeProfile, bool) {
 	if len(mp.Infer) >= len(p.Pair.Batches) {
 		return mp, true
 	}
-	if !p.InferByRoom {
+	if !p.InferByRoom && !p.aloneOn() {
 		return mp, false // this search measures every batch: the mode must be visited
 	}
 	infer := slices.Clone(mp.Infer)
@@ -373,7 +426,7 @@ func (p *LiveProfiler) inferFill(mp plan.ModeProfile, iratios map[sizePair]sizeR
 		}
 		at := mp
 		at.Infer = infer
-		if !p.inferOverRoom(b, at, iratios) {
+		if !p.inferOverBudget(b, infer, iratios) && (!p.InferByRoom || !p.roomOn() || !p.inferOverRoom(b, at, iratios)) {
 			return mp, false
 		}
 		ip, ok := predictInfer(b, infer, iratios)

@@ -275,3 +275,98 @@ func TestLiveProfilerSkipsInferenceBatchesOverTheRoom(t *testing.T) {
 		t.Errorf("first search at %s: inference profile batches %v, want batch 8 measured", m2.Human(), got)
 	}
 }
+
+// A first search (no plan in force, InferByRoom unset) measures the inference batches
+// over the room, but not one that alone takes longer than the latency budget: its
+// requests would wait longer than the budget with training paused, and each of its
+// profile batches holds the real requests as long. The searcher gets it at its predicted
+// turn, the store never holds it, and a later visit answers from the store. The same
+// without micro-batch sizes declared (the room off).
+func TestLiveProfilerSkipsInferenceBatchesOverTheBudgetAlone(t *testing.T) {
+	for _, micro := range []bool{true, false} {
+		t.Run(map[bool]string{true: "micro", false: "whole"}[micro], func(t *testing.T) {
+			h := newRoomHarness(t)
+			e, m := h.e, h.m
+			i2, i4 := h.wi.TimeMS(e.spec, m, 2), h.wi.TimeMS(e.spec, m, 4)
+			pred8 := i4 + 2*(i4-i2) // the line through 2 and 4, at 8
+			latency := (i4 + microPredictSlack*pred8) / 2
+			if i4 >= microPredictSlack*pred8 {
+				t.Fatalf("inference turns at %s (2: %.2f, 4: %.2f ms) leave no budget between 4 and 8", m.Human(), i2, i4)
+			}
+			lp := h.profiler(latency)
+			if !micro {
+				lp.Pair.MicroBatches = nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			mp, err := lp.Profile(ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := h.granted(proto.RoleInfer), h.granted(proto.RoleTrain)
+			t.Logf("budget %.2f ms at %s (inference 2: %.2f, 4: %.2f, 8 predicted %.2f, true %.2f ms); inference profile batches granted %v",
+				latency, m.Human(), i2, i4, pred8, h.wi.TimeMS(e.spec, m, 8), got)
+			if got[8] != 0 || got[1] < 3 || got[2] < 3 || got[4] < 3 {
+				t.Fatalf("inference profile batches granted %v: want 1, 2 and 4 measured in full, no batch of 8", got)
+			}
+			if _, err := e.store.Get(store.Key{Board: e.spec.Name, Workload: tInfer, Role: truth.Infer, Mode: m, Batch: 8}); err == nil {
+				t.Error("inference batch 8 stored: a batch over the budget alone is never measured, so never stored")
+			}
+			if len(mp.Infer) != 4 || mp.Infer[3].Batch != 8 || mp.Infer[3].TimeMS <= latency {
+				t.Fatalf("the searcher's inference batches %+v: want 1, 2, 4 and 8, 8 predicted over the %.2f ms budget", mp.Infer, latency)
+			}
+			if !slices.ContainsFunc(lp.Known(), func(x plan.ModeProfile) bool { return x.Mode == m && len(x.Infer) == 4 }) {
+				t.Error("m not known with every batch: it lacks only a batch over the budget alone")
+			}
+			stored, err := StoredProfiles(e.store, e.spec.Name, lp.Pair)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(stored, func(x plan.ModeProfile) bool { return x.Mode == m && len(x.Infer) == 3 }) {
+				t.Error("planned from the store at m: want the three measured inference batches, never the predicted one")
+			}
+			lp2 := h.profiler(latency)
+			lp2.Pair = lp.Pair
+			if _, err := lp2.Profile(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			if c, n := lp2.Counts(), len(h.granted(proto.RoleInfer))+len(h.granted(proto.RoleTrain)); c.FromStore != 1 || n != 0 {
+				t.Errorf("second visit: counts %+v, %d sizes granted: want an answer from the store", c, n)
+			}
+			// A budget the batch fits alone: measured on the next visit.
+			wide := h.profiler(2 * h.wi.TimeMS(e.spec, m, 8))
+			wide.Pair = lp.Pair
+			if _, err := wide.Profile(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.granted(proto.RoleInfer); got[8] < 3 {
+				t.Errorf("beside a budget of twice batch 8's turn: inference profile batches %v, want batch 8 measured", got)
+			}
+		})
+	}
+}
+
+// A micro-batch size above one judged over the room is over it too, as the visit judged
+// it (overMicro), even where it alone could not be judged: with only the size below the
+// first one measured at the mode and no stored mode holding both, 16 has no prediction.
+// microFill completes the mode with both (16 at most the minibatch, at least 8's turn).
+func TestMicroFillAboveASizeOverTheRoom(t *testing.T) {
+	p := &LiveProfiler{Pair: Pair{Train: tTrain, TrainBatch: 32, Infer: tInfer, Batches: []int{1}, MicroBatches: []int{4, 8, 16}}, LatencyMS: 50, ByRoom: true,
+		Admission: plan.Admission{MarginMS: 5, DevRel: 0.1}}
+	mp := plan.ModeProfile{Train: plan.TrainPoint{Batch: 32, TimeMS: 182, PowerMW: 25000},
+		Micro: []plan.TrainPoint{{Batch: 4, TimeMS: 23, PowerMW: 25000, Minibatch: 32}},
+		Infer: []plan.InferPoint{{Batch: 1, TimeMS: 9, PowerMW: 24000}}}
+	ratios := map[sizePair]sizeRatio{{8, 4}: {time: 1.8, power: 1}} // 8 predicted at 41.4 ms, lowered by 10 %: 1.1·(37.3 + 9) + 5 ms over 50
+	if !p.turnOverRoom(8, map[int]plan.TrainPoint{4: mp.Micro[0]}, 9, ratios) {
+		t.Fatal("the test wants 8 over the room by its prediction")
+	}
+	got, ok := p.microFill(mp, ratios)
+	if !ok || len(got.Micro) != 3 {
+		t.Fatalf("microFill: ok %v, micro %+v: want 4 measured, 8 and 16 predicted", ok, got.Micro)
+	}
+	for _, m := range got.Micro {
+		if m.Batch == 16 && (m.TimeMS < 41.4-1e-9 || m.TimeMS > 182) {
+			t.Errorf("16 filled at %.1f ms: want between 8's predicted turn and the minibatch", m.TimeMS)
+		}
+	}
+}

@@ -154,7 +154,11 @@ func (c *Controller) plan(ctx context.Context, reason string, afterSearch bool) 
 	}
 	c.stepped = false
 	c.notePlanRates(rates)
-	c.decide(ctx, kind, reason+": "+c.explain(d, mb), d.Best, mb)
+	ch, reason := c.choiceOf(d.Best, mb), reason+": "+c.explain(d, mb)
+	if alone, why, ok := c.servingAlone(ch); ok {
+		ch, reason = alone, reason+"; "+why
+	}
+	c.applyDecision(ctx, kind, reason, ch)
 }
 
 // choose is the decision (plan.MultiDecider, the one `fulcrumctl bench` scores) over ps

@@ -359,6 +359,9 @@ func (c *Controller) stepDownLatency(ctx context.Context) {
 		if c.pauseForLatency(now, what, why) {
 			return
 		}
+		if c.sched.Snapshot().TrainingPaused && c.stepDownAlone(ctx, what) {
+			return // training waits already: serve the streams faster alone (alone.go)
+		}
 		best, haveBest = fastest, haveFastest
 		how = "none is predicted within the budget: the one with the lowest predicted latency"
 	}

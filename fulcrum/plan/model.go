@@ -328,11 +328,21 @@ func (m *MultiModel) CheckProfile(p MultiProfile) error {
 
 // Evaluate scores the profile at the given batch size per stream (in stream order).
 func (m *MultiModel) Evaluate(p MultiProfile, batches []int) (MultiEval, error) {
-	if err := m.CheckProfile(p); err != nil {
+	pts, err := m.pointsAt(p, batches)
+	if err != nil {
 		return MultiEval{}, err
 	}
+	return m.evaluate(p.Mode, p.Train, m.shares(len(p.Train)), pts), nil
+}
+
+// pointsAt checks the profile and returns its inference point at the given batch size
+// per stream (in stream order).
+func (m *MultiModel) pointsAt(p MultiProfile, batches []int) ([]InferPoint, error) {
+	if err := m.CheckProfile(p); err != nil {
+		return nil, err
+	}
 	if len(batches) != len(m.b.Streams) {
-		return MultiEval{}, fmt.Errorf("evaluate at mode %s: %d batch sizes for %d streams: give one per stream", p.Mode.Human(), len(batches), len(m.b.Streams))
+		return nil, fmt.Errorf("evaluate at mode %s: %d batch sizes for %d streams: give one per stream", p.Mode.Human(), len(batches), len(m.b.Streams))
 	}
 	pts := make([]InferPoint, len(batches))
 	for i, n := range batches {
@@ -344,10 +354,10 @@ func (m *MultiModel) Evaluate(p MultiProfile, batches []int) (MultiEval, error) 
 			}
 		}
 		if !found {
-			return MultiEval{}, fmt.Errorf("evaluate at mode %s: stream %q has no profile at batch %d: profile it there or pick a profiled batch", p.Mode.Human(), m.b.Streams[i].Name, n)
+			return nil, fmt.Errorf("evaluate at mode %s: stream %q has no profile at batch %d: profile it there or pick a profiled batch", p.Mode.Human(), m.b.Streams[i].Name, n)
 		}
 	}
-	return m.evaluate(p.Mode, p.Train, m.shares(len(p.Train)), pts), nil
+	return pts, nil
 }
 
 // EvaluateMicro is Evaluate with each job's training micro-batch size (one per job, in
