@@ -24,14 +24,7 @@ func aloneEnv(t *testing.T) (e *env, fast, slow powermode.Mode) {
 	t.Helper()
 	e = newEnv(t, sched.NewFakeClock())
 	fast, slow = e.modes[5], e.modes[0]
-	now := time.Now().UTC()
-	put := func(w string, role truth.Role, m powermode.Mode, b int, ms, mw float64) {
-		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: w, Role: role, Mode: m, Batch: b,
-			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := e.putPoint
 	for _, m := range []struct {
 		mode           powermode.Mode
 		trainMS, infMS float64
@@ -102,14 +95,7 @@ func TestLatencyStepServesAloneWhereTrainingWaits(t *testing.T) {
 func latencyStepAlone(t *testing.T, off bool) {
 	e := newEnv(t, sched.NewFakeClock())
 	slow, fast := e.modes[0], e.modes[5]
-	now := time.Now().UTC()
-	put := func(w string, role truth.Role, m powermode.Mode, b int, ms, mw float64) {
-		if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: w, Role: role, Mode: m, Batch: b,
-			TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
-			Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := e.putPoint
 	put(tTrain, truth.Train, slow, 32, 60, 10000)
 	put(tInfer, truth.Infer, slow, 1, 10, 10000)
 	put(tTrain, truth.Train, fast, 32, 200, 13000)
@@ -137,5 +123,16 @@ func latencyStepAlone(t *testing.T, off bool) {
 	alone := len(steps) > 0 && strings.Contains(steps[len(steps)-1], "served alone")
 	if want := !off; alone != want || (want && (cur.Mode != fast || !e.sched.Snapshot().TrainingPaused || cur.Predicted.Feasible)) || (off && cur.Mode != slow) {
 		t.Errorf("off %v: after the p99 broke: %s, training paused %v, claimed %v; steps %q", off, cur.Mode.Human(), e.sched.Snapshot().TrainingPaused, cur.Predicted.Feasible, steps)
+	}
+}
+
+// putPoint stores one noise-free profile point by hand.
+func (e *env) putPoint(w string, role truth.Role, m powermode.Mode, b int, ms, mw float64) {
+	e.t.Helper()
+	now := time.Now().UTC()
+	if err := e.store.Put(store.Profile{Board: e.spec.Name, Workload: w, Role: role, Mode: m, Batch: b,
+		TimeMS: store.TimeStats{Mean: ms, P50: ms, P95: ms}, PowerMW: store.PowerStats{Mean: mw},
+		Samples: 1, StartedAt: now, FinishedAt: now, Source: store.SourceSim}); err != nil {
+		e.t.Fatal(err)
 	}
 }

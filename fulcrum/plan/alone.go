@@ -73,17 +73,7 @@ func (m *MultiModel) evalAlone(mode powermode.Mode, pts []InferPoint, idleMW flo
 		streams[i] = StreamEval{Name: b.Streams[i].Name, Batch: ip.Batch, Rho: rho, FillMS: m.fill(i, ip.Batch)}
 		e.Rho += rho
 	}
-	for i := range pts {
-		wait := 0.0 // no training turn; another stream's batch may be running (EDF, no preemption)
-		for k, ip := range pts {
-			if k != i {
-				wait = max(wait, ip.TimeMS)
-			}
-		}
-		streams[i].WaitMS = wait
-		streams[i].QueueMS = m.queue(i, pts, streams)
-		streams[i].LatencyMS = streams[i].FillMS + wait + streams[i].QueueMS + pts[i].TimeMS
-	}
+	m.latencies(pts, streams, 0) // no training turn ahead
 	share := min(e.Rho, 1)
 	for i, ip := range pts {
 		ri := streams[i].Rho

@@ -431,17 +431,7 @@ func (m *MultiModel) evalInto(mode powermode.Mode, train []TrainPoint, shares []
 	for _, t := range train[1:] {
 		longestTrain = max(longestTrain, t.TimeMS)
 	}
-	for i := range pts {
-		wait := longestTrain
-		for k, ip := range pts {
-			if k != i {
-				wait = max(wait, ip.TimeMS)
-			}
-		}
-		streams[i].WaitMS = wait
-		streams[i].QueueMS = m.queue(i, pts, streams)
-		streams[i].LatencyMS = streams[i].FillMS + wait + streams[i].QueueMS + pts[i].TimeMS
-	}
+	m.latencies(pts, streams, longestTrain)
 	// Time-weighted power; past ρ = 1 the streams' shares are scaled to sum to 1.
 	share := min(e.Rho, 1)
 	var inferMW, trainMW float64
@@ -482,6 +472,24 @@ func (m *MultiModel) evalInto(mode powermode.Mode, train []TrainPoint, shares []
 	e.Binding = m.binding(at)
 	e.Feasible = e.Violation == 0
 	return e, at
+}
+
+// latencies sets every stream's WaitMS, QueueMS and LatencyMS: the longest turn that can
+// be running when its batch becomes ready — aheadMS (a training turn; 0 without one) or
+// another stream's batch (EDF, no preemption) —, the queue of batches, its fill and its
+// own batch. streams holds every stream's Rho and FillMS already.
+func (m *MultiModel) latencies(pts []InferPoint, streams []StreamEval, aheadMS float64) {
+	for i := range pts {
+		wait := aheadMS
+		for k, ip := range pts {
+			if k != i {
+				wait = max(wait, ip.TimeMS)
+			}
+		}
+		streams[i].WaitMS = wait
+		streams[i].QueueMS = m.queue(i, pts, streams)
+		streams[i].LatencyMS = streams[i].FillMS + wait + streams[i].QueueMS + pts[i].TimeMS
+	}
 }
 
 // excess counts term i's relative excess x into the violation and, when it is the
