@@ -152,7 +152,7 @@ func (c *Controller) stepDownAlone(ctx context.Context, what string) bool {
 			}
 		})
 	}
-	if !found || (haveNow && worstShare(best, mb) >= worstShare(now, mb)) {
+	if !found || (haveNow && mod.WorstLatencyShare(best) >= mod.WorstLatencyShare(now)) {
 		return false
 	}
 	ch := c.choiceOf(best, mb)
@@ -168,13 +168,4 @@ func (c *Controller) stepDownAlone(ctx context.Context, what string) bool {
 		what, c.heatNote(), best.Mode.Human(), strings.Join(st, ", "), best.PowerMW/1000)
 	c.applyDecision(ctx, KindStepDown, reason, ch)
 	return true
-}
-
-// worstShare is the largest of e's streams' predicted p99 over their budgets.
-func worstShare(e plan.MultiEval, mb plan.MultiBudgets) float64 {
-	w := 0.0
-	for i, s := range e.Streams {
-		w = max(w, s.LatencyMS/mb.Streams[i].LatencyMS)
-	}
-	return w
 }

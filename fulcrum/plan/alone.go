@@ -83,15 +83,7 @@ func (m *MultiModel) evalAlone(mode powermode.Mode, pts []InferPoint, idleMW flo
 		e.PowerMW += ri * ip.PowerMW
 	}
 	e.PowerMW += (1 - share) * idleMW
-	worst, at := math.Inf(-1), -1
-	for i, sb := range b.Streams {
-		e.Violation, worst, at = excess(e.Violation, worst, at, i, streams[i].LatencyMS/sb.LatencyMS-1)
-	}
-	k := len(b.Streams)
-	e.Violation, worst, at = excess(e.Violation, worst, at, k, e.PowerMW/b.PowerMW-1)
-	e.Violation, _, at = excess(e.Violation, worst, at, k+1, e.Rho/b.RhoMax-1)
-	e.Binding = m.binding(at)
-	e.Feasible = e.Violation == 0
+	m.judge(&e)
 	return e
 }
 
@@ -106,14 +98,14 @@ func (m *MultiModel) AloneBetter(e, o MultiEval) bool {
 	if !e.Feasible && e.Violation != o.Violation {
 		return e.Violation < o.Violation
 	}
-	if we, wo := m.worstLatencyShare(e), m.worstLatencyShare(o); e.Feasible && we != wo {
+	if we, wo := m.WorstLatencyShare(e), m.WorstLatencyShare(o); e.Feasible && we != wo {
 		return we < wo
 	}
 	return e.PowerMW < o.PowerMW
 }
 
-// worstLatencyShare is the largest of e's streams' predicted p99 over their budgets.
-func (m *MultiModel) worstLatencyShare(e MultiEval) float64 {
+// WorstLatencyShare is the largest of e's streams' predicted p99 over their budgets.
+func (m *MultiModel) WorstLatencyShare(e MultiEval) float64 {
 	return slices.Max(slices.Collect(func(yield func(float64) bool) {
 		for i, s := range e.Streams {
 			if !yield(s.LatencyMS / m.b.Streams[i].LatencyMS) {

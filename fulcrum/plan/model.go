@@ -460,18 +460,26 @@ func (m *MultiModel) evalInto(mode powermode.Mode, train []TrainPoint, shares []
 		sps[j] = free * shares[j] * float64(t.Batch) / (t.TimeMS / 1000)
 		e.ObjectiveSPS *= math.Pow(sps[j], shares[j])
 	}
-	// Excesses in the order latency (stream order), power, share; the first of equal
-	// excesses binds.
+	return e, m.judge(&e)
+}
+
+// judge sets e's Violation, Binding and Feasible from its streams' latencies, its power
+// and its share against the budgets, and returns the binding term (termConstraint).
+// Excesses in the order latency (stream order), power, share; the first of equal
+// excesses binds.
+func (m *MultiModel) judge(e *MultiEval) int {
+	b := &m.b
+	e.Violation = 0
 	worst, at := math.Inf(-1), -1
 	for i, sb := range b.Streams {
-		e.Violation, worst, at = excess(e.Violation, worst, at, i, streams[i].LatencyMS/sb.LatencyMS-1)
+		e.Violation, worst, at = excess(e.Violation, worst, at, i, e.Streams[i].LatencyMS/sb.LatencyMS-1)
 	}
 	k := len(b.Streams)
 	e.Violation, worst, at = excess(e.Violation, worst, at, k, e.PowerMW/b.PowerMW-1)
 	e.Violation, _, at = excess(e.Violation, worst, at, k+1, e.Rho/b.RhoMax-1)
 	e.Binding = m.binding(at)
 	e.Feasible = e.Violation == 0
-	return e, at
+	return at
 }
 
 // latencies sets every stream's WaitMS, QueueMS and LatencyMS: the longest turn that can
