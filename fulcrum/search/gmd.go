@@ -142,8 +142,8 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 			stop += fmt.Sprintf("; %d repeat measurement(s) near the budget edge", len(w.remeasured))
 		}
 	}
-	if w.timedOut {
-		stop += "; search time spent"
+	if w.timedOut && stop != "time" {
+		stop += "; search time spent" // in the retreat or the repeats
 	}
 	res := Result{Profiled: w.profiled, Remeasured: w.remeasured, Stop: stop}
 	// On the daemon's decision path (Rules with a noise) the answer is the decision over
