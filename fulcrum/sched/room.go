@@ -105,6 +105,9 @@ type roomState struct {
 	why string
 	// lastQMS is the quantile (ms) the last evaluation measured.
 	lastQMS float64
+	// lat is the window of the latencies counted (countRoom): the stream's latency
+	// window less the requests that waited for a starved training turn.
+	lat *window
 }
 
 // RoomChange is a change of a stream's learned admission room (Config.OnRoom).
@@ -134,12 +137,25 @@ func (s *Scheduler) budgetOfWorkload(wl *workload) time.Duration {
 	return s.latency
 }
 
-// countRoom counts one latency served to wl in its room's evidence. Called with s.mu
-// held.
-func (s *Scheduler) countRoom(wl *workload, lat time.Duration) {
+// countRoom counts one latency served to wl at now, of a request that arrived at
+// arrived, in its room's evidence — unless the request arrived while a training turn
+// ran that was granted past the admission test (the starvation rule) or on a guess (its
+// expected time still in warm-up, trainSettled): no room would have kept that turn out
+// or judged it right, so its late requests say nothing about the room; counted, a slow
+// warm-up's first turns took the room to its bound and kept training out for the
+// minute a shrink needs
+// (TestTrainingFollowsSlowFirstMinutes, with the room on by default). Called with s.mu held.
+func (s *Scheduler) countRoom(wl *workload, arrived time.Time, lat time.Duration, now time.Time) {
 	if wl.role != proto.RoleInfer || s.cfg.RoomMaxFrac <= 0 {
 		return
 	}
+	if !s.forcedFrom.IsZero() && !arrived.Before(s.forcedFrom) && (s.forcedUntil.IsZero() || arrived.Before(s.forcedUntil)) {
+		return
+	}
+	if wl.room.lat == nil {
+		wl.room.lat = newWindow(s.cfg.Window, s.cfg.WindowSamples)
+	}
+	wl.room.lat.add(now, ms(lat))
 	wl.room.n++
 	if ms(lat) >= ms(s.budgetOfWorkload(wl))*(1-s.cfg.RoomGuard) {
 		wl.room.near++
@@ -171,7 +187,10 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	// A grow is judged on the window's latencies since the change (a change in the turn
 	// times shows within its span, undiluted by the minutes before), a shrink on all of
 	// them (r.n, r.near).
-	v := wl.st.latency.valuesSince(now, r.changed)
+	if r.lat == nil {
+		return
+	}
+	v := r.lat.valuesSince(now, r.changed)
 	if len(v) < roomGrowSamples {
 		return
 	}
