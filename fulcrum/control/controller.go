@@ -64,7 +64,8 @@ type Config struct {
 	MaxProfiles   int           `mapstructure:"max_profiles"`        // searcher's profile budget (0: its default)
 	// SearchTime bounds a live GMD search's time on the controller's clock: no profile
 	// starts that would, at the mean profile time so far, end past it, and the plan is
-	// made from what was measured (search.go, searchTimeLeft). SearchTimeOff: the
+	// made from what was measured, refinement's probes walking on from it (search.go,
+	// searchTimeLeft: the pair's search with Refine's probes on only). SearchTimeOff: the
 	// profiles alone bound it. ALS ignores it.
 	SearchTime    time.Duration `mapstructure:"search_time_ms"`
 	SearchTimeOff bool          `mapstructure:"search_time_off"`
