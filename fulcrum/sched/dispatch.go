@@ -230,8 +230,8 @@ func (s *Scheduler) grantTraining(now time.Time) bool {
 		}
 		s.rrLast = w.reg
 		s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
-		if blocker != nil || !w.trainSettled(mb) {
-			s.turn.forced, s.forcedFrom, s.forcedUntil = true, now, time.Time{}
+		if !w.trainSettled(mb) {
+			s.turn.guessed, s.guessFrom, s.guessUntil = true, now, time.Time{}
 		}
 		if mb < w.spec.Batch {
 			s.turn.grant.MicroBatch = mb

@@ -181,8 +181,8 @@ func (s *Scheduler) endTurn(now time.Time) {
 	if !t.overrun && held > t.limit {
 		s.markOverrun(t, held)
 	}
-	if t.forced {
-		s.forcedUntil = now
+	if t.guessed {
+		s.guessUntil = now
 	}
 	s.turn = nil
 }

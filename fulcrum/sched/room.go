@@ -106,7 +106,7 @@ type roomState struct {
 	// lastQMS is the quantile (ms) the last evaluation measured.
 	lastQMS float64
 	// lat is the window of the latencies counted (countRoom): the stream's latency
-	// window less the requests that waited for a starved training turn.
+	// window less the requests that waited for a training turn admitted on a guess.
 	lat *window
 }
 
@@ -139,9 +139,9 @@ func (s *Scheduler) budgetOfWorkload(wl *workload) time.Duration {
 
 // countRoom counts one latency served to wl at now, of a request that arrived at
 // arrived, in its room's evidence — unless the request arrived while a training turn
-// ran that was granted past the admission test (the starvation rule) or on a guess (its
-// expected time still in warm-up, trainSettled): no room would have kept that turn out
-// or judged it right, so its late requests say nothing about the room; counted, a slow
+// ran that was admitted on a guess of its time (its estimate still in warm-up,
+// trainSettled: the default, a first slow measurement): the admission test could not
+// judge that turn, so its late requests say nothing about the room; counted, a slow
 // warm-up's first turns took the room to its bound and kept training out for the
 // minute a shrink needs
 // (TestTrainingFollowsSlowFirstMinutes, with the room on by default). Called with s.mu held.
@@ -149,7 +149,7 @@ func (s *Scheduler) countRoom(wl *workload, arrived time.Time, lat time.Duration
 	if wl.role != proto.RoleInfer || s.cfg.RoomMaxFrac <= 0 {
 		return
 	}
-	if !s.forcedFrom.IsZero() && !arrived.Before(s.forcedFrom) && (s.forcedUntil.IsZero() || arrived.Before(s.forcedUntil)) {
+	if !s.guessFrom.IsZero() && !arrived.Before(s.guessFrom) && (s.guessUntil.IsZero() || arrived.Before(s.guessUntil)) {
 		return
 	}
 	if wl.room.lat == nil {

@@ -87,11 +87,11 @@ type Scheduler struct {
 	profiles  []*profileReq
 	wake      Timer
 	wakeAt    time.Time
-	// forcedFrom and forcedUntil span the last training turn granted past the admission
-	// test or on a warm-up's guess (forcedUntil zero while it runs): the requests that arrived
-	// during it waited for a turn no room would have kept out, so the learned rooms do
-	// not count them (room.go, countRoom).
-	forcedFrom, forcedUntil time.Time
+	// guessFrom and guessUntil span the last training turn admitted on a warm-up's guess
+	// of its time (guessUntil zero while it runs): the requests that arrived during it
+	// waited for a turn the admission test could not judge, so the learned rooms do not
+	// count them (room.go, countRoom).
+	guessFrom, guessUntil time.Time
 	// profiledAt is when the last profile batch was granted: the learned rooms judge
 	// no latencies from a search (room.go).
 	profiledAt time.Time
@@ -227,7 +227,7 @@ type turn struct {
 	holdT    Timer
 	profile  *profileReq
 	action   *action
-	forced   bool // a training turn granted past the admission test or on a warm-up's guess
+	guessed  bool // a training turn admitted on a warm-up's guess of its time
 }
 
 type action struct {
