@@ -48,9 +48,9 @@ import (
 // only on latencies of the new turn times, and when the next evaluation finds it again the
 // room goes to its bound.
 //
-// It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 (the default) turns
-// learning off: the room buys the p99 with training time, a little even without tails
-// (docs/runtime.md "The learned admission room", "Settling" and "Shipping it").
+// It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 turns learning off
+// (fulcrumd's default is 0.5 since it costs no training without tails, docs/runtime.md
+// "The learned admission room", "Settling" and "Shipping it").
 const (
 	// roomQuantile is the quantile the latency budget promises (p99 ≤ L).
 	roomQuantile = 0.99
