@@ -125,7 +125,7 @@ func (c *Controller) searchPooled(ctx context.Context, method string, g *group, 
 	}
 	p := search.Problem{Space: c.board.Space(), Train: g.Train[0].Workload, Infer: "pooled:" + strings.Join(names, "+"), TrainBatch: g.Train[0].Batch,
 		InferBatches: batches, Budgets: plan.PooledBudgets(mb), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
-		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel, }
+		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
 	s, err := search.New(method, search.Env{Logger: c.log})
 	if err != nil {
 		return search.Result{}, LiveCounts{}, fmt.Errorf("live search: %w", err)
