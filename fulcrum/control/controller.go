@@ -62,9 +62,16 @@ type Config struct {
 	MinProfiles   int           `mapstructure:"min_profiles"`        // fewer stored profiles than this: run the searcher
 	Searcher      string        `mapstructure:"searcher"`            // "gmd" or "als"
 	MaxProfiles   int           `mapstructure:"max_profiles"`        // searcher's profile budget (0: its default)
-	NoiseRel      float64       `mapstructure:"noise_rel"`           // relative profiling noise the searcher sizes margins from
-	Events        int           `mapstructure:"events"`              // event ring size
-	InferBatches  []int         `mapstructure:"infer_batches"`       // batch sizes planned over (∩ what the worker serves)
+	// SearchTime bounds a live GMD search's time on the controller's clock: no profile
+	// starts that would, at the mean profile time so far, end past it, and the plan is
+	// made from what was measured, refinement's probes walking on from it (search.go,
+	// searchTimeLeft: the pair's search with Refine's probes on only). SearchTimeOff: the
+	// profiles alone bound it. ALS ignores it.
+	SearchTime    time.Duration `mapstructure:"search_time_ms"`
+	SearchTimeOff bool          `mapstructure:"search_time_off"`
+	NoiseRel      float64       `mapstructure:"noise_rel"`     // relative profiling noise the searcher sizes margins from
+	Events        int           `mapstructure:"events"`        // event ring size
+	InferBatches  []int         `mapstructure:"infer_batches"` // batch sizes planned over (∩ what the worker serves)
 	Live          LiveOptions   `mapstructure:"live"`
 	// Refine: the live window pooled into the decision, trials of better-ranked
 	// neighbours (refine.go).
@@ -96,7 +103,7 @@ func DefaultConfig() Config {
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, LatencyPause: 20 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
-		ResearchHold: 50 * time.Second, ResearchBackoffMax: 16,
+		ResearchHold: 50 * time.Second, ResearchBackoffMax: 16, SearchTime: 80 * time.Second,
 		Refine: DefaultRefineOptions(),
 	}
 }
@@ -106,7 +113,7 @@ func (c Config) withDefaults() Config {
 		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
 		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
 		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown}, {&c.LatencyPause, &d.LatencyPause},
-		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold},
+		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold}, {&c.SearchTime, &d.SearchTime},
 	}
 	for _, x := range durs {
 		if *x.v <= 0 {

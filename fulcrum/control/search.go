@@ -176,13 +176,31 @@ func (c *Controller) search(ctx context.Context, method string, pair Pair, b pla
 	lp.InferByRoom = keeping
 	p := search.Problem{Space: c.board.Space(), Train: pair.Train, Infer: pair.Infer, TrainBatch: pair.TrainBatch,
 		InferBatches: pair.Batches, Budgets: b.Budgets(rate), Rules: c.Rules(), Presets: c.presets, PresetNames: c.pnames,
-		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel}
+		MaxProfiles: cmp.Or(maxProfiles, c.cfg.MaxProfiles), NoiseRel: c.cfg.NoiseRel, TimeLeft: c.searchTimeLeft()}
 	s, err := search.New(method, search.Env{Logger: c.log})
 	if err != nil {
 		return search.Result{}, LiveCounts{}, fmt.Errorf("live search: %w", err)
 	}
 	res, err := s.Search(ctx, p, lp)
 	return res, lp.Counts(), err
+}
+
+// searchTimeLeft is the live search's time bound (Config.SearchTime from now, on the
+// controller's clock) as search.Problem.TimeLeft, or nil. A search pauses training at
+// every mode it measures, so the time to the first plan is time the operator's job does
+// not train: GMD stops walking where its next profile would end past the bound and plans
+// from what it measured, and live refinement's probes and trials walk on from the plan
+// with training running. Only where they can: the pair's search with refinement's
+// probes on (probes are built for one job and one stream); a pooled search of several
+// streams or jobs, or one with probes off, is bounded by its profiles alone — cut short
+// there, what the walk left was never taken up (measured with heavy-tailed workers,
+// docs/controller.md "The search's time").
+func (c *Controller) searchTimeLeft() func() time.Duration {
+	if r := c.cfg.Refine; c.cfg.SearchTimeOff || !r.Enabled || !r.Trials || !r.Probes {
+		return nil
+	}
+	deadline := c.clock.Now().Add(c.cfg.SearchTime)
+	return func() time.Duration { return deadline.Sub(c.clock.Now()) }
 }
 
 // searchCounts words what a search measured: distinct modes, and with several streams or

@@ -78,7 +78,8 @@ type Config struct {
 	// step when its p99 comes within RoomGuard × its budget of the budget (or over it),
 	// shrunk on long evidence well below that band while its deadlines keep training
 	// out, at most once per RoomInterval, within [RoomMin, RoomMaxFrac × its budget].
-	// RoomMaxFrac = 0 (the default) turns learning off.
+	// RoomMaxFrac = 0 turns learning off; DefaultConfig's 0.5 is fulcrumd's default
+	// (docs/runtime.md "Shipping it"), a Config built field by field leaves it off.
 	RoomGuard    float64       `mapstructure:"room_guard"`
 	RoomMin      time.Duration `mapstructure:"room_min_ms"`
 	RoomMaxFrac  float64       `mapstructure:"room_max_frac"`
@@ -114,6 +115,7 @@ func DefaultConfig() Config {
 		DevK:              2,
 		Margin:            5 * time.Millisecond,
 		RoomGuard:         0.05,
+		RoomMaxFrac:       0.5,
 		RoomInterval:      5 * time.Second,
 		Starve:            5 * time.Second,
 		ProfileWait:       time.Second,

@@ -230,6 +230,9 @@ func (s *Scheduler) grantTraining(now time.Time) bool {
 		}
 		s.rrLast = w.reg
 		s.grant(w, proto.KindTrain, w.spec.Batch, nil, exp, now, nil)
+		if !w.trainSettled(mb) {
+			s.turn.guessed, s.guessFrom, s.guessUntil = true, now, time.Time{}
+		}
 		if mb < w.spec.Batch {
 			s.turn.grant.MicroBatch = mb
 			s.out[len(s.out)-1].g.MicroBatch = mb

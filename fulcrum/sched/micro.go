@@ -79,6 +79,18 @@ func (w *worker) trainEst(m int) *estimate {
 	return e
 }
 
+// trainSettled reports whether the expected time of a training turn of m samples is
+// past its warm-up: before, admission ran on a guess (the default, a first slow
+// measurement), and what the turn does to the streams is not the learned rooms' to
+// correct (countRoom).
+func (w *worker) trainSettled(m int) bool {
+	if m < w.spec.Batch {
+		e := w.trainMicro[m]
+		return e != nil && e.settled
+	}
+	return w.train.settled
+}
+
 // starveAfterAt is the starvation wait of a training turn of m samples (see
 // estimate.starveAfter).
 func (w *worker) starveAfterAt(m int, base time.Duration) time.Duration {

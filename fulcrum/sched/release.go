@@ -161,7 +161,7 @@ func (s *Scheduler) finish(w *worker, q *request, now time.Time, ok bool) {
 	lat := now.Sub(q.arrived)
 	w.st.done(now, lat, ok, now.After(q.deadline))
 	if ok {
-		s.countRoom(w.workload, lat)
+		s.countRoom(w.workload, q.arrived, lat, now)
 	}
 	if ok && s.cfg.OnServed != nil {
 		s.cfg.OnServed(w.name, lat)
@@ -180,6 +180,9 @@ func (s *Scheduler) endTurn(now time.Time) {
 	held := now.Sub(t.start)
 	if !t.overrun && held > t.limit {
 		s.markOverrun(t, held)
+	}
+	if t.guessed {
+		s.guessUntil = now
 	}
 	s.turn = nil
 }

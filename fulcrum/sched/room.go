@@ -48,9 +48,9 @@ import (
 // only on latencies of the new turn times, and when the next evaluation finds it again the
 // room goes to its bound.
 //
-// It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 (the default) turns
-// learning off: the room buys the p99 with training time, a little even without tails
-// (docs/runtime.md "The learned admission room", "Settling" and "Shipping it").
+// It is bounded to [RoomMin, RoomMaxFrac × L]; RoomMaxFrac = 0 turns learning off
+// (fulcrumd's default is 0.5 since it costs no training without tails, docs/runtime.md
+// "The learned admission room", "Settling" and "Shipping it").
 const (
 	// roomQuantile is the quantile the latency budget promises (p99 ≤ L).
 	roomQuantile = 0.99
@@ -105,6 +105,9 @@ type roomState struct {
 	why string
 	// lastQMS is the quantile (ms) the last evaluation measured.
 	lastQMS float64
+	// lat is the window of the latencies counted (countRoom): the stream's latency
+	// window less the requests that waited for a training turn admitted on a guess.
+	lat *window
 }
 
 // RoomChange is a change of a stream's learned admission room (Config.OnRoom).
@@ -134,12 +137,25 @@ func (s *Scheduler) budgetOfWorkload(wl *workload) time.Duration {
 	return s.latency
 }
 
-// countRoom counts one latency served to wl in its room's evidence. Called with s.mu
-// held.
-func (s *Scheduler) countRoom(wl *workload, lat time.Duration) {
+// countRoom counts one latency served to wl at now, of a request that arrived at
+// arrived, in its room's evidence — unless the request arrived while a training turn
+// ran that was admitted on a guess of its time (its estimate still in warm-up,
+// trainSettled: the default, a first slow measurement): the admission test could not
+// judge that turn, so its late requests say nothing about the room; counted, a slow
+// warm-up's first turns took the room to its bound and kept training out for the
+// minute a shrink needs
+// (TestTrainingFollowsSlowFirstMinutes, with the room on by default). Called with s.mu held.
+func (s *Scheduler) countRoom(wl *workload, arrived time.Time, lat time.Duration, now time.Time) {
 	if wl.role != proto.RoleInfer || s.cfg.RoomMaxFrac <= 0 {
 		return
 	}
+	if !s.guessFrom.IsZero() && !arrived.Before(s.guessFrom) && (s.guessUntil.IsZero() || arrived.Before(s.guessUntil)) {
+		return
+	}
+	if wl.room.lat == nil {
+		wl.room.lat = newWindow(s.cfg.Window, s.cfg.WindowSamples)
+	}
+	wl.room.lat.add(now, ms(lat))
 	wl.room.n++
 	if ms(lat) >= ms(s.budgetOfWorkload(wl))*(1-s.cfg.RoomGuard) {
 		wl.room.near++
@@ -171,7 +187,10 @@ func (s *Scheduler) learnRoom(wl *workload, now time.Time) {
 	// A grow is judged on the window's latencies since the change (a change in the turn
 	// times shows within its span, undiluted by the minutes before), a shrink on all of
 	// them (r.n, r.near).
-	v := wl.st.latency.valuesSince(now, r.changed)
+	if r.lat == nil {
+		return
+	}
+	v := r.lat.valuesSince(now, r.changed)
 	if len(v) < roomGrowSamples {
 		return
 	}

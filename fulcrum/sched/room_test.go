@@ -251,6 +251,7 @@ const settleBand = 15 * msec
 func roomSimConfig(room bool) testConfig {
 	c := testConfig{Config: DefaultConfig()}
 	c.LatencyBudget, c.Margin, c.DefaultTrain, c.DefaultInfer = 300*msec, 20*msec, 70*msec, 8*msec
+	c.RoomMaxFrac = 0 // the fixed room: margin_ms alone
 	if room {
 		c.RoomMaxFrac = 0.5
 	}

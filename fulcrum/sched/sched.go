@@ -87,6 +87,11 @@ type Scheduler struct {
 	profiles  []*profileReq
 	wake      Timer
 	wakeAt    time.Time
+	// guessFrom and guessUntil span the last training turn admitted on a warm-up's guess
+	// of its time (guessUntil zero while it runs): the requests that arrived during it
+	// waited for a turn the admission test could not judge, so the learned rooms do not
+	// count them (room.go, countRoom).
+	guessFrom, guessUntil time.Time
 	// profiledAt is when the last profile batch was granted: the learned rooms judge
 	// no latencies from a search (room.go).
 	profiledAt time.Time
@@ -222,6 +227,7 @@ type turn struct {
 	holdT    Timer
 	profile  *profileReq
 	action   *action
+	guessed  bool // a training turn admitted on a warm-up's guess of its time
 }
 
 type action struct {

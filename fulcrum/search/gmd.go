@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -62,6 +63,10 @@ func Derate(b plan.Budgets, margin float64) plan.Budgets {
 // errBudgetSpent stops a walk when the profile budget is used up.
 var errBudgetSpent = errors.New("profile budget spent")
 
+// errTimeSpent stops a walk when the search's time (Problem.TimeLeft) is used up; it is
+// a spent budget to every phase, which then plans from what is known.
+var errTimeSpent = fmt.Errorf("%w: search time spent", errBudgetSpent)
+
 // Search implements Searcher.
 func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, error) {
 	if p.Space == nil || p.Space.Size() == 0 {
@@ -99,7 +104,7 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 		// The walk needs its start and a probe along each knob before it can move.
 		reserve = min(reserve, max(0, budget-(1+powermode.NumKnobs)))
 	}
-	w := &walk{ctx: ctx, sp: p.Space, model: model, margin: margin, prof: prof, budget: budget - reserve, penalty: g.opts.Penalty, score: map[powermode.Index]float64{}, reps: map[powermode.Mode]int{}, sums: map[powermode.Mode]plan.ModeProfile{}}
+	w := &walk{ctx: ctx, sp: p.Space, model: model, margin: margin, prof: prof, budget: budget - reserve, penalty: g.opts.Penalty, score: map[powermode.Index]float64{}, reps: map[powermode.Mode]int{}, sums: map[powermode.Mode]plan.ModeProfile{}, timeLeft: p.TimeLeft}
 	// The decision that will claim a configuration from these profiles (the daemon's,
 	// and the benchmark's judge): confirmation aims at what it can claim. Without a
 	// decision noise it claims whatever fits as measured, and repeats cannot change its
@@ -129,13 +134,16 @@ func (g *GMD) Search(ctx context.Context, p Problem, prof Profiler) (Result, err
 	} else if retreated > 0 {
 		stop += fmt.Sprintf("; %d profile(s) spent retreating to where the budgets hold with the margin", retreated)
 	}
-	if canRepeat {
+	if canRepeat && !w.outOfTime() {
 		if err := w.confirm(rm, budget, smooth); err != nil {
 			return Result{}, fmt.Errorf("gmd: %w", err)
 		}
 		if len(w.remeasured) > 0 {
 			stop += fmt.Sprintf("; %d repeat measurement(s) near the budget edge", len(w.remeasured))
 		}
+	}
+	if w.timedOut && stop != "time" {
+		stop += "; search time spent" // in the retreat or the repeats
 	}
 	res := Result{Profiled: w.profiled, Remeasured: w.remeasured, Stop: stop}
 	// On the daemon's decision path (Rules with a noise) the answer is the decision over
@@ -238,6 +246,39 @@ type walk struct {
 	remeasured []powermode.Mode
 	score      map[powermode.Index]float64 // NaN: profiled before θ_ref was set
 	top        struct{ Cores, CPUKHz, GPUHz, EMCHz float64 }
+	// timeLeft is Problem.TimeLeft (nil: no time bound); took and measured sum the time
+	// profiles and repeats took and count them (their mean predicts the next one's);
+	// timedOut says the bound stopped a phase.
+	timeLeft func() time.Duration
+	took     time.Duration
+	measured int
+	timedOut bool
+}
+
+// outOfTime reports that the search's time is spent: nothing is left, or less than the
+// mean time a profile or repeat has taken so far (the next one would end past it).
+func (w *walk) outOfTime() bool {
+	if w.timeLeft == nil {
+		return false
+	}
+	left := w.timeLeft()
+	if left <= 0 || w.measured > 0 && left < w.took/time.Duration(w.measured) {
+		w.timedOut = true
+		return true
+	}
+	return false
+}
+
+// timed runs one profile or repeat, adding its time to the mean outOfTime predicts with.
+func (w *walk) timed(f func() (plan.ModeProfile, error)) (plan.ModeProfile, error) {
+	if w.timeLeft == nil {
+		return f()
+	}
+	before := w.timeLeft()
+	mp, err := f()
+	w.took += max(0, before-w.timeLeft())
+	w.measured++
+	return mp, err
 }
 
 // setTop records every knob's top level (the power features' scale).
@@ -258,7 +299,10 @@ func (w *walk) profileAt(idx powermode.Index) (plan.ModeProfile, error) {
 	if len(w.profiled) >= w.budget {
 		return plan.ModeProfile{}, errBudgetSpent
 	}
-	mp, err := w.prof.Profile(w.ctx, m)
+	if w.outOfTime() {
+		return plan.ModeProfile{}, errTimeSpent
+	}
+	mp, err := w.timed(func() (plan.ModeProfile, error) { return w.prof.Profile(w.ctx, m) })
 	if err != nil {
 		return plan.ModeProfile{}, fmt.Errorf("profile %s: %w", m, err)
 	}
@@ -431,13 +475,13 @@ func (w *walk) run(start powermode.Index) (string, error) {
 	cur := start
 	curS, err := w.eval(cur)
 	if err != nil {
-		return "budget", err
+		return w.finish(err)
 	}
 	// Re-score profiles inherited from the profiler now that θ_ref is set.
 	for idx, s := range w.score {
 		if math.IsNaN(s) {
 			if _, err := w.eval(idx); err != nil {
-				return "budget", err
+				return w.finish(err)
 			}
 		}
 	}
@@ -559,8 +603,11 @@ func halve(step *powermode.Index) {
 	}
 }
 
-// finish turns a spent budget into the "budget" stop reason.
+// finish turns a spent budget into the "budget" stop reason ("time" for the time).
 func (w *walk) finish(err error) (string, error) {
+	if errors.Is(err, errTimeSpent) {
+		return "time", err
+	}
 	if errors.Is(err, errBudgetSpent) {
 		return "budget", err
 	}

@@ -88,7 +88,10 @@ func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
 		tried[cand.Mode] = true
 		var fresh []plan.ModeProfile
 		for range need {
-			mp, err := rm.Remeasure(w.ctx, cand.Mode)
+			if w.outOfTime() {
+				break
+			}
+			mp, err := w.timed(func() (plan.ModeProfile, error) { return rm.Remeasure(w.ctx, cand.Mode) })
 			if err != nil {
 				return fmt.Errorf("remeasure %s: %w", cand.Mode, err)
 			}
@@ -96,6 +99,9 @@ func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
 			fresh = append(fresh, mp)
 		}
 		w.replace(fresh)
+		if w.timedOut {
+			return nil
+		}
 	}
 }
 
@@ -240,7 +246,10 @@ func (w *walk) confirmForDecision(rm Remeasurer, total int) error {
 		}
 		var fresh []plan.ModeProfile
 		for range k {
-			mp, err := rm.Remeasure(w.ctx, cand)
+			if w.outOfTime() {
+				break
+			}
+			mp, err := w.timed(func() (plan.ModeProfile, error) { return rm.Remeasure(w.ctx, cand) })
 			if err != nil {
 				return fmt.Errorf("remeasure %s: %w", cand, err)
 			}
@@ -248,6 +257,9 @@ func (w *walk) confirmForDecision(rm Remeasurer, total int) error {
 			fresh = append(fresh, mp)
 		}
 		w.replace(fresh)
+		if w.timedOut {
+			return nil
+		}
 	}
 }
 

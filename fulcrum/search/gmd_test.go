@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/bench/benchtest"
 	"github.com/fulcrum-edge/fulcrum/truth"
@@ -418,6 +419,69 @@ func TestGMDPowerModelIsConvex(t *testing.T) {
 		got := f.predict(m, want).Train.PowerMW
 		if rel := got/want.Train.PowerMW - 1; rel < -0.03 {
 			t.Errorf("GPU %d MHz: predicted %.0f mW, truth %.0f mW (%.1f%%): the model is not convex in the clock", m.GPUHz/1_000_000, got, want.Train.PowerMW, 100*rel)
+		}
+	}
+}
+
+// clockProfiler advances a clock by each profile's and repeat's time (step, or slow for
+// the modes in slowModes): a live search's time on the daemon's clock.
+type clockProfiler struct {
+	inner *truthprof.TruthProfiler
+	now   time.Duration
+	step  time.Duration
+}
+
+func (c *clockProfiler) Profile(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
+	c.now += c.step
+	return c.inner.Profile(ctx, m)
+}
+
+func (c *clockProfiler) Remeasure(ctx context.Context, m powermode.Mode) (plan.ModeProfile, error) {
+	c.now += c.step
+	return c.inner.Remeasure(ctx, m)
+}
+
+func (c *clockProfiler) Known() []plan.ModeProfile { return c.inner.Known() }
+
+// TestGMDStopsAtItsTime: with Problem.TimeLeft GMD starts no profile or repeat that its
+// mean time so far would carry past the bound, and still answers from what it measured
+// (the controller's search_time_ms: the first plan within a time an operator can wait
+// for). Without the bound the same search measures more, so the bound is what stops it.
+func TestGMDStopsAtItsTime(t *testing.T) {
+	pt, names, presets := benchtest.SmallPair(t)
+	b := plan.Budgets{RateRPS: 10, LatencyMS: 300, PowerMW: 26000}
+	const step = 10 * time.Second
+	run := func(limit time.Duration) (Result, time.Duration) {
+		prof, _ := truthprof.NewPairProfiler(pt, 0.03, rand.New(rand.NewPCG(1, 2)))
+		cp := &clockProfiler{inner: prof, step: step}
+		p := smallProblem(pt, names, presets, b)
+		p.NoiseRel = 0.03
+		if limit > 0 {
+			p.TimeLeft = func() time.Duration { return limit - cp.now }
+		}
+		res, err := NewGMD(GMDOptions{}).Search(context.Background(), p, cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, cp.now
+	}
+	free, freeTook := run(0)
+	for _, limit := range []time.Duration{45 * time.Second, 75 * time.Second} {
+		res, took := run(limit)
+		if took > limit {
+			t.Errorf("bound %s: the search took %s", limit, took)
+		}
+		if took < limit-step {
+			t.Errorf("bound %s: the search stopped at %s, with time for one more profile", limit, took)
+		}
+		if !strings.Contains(res.Stop, "time") {
+			t.Errorf("bound %s: stop %q does not say the time stopped it", limit, res.Stop)
+		}
+		if !res.Found {
+			t.Errorf("bound %s: no answer from %d profiles", limit, len(res.Profiled))
+		}
+		if took >= freeTook {
+			t.Errorf("bound %s: took %s, as long as the search without a bound (%s, %d profiles)", limit, took, freeTook, len(free.Profiled))
 		}
 	}
 }

@@ -6,6 +6,7 @@ package search
 
 import (
 	"context"
+	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
 	"github.com/fulcrum-edge/fulcrum/powermode"
@@ -45,6 +46,13 @@ type Problem struct {
 	PresetNames []string `json:"preset_names,omitempty"`
 	// MaxProfiles caps the new profiles a searcher may take (0: the searcher's default).
 	MaxProfiles int `json:"max_profiles"`
+	// TimeLeft, when set, says how much of the search's time is left on the caller's
+	// clock (the daemon's; virtual in the lifetime bench). GMD starts no profile that
+	// its mean profile time so far would carry past it, and plans from what it has
+	// (Result.Stop "time"): an operator waits for the first plan, not for the last
+	// percent. ALS and the baselines ignore it (a campaign is what ALS keeps). nil: the
+	// profiles alone bound the search.
+	TimeLeft func() time.Duration `json:"-"`
 	// Seed seeds whatever randomness a searcher uses (random baselines, ALS's initial
 	// design), so that an answer is reproducible; the benchmark derives one per
 	// configuration.

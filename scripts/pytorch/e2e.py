@@ -239,7 +239,8 @@ def run_pair(a, py, mode, cpus, work):
                                          "--state-dir", os.path.join(d, "state"), "--board", "none",
                                          "--latency", f"{a.budget_ms}ms", "--log-level", "info"], dcpu, d,
                             dict(os.environ, FULCRUM_SCHEDULER_MARGIN_MS=str(a.margin_ms),
-                                 FULCRUM_SCHEDULER_ROOM_MAX_FRAC=str(a.room_max_frac)), a.nice)
+                                 **({} if a.room_max_frac is None else
+                                    dict(FULCRUM_SCHEDULER_ROOM_MAX_FRAC=str(a.room_max_frac)))), a.nice)
             procs.append(fulcrumd)
             end = time.monotonic() + 15
             while not os.path.exists(sock):
@@ -381,9 +382,9 @@ def main():
     # a GPU, where they run on other cores.
     ap.add_argument("--margin-ms", type=int, default=20,
                     help="fulcrumd's scheduler.margin_ms: time kept free before each deadline")
-    ap.add_argument("--room-max-frac", type=float, default=0,
+    ap.add_argument("--room-max-frac", type=float, default=None,
                     help="fulcrumd's scheduler.room_max_frac: the learned admission room's bound as a fraction of the "
-                         "budget (0: off, fulcrumd's default; docs/runtime.md)")
+                         "budget (0: off; unset: fulcrumd's default, 0.5; docs/runtime.md)")
     ap.add_argument("--micro-batches", default="",
                     help="managed run: the trainer declares these micro-batch sizes (divisors of --train-batch, e.g. "
                          "4,8,16; issue 32): with --budget-ms below one minibatch, fulcrumd runs it as k shorter turns")
@@ -482,7 +483,7 @@ def main():
             desc = ("{} on {} (batch {}, {}×{} images) + {} inference (batch sizes up to {}), Poisson {:g} req/s × {} "
                     "(seed {}), budget {} ms, margin {} ms, learned room up to {:g} × budget; {}, fulcrumd --board none on another"
                     ).format(a.train_model, a.device, a.train_batch, a.image_size, a.image_size, a.infer_model,
-                             a.infer_batch, a.rate, a.requests, a.seed, a.budget_ms, a.margin_ms, a.room_max_frac,
+                             a.infer_batch, a.rate, a.requests, a.seed, a.budget_ms, a.margin_ms, 0.5 if a.room_max_frac is None else a.room_max_frac,
                              "both pinned to one core" if scpu == wcpu else "trainer and server each on a core of its own")
             if a.micro_batches:
                 desc += "; the managed trainer declares micro-batches {} (gradient accumulation)".format(a.micro_batches)
