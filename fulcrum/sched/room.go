@@ -143,8 +143,8 @@ func (s *Scheduler) budgetOfWorkload(wl *workload) time.Duration {
 // trainSettled: the default, a first slow measurement): the admission test could not
 // judge that turn, so its late requests say nothing about the room; counted, a slow
 // warm-up's first turns took the room to its bound and kept training out for the
-// minute a shrink needs
-// (TestTrainingFollowsSlowFirstMinutes, with the room on by default). Called with s.mu held.
+// minute a shrink needs (TestTrainingFollowsSlowFirstMinutes, with the room on by
+// default). Called with s.mu held.
 func (s *Scheduler) countRoom(wl *workload, arrived time.Time, lat time.Duration, now time.Time) {
 	if wl.role != proto.RoleInfer || s.cfg.RoomMaxFrac <= 0 {
 		return

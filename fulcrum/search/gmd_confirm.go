@@ -86,23 +86,30 @@ func (w *walk) confirm(rm Remeasurer, total int, smooth bool) error {
 			return nil
 		}
 		tried[cand.Mode] = true
-		var fresh []plan.ModeProfile
-		for range need {
-			if w.outOfTime() {
-				break
-			}
-			mp, err := w.timed(func() (plan.ModeProfile, error) { return rm.Remeasure(w.ctx, cand.Mode) })
-			if err != nil {
-				return fmt.Errorf("remeasure %s: %w", cand.Mode, err)
-			}
-			w.remeasured = append(w.remeasured, cand.Mode)
-			fresh = append(fresh, mp)
-		}
-		w.replace(fresh)
-		if w.timedOut {
-			return nil
+		if done, err := w.repeat(rm, cand.Mode, need); done || err != nil {
+			return err
 		}
 	}
+}
+
+// repeat measures m again k times (fewer when the search's time runs out), counts each
+// repeat and makes m's known profile the mean of the fresh ones (replace). done says the
+// time ran out: the repeats stop there.
+func (w *walk) repeat(rm Remeasurer, m powermode.Mode, k int) (done bool, err error) {
+	var fresh []plan.ModeProfile
+	for range k {
+		if w.outOfTime() {
+			break
+		}
+		mp, err := w.timed(func() (plan.ModeProfile, error) { return rm.Remeasure(w.ctx, m) })
+		if err != nil {
+			return false, fmt.Errorf("remeasure %s: %w", m, err)
+		}
+		w.remeasured = append(w.remeasured, m)
+		fresh = append(fresh, mp)
+	}
+	w.replace(fresh)
+	return w.timedOut, nil
 }
 
 // retreat runs when the walk has found nothing that fits with the margin (its
@@ -244,21 +251,8 @@ func (w *walk) confirmForDecision(rm Remeasurer, total int) error {
 			}
 			continue
 		}
-		var fresh []plan.ModeProfile
-		for range k {
-			if w.outOfTime() {
-				break
-			}
-			mp, err := w.timed(func() (plan.ModeProfile, error) { return rm.Remeasure(w.ctx, cand) })
-			if err != nil {
-				return fmt.Errorf("remeasure %s: %w", cand, err)
-			}
-			w.remeasured = append(w.remeasured, cand)
-			fresh = append(fresh, mp)
-		}
-		w.replace(fresh)
-		if w.timedOut {
-			return nil
+		if done, err := w.repeat(rm, cand, k); done || err != nil {
+			return err
 		}
 	}
 }
