@@ -367,7 +367,8 @@ func inferAt(pts []plan.InferPoint, b int) (plan.InferPoint, bool) {
 // every stream's inference batch, in the order planned for. The jobs' micro-batches are
 // not part of it: a key's figures are those of the claimed training turns that train
 // most, else the best-P ones (scoreIn), and a trial applies the neighbour's
-// micro-batches as scored (refinePoint.eval carries them).
+// micro-batches as scored (refinePoint.eval carries them); where the turns in force are
+// not the key's best claimed ones, tryTurns tries those (turns.go).
 type cfgKey struct {
 	m       powermode.Mode
 	batches string // "4"; "4,8" for two streams
