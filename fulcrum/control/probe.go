@@ -64,25 +64,89 @@ func (c *Controller) probeCandidate(cs plan.MultiScored) (powermode.Mode, bool) 
 	for _, p := range stored {
 		have[p.Mode] = true
 	}
+	over := map[powermode.Mode]bool{}
 	b := c.targets.Shared()
 	for _, r := range c.liveProfiler(*c.pair, b.PowerMW, b.LatencyMS, nil, "").OverBudgetModes() {
 		if b.PowerMW > 0 && r.PowerMW > b.PowerMW {
-			have[r.Mode] = true // measured over this budget: nothing to learn there
+			have[r.Mode], over[r.Mode] = true, true // measured over this budget: nothing to learn there
 		}
 	}
 	dims := sp.Dims()
-	for _, k := range probeOrder() {
-		n := idx
-		if n[k]++; n[k] >= dims[k] || !sp.ContainsIndex(n) {
-			continue
+	fresh := func(n powermode.Index) (powermode.Mode, bool) {
+		for k := range n {
+			if n[k] < 0 || n[k] >= dims[k] {
+				return powermode.Mode{}, false
+			}
+		}
+		if !sp.ContainsIndex(n) {
+			return powermode.Mode{}, false
 		}
 		m := sp.Mode(n)
 		if have[m] || c.ref.probed[m] || len(underCap(c, []powermode.Mode{m}, func(m powermode.Mode) powermode.Mode { return m })) == 0 {
-			continue
+			return powermode.Mode{}, false
 		}
 		return m, true
 	}
+	for _, k := range probeOrder() {
+		n := idx
+		n[k]++
+		if m, ok := fresh(n); ok {
+			return m, true
+		}
+	}
+	// Trades: where a knob one level up was measured over the power budget, that level
+	// with another knob one level down (tradeOrder) — the power a knob that buys little
+	// training spent on one that buys more.
+	for _, k := range probeOrder() {
+		up := idx
+		if up[k]++; up[k] >= dims[k] || !sp.ContainsIndex(up) || !over[sp.Mode(up)] {
+			continue
+		}
+		for _, d := range tradeOrder() {
+			if d == k {
+				continue
+			}
+			n := up
+			n[d]--
+			if m, ok := fresh(n); ok {
+				return m, true
+			}
+		}
+	}
 	return powermode.Mode{}, false
+}
+
+// tradeOrder is the order a trade lowers a knob in: the memory clock first (the
+// lifetime sweeps' optima run it low beside compute-bound training), then online cores,
+// then the CPU clock, then the GPU clock.
+func tradeOrder() [4]powermode.Knob {
+	return [...]powermode.Knob{powermode.KnobEMC, powermode.KnobCores, powermode.KnobCPU, powermode.KnobGPU}
+}
+
+// isTrade reports that b is a with one knob one level up and another one level down
+// (probeCandidate's trades; the trial rule takes them as neighbours).
+func isTrade(sp *powermode.Space, a, b powermode.Mode) bool {
+	if sp == nil {
+		return false
+	}
+	ia, oka := sp.Index(a)
+	ib, okb := sp.Index(b)
+	if !oka || !okb {
+		return false
+	}
+	ups, downs := 0, 0
+	for k := range ia {
+		switch ib[k] - ia[k] {
+		case 0:
+		case 1:
+			ups++
+		case -1:
+			downs++
+		default:
+			return false
+		}
+	}
+	return ups == 1 && downs == 1
 }
 
 // startProbe profiles m live in the background, as a search would (training paused by

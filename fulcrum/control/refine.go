@@ -842,7 +842,7 @@ func (c *Controller) trialCandidate(d plan.MultiDecider, cur plan.MultiScored, n
 		// refinement"), so the model's ranking with what it knows stands.
 		return keyOfScored(s) != curKey &&
 			s.Feasible && s.ViolationAdm <= 0 && s.PFeasible >= o.TrialMinP && s.ObjectiveSPS >= cur.ObjectiveSPS*(1+o.TrialGain) &&
-			modeSteps(sp, cur.Mode, s.Mode) <= o.TrialSteps
+			(modeSteps(sp, cur.Mode, s.Mode) <= o.TrialSteps || isTrade(sp, cur.Mode, s.Mode))
 	})
 }
 
