@@ -663,6 +663,12 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 		return false
 	}
 	c.ref.confirmed.eval = cs.MultiEval
+	if in, ok := c.scoreTurns(key, microOfChoice(*c.cur), rates); ok {
+		// The turns in force, not the key's best claimed ones: a trial's abandon goes
+		// back to what ran (the best claimed turns flip with P near the claim, and an
+		// abandon then changed the turns in force with no trial of its own).
+		c.ref.confirmed.eval = in.MultiEval
+	}
 	if !o.Trials || c.stepped || now.Before(c.ref.nextTrial) {
 		return false
 	}
