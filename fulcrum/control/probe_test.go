@@ -63,8 +63,9 @@ func TestProbeTradesAKnobWhereOneLevelUpBrokePower(t *testing.T) {
 	if m, ok := c.probeCandidate(cs); !ok || m != trade {
 		t.Fatalf("the GPU level up over the budget: probe %s (%v), want it with the memory clock one level down %s", m.Human(), ok, trade.Human())
 	}
-	if !isTrade(sp, from, trade) || isTrade(sp, from, gpuUp) || isTrade(sp, from, at(powermode.Index{0, 0, 2, -1})) || isTrade(sp, from, at(powermode.Index{-1, 0, 1, -1})) {
-		t.Fatal("isTrade: want one knob one level up and one other one level down, nothing else")
+	if !isTrade(sp, from, trade) || isTrade(sp, from, gpuUp) || isTrade(sp, from, at(powermode.Index{0, 0, 2, -1})) || isTrade(sp, from, at(powermode.Index{-1, 0, 1, -1})) ||
+		!isTrade(sp, from, at(powermode.Index{-1, 0, 1, 0})) || isTrade(sp, from, at(powermode.Index{0, -1, 1, 0})) || isTrade(sp, from, at(powermode.Index{0, 0, 1, -2})) {
+		t.Fatal("isTrade: want the GPU clock one level up and the memory clock or online cores one level down, nothing else")
 	}
 	c.ref.probed = map[powermode.Mode]bool{trade: true}
 	c.ref.probedMW = c.targets.PowerMW
