@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/fulcrum-edge/fulcrum/fulcrum/plan"
-	"github.com/fulcrum-edge/fulcrum/fulcrum/proto"
 	"github.com/fulcrum-edge/fulcrum/fulcrum/sched"
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
@@ -23,12 +22,7 @@ func TestProbeTradesAKnobWhereOneLevelUpBrokePower(t *testing.T) {
 	e.seed()
 	c := e.controller(Config{Refine: DefaultRefineOptions()}, plan.Targets{LatencyMS: 400, PowerMW: 60000, RateRPS: 20})
 	e.board.set(20000, nil)
-	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleTrain, Workload: tTrain, Batch: 32}, func(sched.Grant) {}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := e.sched.Register(sched.WorkerSpec{Role: proto.RoleInfer, Workload: tInfer, Batch: 1, BatchSizes: []int{1, 2, 4, 8}}, func(sched.Grant) {}); err != nil {
-		t.Fatal(err)
-	}
+	e.register(nil)
 	e.tick(c, 300*time.Millisecond)
 	c.mu.Lock()
 	defer c.mu.Unlock()
