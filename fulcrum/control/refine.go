@@ -367,7 +367,8 @@ func inferAt(pts []plan.InferPoint, b int) (plan.InferPoint, bool) {
 // every stream's inference batch, in the order planned for. The jobs' micro-batches are
 // not part of it: a key's figures are those of the claimed training turns that train
 // most, else the best-P ones (scoreIn), and a trial applies the neighbour's
-// micro-batches as scored (refinePoint.eval carries them).
+// micro-batches as scored (refinePoint.eval carries them); where the turns in force are
+// not the key's best claimed ones, tryTurns tries those (turns.go).
 type cfgKey struct {
 	m       powermode.Mode
 	batches string // "4"; "4,8" for two streams
@@ -451,6 +452,9 @@ type refineTrial struct {
 	// paused: the trial started from a plan that paused training (nearClaim); from is
 	// that plan, never confirmed, and the trial gains over it whatever it trains.
 	paused bool
+	// turns: the trial keeps the confirmed key and runs other training turns (tryTurns);
+	// from.eval is the confirmed configuration with the turns it ran.
+	turns bool
 }
 
 type refineFailure struct {
@@ -591,7 +595,11 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 		if broke := c.latencyBrokenOnTrial(now); len(broke) > 0 {
 			var why []string
 			for _, s := range broke {
-				c.markBad(s.name, t.key.m, s.batch)
+				if !t.turns {
+					// A turns trial broke it with its training turns, not with the batch:
+					// the confirmed configuration has that batch at that mode.
+					c.markBad(s.name, t.key.m, s.batch)
+				}
 				why = append(why, c.latencyWhy(s, len(c.cur.Streams)))
 			}
 			c.violations["latency"]++
@@ -600,7 +608,14 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 		}
 		if closed && c.ref.win.count >= o.ConfirmWindows {
 			s, ok := c.scoreKey(t.key, rates)
-			if fs, fok := c.scoreKey(t.from.key, rates); ok && fok && !t.paused && s.ObjectiveSPS < fs.ObjectiveSPS {
+			fs, fok := c.scoreKey(t.from.key, rates)
+			if t.turns {
+				// The key's figures are its best claimed turns; a turns trial is judged on
+				// the turns it runs against those it left.
+				s, ok = c.scoreTurns(t.key, microOfChoice(*c.cur), rates)
+				fs, fok = c.scoreTurns(t.from.key, t.from.eval.MicroBatches, rates)
+			}
+			if ok && fok && !t.paused && s.ObjectiveSPS < fs.ObjectiveSPS {
 				// Its own evidence ranks it below where it came from: no gain to keep.
 				c.abandon(ctx, fmt.Sprintf("with its live evidence it trains %.1f samples/s, the confirmed configuration %.1f", s.ObjectiveSPS, fs.ObjectiveSPS), now, rates)
 				return true
@@ -648,8 +663,17 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 		return false
 	}
 	c.ref.confirmed.eval = cs.MultiEval
+	if in, ok := c.scoreTurns(key, microOfChoice(*c.cur), rates); ok {
+		// The turns in force, not the key's best claimed ones: a trial's abandon goes
+		// back to what ran (the best claimed turns flip with P near the claim, and an
+		// abandon then changed the turns in force with no trial of its own).
+		c.ref.confirmed.eval = in.MultiEval
+	}
 	if !o.Trials || c.stepped || now.Before(c.ref.nextTrial) {
 		return false
+	}
+	if c.tryTurns(ctx, key, cs, now, rates) {
+		return true
 	}
 	cand, ok := c.trialCandidate(d, cs, now)
 	if !ok {
@@ -701,10 +725,14 @@ func (c *Controller) abandon(ctx context.Context, why string, now time.Time, rat
 	if c.ref.failed == nil {
 		c.ref.failed = map[cfgKey]*refineFailure{}
 	}
-	f := c.ref.failed[t.key]
+	fk := t.key
+	if t.turns {
+		fk = turnsKey(t.key, microOfChoice(*c.cur)) // the key itself stays confirmed
+	}
+	f := c.ref.failed[fk]
 	if f == nil {
 		f = &refineFailure{}
-		c.ref.failed[t.key] = f
+		c.ref.failed[fk] = f
 	}
 	f.count++
 	f.retryAt = now.Add(c.cfg.Refine.Backoff << min(f.count-1, 10))
@@ -719,8 +747,13 @@ func (c *Controller) abandon(ctx context.Context, why string, now time.Time, rat
 	if t.paused {
 		back = "the paused plan's"
 	}
+	what, to := c.keyWords(t.key), c.keyWords(t.from.key)
+	if t.turns {
+		what += " with " + turnsWords(microOfChoice(*c.cur))
+		to += " with " + turnsWords(t.from.eval.MicroBatches)
+	}
 	reason := fmt.Sprintf("trial of %s abandoned after %s: %s; back to %s %s; not tried again before %s",
-		c.keyWords(t.key), now.Sub(t.start).Round(100*time.Millisecond), why, back, c.keyWords(t.from.key), f.retryAt.Sub(now).Round(time.Second))
+		what, now.Sub(t.start).Round(100*time.Millisecond), why, back, to, f.retryAt.Sub(now).Round(time.Second))
 	c.decideRefined(ctx, KindAbandon, reason, t.from.eval, rates)
 	if t.paused {
 		// Back to the paused plan, often at the same mode and batch: the latency window
@@ -815,7 +848,7 @@ func (c *Controller) trialCandidate(d plan.MultiDecider, cur plan.MultiScored, n
 		// refinement"), so the model's ranking with what it knows stands.
 		return keyOfScored(s) != curKey &&
 			s.Feasible && s.ViolationAdm <= 0 && s.PFeasible >= o.TrialMinP && s.ObjectiveSPS >= cur.ObjectiveSPS*(1+o.TrialGain) &&
-			modeSteps(sp, cur.Mode, s.Mode) <= o.TrialSteps
+			(modeSteps(sp, cur.Mode, s.Mode) <= o.TrialSteps || isTrade(sp, cur.Mode, s.Mode))
 	})
 }
 
