@@ -37,16 +37,16 @@ type Config struct {
 	// Confidence: a plan claims a configuration only when the probability that it meets
 	// every budget, with the profiles' noise (NoiseRel, shrinking with repeats) and the
 	// scheduler's admission room, is at least this (plan.Decider).
-	Confidence float64       `mapstructure:"plan_confidence"`
-	StepMargin float64       `mapstructure:"step_margin"` // a power step targets predicted power ≤ budget·(1−StepMargin)
+	Confidence float64 `mapstructure:"plan_confidence"`
+	StepMargin float64 `mapstructure:"step_margin"` // a power step targets predicted power ≤ budget·(1−StepMargin)
 	// StepMarginMin: failing any configuration there, the power step takes the best one
 	// predicted ≤ budget·(1−StepMarginMin) before the lowest-power one (which pauses
 	// training where nothing with training is that low). Equal to StepMargin: no second
 	// tier.
-	StepMarginMin float64 `mapstructure:"step_margin_min"`
-	Hysteresis float64       `mapstructure:"hysteresis"`  // step back up only while values stay below budget·(1−Hysteresis)…
-	Hold       time.Duration `mapstructure:"hold_ms"`     // …for this long
-	Cooldown   time.Duration `mapstructure:"cooldown_ms"` // least time between two steps
+	StepMarginMin float64       `mapstructure:"step_margin_min"`
+	Hysteresis    float64       `mapstructure:"hysteresis"`  // step back up only while values stay below budget·(1−Hysteresis)…
+	Hold          time.Duration `mapstructure:"hold_ms"`     // …for this long
+	Cooldown      time.Duration `mapstructure:"cooldown_ms"` // least time between two steps
 	// LatencyCooldown is the least time between latency steps: the latency window must
 	// have forgotten what the previous configuration did (sched's recent window).
 	LatencyCooldown time.Duration `mapstructure:"latency_cooldown_ms"`
