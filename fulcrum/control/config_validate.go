@@ -24,6 +24,10 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "DriftHold", c.DriftHold)
 	optcheck.Fraction(&ck, "PlanMargin", c.PlanMargin)
 	optcheck.Fraction(&ck, "StepMargin", c.StepMargin)
+	optcheck.Fraction(&ck, "StepMarginMin", c.StepMarginMin)
+	if c.StepMarginMin > c.StepMargin {
+		ck.Fail("StepMarginMin", c.StepMarginMin, "must not exceed step_margin (it is the power step's fallback target, nearer the budget; equal to step_margin: no fallback)")
+	}
 	optcheck.Fraction(&ck, "Hysteresis", c.Hysteresis)
 	optcheck.Positive(&ck, "Hold", c.Hold)
 	optcheck.Positive(&ck, "Cooldown", c.Cooldown)

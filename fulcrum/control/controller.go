@@ -37,11 +37,16 @@ type Config struct {
 	// Confidence: a plan claims a configuration only when the probability that it meets
 	// every budget, with the profiles' noise (NoiseRel, shrinking with repeats) and the
 	// scheduler's admission room, is at least this (plan.Decider).
-	Confidence float64       `mapstructure:"plan_confidence"`
-	StepMargin float64       `mapstructure:"step_margin"` // a power step targets predicted power ≤ budget·(1−StepMargin)
-	Hysteresis float64       `mapstructure:"hysteresis"`  // step back up only while values stay below budget·(1−Hysteresis)…
-	Hold       time.Duration `mapstructure:"hold_ms"`     // …for this long
-	Cooldown   time.Duration `mapstructure:"cooldown_ms"` // least time between two steps
+	Confidence float64 `mapstructure:"plan_confidence"`
+	StepMargin float64 `mapstructure:"step_margin"` // a power step targets predicted power ≤ budget·(1−StepMargin)
+	// StepMarginMin: failing any configuration there, the power step takes the best one
+	// predicted ≤ budget·(1−StepMarginMin) before the lowest-power one (which pauses
+	// training where nothing with training is that low). Equal to StepMargin: no second
+	// tier.
+	StepMarginMin float64       `mapstructure:"step_margin_min"`
+	Hysteresis    float64       `mapstructure:"hysteresis"`  // step back up only while values stay below budget·(1−Hysteresis)…
+	Hold          time.Duration `mapstructure:"hold_ms"`     // …for this long
+	Cooldown      time.Duration `mapstructure:"cooldown_ms"` // least time between two steps
 	// LatencyCooldown is the least time between latency steps: the latency window must
 	// have forgotten what the previous configuration did (sched's recent window).
 	LatencyCooldown time.Duration `mapstructure:"latency_cooldown_ms"`
@@ -99,7 +104,7 @@ func DefaultConfig() Config {
 		Period: 250 * time.Millisecond, PowerSample: 100 * time.Millisecond, PowerWindow: time.Second, PowerSettle: 500 * time.Millisecond,
 		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second,
 		DriftRel: 0.25, DriftHold: 3 * time.Second,
-		PlanMargin: 0.05, StepMargin: 0.10, Hysteresis: 0.10, Hold: 5 * time.Second,
+		PlanMargin: 0.05, StepMargin: 0.10, StepMarginMin: 0.05, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, LatencyPause: 20 * time.Second, PowerFail: time.Second,
 		MinLatency: 20, MinProfiles: 3, Searcher: "gmd", NoiseRel: 0.03, Confidence: plan.DefaultConfidence, Events: 1000,
 		InferBatches: plan.DefaultInferBatches(), ExternalChange: ExternalStandDown,
@@ -120,14 +125,19 @@ func (c Config) withDefaults() Config {
 			*x.v = *x.d
 		}
 	}
+	minSet := c.StepMarginMin > 0
 	flts := []struct{ v, d *float64 }{
-		{&c.DriftRel, &d.DriftRel}, {&c.PlanMargin, &d.PlanMargin}, {&c.StepMargin, &d.StepMargin},
+		{&c.DriftRel, &d.DriftRel}, {&c.PlanMargin, &d.PlanMargin}, {&c.StepMargin, &d.StepMargin}, {&c.StepMarginMin, &d.StepMarginMin},
 		{&c.Hysteresis, &d.Hysteresis}, {&c.NoiseRel, &d.NoiseRel}, {&c.Confidence, &d.Confidence},
 	}
 	for _, x := range flts {
 		if *x.v <= 0 {
 			*x.v = *x.d
 		}
+	}
+	if !minSet && c.StepMarginMin > c.StepMargin {
+		// A step_margin set below the default fallback's: no fallback, not an error.
+		c.StepMarginMin = c.StepMargin
 	}
 	if c.MinLatency <= 0 {
 		c.MinLatency = d.MinLatency
