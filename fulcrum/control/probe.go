@@ -100,20 +100,15 @@ func (c *Controller) probeCandidate(cs plan.MultiScored) (powermode.Mode, bool) 
 	// the CPU or memory clock in a trade was measured and dropped: on the 1 h AGX table
 	// (30 req/s, 50 ms, 30 W) a CPU-up, memory-down trade was tried three times, each
 	// predicted 196–205 samples/s and measured 166–169, and the ratio fell 0.847 → 0.808.
-	for _, k := range []powermode.Knob{powermode.KnobGPU} {
-		up := idx
-		if up[k]++; up[k] >= dims[k] || !sp.ContainsIndex(up) || !over[sp.Mode(up)] {
-			continue
-		}
-		for _, d := range tradeOrder() {
-			if d == k {
-				continue
-			}
-			n := up
-			n[d]--
-			if m, ok := fresh(n); ok {
-				return m, true
-			}
+	up := idx
+	if up[powermode.KnobGPU]++; up[powermode.KnobGPU] >= dims[powermode.KnobGPU] || !sp.ContainsIndex(up) || !over[sp.Mode(up)] {
+		return powermode.Mode{}, false
+	}
+	for _, d := range tradeOrder() {
+		n := up
+		n[d]--
+		if m, ok := fresh(n); ok {
+			return m, true
 		}
 	}
 	return powermode.Mode{}, false

@@ -663,7 +663,8 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 		return false
 	}
 	c.ref.confirmed.eval = cs.MultiEval
-	if in, ok := c.scoreTurns(key, microOfChoice(*c.cur), rates); ok {
+	in, inOK := c.scoreTurns(key, microOfChoice(*c.cur), rates)
+	if inOK {
 		// The turns in force, not the key's best claimed ones: a trial's abandon goes
 		// back to what ran (the best claimed turns flip with P near the claim, and an
 		// abandon then changed the turns in force with no trial of its own).
@@ -672,7 +673,7 @@ func (c *Controller) refineStep(ctx context.Context, snap sched.Snapshot, now ti
 	if !o.Trials || c.stepped || now.Before(c.ref.nextTrial) {
 		return false
 	}
-	if c.tryTurns(ctx, key, cs, now, rates) {
+	if inOK && c.tryTurns(ctx, key, cs, in, now, rates) {
 		return true
 	}
 	cand, ok := c.trialCandidate(d, cs, now)
@@ -889,12 +890,8 @@ func (c *Controller) bestCandidate(d plan.MultiDecider, now time.Time, keep func
 // that ran micro-batches of 16 were abandoned as "trains 130 samples/s against 152" with
 // live evidence of ×1.04 on their turns.
 func scoreIn(d plan.MultiDecider, ps []plan.MultiProfile, key cfgKey) (plan.MultiScored, bool) {
-	i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == key.m })
-	if i < 0 {
-		return plan.MultiScored{}, false
-	}
-	all, err := d.ScoreAll(ps[i : i+1])
-	if err != nil {
+	all, ok := scoresAt(d, ps, key)
+	if !ok {
 		return plan.MultiScored{}, false
 	}
 	var best plan.MultiScored
@@ -913,6 +910,17 @@ func scoreIn(d plan.MultiDecider, ps []plan.MultiProfile, key cfgKey) (plan.Mult
 		}
 	}
 	return best, found
+}
+
+// scoresAt is every configuration of key's mode in ps scored by d (every batch and
+// training turn; false when the mode is not in ps or cannot be scored).
+func scoresAt(d plan.MultiDecider, ps []plan.MultiProfile, key cfgKey) ([]plan.MultiScored, bool) {
+	i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == key.m })
+	if i < 0 {
+		return nil, false
+	}
+	all, err := d.ScoreAll(ps[i : i+1])
+	return all, err == nil
 }
 
 // modeSteps is how many knob levels apart two modes are in the board's space (0 for

@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +21,7 @@ import (
 // windows pooled power ×0.85, after which micro-batches of 8 at the same mode were
 // claimed at 132.6 samples/s, and the hour ran at micro-batches of 4 (ratio 0.797).
 
-// microOf is the training turns of a configuration applied: each job's micro-batch size
+// microOfChoice is the training turns of a configuration applied: each job's micro-batch size
 // (0: whole minibatches), nil when every job runs whole minibatches (as
 // plan.MultiEval.MicroBatches).
 func microOfChoice(ch Choice) []int {
@@ -89,14 +88,7 @@ func (c *Controller) scoreTurns(key cfgKey, micro []int, rates []float64) (plan.
 	if err != nil {
 		return plan.MultiScored{}, false
 	}
-	i := slices.IndexFunc(ps, func(p plan.MultiProfile) bool { return p.Mode == key.m })
-	if i < 0 {
-		return plan.MultiScored{}, false
-	}
-	all, err := c.refineDecider(rates).ScoreAll(ps[i : i+1])
-	if err != nil {
-		return plan.MultiScored{}, false
-	}
+	all, _ := scoresAt(c.refineDecider(rates), ps, key)
 	for _, s := range all {
 		if keyOfScored(s) == key && sameTurns(s.MicroBatches, micro) {
 			return s, true
@@ -106,10 +98,11 @@ func (c *Controller) scoreTurns(key cfgKey, micro []int, rates []float64) (plan.
 }
 
 // tryTurns starts a trial of the confirmed key's best claimed training turns (cs) where
-// the configuration in force runs other turns and those train TrialGain more, as a trial
-// of another key would start (bounded exposure, back at once if a budget breaks, backed
-// off after a failure). It reports whether it started one. Called with c.mu held.
-func (c *Controller) tryTurns(ctx context.Context, key cfgKey, cs plan.MultiScored, now time.Time, rates []float64) bool {
+// the configuration in force runs other turns (cur, scoreTurns of them) and those train
+// TrialGain more, as a trial of another key would start (bounded exposure, back at once
+// if a budget breaks, backed off after a failure). It reports whether it started one.
+// Called with c.mu held.
+func (c *Controller) tryTurns(ctx context.Context, key cfgKey, cs, cur plan.MultiScored, now time.Time, rates []float64) bool {
 	o := c.cfg.Refine
 	in := microOfChoice(*c.cur)
 	if sameTurns(in, cs.MicroBatches) {
@@ -118,8 +111,7 @@ func (c *Controller) tryTurns(ctx context.Context, key cfgKey, cs plan.MultiScor
 	if f := c.ref.failed[turnsKey(key, cs.MicroBatches)]; f != nil && now.Before(f.retryAt) {
 		return false
 	}
-	cur, ok := c.scoreTurns(key, in, rates)
-	if !ok || cs.ObjectiveSPS < cur.ObjectiveSPS*(1+o.TrialGain) {
+	if cs.ObjectiveSPS < cur.ObjectiveSPS*(1+o.TrialGain) {
 		return false
 	}
 	from := refinePoint{key: key, eval: cur.MultiEval, at: c.ref.confirmed.at}

@@ -65,7 +65,7 @@ func TestTrialOfTheConfirmedKeysBestTurns(t *testing.T) {
 			t.Fatalf("applied %+v, want micro-batches of %d", c.cur.Train, other[0])
 		}
 		c.ref.confirmed = &refinePoint{key: key, eval: in.MultiEval, at: now}
-		started := c.tryTurns(ctx, key, best, now, rates)
+		started := c.tryTurns(ctx, key, best, in, now, rates)
 		gainOK := best.ObjectiveSPS >= in.ObjectiveSPS*(1+gain)
 		if gain < 1 && !gainOK {
 			c.mu.Unlock()
@@ -86,7 +86,7 @@ func TestTrialOfTheConfirmedKeysBestTurns(t *testing.T) {
 		c.abandon(ctx, "a budget broke in the test", now, rates)
 		back := sameTurns(microOfChoice(*c.cur), other) && keyOfChoice(*c.cur) == key
 		keyFailed := c.ref.failed[key] != nil
-		again := c.tryTurns(ctx, key, best, now, rates)
+		again := c.tryTurns(ctx, key, best, in, now, rates)
 		confirmed := c.ref.confirmed != nil && c.ref.confirmed.key == key
 		bad := c.isBad(tInfer, key.m, key.first())
 		c.mu.Unlock()
