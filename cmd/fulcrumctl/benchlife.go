@@ -37,7 +37,11 @@ over the sweep, and the mean and p5 of the per-configuration ratios; configurati
 nothing keeps the room are reported apart); the share of time a latency or power budget
 was broken; time to the first plan; profiles taken; training time lost to searches.
 Mid-run changes: --rate-double-at T (every stream's arrival rate doubles at T),
---power-drop-at T --power-drop-to P (the power budget becomes P at T). The daemon's board
+--power-drop-at T --power-drop-to P (the power budget becomes P at T), --budgets-every T
+(every T each configuration's latency and power budgets move to another pair of the swept
+--latency × --power budgets, on a tour drawn from --seed that starts at its own and
+visits every other pair once before repeating). oracle-m<percent>-replan is the margin
+oracle decided again at every change (a searcher that re-plans for free). The daemon's board
 answers from the --truth table (--lifetime-board truth, the default; the table must be of
 --board, whose tree and presets the run uses), or is the physics simulator of --board
 (--lifetime-board physics: the table must then be that board's fulcrumctl sim truth,
@@ -52,7 +56,10 @@ flags --searchers, --max-profiles, --confidence, --admission-margin, --dev-k,
 const benchLifetimeExample = `
   # 4 configurations × gmd, als, preset for 1 h each, the rate doubling at 30 min:
   fulcrumctl bench --truth /tmp/agx.csv --lifetime 1h --pairs resnet18-train:mobilenetv3-infer \
-      --rates 10,20 --latency 200ms --power 20W,30W --rate-double-at 30m --seed 1 --parallel 2 -o json`
+      --rates 10,20 --latency 200ms --power 20W,30W --rate-double-at 30m --seed 1 --parallel 2 -o json
+  # 8 h with the budgets changed every hour, ALS against GMD and the re-planning oracle:
+  fulcrumctl bench --truth /tmp/agx.csv --lifetime 8h --budgets-every 1h --methods als,gmd,oracle-m3-replan \
+      --pairs resnet18-train:mobilenetv3-infer --rates 10,30 --latency 50ms,150ms --power 20W,50W -o json`
 
 // lifetimeFlags are bench's --lifetime flags.
 type lifetimeFlags struct {
@@ -61,6 +68,7 @@ type lifetimeFlags struct {
 	rateDoubleAt *time.Duration
 	powerDropAt  *time.Duration
 	powerDropTo  *string
+	budgetsEvery *time.Duration
 	boardFrom    *string
 }
 
@@ -71,13 +79,14 @@ func newLifetimeFlags(f *pflag.FlagSet) lifetimeFlags {
 		rateDoubleAt: f.Duration("rate-double-at", 0, "with --lifetime: every stream's arrival rate doubles at this time from the start (e.g. 30m)"),
 		powerDropAt:  f.Duration("power-drop-at", 0, "with --lifetime: the power budget drops at this time from the start (e.g. 30m); give --power-drop-to"),
 		powerDropTo:  f.String("power-drop-to", "", "with --lifetime: the power budget from --power-drop-at on, in watts (e.g. 15W); below every --power"),
+		budgetsEvery: f.Duration("budgets-every", 0, "with --lifetime: every this much virtual time (e.g. 1h) each configuration's latency and power budgets move to another pair of the --latency × --power budgets (a tour drawn from --seed, starting at the configuration's own)"),
 		boardFrom:    f.String("lifetime-board", "truth", "with --lifetime: the simulated board answers from the --truth table (truth), or is the physics simulator of --board (physics; --truth must then be its `fulcrumctl sim truth`, the denominator is read from it)"),
 	}
 }
 
 // lifetimeOnly and oneShotOnly are the flags that belong to one mode of bench.
 var (
-	lifetimeOnly = []string{"methods", "rate-double-at", "power-drop-at", "power-drop-to", "lifetime-board"}
+	lifetimeOnly = []string{"methods", "rate-double-at", "power-drop-at", "power-drop-to", "budgets-every", "lifetime-board"}
 	oneShotOnly  = []string{"searchers", "max-profiles", "confidence", "admission-margin", "dev-k", "decision-noise", "quantile", "plot"}
 )
 
@@ -176,6 +185,14 @@ func runLifetimeBench(cmd *cobra.Command, lf lifetimeFlags, sw benchSweepFlags) 
 	}
 	if spec.Changes, err = lf.changes(cmd.Flags(), spec.PowersMW); err != nil {
 		return err
+	}
+	if spec.BudgetsEvery = *lf.budgetsEvery; cmd.Flags().Changed("budgets-every") {
+		switch d := *lf.duration; {
+		case spec.BudgetsEvery <= 0 || spec.BudgetsEvery >= d:
+			return fmt.Errorf("--budgets-every %v: want a time after the start and below --lifetime %v, e.g. %v", spec.BudgetsEvery, d, d/8)
+		case len(spec.LatenciesMS)*len(spec.PowersMW) < 2:
+			return errors.New("--budgets-every moves the budgets between the --latency × --power pairs: give two or more latency or power budgets")
+		}
 	}
 	if spec.Pairs, err = parsePairs(sw.pairs); err != nil {
 		return err
@@ -278,6 +295,9 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 			what = append(what, fmt.Sprintf("latency budget %g ms", c.LatencyMS))
 		}
 		fmt.Fprintf(w, "at %s: %s\n", time.Duration(c.AtS*float64(time.Second)), strings.Join(what, ", "))
+	}
+	if rep.BudgetsEveryS > 0 {
+		fmt.Fprintf(w, "every %s: each configuration's latency and power budgets move to another of the swept pairs (its tour in the JSON)\n", time.Duration(rep.BudgetsEveryS*float64(time.Second)))
 	}
 	fmt.Fprintf(w, "ratio: training samples ÷ the best room-keeping configuration's over the run (sum over sum; mean, p5 per configuration); broken %%: of the run's time;\n"+
 		"within: configurations where the run trained after its first plan (≥ 1 %% of the denominator) and broke no budget for over 1 %% of the time after it (%% of the scored); viol %%: trained, but broke one\n\n")

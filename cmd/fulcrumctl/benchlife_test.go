@@ -43,6 +43,9 @@ func TestBenchLifetimeFlagErrors(t *testing.T) {
 		{[]string{"--lifetime", "1h", "--methods", "oracle-m3", "--pairs", "x"}, "want train:infer"},
 		{[]string{"--lifetime", "1h", "--methods", "oracle-m3", "--lifetime-board", "sim"}, "want truth"},
 		{[]string{"--lifetime-board", "physics"}, "add --lifetime D"},
+		{[]string{"--budgets-every", "10m"}, "add --lifetime D"},
+		{[]string{"--lifetime", "1h", "--methods", "oracle-m3", "--budgets-every", "1h"}, "below --lifetime"},
+		{[]string{"--lifetime", "1h", "--methods", "gmd-replan", "--budgets-every", "10m"}, "only a margin oracle"},
 	} {
 		_, _, err := simExec(context.Background(), append(base, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -101,5 +104,17 @@ func TestBenchLifetimeOracleJSON(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	// Budgets moved every 20 min: the held decision breaks what the re-planning one keeps.
+	out, _, err = simExec(context.Background(), "bench", "--truth", tp, "--lifetime", "1h", "--budgets-every", "20m", "--methods", "oracle-m3,oracle-m3-replan",
+		"--rates", "10", "--latency", "100ms,200ms", "--power", "20W,40W", "--quiet", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Methods) != 2 || rep.Methods[1].Name != "oracle-m3-replan" || rep.Methods[1].PowerBrokenPct != 0 || rep.Methods[0].PowerBrokenPct <= 0 {
+		t.Fatalf("rows %+v: want the held oracle to break the power budgets the tour lowers, the re-planning one none", rep.Methods)
 	}
 }

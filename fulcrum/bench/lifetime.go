@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -116,9 +117,14 @@ type LifetimeSpec struct {
 	Methods  []string
 	Duration time.Duration
 	Changes  []LifeChange
-	Noise    float64
-	Seed     uint64
-	Parallel int // runs at once; 0: 1. Results do not depend on it.
+	// BudgetsEvery, when positive, moves every configuration's latency and power budgets
+	// every BudgetsEvery of the run to another of the sweep's budget pairs (its
+	// LatenciesMS × PowersMW), on a tour drawn from Seed and the configuration
+	// (BudgetTour); these changes join Changes.
+	BudgetsEvery time.Duration
+	Noise        float64
+	Seed         uint64
+	Parallel     int // runs at once; 0: 1. Results do not depend on it.
 	// Admission is the scheduler's room the daemon keeps (plan.Rules.Admission of its
 	// defaults): the denominator is the best configuration that keeps it.
 	Admission plan.Admission
@@ -193,14 +199,17 @@ type LifetimeReport struct {
 	Streams      int `json:"streams"`
 	Jobs         int `json:"jobs"`
 	// Micro: training micro-batches were on (LifetimeSpec.Micro) and the truth has them.
-	Micro     bool            `json:"micro,omitempty"`
-	Board     string          `json:"board"`
-	BoardFrom string          `json:"board_from,omitempty"`
-	Noise     float64         `json:"noise"`
-	Seed      uint64          `json:"seed"`
-	Admission plan.Admission  `json:"admission"`
-	Changes   []LifeChange    `json:"changes,omitempty"`
-	Methods   []LifetimeStats `json:"methods"`
+	Micro     bool           `json:"micro,omitempty"`
+	Board     string         `json:"board"`
+	BoardFrom string         `json:"board_from,omitempty"`
+	Noise     float64        `json:"noise"`
+	Seed      uint64         `json:"seed"`
+	Admission plan.Admission `json:"admission"`
+	Changes   []LifeChange   `json:"changes,omitempty"`
+	// BudgetsEveryS is LifetimeSpec.BudgetsEvery in seconds (each configuration's own
+	// changes are in its row).
+	BudgetsEveryS float64         `json:"budgets_every_s,omitempty"`
+	Methods       []LifetimeStats `json:"methods"`
 	// Configurations: every configuration's runs, in the sweep's order.
 	Configurations []LifeConfigRow `json:"configurations"`
 	WallS          float64         `json:"-"`
@@ -210,9 +219,11 @@ type LifetimeReport struct {
 
 // LifeConfigRow is one configuration of the report: its denominator and every method's run.
 type LifeConfigRow struct {
-	Config       string    `json:"config"`
-	IdealSamples float64   `json:"ideal_samples"`
-	Runs         []LifeRow `json:"runs"`
+	Config       string  `json:"config"`
+	IdealSamples float64 `json:"ideal_samples"`
+	// Tour is the configuration's budget changes with LifetimeSpec.BudgetsEvery.
+	Tour []LifeChange `json:"tour,omitempty"`
+	Runs []LifeRow    `json:"runs"`
 }
 
 // LifeRow is one method's run of a configuration in the report.
@@ -260,6 +271,9 @@ type lifeConfig struct {
 	pt     *truthprof.PairTruth  // one job, one stream
 	mt     *truthprof.MultiTruth // otherwise
 	ideal  float64               // samples of the best room-keeping configuration over the run
+	// tour is its budget changes (LifetimeSpec.BudgetsEvery); changes the spec's and
+	// these, the run's.
+	tour, changes []LifeChange
 }
 
 // lifePhase is a stretch of the run with constant budgets and rates.
@@ -302,12 +316,18 @@ func phasesOf(dur time.Duration, rate, latMS, powMW float64, changes []LifeChang
 	return out
 }
 
-// lifeMethod is a parsed method: a harness searcher or a one-shot margin oracle.
+// lifeMethod is a parsed method: a harness searcher or a one-shot margin oracle, held
+// from t = 0 or, with replan, decided again at every change.
 type lifeMethod struct {
 	name      string
 	oracle    bool
+	replan    bool
 	marginRel float64
 }
+
+// replanSuffix names the margin oracle that decides again at every change
+// (oracle-m3-replan): a searcher that re-plans for free and perfectly.
+const replanSuffix = "-replan"
 
 func parseLifeMethods(names []string) ([]lifeMethod, error) {
 	if len(names) == 0 {
@@ -320,17 +340,20 @@ func parseLifeMethods(names []string) ([]lifeMethod, error) {
 			return nil, fmt.Errorf("lifetime: method %q given twice", n)
 		}
 		seen[n] = true
-		sp, err := search.Parse(n)
+		base, replan := strings.CutSuffix(n, replanSuffix)
+		sp, err := search.Parse(base)
 		if err != nil {
 			return nil, fmt.Errorf("lifetime: %w", err)
 		}
 		switch {
 		case sp.Kind == search.KindMarginOracle:
-			out = append(out, lifeMethod{name: n, oracle: true, marginRel: sp.MarginRel})
+			out = append(out, lifeMethod{name: n, oracle: true, replan: replan, marginRel: sp.MarginRel})
+		case replan:
+			return nil, fmt.Errorf("lifetime: method %q: only a margin oracle takes %s (e.g. oracle-m3%s)", n, replanSuffix, replanSuffix)
 		case n == "gmd" || n == "als" || n == "preset":
 			out = append(out, lifeMethod{name: n})
 		default:
-			return nil, fmt.Errorf("lifetime: method %q: the daemon's lifetime runs gmd, als or preset; oracle-m<percent> is the one-shot oracle row", n)
+			return nil, fmt.Errorf("lifetime: method %q: the daemon's lifetime runs gmd, als or preset; oracle-m<percent> is the one-shot oracle row (oracle-m<percent>-replan: decided again at every change)", n)
 		}
 	}
 	return out, nil
@@ -359,6 +382,12 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 			return nil, fmt.Errorf("lifetime: change at %v: want a positive time and positive values (0: unchanged)", c.At)
 		}
 	}
+	if spec.BudgetsEvery < 0 || spec.BudgetsEvery > 0 && spec.BudgetsEvery >= spec.Duration {
+		return nil, fmt.Errorf("lifetime: budgets every %v: want a positive time below the duration %v, e.g. %v", spec.BudgetsEvery, spec.Duration, spec.Duration/8)
+	}
+	if spec.BudgetsEvery > 0 && len(spec.LatenciesMS)*len(spec.PowersMW) < 2 {
+		return nil, errors.New("lifetime: budgets changed every so often need at least two budget pairs to move between: give two or more latency or power budgets")
+	}
 	needRun := slices.ContainsFunc(methods, func(m lifeMethod) bool { return !m.oracle })
 	if needRun && spec.Run == nil {
 		return nil, errors.New("lifetime: no runner given for gmd, als or preset")
@@ -367,6 +396,13 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	if err != nil {
 		return nil, err
 	}
+	for ci := range cfgs {
+		c := &cfgs[ci]
+		if spec.BudgetsEvery > 0 {
+			c.tour = BudgetTour(spec, c.latMS, c.powMW, ci)
+		}
+		c.changes = append(slices.Clone(spec.Changes), c.tour...)
+	}
 	q := plan.Budgets{Quantile: spec.Quantile}.WithDefaults().Quantile
 	workers := max(1, spec.Parallel)
 	// The denominators: per configuration, per stretch of the run, the truth's best
@@ -374,7 +410,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	if err := forEach(ctx, workers, len(cfgs), func(i int) error {
 		c := &cfgs[i]
 		c.ideal = 0
-		for _, ph := range phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, spec.Changes) {
+		for _, ph := range phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, c.changes) {
 			sps, _, err := c.best(ph, 0, spec.Admission, q)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
@@ -394,7 +430,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	for mi, m := range methods {
 		for ci := range cfgs {
 			if m.oracle {
-				o, err := oneShot(&cfgs[ci], m.marginRel, spec, q)
+				o, err := oneShot(&cfgs[ci], m, spec, q)
 				if err != nil {
 					return nil, fmt.Errorf("lifetime: %s, %s: %w", m.name, cfgs[ci].name, err)
 				}
@@ -410,7 +446,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		c := &cfgs[jb.c]
 		run := LifeRun{Board: spec.Board, Truth: spec.Truth, Train: c.trains, PowerMW: c.powMW, Method: methods[jb.m].name,
 			Duration: spec.Duration, Seed: LifetimeRunSeed(spec.Seed, jb.c), Noise: spec.Noise,
-			Changes: slices.Clone(spec.Changes), Micro: spec.Micro}
+			Changes: slices.Clone(c.changes), Micro: spec.Micro}
 		for _, w := range c.infers {
 			run.Infer = append(run.Infer, LifeStream{Workload: w, RateRPS: c.rate, LatencyMS: c.latMS})
 		}
@@ -433,7 +469,8 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 		return nil, fmt.Errorf("lifetime: %w", err)
 	}
 	rep := &LifetimeReport{DurationS: spec.Duration.Seconds(), Configs: len(cfgs), Sets: sets, Streams: max(spec.Streams, 1), Jobs: max(spec.Jobs, 1),
-		Board: spec.Board, BoardFrom: spec.BoardFrom, Noise: spec.Noise, Seed: spec.Seed, Admission: spec.Admission, Outcomes: outcomes, Micro: micro}
+		Board: spec.Board, BoardFrom: spec.BoardFrom, Noise: spec.Noise, Seed: spec.Seed, Admission: spec.Admission, Outcomes: outcomes, Micro: micro,
+		BudgetsEveryS: spec.BudgetsEvery.Seconds()}
 	for _, c := range spec.Changes {
 		c.AtS = c.At.Seconds()
 		rep.Changes = append(rep.Changes, c)
@@ -443,6 +480,10 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 			rep.ConfigsApart++
 		}
 		row := LifeConfigRow{Config: c.name, IdealSamples: c.ideal}
+		for _, t := range c.tour {
+			t.AtS = t.At.Seconds()
+			row.Tour = append(row.Tour, t)
+		}
 		for mi, m := range methods {
 			o := outcomes[mi][ci]
 			r := LifeRow{Method: m.name, TrainSamples: o.TrainSamples, TrainAfterPlan: o.TrainAfterPlan, ProfilesTaken: o.ProfilesTaken, SearchS: o.SearchS,
@@ -599,6 +640,34 @@ func summariseLifetime(name string, outs []LifeOutcome, durS float64) LifetimeSt
 		st.SearchPct = 100 * st.MeanSearchS / durS
 	}
 	return st
+}
+
+// BudgetTour is the budget changes of configuration index config with spec.BudgetsEvery
+// (scripts/lifeevents replays them with --budgets-every): at every multiple of it the
+// latency and power budgets move to the next pair of a tour of the sweep's budget pairs
+// (LatenciesMS × PowersMW) that starts at the configuration's own (latMS, powMW) and then
+// visits every other pair once, in an order drawn from Seed and the configuration alone,
+// before starting over: no two stretches in a row share their budgets, and a run as long
+// as the tour sees every pair. Only Seed, Duration, BudgetsEvery and the budgets are read.
+func BudgetTour(spec LifetimeSpec, latMS, powMW float64, config int) []LifeChange {
+	type pair struct{ lat, pow float64 }
+	var others []pair
+	for _, l := range spec.LatenciesMS {
+		for _, p := range spec.PowersMW {
+			if l != latMS || p != powMW {
+				others = append(others, pair{l, p})
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(deriveSeed(spec.Seed, "", "budget-tour", uint64(config)), 0))
+	rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	tour := append([]pair{{latMS, powMW}}, others...)
+	var out []LifeChange
+	for i, at := 1, spec.BudgetsEvery; at < spec.Duration; i, at = i+1, at+spec.BudgetsEvery {
+		b := tour[i%len(tour)]
+		out = append(out, LifeChange{At: at, LatencyMS: b.lat, PowerMW: b.pow})
+	}
+	return out
 }
 
 // LifetimeRunSeed is the seed of the lifetime benchmark's run of configuration index

@@ -80,34 +80,57 @@ func (c *lifeConfig) held(choice any, ph lifePhase, q float64) (sps float64, lat
 	return sumPos(now.TrainSPS), latBroken, now.PowerMW/b.PowerMW-1 > 0, nil
 }
 
-// oneShot is the margin oracle's decision at t = 0 held for the whole run, computed from
-// the truth: no search, no profile, planned at t = 0; each stretch of the run trains at
-// the held configuration's true throughput there and breaks what it breaks there. With
-// nothing fitting at t = 0 it never plans and trains nothing.
-func oneShot(c *lifeConfig, marginRel float64, spec LifetimeSpec, q float64) (LifeOutcome, error) {
+// oneShot is the margin oracle's decision at t = 0 held for the whole run (m.replan:
+// decided again at the start of every stretch), computed from the truth: no search, no
+// profile, planned at t = 0; each stretch of the run trains at the configuration's true
+// throughput there and breaks what it breaks there. With nothing fitting at t = 0 it never
+// plans and trains nothing; a re-planning oracle with nothing fitting in a stretch trains
+// nothing there and breaks nothing.
+func oneShot(c *lifeConfig, m lifeMethod, spec LifetimeSpec, q float64) (LifeOutcome, error) {
 	o := LifeOutcome{Config: c.name, IdealSamples: c.ideal}
-	phases := phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, spec.Changes)
-	_, choice, err := c.best(phases[0], marginRel, spec.Admission, q)
-	if err != nil || choice == nil {
+	phases := phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, c.changes)
+	_, choice, err := c.best(phases[0], m.marginRel, spec.Admission, q)
+	if err != nil || choice == nil && !m.replan {
 		return o, err
 	}
-	o.Planned = true
-	for _, ph := range phases {
+	o.Planned = choice != nil
+	for i, ph := range phases {
+		if m.replan && i > 0 {
+			if _, choice, err = c.best(ph, m.marginRel, spec.Admission, q); err != nil {
+				return o, err
+			}
+		}
+		if choice == nil {
+			continue
+		}
+		if !o.Planned {
+			// First planned in a later stretch: what came before trained nothing.
+			o.Planned, o.FirstPlanS = true, phaseStartS(phases, i)
+		}
 		sps, lat, pow, err := c.held(choice, ph, q)
 		if err != nil {
 			return o, err
 		}
 		o.TrainSamples += sps * ph.lenS
-		o.TrainAfterPlan = o.TrainSamples // planned at t = 0
+		o.TrainAfterPlan = o.TrainSamples // nothing trained before the first plan
 		if lat {
 			o.LatencyBrokenS += ph.lenS
 		}
 		if pow {
 			o.PowerBrokenS += ph.lenS
 		}
-		o.LatencyBrokenAfterPlanS, o.PowerBrokenAfterPlanS = o.LatencyBrokenS, o.PowerBrokenS // planned at t = 0
+		o.LatencyBrokenAfterPlanS, o.PowerBrokenAfterPlanS = o.LatencyBrokenS, o.PowerBrokenS // nothing broken before it
 	}
 	return o, nil
+}
+
+// phaseStartS is when stretch i of phases starts, in seconds from the run's start.
+func phaseStartS(phases []lifePhase, i int) float64 {
+	s := 0.0
+	for _, ph := range phases[:i] {
+		s += ph.lenS
+	}
+	return s
 }
 
 func sumPos(xs []float64) float64 {

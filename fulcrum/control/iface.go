@@ -37,8 +37,9 @@ type Scheduler interface {
 	// SetTrainWeights sets the training workloads' time-share weights.
 	SetTrainWeights(weights map[string]float64) error
 	SetTrainingPaused(paused bool)
-	// SetMicroBatch sets the micro-batch size a training worker runs its minibatches in
-	// (0: the scheduler's run-time choice; issue 32).
+	// SetMicroBatch sets the largest micro-batch size a training worker runs its
+	// minibatches in (a smaller one while its turn does not fit the room; 0: the
+	// scheduler's run-time choice; issue 32).
 	SetMicroBatch(workerID string, microBatch int) error
 	// Config is the scheduler's configuration (its admission margins).
 	Config() sched.Config

@@ -109,6 +109,8 @@ func (c *Controller) noteMicro(snap sched.Snapshot) {
 		if c.cur != nil {
 			if mb, ok := c.microFor(*c.cur, w.Workload); ok && mb == w.MicroBatch && mb > 0 {
 				why = "the plan's micro-batch for this job"
+			} else if ok && mb > w.MicroBatch {
+				why = fmt.Sprintf("below the plan's %d while that turn does not fit the inference streams' admission room: the largest declared micro-batch whose turn does", mb)
 			}
 		}
 		reason := fmt.Sprintf("%s (%s): training runs its minibatch of %d as %d turn(s) of %d (%s)",

@@ -12,9 +12,9 @@ package sched
 // shares between training workloads are decided at minibatch boundaries, and the
 // minibatch counts once in the throughput. Each turn is admitted, held to a hold limit
 // and starved on its own (micro-batch) expected time. The micro-batch size is chosen
-// when a minibatch starts: the one set through SetMicroBatch, or else the largest
-// declared size whose expected turn fits every inference stream's room; within a
-// minibatch it only goes down, to a size dividing the samples left (startMinibatch).
+// when a minibatch starts: the largest declared size whose expected turn fits every
+// inference stream's room, up to the one set through SetMicroBatch (chooseMicro); within
+// a minibatch it only goes down, to a size dividing the samples left (startMinibatch).
 
 import (
 	"fmt"
@@ -166,19 +166,24 @@ func (s *Scheduler) roomFits(now time.Time, exp time.Duration) bool {
 	return true
 }
 
-// chooseMicro is the micro-batch size for w's next minibatch: the one set through
-// SetMicroBatch, else the largest declared size whose expected turn fits every
-// inference stream's room (the whole minibatch when it fits), else the smallest.
-// Called with s.mu held.
+// chooseMicro is the micro-batch size for w's next minibatch: the largest declared size,
+// up to the one set through SetMicroBatch (the controller's plan), whose expected turn
+// fits every inference stream's room (the whole minibatch when it fits and none is set),
+// else the smallest. The set size is a ceiling, not a floor: while a stream's learned
+// room has grown past what the set size's turn leaves (a run of late requests), admit
+// would refuse that turn whenever a request may arrive during it and the GPU would idle
+// between inference batches until the starvation rule let one through — measured on
+// the lifetime bench, 5–15 s spells of an idle GPU, ~8 % of an hour. A shorter turn
+// keeps training there at less power and a shorter wait. Called with s.mu held.
 func (s *Scheduler) chooseMicro(w *worker, now time.Time) int {
 	sizes := w.spec.MicroBatches
 	if len(sizes) == 0 {
 		return w.spec.Batch
 	}
-	if w.microSet > 0 {
-		return w.microSet
-	}
 	for i := len(sizes) - 1; i >= 0; i-- {
+		if w.microSet > 0 && sizes[i] > w.microSet {
+			continue
+		}
 		if s.roomFits(now, s.expTrainAt(w, sizes[i])) {
 			return sizes[i]
 		}
@@ -219,11 +224,12 @@ func (s *Scheduler) setMicro(w *worker, m int, now time.Time) {
 	}
 }
 
-// SetMicroBatch fixes the micro-batch size training worker id runs its minibatches at,
-// from its next minibatch on (a smaller size from its next turn, when it divides the
-// samples left of the minibatch in progress): one of the sizes it declared (or its
-// minibatch); 0 gives the choice back to the scheduler (the largest size that fits the
-// room).
+// SetMicroBatch sets the largest micro-batch size training worker id runs its
+// minibatches at (a smaller declared one while this one's turn does not fit the room:
+// chooseMicro), from its next minibatch on (a smaller size from its next turn, when it
+// divides the samples left of the minibatch in progress): one of the sizes it declared
+// (or its minibatch); 0 gives the choice back to the scheduler (the largest size that
+// fits the room).
 func (s *Scheduler) SetMicroBatch(id string, m int) error {
 	s.mu.Lock()
 	defer s.unlockAndDeliver()

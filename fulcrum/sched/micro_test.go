@@ -262,3 +262,42 @@ func TestMicroBatchRegistrationChecked(t *testing.T) {
 		t.Fatalf("grant %+v: an old client gets its whole minibatch", g)
 	}
 }
+
+// The size set through SetMicroBatch (the controller's plan) is a ceiling: where its
+// turn does not fit the stream's room (16's 42 ms beside a 40 ms budget), the minibatch
+// runs at the largest smaller declared size that fits (8) instead of leaving the GPU idle
+// between requests; where a larger size would fit (a 200 ms budget), the set size is
+// never exceeded.
+func TestSetMicroBatchIsACeiling(t *testing.T) {
+	m := newMicroSim(t, 40*msec, []int{8, 16})
+	m.h.must(m.h.s.SetMicroBatch(m.tr, 16))
+	m.run(3 * time.Second)
+	m.quiet = true
+	m.run(200 * msec)
+	snap := m.h.s.Snapshot()
+	tw, _ := snap.Workload(proto.RoleTrain, "resnet18")
+	iw, _ := snap.Workload(proto.RoleInfer, "cam")
+	if tw.Minibatches < 10 {
+		t.Fatalf("set to 16, only %d minibatches ran in 3 s: training should go on at micro-batch 8", tw.Minibatches)
+	}
+	if iw.DeadlineMisses != 0 || iw.Served != iw.Requests {
+		t.Fatalf("requests %d served %d missed %d: every request must be answered within its deadline", iw.Requests, iw.Served, iw.DeadlineMisses)
+	}
+	for _, g := range m.trains[1:] { // the first turn ran before any request arrived
+		if g.MicroBatch != 8 && g.MicroBatch != 16 {
+			t.Fatalf("training grant %+v: want turns of 8 (16 where nothing queued could miss)", g)
+		}
+	}
+
+	wide := newMicroSim(t, 200*msec, []int{8, 16})
+	wide.h.must(wide.h.s.SetMicroBatch(wide.tr, 8))
+	wide.run(2 * time.Second)
+	for _, g := range wide.trains[1:] {
+		if g.MicroBatch != 8 {
+			t.Fatalf("set to 8 beside a 200 ms budget, granted %+v: the set size is a ceiling", g)
+		}
+	}
+	if len(wide.trains) < 40 {
+		t.Fatalf("%d training turns in 2 s", len(wide.trains))
+	}
+}

@@ -158,7 +158,7 @@ type worker struct {
 	// Training micro-batches (micro.go): micro is the micro-batch size of the minibatch
 	// in progress (chosen when it starts; Batch: whole minibatches), mbDone the samples
 	// of it run so far (0: at a minibatch boundary), microSet a size set through
-	// SetMicroBatch (0: the scheduler chooses).
+	// SetMicroBatch, the largest it runs (0: the scheduler chooses).
 	micro    int
 	mbDone   int
 	microSet int

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,6 +53,9 @@ func run() error {
 	micro := flag.Bool("micro", false, "the trainers declare the table's micro-batch sizes (bench --lifetime --micro)")
 	benchSeed := flag.Uint64("bench-seed", 0, "with --index: the seed of fulcrumctl bench --lifetime --seed N's run of that configuration (overrides --seed)")
 	index := flag.Int("index", -1, "with --bench-seed: the configuration's index in the bench report's configurations (from 0)")
+	budgetsEvery := flag.Duration("budgets-every", 0, "with --bench-seed and --index: replay bench --budgets-every D's budget tour of that configuration (give the sweep's --sweep-latency-ms and --sweep-power-w)")
+	sweepLat := flag.String("sweep-latency-ms", "", "with --budgets-every: the bench sweep's latency budgets, ms, comma-separated")
+	sweepPow := flag.String("sweep-power-w", "", "with --budgets-every: the bench sweep's power budgets, W, comma-separated")
 	trace := flag.Bool("trace", false, "print each second a latency budget was over (the scheduler's recent window), with the configuration in force, among the events")
 	flag.Parse()
 	if *index >= 0 {
@@ -81,6 +85,24 @@ func run() error {
 	}
 	for _, w := range strings.Split(*infer, ",") {
 		sc.Infer = append(sc.Infer, lifetime.Stream{Workload: w, RateRPS: *rateRPS, LatencyMS: *latencyMS})
+	}
+	if *budgetsEvery > 0 {
+		if *index < 0 {
+			return fmt.Errorf("--budgets-every replays a bench configuration's tour: give --bench-seed and --index")
+		}
+		lats, err := floats(*sweepLat, 1)
+		if err != nil {
+			return fmt.Errorf("--sweep-latency-ms: %w", err)
+		}
+		pows, err := floats(*sweepPow, 1000)
+		if err != nil {
+			return fmt.Errorf("--sweep-power-w: %w", err)
+		}
+		spec := bench.LifetimeSpec{Seed: *benchSeed, Duration: *duration, BudgetsEvery: *budgetsEvery, LatenciesMS: lats, PowersMW: pows}
+		for _, c := range bench.BudgetTour(spec, *latencyMS, *powerW*1000, *index) {
+			fmt.Printf("tour: at %v latency %g ms, power %g W\n", c.At, c.LatencyMS, c.PowerMW/1000)
+			sc.Changes = append(sc.Changes, lifetime.Change{At: c.At, LatencyMS: c.LatencyMS, PowerBudgetMW: c.PowerMW})
+		}
 	}
 	if *logPath != "" {
 		lf, err := os.Create(*logPath)
@@ -150,4 +172,17 @@ func run() error {
 		fmt.Printf("stream %s: %d served, %d late, p99 %.1f ms (after the first plan %.1f ms, %d of %d late)\n", s.Workload, s.Served, s.Late, s.P99MS, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
 	}
 	return nil
+}
+
+// floats parses a comma-separated list of numbers, each times scale.
+func floats(list string, scale float64) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(list, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want numbers separated by commas, e.g. 50,150", list)
+		}
+		out = append(out, v*scale)
+	}
+	return out, nil
 }
