@@ -173,7 +173,7 @@ func (s *Scheduler) roomFits(now time.Time, exp time.Duration) bool {
 // room has grown past what the set size's turn leaves (a run of late requests), admit
 // would refuse that turn whenever a request may arrive during it and the GPU would idle
 // between inference batches until the starvation rule let one through — measured on
-// the lifetime bench, 5–15 s spells of an idle GPU, ~8 % of an hour. A shorter turn
+// the lifetime bench, 5–15 s spells of an idle GPU, ~10 % of an hour. A shorter turn
 // keeps training there at less power and a shorter wait. Called with s.mu held.
 func (s *Scheduler) chooseMicro(w *worker, now time.Time) int {
 	sizes := w.spec.MicroBatches
