@@ -471,19 +471,12 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	rep := &LifetimeReport{DurationS: spec.Duration.Seconds(), Configs: len(cfgs), Sets: sets, Streams: max(spec.Streams, 1), Jobs: max(spec.Jobs, 1),
 		Board: spec.Board, BoardFrom: spec.BoardFrom, Noise: spec.Noise, Seed: spec.Seed, Admission: spec.Admission, Outcomes: outcomes, Micro: micro,
 		BudgetsEveryS: spec.BudgetsEvery.Seconds()}
-	for _, c := range spec.Changes {
-		c.AtS = c.At.Seconds()
-		rep.Changes = append(rep.Changes, c)
-	}
+	rep.Changes = reported(spec.Changes)
 	for ci, c := range cfgs {
 		if c.ideal <= 0 {
 			rep.ConfigsApart++
 		}
-		row := LifeConfigRow{Config: c.name, IdealSamples: c.ideal}
-		for _, t := range c.tour {
-			t.AtS = t.At.Seconds()
-			row.Tour = append(row.Tour, t)
-		}
+		row := LifeConfigRow{Config: c.name, IdealSamples: c.ideal, Tour: reported(c.tour)}
 		for mi, m := range methods {
 			o := outcomes[mi][ci]
 			r := LifeRow{Method: m.name, TrainSamples: o.TrainSamples, TrainAfterPlan: o.TrainAfterPlan, ProfilesTaken: o.ProfilesTaken, SearchS: o.SearchS,
@@ -640,6 +633,16 @@ func summariseLifetime(name string, outs []LifeOutcome, durS float64) LifetimeSt
 		st.SearchPct = 100 * st.MeanSearchS / durS
 	}
 	return st
+}
+
+// reported is cs as the report writes them: a copy with AtS filled (nil for none).
+func reported(cs []LifeChange) []LifeChange {
+	var out []LifeChange
+	for _, c := range cs {
+		c.AtS = c.At.Seconds()
+		out = append(out, c)
+	}
+	return out
 }
 
 // BudgetTour is the budget changes of configuration index config with spec.BudgetsEvery
