@@ -31,7 +31,7 @@ func lifetimeHarness(physics bool, log *slog.Logger) (bench.LifeRunner, error) {
 		}
 		out := bench.LifeResult{Planned: res.FirstPlanS >= 0, FirstPlanS: max(res.FirstPlanS, 0), ProfilesTaken: res.ProfilesTaken,
 			SearchS: res.SearchS, LatencyBrokenS: res.LatencyBrokenS, PowerBrokenS: res.PowerBrokenS,
-			LatencyBrokenAfterPlanS: res.LatencyBrokenAfterPlanS, PowerBrokenAfterPlanS: res.PowerBrokenAfterPlanS}
+			LatencyBrokenAfterPlanS: res.LatencyBrokenAfterPlanS, PowerBrokenAfterPlanS: res.PowerBrokenAfterPlanS, PhaseSamples: res.PhaseSamples}
 		// Summed in the jobs' order, not the map's: the same seed gives the same bits.
 		for _, n := range r.Train {
 			out.TrainSamples += res.TrainSamples[n]

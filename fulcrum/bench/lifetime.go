@@ -90,6 +90,9 @@ type LifeResult struct {
 	// first plan (withinBudget judges the plans by it, the first search left out).
 	LatencyBrokenAfterPlanS float64
 	PowerBrokenAfterPlanS   float64
+	// PhaseSamples are the samples trained in each stretch of constant budgets and
+	// rates (the run's changes split it; nil without changes).
+	PhaseSamples []float64
 }
 
 // LifeRunner runs one lifetime; fulcrumctl's calls lifetime.Run.
@@ -241,7 +244,11 @@ type LifeRow struct {
 	// LatencyBrokenAfterPlanS, PowerBrokenAfterPlanS: of those, after the first plan.
 	LatencyBrokenAfterPlanS float64 `json:"latency_broken_after_plan_s"`
 	PowerBrokenAfterPlanS   float64 `json:"power_broken_after_plan_s"`
-	Error                   string  `json:"error,omitempty"`
+	// PhaseRatios are the ratio of each stretch between the configuration's changes
+	// (its tour's and the spec's): samples trained there over the stretch's room-keeping
+	// optimum; null where that optimum is 0. Absent without changes.
+	PhaseRatios []*float64 `json:"phase_ratios,omitempty"`
+	Error       string     `json:"error,omitempty"`
 }
 
 // LifeOutcome is one method's run of one configuration, scored.
@@ -271,6 +278,8 @@ type lifeConfig struct {
 	pt     *truthprof.PairTruth  // one job, one stream
 	mt     *truthprof.MultiTruth // otherwise
 	ideal  float64               // samples of the best room-keeping configuration over the run
+	// phaseIdeal is ideal by stretch of the run (phasesOf).
+	phaseIdeal []float64
 	// tour is its budget changes (LifetimeSpec.BudgetsEvery); changes the spec's and
 	// these, the run's.
 	tour, changes []LifeChange
@@ -312,6 +321,22 @@ func phasesOf(dur time.Duration, rate, latMS, powMW float64, changes []LifeChang
 	cur.lenS = (dur - from).Seconds()
 	if cur.lenS > 0 {
 		out = append(out, cur)
+	}
+	return out
+}
+
+// phaseRatios is samples over ideal, stretch by stretch (nil: a run without changes or a
+// failed one; an entry is nil where the stretch's optimum is 0).
+func phaseRatios(samples, ideal []float64) []*float64 {
+	if len(ideal) < 2 || len(samples) != len(ideal) {
+		return nil
+	}
+	out := make([]*float64, len(ideal))
+	for i, id := range ideal {
+		if id > 0 {
+			x := samples[i] / id
+			out[i] = &x
+		}
 	}
 	return out
 }
@@ -409,13 +434,14 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	// configuration that keeps the admission room.
 	if err := forEach(ctx, workers, len(cfgs), func(i int) error {
 		c := &cfgs[i]
-		c.ideal = 0
+		c.ideal, c.phaseIdeal = 0, nil
 		for _, ph := range phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, c.changes) {
 			sps, _, err := c.best(ph, 0, spec.Admission, q)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
 			c.ideal += sps * ph.lenS
+			c.phaseIdeal = append(c.phaseIdeal, sps*ph.lenS)
 		}
 		return nil
 	}); err != nil {
@@ -490,6 +516,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 			if o.Err != nil {
 				r.Error = o.Err.Error()
 			}
+			r.PhaseRatios = phaseRatios(o.PhaseSamples, c.phaseIdeal)
 			row.Runs = append(row.Runs, r)
 		}
 		rep.Configurations = append(rep.Configurations, row)

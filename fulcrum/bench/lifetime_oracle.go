@@ -94,6 +94,9 @@ func oneShot(c *lifeConfig, m lifeMethod, spec LifetimeSpec, q float64) (LifeOut
 		return o, err
 	}
 	o.Planned = choice != nil
+	if len(phases) > 1 {
+		o.PhaseSamples = make([]float64, len(phases))
+	}
 	for i, ph := range phases {
 		if m.replan && i > 0 {
 			if _, choice, err = c.best(ph, m.marginRel, spec.Admission, q); err != nil {
@@ -112,6 +115,9 @@ func oneShot(c *lifeConfig, m lifeMethod, spec LifetimeSpec, q float64) (LifeOut
 			return o, err
 		}
 		o.TrainSamples += sps * ph.lenS
+		if o.PhaseSamples != nil {
+			o.PhaseSamples[i] = sps * ph.lenS
+		}
 		o.TrainAfterPlan = o.TrainSamples // nothing trained before the first plan
 		if lat {
 			o.LatencyBrokenS += ph.lenS

@@ -109,6 +109,24 @@ func TestRunLifetimeBudgetsEvery(t *testing.T) {
 		if replan.LatencyBrokenS+replan.PowerBrokenS > 0 {
 			t.Fatalf("%s: the re-planning oracle broke a budget (%v s latency, %v s power)", row.Config, replan.LatencyBrokenS, replan.PowerBrokenS)
 		}
+		// Each stretch's ratio is that stretch's samples over its optimum: weighted back
+		// by the optima they give the run's samples.
+		rr := row.Runs[2]
+		if len(rr.PhaseRatios) != 6 {
+			t.Fatalf("%s: %d phase ratios, want 6 stretches", row.Config, len(rr.PhaseRatios))
+		}
+		sum := 0.0
+		for i, ph := range phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, BudgetTour(spec, c.latMS, c.powMW, ci)) {
+			sps, _, _ := c.best(ph, 0, spec.Admission, 0.99)
+			if x := rr.PhaseRatios[i]; x != nil {
+				sum += *x * sps * ph.lenS
+			} else if sps > 0 {
+				t.Fatalf("%s: stretch %d has an optimum but no ratio", row.Config, i)
+			}
+		}
+		if !near(sum, replan.TrainSamples) {
+			t.Fatalf("%s: phase ratios weigh back to %v samples, the run trained %v", row.Config, sum, replan.TrainSamples)
+		}
 		if row.IdealSamples > 0 && replan.TrainSamples > row.IdealSamples*(1+1e-9) {
 			t.Fatalf("%s: the 3 %% oracle trained %v, above the room-keeping optimum %v", row.Config, replan.TrainSamples, row.IdealSamples)
 		}
@@ -117,7 +135,8 @@ func TestRunLifetimeBudgetsEvery(t *testing.T) {
 		t.Fatal("no held t = 0 decision broke a budget the tour moved")
 	}
 	js, err := json.Marshal(rep)
-	if err != nil || !strings.Contains(string(js), `"tour":[{"at_s":600`) || !strings.Contains(string(js), `"budgets_every_s":600`) {
+	if err != nil || !strings.Contains(string(js), `"tour":[{"at_s":600`) || !strings.Contains(string(js), `"budgets_every_s":600`) ||
+		!strings.Contains(string(js), `"phase_ratios":[`) {
 		t.Fatalf("JSON %v: %.300s", err, js)
 	}
 

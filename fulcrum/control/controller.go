@@ -88,10 +88,12 @@ type Config struct {
 	// budgets, or after a search failed, the controller searches again after this hold,
 	// doubling with each re-search up to ResearchBackoffMax times it (research.go);
 	// ResearchOff switches that off (the pause then lasts until a budget or rate changes).
-	// ResearchPausedALS re-runs ALS too while training is paused (GMD is re-run by
-	// default; a failed search is retried whichever the searcher): ALS's campaign samples
-	// the whole space again, modes where inference saturates included, and on the
-	// lifetime board that cost more latency than the training it won (docs/benchmarks.md).
+	// A pause a budget or rate change brought is searched at once (research.go). While
+	// training is paused the re-search is GMD's whichever the searcher; ResearchPausedALS
+	// runs ALS's campaign instead (a failed search is retried with the configured
+	// searcher): the campaign samples the whole space again, modes where inference
+	// saturates included, and on the lifetime board that cost more latency than the
+	// training it won (docs/benchmarks.md).
 	ResearchHold       time.Duration `mapstructure:"research_hold_ms"`
 	ResearchBackoffMax int           `mapstructure:"research_backoff_max"`
 	ResearchOff        bool          `mapstructure:"research_off"`

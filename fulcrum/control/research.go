@@ -30,11 +30,19 @@ type researchState struct {
 	key    string    // the budgets the re-searches are counted for (researchKey)
 	rate   float64   // and the planned rate (researchRate)
 	failed string    // the last search's error; "" when it succeeded
+	// moved: the budgets or the rate changed since the last re-search (not the first
+	// budgets set). A pause that follows is the change's, not a plan failing to hold,
+	// and what is stored was measured for other budgets: the first re-search after it
+	// starts without the hold.
+	moved bool
 }
 
 // researchHold is the hold before re-search n+1: ResearchHold doubled n times, at most
 // ResearchBackoffMax times ResearchHold.
 func (c *Controller) researchHold() time.Duration {
+	if c.research.moved && c.research.n == 0 {
+		return 0
+	}
 	return c.backedOff(c.cfg.ResearchHold, c.research.n)
 }
 
@@ -86,9 +94,10 @@ func (c *Controller) searchFailed(err error) {
 func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 	rate := c.researchRate()
 	if key := c.researchKey(); key != c.research.key || rateDrifted(rate, c.research.rate, c.cfg.DriftRel, c.cfg.RateTau, false) {
+		c.research.moved = c.research.key != "" && (key != c.research.key || c.research.rate > 0)
 		c.research.key, c.research.rate, c.research.n = key, rate, 0
 	}
-	why := ""
+	why, method := "", c.cfg.Searcher
 	switch {
 	case c.cfg.ResearchOff || c.board == nil || c.pair == nil || c.held || c.job || c.needPlan != "":
 	case c.research.failed != "" && c.cur != nil && c.cur.Predicted.Feasible:
@@ -98,12 +107,20 @@ func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 		c.research.failed = ""
 	case c.research.failed != "":
 		why = "the last search failed (" + c.research.failed + ")"
-	case c.cur != nil && !c.cur.Predicted.Feasible && snap.TrainingPaused &&
-		(c.cfg.Searcher != "als" || c.cfg.ResearchPausedALS):
+	case c.cur != nil && !c.cur.Predicted.Feasible && snap.TrainingPaused:
 		why = fmt.Sprintf("training is paused: no known configuration meets the budgets (%s binds)", cmp.Or(c.cur.Predicted.Binding, "a budget"))
+		if c.cfg.Searcher == "als" && !c.cfg.ResearchPausedALS {
+			// ALS's campaign samples the whole space again (saturating modes included:
+			// docs/benchmarks.md); GMD descends from what is stored, the Pareto set's
+			// modes among it, toward the budgets in force.
+			method = "gmd"
+		}
 	}
 	if c.cur != nil && c.cur.Predicted.Feasible {
 		c.research.n = 0
+		if c.needPlan == "" { // not the plan of the old budgets, still in force until the re-plan
+			c.research.moved = false
+		}
 	}
 	if why == "" {
 		c.research.since = time.Time{}
@@ -125,15 +142,20 @@ func (c *Controller) maybeResearch(snap sched.Snapshot, now time.Time) bool {
 	}
 	c.research.since = time.Time{}
 	c.research.n++
+	c.research.moved = false
 	c.research.failed = ""
 	stored := 0
 	if ps, err := c.plannedProfiles(); err == nil {
 		stored = len(ps)
 	}
-	reason := fmt.Sprintf("re-search %d: %s for %s; %s searches again from the %d complete profiles stored (they and the modes recorded over the power budget answer from the store, so it measures modes not profiled yet); the next re-search waits %s unless a plan is feasible or a budget or rate changes",
-		c.research.n, why, hold, c.cfg.Searcher, stored, c.researchHold())
+	held := "for " + hold.String()
+	if hold == 0 {
+		held = "since the budgets or the rate changed (no hold: what is stored was measured for others)"
+	}
+	reason := fmt.Sprintf("re-search %d: %s %s; %s searches again from the %d complete profiles stored (they and the modes recorded over the power budget answer from the store, so it measures modes not profiled yet); the next re-search waits %s unless a plan is feasible or a budget or rate changes",
+		c.research.n, why, held, method, stored, c.researchHold())
 	c.events.Add(Event{Kind: KindSearch, Reason: reason})
 	c.log.Info("re-searching", "n", c.research.n, "why", why, "hold", hold)
-	c.startSearch(c.base, c.cfg.Searcher, reason, 0)
+	c.startSearch(c.base, method, reason, 0)
 	return true
 }

@@ -164,6 +164,10 @@ type Result struct {
 	// by training workload: what training gets once the controller decided (a paused
 	// job's stays 0).
 	TrainSamplesAfterPlan map[string]float64 `json:"train_samples_after_plan"`
+	// PhaseSamples are the samples trained, summed over the jobs, in each stretch between
+	// the scenario's changes (PhaseBounds): what each budget or rate phase got. Absent
+	// without changes inside the run.
+	PhaseSamples []float64 `json:"phase_samples,omitempty"`
 	// FirstPlanS is when the first plan was applied (s since start); -1: never.
 	FirstPlanS float64 `json:"first_plan_s"`
 	// ProfilesTaken counts profile runs measured live (control.LiveCounts.Profiled) and
@@ -690,6 +694,20 @@ func (h *harness) change(ctx context.Context, ch Change) {
 	})
 }
 
+// PhaseBounds are the times, from the run's start, at which the run's stretches of
+// constant budgets and rates start after the first: every change's At inside (0, dur),
+// sorted, each once (Result.PhaseSamples).
+func PhaseBounds(changes []Change, dur time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, c := range changes {
+		if c.At > 0 && c.At < dur {
+			out = append(out, c.At)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // collect fills the run's figures at its end.
 func (h *harness) collect(start time.Time) {
 	now := h.clock.Now()
@@ -718,6 +736,15 @@ func (h *harness) collect(start time.Time) {
 			h.res.TrainSamplesAfterPlan[wk.w.Name] += n
 		}
 		h.res.ProfileBatches += wk.profiles
+	}
+	if bounds := PhaseBounds(h.sc.Changes, h.sc.Duration); len(bounds) > 0 {
+		h.res.PhaseSamples = make([]float64, len(bounds)+1)
+		for _, wk := range h.trainers {
+			for _, tt := range wk.trained {
+				i, _ := slices.BinarySearch(bounds, tt.at.Sub(start)) // a turn ending on a bound is the earlier stretch's
+				h.res.PhaseSamples[i] += float64(tt.samples)
+			}
+		}
 	}
 	for i, wk := range h.streams {
 		h.res.ProfileBatches += wk.profiles

@@ -219,6 +219,14 @@ func TestPowerBudgetDropMidRun(t *testing.T) {
 	if res.PowerBrokenS > 10 {
 		t.Errorf("power over budget %.1f s", res.PowerBrokenS)
 	}
+	// The two stretches' samples are the run's, each trained some.
+	total := 0.0
+	for _, n := range res.TrainSamples {
+		total += n
+	}
+	if len(res.PhaseSamples) != 2 || res.PhaseSamples[0] <= 0 || res.PhaseSamples[1] <= 0 || res.PhaseSamples[0]+res.PhaseSamples[1] != total {
+		t.Errorf("phase samples %v, trained %v in all", res.PhaseSamples, total)
+	}
 }
 
 // TestTwoStreamsTwoJobs: several streams and training jobs — the pooled search, one

@@ -168,6 +168,9 @@ func run() error {
 	}
 	fmt.Printf("trained %v samples; first plan %.1f s; %d profiles; search %.0f s; training paused %.0f s; latency broken %.0f s (%.0f s after the first plan); power broken %.1f s (%.1f s after it); mean power %.1f W; final mode %s\n",
 		res.TrainSamples, res.FirstPlanS, res.ProfilesTaken, res.SearchS, res.TrainPausedS, res.LatencyBrokenS, res.LatencyBrokenAfterPlanS, res.PowerBrokenS, res.PowerBrokenAfterPlanS, res.MeanPowerMW/1000, res.FinalMode)
+	if len(res.PhaseSamples) > 0 {
+		fmt.Printf("samples by stretch between changes: %v\n", res.PhaseSamples)
+	}
 	for _, s := range res.Streams {
 		fmt.Printf("stream %s: %d served, %d late, p99 %.1f ms (after the first plan %.1f ms, %d of %d late)\n", s.Workload, s.Served, s.Late, s.P99MS, s.P99AfterPlanMS, s.LateAfterPlan, s.ServedAfterPlan)
 	}
