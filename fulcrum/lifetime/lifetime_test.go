@@ -229,6 +229,20 @@ func TestPowerBudgetDropMidRun(t *testing.T) {
 	}
 }
 
+// TestLateAfterPlanUnderTheBudgetOfTheMoment: a request is late against the budget in
+// force when it was served, not the one at the end of the run: a budget cut to 5 ms ten
+// seconds before the end makes the requests of those seconds late, not the whole run's
+// (lifeevents read every request against the end budget, wrong with a budget tour).
+func TestLateAfterPlanUnderTheBudgetOfTheMoment(t *testing.T) {
+	sc := pair("gmd", 3*time.Minute, 1)
+	sc.Changes = []lifetime.Change{{At: 170 * time.Second, LatencyMS: 5}}
+	res := run(t, sc)
+	s := res.Streams[0]
+	if s.Late == 0 || s.LateAfterPlan > s.Late || s.ServedAfterPlan < 1000 || s.LateAfterPlan > s.ServedAfterPlan/4 {
+		t.Fatalf("%d late in all, %d of %d after the plan: want the late counted against the budget of their moment", s.Late, s.LateAfterPlan, s.ServedAfterPlan)
+	}
+}
+
 // TestTwoStreamsTwoJobs: several streams and training jobs — the pooled search, one
 // plan for all of them — and each job trains, each stream is served within its own
 // budget after the plan.

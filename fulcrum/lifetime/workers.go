@@ -161,6 +161,7 @@ type worker struct {
 	budget   time.Duration
 	latMS    []float64
 	latAt    []time.Time // each served request's arrival
+	latLate  []bool      // each served request's: over the budget in force when it was served
 	latEnd   []time.Time // and its release (the scheduler's window holds it from then)
 	recentAt int         // the first of them in the recent window at the last sample
 	late     int
@@ -319,6 +320,7 @@ func (wk *worker) deliver(g sched.Grant) {
 					wk.latMS = append(wk.latMS, float64(l)/float64(time.Millisecond))
 					wk.latAt = append(wk.latAt, at)
 					wk.latEnd = append(wk.latEnd, now)
+					wk.latLate = append(wk.latLate, l > wk.budget)
 					if l > wk.budget {
 						wk.late++
 					}
