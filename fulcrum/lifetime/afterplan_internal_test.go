@@ -58,3 +58,20 @@ func TestRecentAfterPlanRule(t *testing.T) {
 		}
 	}
 }
+
+// spreadOf: mean, population standard deviation, nearest-rank 99.5th percentile and
+// maximum of the 1 s averages (Result.PowerOneSecond).
+func TestSpreadOf(t *testing.T) {
+	xs := make([]float64, 1000)
+	for i := range xs {
+		xs[i] = float64(1000 + i%2*2) // 1000, 1002, … : mean 1001, sd 1
+	}
+	xs[17] = 5000 // one second far over
+	s := spreadOf(xs)
+	if s.MaxMW != 5000 || s.P995MW != 1002 || s.MeanMW <= 1001 || s.StdDevMW <= 1 {
+		t.Fatalf("spread %+v", s)
+	}
+	if s := spreadOf(nil); s != (Spread{}) {
+		t.Fatalf("no readings: %+v", s)
+	}
+}

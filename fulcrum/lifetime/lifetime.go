@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -202,13 +203,44 @@ type Result struct {
 	// again, as a real one reconnects.
 	HoldExpired int `json:"hold_expired"`
 	// MeanPowerMW is the board's mean power over the run.
-	MeanPowerMW float64        `json:"mean_power_mw"`
-	Streams     []StreamResult `json:"streams"`
+	MeanPowerMW float64 `json:"mean_power_mw"`
+	// PowerOneSecond spreads the board's 1 s average power (the power budget's reading)
+	// over the run: at one configuration held (preset) it is how far above its mean
+	// draw a second goes, which a configuration must stay under the budget by to keep it.
+	PowerOneSecond Spread         `json:"power_one_second"`
+	Streams        []StreamResult `json:"streams"`
 	// FinalMode is the mode the board ran at the end.
 	FinalMode powermode.Mode `json:"final_mode"`
 	// Turns is the scheduler's turn count; DurationS the virtual time run.
 	Turns     uint64  `json:"turns"`
 	DurationS float64 `json:"duration_s"`
+}
+
+// Spread summarises a series: its mean, standard deviation, 99.5th percentile (nearest
+// rank) and maximum.
+type Spread struct {
+	MeanMW   float64 `json:"mean_mw"`
+	StdDevMW float64 `json:"stddev_mw"`
+	P995MW   float64 `json:"p99_5_mw"`
+	MaxMW    float64 `json:"max_mw"`
+}
+
+func spreadOf(xs []float64) Spread {
+	if len(xs) == 0 {
+		return Spread{}
+	}
+	m := 0.0
+	for _, x := range xs {
+		m += x
+	}
+	m /= float64(len(xs))
+	v := 0.0
+	for _, x := range xs {
+		v += (x - m) * (x - m)
+	}
+	c := slices.Clone(xs)
+	slices.Sort(c)
+	return Spread{MeanMW: m, StdDevMW: math.Sqrt(v / float64(len(xs))), P995MW: c[min(len(c)-1, len(c)*995/1000)], MaxMW: c[len(c)-1]}
 }
 
 // harness is one run's state. Everything in it is touched by one thing at a time: the
@@ -240,6 +272,9 @@ type harness struct {
 	powerSum float64
 	steps    int
 	res      Result
+	// oneSecond is the board's 1 s average power at every physics step once a second
+	// of readings exists (Result.PowerOneSecond).
+	oneSecond []float64
 }
 
 func (h *harness) fail(err error) {
@@ -576,6 +611,13 @@ func (h *harness) stepBoard() {
 	}
 	h.powerSum += r.TotalMW
 	h.steps++
+	if len(h.window) == n {
+		sum := 0.0
+		for _, v := range h.window {
+			sum += v
+		}
+		h.oneSecond = append(h.oneSecond, sum/float64(n))
+	}
 	if h.powerMW > 0 && len(h.window) == n {
 		sum := 0.0
 		for _, v := range h.window {
@@ -777,6 +819,7 @@ func (h *harness) collect(start time.Time) {
 	if h.steps > 0 {
 		h.res.MeanPowerMW = h.powerSum / float64(h.steps)
 	}
+	h.res.PowerOneSecond = spreadOf(h.oneSecond)
 	h.res.Turns = h.sched.Snapshot().Turns
 	if m, err := h.gpu.clocks(); err == nil {
 		h.res.FinalMode = m

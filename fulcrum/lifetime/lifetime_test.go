@@ -224,6 +224,9 @@ func TestPowerBudgetDropMidRun(t *testing.T) {
 	for _, n := range res.TrainSamples {
 		total += n
 	}
+	if p := res.PowerOneSecond; p.MeanMW < 0.9*res.MeanPowerMW || p.MeanMW > 1.1*res.MeanPowerMW || p.P995MW < p.MeanMW || p.MaxMW < p.P995MW {
+		t.Errorf("1 s average power %+v against a mean of %.0f mW", p, res.MeanPowerMW)
+	}
 	if len(res.PhaseSamples) != 2 || res.PhaseSamples[0] <= 0 || res.PhaseSamples[1] <= 0 || res.PhaseSamples[0]+res.PhaseSamples[1] != total {
 		t.Errorf("phase samples %v, trained %v in all", res.PhaseSamples, total)
 	}

@@ -168,6 +168,10 @@ func run() error {
 	}
 	fmt.Printf("trained %v samples; first plan %.1f s; %d profiles; search %.0f s; training paused %.0f s; latency broken %.0f s (%.0f s after the first plan); power broken %.1f s (%.1f s after it); mean power %.1f W; final mode %s\n",
 		res.TrainSamples, res.FirstPlanS, res.ProfilesTaken, res.SearchS, res.TrainPausedS, res.LatencyBrokenS, res.LatencyBrokenAfterPlanS, res.PowerBrokenS, res.PowerBrokenAfterPlanS, res.MeanPowerMW/1000, res.FinalMode)
+	if p := res.PowerOneSecond; p.MeanMW > 0 {
+		fmt.Printf("1 s average power: mean %.2f W, sd %.2f W (%.1f %%), 99.5th percentile %.2f W (%.1f %% over the mean), max %.2f W\n",
+			p.MeanMW/1000, p.StdDevMW/1000, 100*p.StdDevMW/p.MeanMW, p.P995MW/1000, 100*(p.P995MW/p.MeanMW-1), p.MaxMW/1000)
+	}
 	if len(res.PhaseSamples) > 0 {
 		fmt.Printf("samples by stretch between changes: %v\n", res.PhaseSamples)
 	}
