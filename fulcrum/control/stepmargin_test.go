@@ -10,6 +10,28 @@ import (
 	"github.com/fulcrum-edge/fulcrum/powermode"
 )
 
+// budgetMW is the power budget of planAt1020's controller.
+const budgetMW = 35000
+
+// planAt1020 is a controller with the step margins given over three stored modes (GPU
+// 408, 918 and 1020 MHz), 200 ms and 35 W budgets, planned at GPU 1020 MHz (its plan).
+func planAt1020(t *testing.T, stepMargin, stepMarginMin float64) (*env, *Controller, *Choice) {
+	t.Helper()
+	e := newEnv(t, sched.NewFakeClock())
+	e.modes = []powermode.Mode{e.modes[0], e.modes[3], e.modes[4]} // GPU 408, 918, 1020 MHz
+	e.seed()
+	c := e.controller(Config{StepMargin: stepMargin, StepMarginMin: stepMarginMin, Cooldown: 500 * time.Millisecond},
+		plan.Targets{LatencyMS: 200, PowerMW: budgetMW, RateRPS: 20})
+	e.register(nil)
+	e.board.set(20000, nil)
+	e.tick(c, 100*time.Millisecond)
+	planned := c.Status().Current
+	if planned == nil || planned.Mode != e.modes[2] {
+		t.Fatalf("step margins %g, %g: want the plan at GPU 1020 MHz: %+v", stepMargin, stepMarginMin, planned)
+	}
+	return e, c, planned
+}
+
 // TestPowerStepNearerTheBudgetBeforePausing: the board draws 7 % over the power budget
 // at the plan's GPU 1020 MHz; scaled by what the board draws, nothing that keeps the
 // 200 ms latency budget is predicted under budget·(1−step_margin), but GPU 918 MHz is
@@ -19,19 +41,7 @@ import (
 // 10 W, 30 req/s, 75 ms, paused training 3,576 s of an hour this way.
 func TestPowerStepNearerTheBudgetBeforePausing(t *testing.T) {
 	for _, least := range []float64{0.02, 0.08} {
-		e := newEnv(t, sched.NewFakeClock())
-		e.modes = []powermode.Mode{e.modes[0], e.modes[3], e.modes[4]} // GPU 408, 918, 1020 MHz
-		e.seed()
-		const budgetMW = 35000
-		c := e.controller(Config{StepMargin: 0.08, StepMarginMin: least, Cooldown: 500 * time.Millisecond},
-			plan.Targets{LatencyMS: 200, PowerMW: budgetMW, RateRPS: 20})
-		e.register(nil)
-		e.board.set(20000, nil)
-		e.tick(c, 100*time.Millisecond)
-		planned := c.Status().Current
-		if planned == nil || planned.Mode != e.modes[2] {
-			t.Fatalf("step_margin_min %g: want the plan at GPU 1020 MHz: %+v", least, planned)
-		}
+		e, c, _ := planAt1020(t, 0.08, least)
 		seq := c.Status().LastEvent
 		e.board.set(budgetMW*1.07, nil)
 		e.tick(c, 1500*time.Millisecond)
@@ -91,19 +101,7 @@ func TestStepMarginMinDefaultsAndBounds(t *testing.T) {
 // still goes below what broke the budget.
 func TestPowerStepLearnsTheMeanDrawNotTheSpike(t *testing.T) {
 	for _, margins := range [][2]float64{{0.15, 0.12}, {0.08, 0.02}} {
-		e := newEnv(t, sched.NewFakeClock())
-		e.modes = []powermode.Mode{e.modes[0], e.modes[3], e.modes[4]} // GPU 408, 918, 1020 MHz
-		e.seed()
-		const budgetMW = 35000
-		c := e.controller(Config{StepMargin: margins[0], StepMarginMin: margins[1], Cooldown: 500 * time.Millisecond},
-			plan.Targets{LatencyMS: 200, PowerMW: budgetMW, RateRPS: 20})
-		e.register(nil)
-		e.board.set(20000, nil)
-		e.tick(c, 100*time.Millisecond)
-		planned := c.Status().Current
-		if planned == nil || planned.Mode != e.modes[2] {
-			t.Fatalf("margins %v: want the plan at GPU 1020 MHz: %+v", margins, planned)
-		}
+		e, c, planned := planAt1020(t, margins[0], margins[1])
 		e.board.set(planned.Predicted.PowerMW, nil)
 		e.tick(c, 10*time.Second)
 		seq := c.Status().LastEvent

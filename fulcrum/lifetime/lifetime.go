@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -216,8 +215,8 @@ type Result struct {
 	DurationS float64 `json:"duration_s"`
 }
 
-// Spread summarises a series: its mean, standard deviation, 99.5th percentile (nearest
-// rank) and maximum.
+// Spread summarises a series: its mean, sample standard deviation, 99.5th percentile
+// (nearest rank, internal/stats) and maximum.
 type Spread struct {
 	MeanMW   float64 `json:"mean_mw"`
 	StdDevMW float64 `json:"stddev_mw"`
@@ -229,18 +228,10 @@ func spreadOf(xs []float64) Spread {
 	if len(xs) == 0 {
 		return Spread{}
 	}
-	m := 0.0
-	for _, x := range xs {
-		m += x
-	}
-	m /= float64(len(xs))
-	v := 0.0
-	for _, x := range xs {
-		v += (x - m) * (x - m)
-	}
+	m, sd := stats.MeanStddev(xs)
 	c := slices.Clone(xs)
 	slices.Sort(c)
-	return Spread{MeanMW: m, StdDevMW: math.Sqrt(v / float64(len(xs))), P995MW: c[min(len(c)-1, len(c)*995/1000)], MaxMW: c[len(c)-1]}
+	return Spread{MeanMW: m, StdDevMW: sd, P995MW: stats.Quantile(c, 0.995), MaxMW: c[len(c)-1]}
 }
 
 // harness is one run's state. Everything in it is touched by one thing at a time: the
