@@ -32,6 +32,21 @@ func planAt1020(t *testing.T, stepMargin, stepMarginMin float64) (*env, *Control
 	return e, c, planned
 }
 
+// overBudgetStep runs planAt1020's controller 1.5 s with the board drawing 7 % over the
+// budget and returns the last step_down after event seq (nil: none) and the
+// configuration in force then.
+func overBudgetStep(e *env, c *Controller, seq uint64) (*Event, *Choice) {
+	e.board.set(budgetMW*1.07, nil)
+	e.tick(c, 1500*time.Millisecond)
+	var step *Event
+	for _, ev := range c.Events().List(seq) {
+		if ev.Kind == KindStepDown {
+			step = &ev
+		}
+	}
+	return step, c.Status().Current
+}
+
 // TestPowerStepNearerTheBudgetBeforePausing: the board draws 7 % over the power budget
 // at the plan's GPU 1020 MHz; scaled by what the board draws, nothing that keeps the
 // 200 ms latency budget is predicted under budget·(1−step_margin), but GPU 918 MHz is
@@ -43,15 +58,7 @@ func TestPowerStepNearerTheBudgetBeforePausing(t *testing.T) {
 	for _, least := range []float64{0.02, 0.08} {
 		e, c, _ := planAt1020(t, 0.08, least)
 		seq := c.Status().LastEvent
-		e.board.set(budgetMW*1.07, nil)
-		e.tick(c, 1500*time.Millisecond)
-		var step *Event
-		for _, ev := range c.Events().List(seq) {
-			if ev.Kind == KindStepDown {
-				step = &ev
-			}
-		}
-		down := c.Status().Current
+		step, down := overBudgetStep(e, c, seq)
 		if step == nil || down == nil {
 			t.Fatalf("step_margin_min %g: no step down: %v", least, kinds(c.Events().List(seq)))
 		}
@@ -105,15 +112,7 @@ func TestPowerStepLearnsTheMeanDrawNotTheSpike(t *testing.T) {
 		e.board.set(planned.Predicted.PowerMW, nil)
 		e.tick(c, 10*time.Second)
 		seq := c.Status().LastEvent
-		e.board.set(budgetMW*1.07, nil)
-		e.tick(c, 1500*time.Millisecond)
-		var step *Event
-		for _, ev := range c.Events().List(seq) {
-			if ev.Kind == KindStepDown {
-				step = &ev
-			}
-		}
-		down := c.Status().Current
+		step, down := overBudgetStep(e, c, seq)
 		if step == nil || down == nil {
 			t.Fatalf("margins %v: no step down: %v", margins, kinds(c.Events().List(seq)))
 		}

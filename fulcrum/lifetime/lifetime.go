@@ -607,14 +607,9 @@ func (h *harness) stepBoard() {
 		for _, v := range h.window {
 			sum += v
 		}
-		h.oneSecond = append(h.oneSecond, sum/float64(n))
-	}
-	if h.powerMW > 0 && len(h.window) == n {
-		sum := 0.0
-		for _, v := range h.window {
-			sum += v
-		}
-		if sum/float64(n) > h.powerMW {
+		avg := sum / float64(n)
+		h.oneSecond = append(h.oneSecond, avg)
+		if h.powerMW > 0 && avg > h.powerMW {
 			h.res.PowerBrokenS += iv.Seconds()
 			if h.planned {
 				h.res.PowerBrokenAfterPlanS += iv.Seconds()
