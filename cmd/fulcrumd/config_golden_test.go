@@ -65,6 +65,7 @@ controller:
   power_window_ms: 2000
   power_settle_ms: 400
   rate_tau_ms: 1000
+  rate_level_tau_ms: 20000
   rate_warmup_ms: 1500
   drift_rel: 0.5
   drift_hold_ms: 2000

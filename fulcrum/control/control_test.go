@@ -580,6 +580,36 @@ func TestRateDriftReplans(t *testing.T) {
 	}
 }
 
+// A re-plan for another reason (here a budget change) is made for the stream's level,
+// not the 2 s EWMA's reading of the moment: after a minute at 40/s and a 1.5 s burst at
+// 60/s (the EWMA reads ~49/s, short of the drift rule), it plans for ~40/s. Before, it
+// planned for the EWMA's reading.
+func TestReplanIsForTheLevelNotTheMoment(t *testing.T) {
+	e := newEnv(t, sched.NewFakeClock())
+	e.seed()
+	cfg := Config{RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
+	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000})
+	_, inferID := e.register(nil)
+	e.board.set(20000, nil)
+	arrive := e.arrivals(c, inferID)
+	arrive(40, time.Minute)
+	arrive(60, 1500*time.Millisecond)
+	if r := c.Status().Measured.RateRPS; r < 46 {
+		t.Fatalf("the EWMA reads %.1f/s after the burst: the test's premise does not hold", r)
+	}
+	seq := c.Events().List(0)[len(c.Events().List(0))-1].Seq
+	if err := c.SetTargets(plan.Targets{LatencyMS: 350, PowerMW: 35000}); err != nil {
+		t.Fatal(err)
+	}
+	arrive(40, 500*time.Millisecond)
+	if evs := c.Events().List(seq); countKind(evs, KindReplan)+countKind(evs, KindPlan) == 0 {
+		t.Fatalf("no re-plan after the budget change: %v", kinds(evs))
+	}
+	if r := c.Status().PlanRateRPS; r < 39 || r > 42 {
+		t.Fatalf("re-planned for %.1f/s; the stream's level is 40/s", r)
+	}
+}
+
 // A rate the operator set on the pair's own stream is a budget, not a measurement: the
 // drift rule leaves it alone, as it does a shared rate budget and several streams' own
 // ones. (The pair's meter had no "fixed" flag: twice the set rate re-planned it, for the

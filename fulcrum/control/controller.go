@@ -29,8 +29,11 @@ type Config struct {
 	PowerSettle time.Duration `mapstructure:"power_settle_ms"`
 	RateTau     time.Duration `mapstructure:"rate_tau_ms"`    // time constant of the arrival-rate EWMA
 	RateWarmup  time.Duration `mapstructure:"rate_warmup_ms"` // measure arrivals this long before the first plan (rate auto)
-	DriftRel    float64       `mapstructure:"drift_rel"`      // re-plan when the rate differs from the planned one by more than this…
-	DriftHold   time.Duration `mapstructure:"drift_hold_ms"`  // …for this long
+	// RateLevelTau: plans are made for the stream's level, the mean rate since it began
+	// (or since the last drift), an EWMA with this time constant once it is longer.
+	RateLevelTau time.Duration `mapstructure:"rate_level_tau_ms"`
+	DriftRel     float64       `mapstructure:"drift_rel"`     // re-plan when the rate differs from the planned one by more than this…
+	DriftHold    time.Duration `mapstructure:"drift_hold_ms"` // …for this long
 	// PlanMargin: the step rules keep a stepped-to configuration's predicted latency
 	// under budget·(1−PlanMargin). Plans themselves are decided by Confidence.
 	PlanMargin float64 `mapstructure:"plan_margin"`
@@ -104,7 +107,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Period: 250 * time.Millisecond, PowerSample: 100 * time.Millisecond, PowerWindow: time.Second, PowerSettle: 500 * time.Millisecond,
-		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second,
+		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, RateLevelTau: 30 * time.Second,
 		DriftRel: 0.25, DriftHold: 3 * time.Second,
 		PlanMargin: 0.05, StepMargin: 0.10, StepMarginMin: 0.05, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, LatencyPause: 20 * time.Second, PowerFail: time.Second,
@@ -118,7 +121,7 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	durs := []struct{ v, d *time.Duration }{
 		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
-		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
+		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.RateLevelTau, &d.RateLevelTau}, {&c.DriftHold, &d.DriftHold},
 		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown}, {&c.LatencyPause, &d.LatencyPause},
 		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold}, {&c.SearchTime, &d.SearchTime},
 	}
@@ -591,7 +594,7 @@ func (c *Controller) observeStreams(snap sched.Snapshot, now time.Time) {
 	// rate from before it (issue 34).
 	for _, s := range c.planned().Streams {
 		if wl, ok := snap.Workload(proto.RoleInfer, s.Workload); ok {
-			c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau)
+			c.meter(s.Workload, now).observe(wl.Requests, now, c.cfg.RateWarmup, c.cfg.RateTau, c.cfg.RateLevelTau)
 		}
 	}
 	if wl, ok := snap.Workload(proto.RoleInfer, c.pair.Infer); ok {
@@ -722,10 +725,11 @@ func (c *Controller) driftReplan(ctx context.Context, now time.Time) bool {
 		c.driftSince = time.Time{}
 		return false
 	}
-	var drifted []string
+	var drifted, names []string
 	for _, s := range c.plannedRates() {
 		if s.planned > 0 && !s.fixed && rateDrifted(s.rate, s.planned, c.cfg.DriftRel, c.cfg.RateTau, !c.driftSince.IsZero()) {
 			drifted = append(drifted, fmt.Sprintf("%s from %.1f/s to %.1f/s", s.workload, s.planned, s.rate))
+			names = append(names, s.workload)
 		}
 	}
 	switch {
@@ -735,6 +739,9 @@ func (c *Controller) driftReplan(ctx context.Context, now time.Time) bool {
 		c.driftSince = now
 	case now.Sub(c.driftSince) >= c.cfg.DriftHold:
 		c.driftSince = time.Time{}
+		for _, name := range names {
+			c.meters[name].rebase(now, c.cfg.RateTau) // the plan below is made for the new rate
+		}
 		reason := fmt.Sprintf("arrival rate drifted: %s (over %.0f%% and %d σ of the meter's noise for %s)", strings.Join(drifted, ", "), c.cfg.DriftRel*100, driftZ, c.cfg.DriftHold)
 		c.plan(ctx, reason, false)
 		return true

@@ -286,12 +286,17 @@ func (c *Controller) expectAt(m powermode.Mode) {
 	}
 	c.expectAtGroup(c.planned(), mp)
 }
+
+// planRateOr is the rate the pair's search plans for: the operator's, else the pair's
+// stream's level (rateMeter), else 1/s. Called with c.mu held.
 func (c *Controller) planRateOr() float64 {
 	if c.targets.RateRPS > 0 {
 		return c.targets.RateRPS
 	}
-	if c.measured.RateRPS > 0 {
-		return c.measured.RateRPS
+	if m := c.meters[c.pair.Infer]; m != nil && m.init {
+		if r := m.level; r > 0 {
+			return r
+		}
 	}
 	return 1
 }

@@ -8,20 +8,29 @@ import (
 // rateMeter measures one inference stream's arrival rate from its request counter: the
 // mean since the stream appeared during the warm-up (an EWMA started at 0 would
 // under-estimate the rate the first plan is made for), then an EWMA of the counter's
-// slope with time constant tau.
+// slope with time constant tau (rate: what the drift rule watches, quick to see a
+// change), and beside it the stream's level (what plans are made for).
 type rateMeter struct {
-	rate   float64
-	init   bool
-	since  time.Time // when the stream appeared (the warm-up's start)
-	start  uint64    // the counter then
-	last   uint64
-	lastAt time.Time
+	rate float64
+	// level is the mean rate since the level began (the stream appeared, or the drift
+	// rule saw a change: rebase), then an EWMA with time constant levelTau. Plans made
+	// for the 2 s EWMA took a reading ±9 % (1 σ) off at 30 req/s, and the drift rule
+	// then compared the next noisy reading with it: a steady 30 req/s stream planned
+	// for 25.2/s re-planned for 36.6/s (docs/controller.md rule 5). A change too small
+	// for the drift rule reaches the level within about levelTau.
+	level      float64
+	levelSince time.Time
+	init       bool
+	since      time.Time // when the stream appeared (the warm-up's start)
+	start      uint64    // the counter then
+	last       uint64
+	lastAt     time.Time
 	// planned is the rate the plan in force was made for.
 	planned float64
 }
 
 // observe takes the stream's request counter at now.
-func (r *rateMeter) observe(reqs uint64, now time.Time, warmup, tau time.Duration) {
+func (r *rateMeter) observe(reqs uint64, now time.Time, warmup, tau, levelTau time.Duration) {
 	if r.init && reqs < r.last {
 		// The counter went back (the scheduler forgot the workload and it registered
 		// again): what was measured is of a counter that no longer exists; warm up afresh
@@ -30,16 +39,31 @@ func (r *rateMeter) observe(reqs uint64, now time.Time, warmup, tau time.Duratio
 	}
 	switch {
 	case !r.init:
-		r.init, r.start, r.rate = true, reqs, 0
+		r.init, r.start, r.rate, r.level, r.levelSince = true, reqs, 0, 0, r.since
 	case now.Sub(r.since) <= warmup && now.After(r.since):
 		r.rate = float64(reqs-r.start) / now.Sub(r.since).Seconds()
+		r.level = r.rate
 	case now.After(r.lastAt):
 		dt := now.Sub(r.lastAt).Seconds()
 		inst := float64(reqs-r.last) / dt
 		a := 1 - math.Exp(-dt/tau.Seconds())
 		r.rate += a * (inst - r.rate)
+		// The running mean since the level began (weight dt / elapsed), an EWMA once
+		// that is longer than levelTau.
+		w := dt / max(now.Sub(r.levelSince).Seconds(), dt)
+		if now.Sub(r.levelSince) > levelTau {
+			w = 1 - math.Exp(-dt/levelTau.Seconds())
+		}
+		r.level += w * (inst - r.level)
 	}
 	r.last, r.lastAt = reqs, now
+}
+
+// rebase starts a new level at the EWMA's reading now: a drift was seen, so what came
+// before it is of another rate. The reading counts as 2τ of arrivals (an EWMA's variance
+// is a 2τ mean's), so the level is never noisier than the EWMA.
+func (r *rateMeter) rebase(now time.Time, tau time.Duration) {
+	r.level, r.levelSince = r.rate, now.Add(-2*tau)
 }
 
 // ready reports that the rate has been measured for warmup.

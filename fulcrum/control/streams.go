@@ -225,7 +225,7 @@ func (c *Controller) streamRates(now time.Time) (rates []float64, ready bool) {
 			rates = append(rates, c.targets.RateRPS)
 		default:
 			m := c.meter(s.Workload, now)
-			rates = append(rates, m.rate)
+			rates = append(rates, m.level)
 			ready = ready && m.ready(now, c.cfg.RateWarmup)
 		}
 	}
