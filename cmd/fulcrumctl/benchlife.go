@@ -4,11 +4,13 @@ package main
 // time by the whole daemon (fulcrum/lifetime) and scored by bench.RunLifetime.
 
 import (
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -307,6 +309,57 @@ func writeLifetime(w io.Writer, format string, rep *bench.LifetimeReport) error 
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%d (%.1f%%)\t%.1f\t%.2f\t%.2f\t%.0f (max %.0f)\t%d\t%.1f (max %d)\t%.0f (%.1f%%)\t%.0f\t%.2f\t%.2f\t%d\t\n",
 			s.Name, s.Source, s.LifetimeRatio, s.MeanRatio, s.P5Ratio, s.WithinBudget, s.WithinBudgetPct, s.ViolationPct, s.LatencyBrokenPct, s.PowerBrokenPct, s.MeanFirstPlanS, s.MaxFirstPlanS, s.NoPlan,
 			s.MeanProfiles, s.MaxProfiles, s.MeanSearchS, s.SearchPct, s.Apart.TrainSamples, s.Apart.LatencyBrokenPct, s.Apart.PowerBrokenPct, s.Errors)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeByBudgets(w, rep.Methods)
+}
+
+// writeByBudgets is the ratio of every method over the stretches run at each rate and
+// pair of budgets (runs with changes; nothing otherwise).
+func writeByBudgets(w io.Writer, methods []bench.LifetimeStats) error {
+	type key struct{ rate, lat, pow float64 }
+	var keys []key
+	rows := map[key]map[string]bench.BudgetStretches{}
+	for _, m := range methods {
+		for _, b := range m.ByBudgets {
+			k := key{b.RateRPS, b.LatencyMS, b.PowerMW}
+			if rows[k] == nil {
+				rows[k] = map[string]bench.BudgetStretches{}
+				keys = append(keys, k)
+			}
+			rows[k][m.Name] = b
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.pow, b.pow), cmp.Compare(a.lat, b.lat), cmp.Compare(a.rate, b.rate))
+	})
+	fmt.Fprintf(w, "\nby budgets: each method's ratio over the stretches between changes run at that rate and pair of budgets (sum over sum; - where nothing keeps the room)\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "rate\tlatency ms\tpower W\tstretches\t"
+	for _, m := range methods {
+		head += m.Name + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, k := range keys {
+		cells, n := "", 0
+		for _, m := range methods {
+			b, ok := rows[k][m.Name]
+			n = max(n, b.Stretches)
+			switch {
+			case !ok:
+				cells += "\t"
+			case b.Ratio == nil:
+				cells += "-\t"
+			default:
+				cells += fmt.Sprintf("%.3f\t", *b.Ratio)
+			}
+		}
+		fmt.Fprintf(tw, "%g\t%g\t%g\t%d\t%s\n", k.rate, k.lat, k.pow/1000, n, cells)
 	}
 	return tw.Flush()
 }

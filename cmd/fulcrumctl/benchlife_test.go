@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -84,6 +85,9 @@ func TestBenchLifetimeOracleJSON(t *testing.T) {
 			Source         string  `json:"source"`
 			LifetimeRatio  float64 `json:"lifetime_ratio"`
 			PowerBrokenPct float64 `json:"power_broken_pct"`
+			ByBudgets      []struct {
+				PowerMW float64 `json:"power_mw"`
+			} `json:"by_budgets"`
 		} `json:"methods"`
 	}
 	if err := json.Unmarshal([]byte(outs[0]), &rep); err != nil {
@@ -116,5 +120,17 @@ func TestBenchLifetimeOracleJSON(t *testing.T) {
 	}
 	if len(rep.Methods) != 2 || rep.Methods[1].Name != "oracle-m3-replan" || rep.Methods[1].PowerBrokenPct != 0 || rep.Methods[0].PowerBrokenPct <= 0 {
 		t.Fatalf("rows %+v: want the held oracle to break the power budgets the tour lowers, the re-planning one none", rep.Methods)
+	}
+	if b := rep.Methods[1].ByBudgets; len(b) != 4 || b[0].PowerMW != 20000 || b[3].PowerMW != 40000 {
+		t.Fatalf("by budgets %+v: want the 4 pairs of the tour, by power", b)
+	}
+	// The table: one row a pair of budgets, a column a method.
+	out, _, err = simExec(context.Background(), "bench", "--truth", tp, "--lifetime", "1h", "--budgets-every", "20m", "--methods", "oracle-m3,oracle-m3-replan",
+		"--rates", "10", "--latency", "100ms,200ms", "--power", "20W,40W", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "by budgets:") || !regexp.MustCompile(`(?m)^\s*10\s+100\s+20\s+\d+\s+[0-9.-]+\s+[0-9.-]+\s*$`).MatchString(out) {
+		t.Fatalf("the table has no by-budgets rows:\n%s", out)
 	}
 }

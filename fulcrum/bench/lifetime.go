@@ -189,6 +189,24 @@ type LifetimeStats struct {
 	SearchPct   float64       `json:"search_pct"`
 	Apart       LifetimeApart `json:"apart"`
 	Errors      int           `json:"errors"`
+	// ByBudgets is the training of every stretch between changes, summed by the budgets
+	// and rate in force there (runs with changes only: --budgets-every, --power-drop-at,
+	// --rate-double-at); where over a tour the method loses.
+	ByBudgets []BudgetStretches `json:"by_budgets,omitempty"`
+}
+
+// BudgetStretches is one method's training over every stretch of the sweep's runs that
+// ran at one rate and pair of budgets.
+type BudgetStretches struct {
+	RateRPS   float64 `json:"rate_rps"`
+	LatencyMS float64 `json:"latency_ms"`
+	PowerMW   float64 `json:"power_mw"`
+	// Stretches counts them, of every configuration (scored or apart).
+	Stretches    int     `json:"stretches"`
+	TrainSamples float64 `json:"train_samples"`
+	IdealSamples float64 `json:"ideal_samples"`
+	// Ratio is TrainSamples ÷ IdealSamples; absent where nothing keeps the room there.
+	Ratio *float64 `json:"ratio,omitempty"`
 }
 
 // LifetimeReport is the lifetime benchmark's result. Everything in its JSON depends only
@@ -278,7 +296,8 @@ type lifeConfig struct {
 	pt     *truthprof.PairTruth  // one job, one stream
 	mt     *truthprof.MultiTruth // otherwise
 	ideal  float64               // samples of the best room-keeping configuration over the run
-	// phaseIdeal is ideal by stretch of the run (phasesOf).
+	// phases are the run's stretches (phasesOf), phaseIdeal ideal by stretch.
+	phases     []lifePhase
 	phaseIdeal []float64
 	// tour is its budget changes (LifetimeSpec.BudgetsEvery); changes the spec's and
 	// these, the run's.
@@ -435,7 +454,8 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	if err := forEach(ctx, workers, len(cfgs), func(i int) error {
 		c := &cfgs[i]
 		c.ideal, c.phaseIdeal = 0, nil
-		for _, ph := range phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, c.changes) {
+		c.phases = phasesOf(spec.Duration, c.rate, c.latMS, c.powMW, c.changes)
+		for _, ph := range c.phases {
 			sps, _, err := c.best(ph, 0, spec.Admission, q)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
@@ -523,6 +543,7 @@ func RunLifetime(ctx context.Context, spec LifetimeSpec) (*LifetimeReport, error
 	}
 	for mi, m := range methods {
 		st := summariseLifetime(m.name, outcomes[mi], spec.Duration.Seconds())
+		st.ByBudgets = byBudgets(outcomes[mi], cfgs)
 		st.Source = "harness"
 		if m.oracle {
 			st.Source = "truth"
@@ -595,6 +616,49 @@ func lifeConfigs(spec LifetimeSpec) ([]lifeConfig, int, bool, error) {
 		}
 	}
 	return cfgs, len(sets), micro, nil
+}
+
+// byBudgets sums one method's outcomes (in cfgs' order) stretch by stretch by the rate
+// and budgets in force, ordered by power, latency, rate (nil: no run had changes).
+func byBudgets(outs []LifeOutcome, cfgs []lifeConfig) []BudgetStretches {
+	type key struct{ rate, latMS, powMW float64 }
+	sums := map[key]*BudgetStretches{}
+	for ci, o := range outs {
+		c := cfgs[ci]
+		ps := o.PhaseSamples
+		if ps == nil && o.TrainSamples == 0 {
+			ps = make([]float64, len(c.phases)) // trained nothing (or failed): nothing in every stretch
+		}
+		if len(c.phases) < 2 || len(ps) != len(c.phases) || len(c.phaseIdeal) != len(c.phases) {
+			continue // no changes, or a runner that reports no samples by stretch
+		}
+		for i, ph := range c.phases {
+			k := key{ph.rate, ph.latMS, ph.powMW}
+			b := sums[k]
+			if b == nil {
+				b = &BudgetStretches{RateRPS: ph.rate, LatencyMS: ph.latMS, PowerMW: ph.powMW}
+				sums[k] = b
+			}
+			b.Stretches++
+			b.TrainSamples += ps[i]
+			b.IdealSamples += c.phaseIdeal[i]
+		}
+	}
+	out := make([]BudgetStretches, 0, len(sums))
+	for _, b := range sums {
+		if b.IdealSamples > 0 {
+			r := b.TrainSamples / b.IdealSamples
+			b.Ratio = &r
+		}
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(a, b BudgetStretches) int {
+		return cmp.Or(cmp.Compare(a.PowerMW, b.PowerMW), cmp.Compare(a.LatencyMS, b.LatencyMS), cmp.Compare(a.RateRPS, b.RateRPS))
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // summariseLifetime scores one method's outcomes over runs of durS seconds each.

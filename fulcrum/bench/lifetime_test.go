@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -48,7 +49,7 @@ func TestSummariseLifetimeByHand(t *testing.T) {
 		t.Fatalf("ratio %v lat %v pow %v, want %v %v %v", st.LifetimeRatio, st.LatencyBrokenPct, st.PowerBrokenPct, want.LifetimeRatio, want.LatencyBrokenPct, want.PowerBrokenPct)
 	}
 	st.LifetimeRatio, st.LatencyBrokenPct, st.PowerBrokenPct = want.LifetimeRatio, want.LatencyBrokenPct, want.PowerBrokenPct
-	if st != want {
+	if !reflect.DeepEqual(st, want) {
 		t.Fatalf("got  %+v\nwant %+v", st, want)
 	}
 

@@ -134,9 +134,47 @@ func TestRunLifetimeBudgetsEvery(t *testing.T) {
 	if !heldBroke {
 		t.Fatal("no held t = 0 decision broke a budget the tour moved")
 	}
+	// By budgets: every stretch of every configuration once, under the budgets of the
+	// sweep (4 pairs × 2 rates), summing back to the method's samples and the
+	// configurations' optima. The stand-in runner (gmd here) reports no stretches: no
+	// rows.
+	for mi, st := range rep.Methods {
+		if st.Source == "harness" {
+			if st.ByBudgets != nil {
+				t.Fatalf("%s: budget rows from runs without samples by stretch: %+v", st.Name, st.ByBudgets)
+			}
+			continue
+		}
+		if len(st.ByBudgets) != 8 {
+			t.Fatalf("%s: %d budget rows, want 2 rates × 4 budget pairs: %+v", st.Name, len(st.ByBudgets), st.ByBudgets)
+		}
+		n, samples, ideal := 0, 0.0, 0.0
+		for i, b := range st.ByBudgets {
+			if !slices.Contains(spec.LatenciesMS, b.LatencyMS) || !slices.Contains(spec.PowersMW, b.PowerMW) || !slices.Contains(spec.RatesRPS, b.RateRPS) {
+				t.Fatalf("%s: budget row %+v is not of the sweep", st.Name, b)
+			}
+			if i > 0 && st.ByBudgets[i-1].PowerMW > b.PowerMW {
+				t.Fatalf("%s: budget rows not ordered by power", st.Name)
+			}
+			if (b.Ratio == nil) != (b.IdealSamples == 0) || (b.Ratio != nil && !near(*b.Ratio, b.TrainSamples/b.IdealSamples)) {
+				t.Fatalf("%s: %+v", st.Name, b)
+			}
+			n += b.Stretches
+			samples += b.TrainSamples
+			ideal += b.IdealSamples
+		}
+		runSamples, runIdeal := 0.0, 0.0
+		for _, o := range rep.Outcomes[mi] {
+			runSamples += o.TrainSamples
+			runIdeal += o.IdealSamples
+		}
+		if n != 16*6 || !near(samples, runSamples) || !near(ideal, runIdeal) {
+			t.Fatalf("%s: %d stretches, %v samples, %v ideal by budgets; the runs: %d, %v, %v", st.Name, n, samples, ideal, 16*6, runSamples, runIdeal)
+		}
+	}
 	js, err := json.Marshal(rep)
 	if err != nil || !strings.Contains(string(js), `"tour":[{"at_s":600`) || !strings.Contains(string(js), `"budgets_every_s":600`) ||
-		!strings.Contains(string(js), `"phase_ratios":[`) {
+		!strings.Contains(string(js), `"phase_ratios":[`) || !strings.Contains(string(js), `"by_budgets":[`) {
 		t.Fatalf("JSON %v: %.300s", err, js)
 	}
 
