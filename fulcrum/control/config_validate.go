@@ -19,7 +19,7 @@ func (c Config) Validate() error {
 	optcheck.Positive(&ck, "PowerWindow", c.PowerWindow)
 	optcheck.Positive(&ck, "PowerSettle", c.PowerSettle)
 	optcheck.Positive(&ck, "RateTau", c.RateTau)
-	optcheck.Positive(&ck, "RateLevelTau", c.RateLevelTau)
+	optcheck.NonNegative(&ck, "RateLevelTau", c.RateLevelTau)
 	optcheck.Positive(&ck, "RateWarmup", c.RateWarmup)
 	optcheck.Positive(&ck, "DriftRel", c.DriftRel)
 	optcheck.Positive(&ck, "DriftHold", c.DriftHold)

@@ -580,14 +580,28 @@ func TestRateDriftReplans(t *testing.T) {
 	}
 }
 
-// A re-plan for another reason (here a budget change) is made for the stream's level,
-// not the 2 s EWMA's reading of the moment: after a minute at 40/s and a 1.5 s burst at
-// 60/s (the EWMA reads ~49/s, short of the drift rule), it plans for ~40/s. Before, it
-// planned for the EWMA's reading.
+// With rate_level_tau_ms set, a re-plan for another reason (here a budget change) is
+// made for the stream's level, not the 2 s EWMA's reading of the moment: after a minute
+// at 40/s and a 1.5 s burst at 60/s (the EWMA reads ~49/s, short of the drift rule), it
+// plans for ~40/s. Off (the default) it plans for the EWMA's reading, as before.
 func TestReplanIsForTheLevelNotTheMoment(t *testing.T) {
+	for _, level := range []time.Duration{30 * time.Second, 0} {
+		planRate := replanAfterABurst(t, level)
+		if level > 0 && (planRate < 39 || planRate > 42) {
+			t.Fatalf("level %s: re-planned for %.1f/s; the stream's level is 40/s", level, planRate)
+		}
+		if level == 0 && planRate < 46 {
+			t.Fatalf("level off: re-planned for %.1f/s, not the EWMA's reading", planRate)
+		}
+	}
+}
+
+// replanAfterABurst is TestReplanIsForTheLevelNotTheMoment's run: the rate a budget
+// change re-plans for after a minute at 40/s and 1.5 s at 60/s.
+func replanAfterABurst(t *testing.T, level time.Duration) float64 {
 	e := newEnv(t, sched.NewFakeClock())
 	e.seed()
-	cfg := Config{RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second}
+	cfg := Config{RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, DriftHold: 2 * time.Second, RateLevelTau: level}
 	c := e.controller(cfg, plan.Targets{LatencyMS: 400, PowerMW: 35000})
 	_, inferID := e.register(nil)
 	e.board.set(20000, nil)
@@ -605,9 +619,7 @@ func TestReplanIsForTheLevelNotTheMoment(t *testing.T) {
 	if evs := c.Events().List(seq); countKind(evs, KindReplan)+countKind(evs, KindPlan) == 0 {
 		t.Fatalf("no re-plan after the budget change: %v", kinds(evs))
 	}
-	if r := c.Status().PlanRateRPS; r < 39 || r > 42 {
-		t.Fatalf("re-planned for %.1f/s; the stream's level is 40/s", r)
-	}
+	return c.Status().PlanRateRPS
 }
 
 // A rate the operator set on the pair's own stream is a budget, not a measurement: the

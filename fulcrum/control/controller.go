@@ -29,8 +29,9 @@ type Config struct {
 	PowerSettle time.Duration `mapstructure:"power_settle_ms"`
 	RateTau     time.Duration `mapstructure:"rate_tau_ms"`    // time constant of the arrival-rate EWMA
 	RateWarmup  time.Duration `mapstructure:"rate_warmup_ms"` // measure arrivals this long before the first plan (rate auto)
-	// RateLevelTau: plans are made for the stream's level, the mean rate since it began
-	// (or since the last drift), an EWMA with this time constant once it is longer.
+	// RateLevelTau > 0: plans are made for the stream's level, the mean rate since it
+	// began (or since the last drift), an EWMA with this time constant once it is
+	// longer; 0 (the default): for the RateTau EWMA's reading, as before 2026-11-28.
 	RateLevelTau time.Duration `mapstructure:"rate_level_tau_ms"`
 	DriftRel     float64       `mapstructure:"drift_rel"`     // re-plan when the rate differs from the planned one by more than this…
 	DriftHold    time.Duration `mapstructure:"drift_hold_ms"` // …for this long
@@ -107,7 +108,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Period: 250 * time.Millisecond, PowerSample: 100 * time.Millisecond, PowerWindow: time.Second, PowerSettle: 500 * time.Millisecond,
-		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second, RateLevelTau: 30 * time.Second,
+		RateTau: 2 * time.Second, RateWarmup: 2 * time.Second,
 		DriftRel: 0.25, DriftHold: 3 * time.Second,
 		PlanMargin: 0.05, StepMargin: 0.10, StepMarginMin: 0.05, Hysteresis: 0.10, Hold: 5 * time.Second,
 		Cooldown: time.Second, LatencyCooldown: 5 * time.Second, LatencyPause: 20 * time.Second, PowerFail: time.Second,
@@ -121,7 +122,7 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	durs := []struct{ v, d *time.Duration }{
 		{&c.Period, &d.Period}, {&c.PowerSample, &d.PowerSample}, {&c.PowerWindow, &d.PowerWindow}, {&c.PowerSettle, &d.PowerSettle},
-		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.RateLevelTau, &d.RateLevelTau}, {&c.DriftHold, &d.DriftHold},
+		{&c.RateTau, &d.RateTau}, {&c.RateWarmup, &d.RateWarmup}, {&c.DriftHold, &d.DriftHold},
 		{&c.Hold, &d.Hold}, {&c.Cooldown, &d.Cooldown}, {&c.LatencyCooldown, &d.LatencyCooldown}, {&c.LatencyPause, &d.LatencyPause},
 		{&c.PowerFail, &d.PowerFail}, {&c.ResearchHold, &d.ResearchHold}, {&c.SearchTime, &d.SearchTime},
 	}

@@ -13,7 +13,8 @@ import (
 type rateMeter struct {
 	rate float64
 	// level is the mean rate since the level began (the stream appeared, or the drift
-	// rule saw a change: rebase), then an EWMA with time constant levelTau. Plans made
+	// rule saw a change: rebase), then an EWMA with time constant levelTau (0: the
+	// rate itself, controller.rate_level_tau_ms off by default). Plans made
 	// for the 2 s EWMA took a reading ±9 % (1 σ) off at 30 req/s, and the drift rule
 	// then compared the next noisy reading with it: a steady 30 req/s stream planned
 	// for 25.2/s re-planned for 36.6/s (docs/controller.md rule 5). A change too small
@@ -49,12 +50,17 @@ func (r *rateMeter) observe(reqs uint64, now time.Time, warmup, tau, levelTau ti
 		a := 1 - math.Exp(-dt/tau.Seconds())
 		r.rate += a * (inst - r.rate)
 		// The running mean since the level began (weight dt / elapsed), an EWMA once
-		// that is longer than levelTau.
+		// that is longer than levelTau; without a levelTau the level is the EWMA.
 		w := dt / max(now.Sub(r.levelSince).Seconds(), dt)
-		if now.Sub(r.levelSince) > levelTau {
+		switch {
+		case levelTau <= 0:
+			r.level = r.rate
+		case now.Sub(r.levelSince) > levelTau:
 			w = 1 - math.Exp(-dt/levelTau.Seconds())
+			fallthrough
+		default:
+			r.level += w * (inst - r.level)
 		}
-		r.level += w * (inst - r.level)
 	}
 	r.last, r.lastAt = reqs, now
 }
