@@ -51,16 +51,16 @@ func (r *rateMeter) observe(reqs uint64, now time.Time, warmup, tau, levelTau ti
 		r.rate += a * (inst - r.rate)
 		// The running mean since the level began (weight dt / elapsed), an EWMA once
 		// that is longer than levelTau; without a levelTau the level is the EWMA.
-		w := dt / max(now.Sub(r.levelSince).Seconds(), dt)
-		switch {
-		case levelTau <= 0:
+		if levelTau <= 0 {
 			r.level = r.rate
-		case now.Sub(r.levelSince) > levelTau:
-			w = 1 - math.Exp(-dt/levelTau.Seconds())
-			fallthrough
-		default:
-			r.level += w * (inst - r.level)
+			break
 		}
+		elapsed := now.Sub(r.levelSince)
+		w := dt / max(elapsed.Seconds(), dt)
+		if elapsed > levelTau {
+			w = 1 - math.Exp(-dt/levelTau.Seconds())
+		}
+		r.level += w * (inst - r.level)
 	}
 	r.last, r.lastAt = reqs, now
 }
